@@ -1,0 +1,3 @@
+from patch_queue.cli import main
+
+main()
