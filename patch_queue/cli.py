@@ -1,0 +1,329 @@
+"""The ``pq`` command line: thin commands that parse options, call the engine and map exit codes.
+
+Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in .git/pq/crash.log).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from patch_queue.errors import EXIT_BUG, EXIT_CONFLICT, PqError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases.",
+)
+
+UpstreamOpt = Annotated[
+    str | None,
+    typer.Option("--upstream", help="upstream git repository (URL, path or bundle); default $PQ_UPSTREAM_GIT"),
+]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def err(message: str) -> None:
+    typer.echo(f"pq: {message}", err=True)
+
+
+def say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def run(body: Callable[[], int | None]) -> None:
+    """Run a command body, mapping PqError to its one-line message and anything else to exit 4."""
+    try:
+        code = body()
+    except PqError as exc:
+        err(f"error: {exc}")
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err("interrupted; nothing was written past the last completed step (see `pq status`)")
+        raise typer.Exit(130) from None
+    except typer.Exit:
+        raise
+    except Exception:  # a bug: keep the traceback for the report
+        log = _crash_log()
+        err(f"internal error (a bug); traceback written to {log}")
+        raise typer.Exit(EXIT_BUG) from None
+    raise typer.Exit(code or 0)
+
+
+def _crash_log() -> str:
+    text = traceback.format_exc()
+    try:
+        from patch_queue.workspace import open_workspace
+
+        path = open_workspace().state_dir / "crash.log"
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except Exception:
+        path = Path("pq-crash.log").resolve()
+    path.write_text(text)
+    return str(path)
+
+
+def _ws(out: Path | None = None) -> Any:
+    from patch_queue.workspace import open_workspace
+
+    return open_workspace(out=out)
+
+
+def _locked(ws: Any, name: str) -> Any:
+    from patch_queue.workspace import locked
+
+    return locked(ws, name)
+
+
+def _on_patch(result: Any) -> None:
+    detail = f" ({len(result.conflicts)} conflict region(s))" if result.conflicts else ""
+    say(f"Pushing {result.name} ... {result.status}{detail}")
+
+
+@app.command()
+def adopt(
+    source: Annotated[str, typer.Argument(help="vllm-omni release (vllm-omni==0.30.0) or a folder of NPU worker files")],
+    upstream: UpstreamOpt = None,
+    at: Annotated[str | None, typer.Option("--at", help="upstream commit, ref or release instead of searching")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace an existing series")] = False,
+) -> None:
+    """Derive the patch series from a hand-maintained release and write patches/ and npu_worker/."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "adopt"):
+            res = engine.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, progress=say)
+        if res.searched_auto:
+            typer.echo(
+                f"upstream base: {res.commit_label} (public {res.public_commit[:12]}), score {res.matched}/{res.total}"
+                f" lines of the carried methods ({100.0 * res.matched / max(res.total, 1):.1f}%),"
+                f" best of {res.searched} revisions, {res.ties} tied"
+            )
+        else:
+            typer.echo(f"upstream base: {res.commit_label} (given with --at)")
+        for c in res.carried:
+            typer.echo(f"carried: {c.module} {c.downstream} <- {c.upstream} (similarity {c.ratio:.2f})")
+        typer.echo(f"wrote {len(res.patches)} patches to patches/ and the runners to {ws.rel(ws.out)}/")
+
+    run(body)
+
+
+@app.command()
+def build(
+    out: Annotated[Path | None, typer.Option("--out", help="output folder (default npu_worker/)")] = None,
+    standalone: Annotated[
+        bool, typer.Option("--standalone", help="point vllm_omni.platforms.npu.worker imports into the package")
+    ] = False,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """Write the top of the stack as the npu_worker package."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "build"):
+            files = engine.do_build(ws, out=out, standalone_pkg=standalone, upstream_git=upstream, progress=say)
+        typer.echo(f"built {len(files)} files into {ws.rel(out.resolve() if out else ws.out)}/")
+
+    run(body)
+
+
+def _print_outcome(ws: Any, outcome: Any) -> int:
+    from patch_queue.errors import EXIT_OK
+
+    by_file: dict[str, int] = {}
+    for c in outcome.conflicts:
+        by_file[c.file] = by_file.get(c.file, 0) + 1
+    for sym in outcome.removed_symbols:
+        typer.echo(f"warning: carried symbol removed upstream: {sym}")
+    if not outcome.conflicts:
+        typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
+        return EXIT_OK
+    for c in outcome.conflicts:
+        typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} in {c.symbol or '<module>'} (patch {c.patch})")
+    summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
+    typer.echo(f"{len(outcome.conflicts)} conflict region(s) ({summary})")
+    if outcome.stopped_at:
+        typer.echo(f"stopped at {outcome.stopped_at}: resolve the markers in {ws.rel(ws.out)}/, then `pq continue`"
+                   " (or `pq abort`)")
+    else:
+        typer.echo(f"all patches replayed; resolve the markers in {ws.rel(ws.out)}/, then `pq continue`"
+                   " (or `pq abort`)")
+    return EXIT_CONFLICT
+
+
+@app.command()
+def refresh(
+    to: Annotated[
+        str | None, typer.Option("--to", help="vllm-ascend==VER, an upstream ref or commit, or a folder")
+    ] = None,
+    no_stop: Annotated[bool, typer.Option("--no-stop", help="go through every patch and record all conflicts")] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="write the JSON report here")] = None,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
+
+    def body() -> int:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "refresh"):
+            outcome = engine.do_refresh(ws, to=to, no_stop=no_stop, upstream_git=upstream, progress=say,
+                                        on_patch=_on_patch)
+        if report is not None:
+            engine.write_report(report, engine.report_json(outcome, base=outcome.base_label,
+                                                           target=outcome.target_label))
+        return _print_outcome(ws, outcome)
+
+    run(body)
+
+
+@app.command(name="continue")
+def continue_() -> None:
+    """Take the resolved files in npu_worker/ and go on with the refresh."""
+
+    def body() -> int:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "continue"):
+            outcome = engine.do_continue(ws, progress=say, on_patch=_on_patch)
+        return _print_outcome(ws, outcome)
+
+    run(body)
+
+
+@app.command()
+def abort() -> None:
+    """Put every file and ref back as it was before the refresh."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "abort"):
+            engine.do_abort(ws)
+        typer.echo("refresh aborted; patches/, npu_worker/ and refs/pq/ are as before")
+
+    run(body)
+
+
+@app.command()
+def status(upstream: UpstreamOpt = None) -> None:
+    """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
+
+    def body() -> int:
+        from patch_queue import engine
+
+        ws = _ws()
+        st = engine.do_status(ws, upstream_git=upstream)
+        typer.echo(f"upstream: {st.upstream}")
+        if st.in_progress:
+            typer.echo(f"refresh in progress onto {st.target}")
+        for name, state in st.patches:
+            typer.echo(f"  {state:10} {name}")
+        for c in st.conflicts:
+            typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} in {c.symbol or '<module>'} (patch {c.patch})")
+        if st.in_progress:
+            typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
+            return EXIT_CONFLICT if st.conflicts else 0
+        return 0
+
+    run(body)
+
+
+@app.command()
+def series(upstream: UpstreamOpt = None) -> None:
+    """List the patches in order, applied ones marked with +."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        st = engine.do_status(ws, upstream_git=upstream)
+        for name, state in st.patches:
+            mark = "+" if state in ("applied", "modified", "unchanged", "empty") else (
+                "!" if state == "conflict" else "-")
+            typer.echo(f"{mark} {name}  {engine.patch_subject(ws, name)}")
+
+    run(body)
+
+
+@app.command()
+def new(
+    name: Annotated[str, typer.Argument(help="patch name")],
+    message: Annotated[str | None, typer.Option("-m", "--message", help="subject line")] = None,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """Start a new empty patch above the applied ones."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "new"):
+            filename = engine.do_new(ws, name, message=message, upstream_git=upstream)
+        typer.echo(f"created patches/{filename}; edit {ws.rel(ws.out)}/ then `pq record`")
+
+    run(body)
+
+
+@app.command()
+def record(upstream: UpstreamOpt = None) -> None:
+    """Fold the edits of npu_worker/ into the top applied patch."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "record"):
+            name = engine.do_record(ws, upstream_git=upstream)
+        typer.echo(f"recorded into patches/{name}" if name else "nothing to record")
+
+    run(body)
+
+
+@app.command()
+def push(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None) -> None:
+    """Apply the next patch (or all)."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "push"):
+            before, after = engine.do_push_pop(ws, push=True, all_=all_, upstream_git=upstream)
+        typer.echo(f"applied {after} of the series (was {before})")
+
+    run(body)
+
+
+@app.command()
+def pop(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None) -> None:
+    """Unapply the top patch (or all)."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "pop"):
+            before, after = engine.do_push_pop(ws, push=False, all_=all_, upstream_git=upstream)
+        typer.echo(f"applied {after} of the series (was {before})")
+
+    run(body)
+
+
+def main() -> None:
+    app(prog_name="pq")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,664 @@
+"""The operations behind the commands: adopt, build, refresh / continue / abort / status, series edits.
+
+Every operation plans in memory first (commits are unreferenced objects until then), then
+writes files atomically and moves refs with old-value checks.  A refresh that stops on a
+conflict keeps its plan in ``.git/pq/refresh.json`` plus refs under ``refs/pq/refresh/`` so
+that ``pq continue`` can go on and ``pq abort`` can put back every file and ref.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from patch_queue import adopt as adopt_mod
+from patch_queue import patchfile, replay, sources, stack
+from patch_queue.errors import PqError, QueueError
+from patch_queue.fsutil import atomic_write, read_folder, sync_folder
+from patch_queue.git.repo import Person
+from patch_queue.queue import Queue, UpstreamPin, render_queue, render_series
+from patch_queue.workspace import (
+    LoadedStack,
+    Progress,
+    Workspace,
+    applied_count,
+    load_stack,
+    read_state,
+    stack_ref_updates,
+    write_state,
+)
+
+DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
+ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
+STATE_FILE = "refresh.json"
+REF_REFRESH = "refs/pq/refresh/"
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# adopt
+
+
+@dataclass(frozen=True)
+class AdoptResult:
+    commit_label: str
+    public_commit: str
+    matched: int
+    total: int
+    ties: int
+    searched: int
+    patches: list[str]
+    carried: list[adopt_mod.Carried]
+    searched_auto: bool
+
+
+def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict[str, bytes], str, str]:
+    """(module files, downstream name, release) of a vllm-omni release spec or a directory."""
+    if "==" in source:
+        name, version = source.split("==", 1)
+        files = sources.release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
+        modules = {k: v for k, v in files.items() if "/" not in k and k.endswith(".py")}
+        if not modules:
+            raise QueueError(f"{source} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
+        return modules, name.strip(), version.strip()
+    root = Path(source)
+    if not root.is_dir():
+        raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
+    for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
+        modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
+        if modules:
+            return modules, "vllm-omni", ""
+    raise QueueError("holds no NPU worker modules (*.py)", path=source)
+
+
+def do_adopt(
+    ws: Workspace,
+    source: str,
+    *,
+    upstream_git: str | None,
+    at: str | None,
+    force: bool,
+    progress: Progress | None = None,
+) -> AdoptResult:
+    if read_state(ws, STATE_FILE) is not None:
+        raise QueueError("a refresh is in progress; finish it with `pq continue` or `pq abort` first")
+    if ws.queue_dir.exists() and ws.queue_dir.load_series() and not force:
+        raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
+    modules, down_name, down_release = read_downstream(source, progress)
+    texts = {}
+    for k, v in modules.items():
+        try:
+            texts[k] = v.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise QueueError(f"not UTF-8 at byte {exc.start}", path=k) from None
+    upath = adopt_mod.UPSTREAM_FILE
+    searched = None
+    if at is None:
+        location = sources.upstream_git_location(upstream_git)
+        git = sources.open_git(location, progress=progress)
+        commits = git.commits_touching(upath)
+        _say(progress, f"Searching {len(commits)} upstream commits that touched {upath} ...")
+
+        def read(commit: str) -> tuple[str, str] | None:
+            blob = git.blob_id(commit, upath)
+            if blob is None:
+                return None
+            data = git.read(commit, upath)
+            assert data is not None
+            return blob, data.decode("utf-8", errors="replace")
+
+        searched = adopt_mod.search_base(texts, commits, read, git.commit_time)
+        snapshot = sources.resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
+    else:
+        snapshot = sources.resolve_upstream(at, upstream_git=upstream_git, progress=progress)
+    upstream_text = snapshot.read(upath).decode("utf-8")
+    carried = adopt_mod.classify(texts, upstream_text)
+    label = snapshot.label
+    layout, steps = adopt_mod.plan_series(modules, carried, upstream_text, base_label=label)
+    pin = UpstreamPin(
+        name="vllm-ascend",
+        kind=snapshot.kind,
+        spec=portable_spec(snapshot),
+        pin=snapshot.pin,
+        label=label,
+        public_commit=snapshot.public_commit or "",
+        files={upath: stack.sha256(snapshot.read(upath))},
+    )
+    queue = Queue(pin, down_name, down_release, DOWNSTREAM_PACKAGE, layout)
+    projection = stack.project_modules(queue, snapshot.read, label=label)
+    base = stack.base_commit(ws.repo, queue, projection)
+    when = 0
+    if snapshot.kind == "git":
+        when = sources.open_git(sources.upstream_git_location(upstream_git)).commit_time(snapshot.pin)
+    person = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], when, 0)
+    files = ws.repo.read_tree(ws.repo.commit_info(base).tree)
+    parent = base
+    commits: list[tuple[str, str]] = []
+    for i, step in enumerate(steps, 1):
+        files[step.module] = step.after
+        message = step.subject + "\n\n" + step.description + "\n"
+        parent = ws.repo.commit(ws.repo.write_tree(files), [parent], message, person, person)
+        commits.append((f"{i:04d}-{step.name}.patch", parent))
+    loaded = LoadedStack(queue, base, commits)
+    _write_series(ws, loaded, old_names=_existing_patch_files(ws))
+    ws.repo.update_refs(stack_ref_updates(ws, loaded, len(commits)), "pq adopt")
+    build_top(ws, loaded)
+    best = searched.best if searched else None
+    return AdoptResult(
+        commit_label=label,
+        public_commit=pin.public_commit,
+        matched=best.matched if best else 0,
+        total=best.total if best else 0,
+        ties=searched.ties if searched else 0,
+        searched=searched.searched if searched else 0,
+        patches=[n for n, _ in commits],
+        carried=carried,
+        searched_auto=searched is not None,
+    )
+
+
+def portable_spec(snapshot: sources.Snapshot) -> str:
+    """The spec recorded in queue.toml: a git pin by its public commit, never a machine's path."""
+    if snapshot.kind == "git":
+        return snapshot.public_commit or snapshot.pin
+    return snapshot.spec
+
+
+def _existing_patch_files(ws: Workspace) -> set[str]:
+    root = ws.queue_dir.root
+    return {p.name for p in root.glob("*.patch")} if root.is_dir() else set()
+
+
+def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str]) -> None:
+    """Export every patch, then series and queue.toml; drop old patch files no longer in the series."""
+    exported = {name: stack.export_patch(ws.repo, commit) for name, commit in loaded.patches}
+    root = ws.queue_dir.root
+    for name, data in exported.items():
+        target = root / name
+        if not target.is_file() or target.read_bytes() != data:
+            atomic_write(target, data)
+    atomic_write(ws.queue_dir.series_path, render_series(loaded.names).encode())
+    atomic_write(ws.queue_dir.queue_path, render_queue(loaded.queue).encode())
+    for name in sorted(old_names - set(exported)):
+        (root / name).unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# build
+
+_IMPORT = re.compile(r"^(\s*)(from|import)(\s+)vllm_omni\.platforms\.npu\.worker\b", re.MULTILINE)
+
+
+def standalone(files: dict[str, bytes], package: str) -> dict[str, bytes]:
+    """Point the in-tree imports of the worker package into the standalone ``package``."""
+    out = {}
+    for path, data in files.items():
+        text = data.decode("utf-8")
+        out[path] = _IMPORT.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{package}", text).encode("utf-8")
+    return out
+
+
+def module_files(ws: Workspace, commit: str) -> dict[str, bytes]:
+    files = ws.repo.read_tree(ws.repo.commit_info(commit).tree)
+    return {k: v for k, v in files.items() if not k.startswith(stack.VENDOR)}
+
+
+def build_files(ws: Workspace, commit: str, *, out: Path, standalone_pkg: bool) -> dict[str, bytes]:
+    files = module_files(ws, commit)
+    if standalone_pkg:
+        files = standalone(files, out.name)
+    _sync_out(ws, out, files)
+    return files
+
+
+def _sync_out(ws: Workspace, out: Path, files: dict[str, bytes]) -> None:
+    manifest = out / ".pq-build"
+    owned: set[str] = set()
+    if manifest.is_file():
+        owned = {line for line in manifest.read_text().splitlines() if line and not line.startswith("#")}
+    sync_folder(out, files, owned=owned)
+    atomic_write(manifest, ("# files written by pq build\n" + "".join(f + "\n" for f in sorted(files))).encode())
+
+
+def build_top(ws: Workspace, loaded: LoadedStack, *, out: Path | None = None, standalone_pkg: bool = False
+              ) -> dict[str, bytes]:
+    applied = applied_count(ws, loaded)
+    top = loaded.patches[applied - 1][1] if applied else loaded.base
+    return build_files(ws, top, out=out or ws.out, standalone_pkg=standalone_pkg)
+
+
+def do_build(ws: Workspace, *, out: Path | None, standalone_pkg: bool, upstream_git: str | None,
+             progress: Progress | None = None) -> dict[str, bytes]:
+    if read_state(ws, STATE_FILE) is not None:
+        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg)
+
+
+def sync_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
+    """Load the stack from patches/ and make refs/pq/ match it."""
+    loaded = load_stack(ws, upstream_git=upstream_git, progress=progress)
+    updates = stack_ref_updates(ws, loaded, applied_count(ws, loaded))
+    if updates:
+        ws.repo.update_refs(updates, "pq: sync with patches/")
+    return loaded
+
+
+# ---------------------------------------------------------------------------------------------
+# refresh
+
+
+@dataclass
+class RefreshOutcome:
+    base_label: str
+    target_label: str
+    results: list[replay.PatchResult]
+    conflicts: list[replay.Conflict]
+    removed_symbols: list[str]
+    finished: bool  # the whole series was replayed (conflicts may remain with --no-stop)
+    stopped_at: str | None = None
+    report: dict[str, object] = field(default_factory=dict)
+
+
+def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stack.Projection]:
+    files = {p: stack.sha256(snapshot.read(p)) for p in queue.upstream_paths()}
+    pin = UpstreamPin(
+        name=queue.upstream.name,
+        kind=snapshot.kind,
+        spec=portable_spec(snapshot),
+        pin=snapshot.pin,
+        label=snapshot.label,
+        public_commit=snapshot.public_commit or "",
+        files=files,
+    )
+    target = replace(queue, upstream=pin)
+    projection = stack.project_modules(target, snapshot.read, label=snapshot.label)
+    if projection.missing:
+        gone = set(projection.missing)
+        modules = tuple(
+            replace(m, symbols=tuple(s for s in m.symbols if f"{m.path}: {s}" not in gone)) for m in target.modules
+        )
+        target = replace(target, modules=modules)
+    return target, projection
+
+
+def do_refresh(
+    ws: Workspace,
+    *,
+    to: str | None,
+    no_stop: bool,
+    upstream_git: str | None,
+    progress: Progress | None = None,
+    on_patch: Callable[[replay.PatchResult], None] | None = None,
+) -> RefreshOutcome:
+    if read_state(ws, STATE_FILE) is not None:
+        raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
+    _check_clean_out(ws)
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    _say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
+    snapshot = sources.resolve_upstream(to, upstream_git=upstream_git, progress=progress)
+    target, projection = _target_queue(loaded.queue, snapshot)
+    new_base = stack.base_commit(ws.repo, target, projection)
+    labels = (f"base {loaded.queue.upstream.label}", f"upstream {snapshot.label}")
+    results = replay.replay(ws.repo, loaded.patches, new_base, labels=labels, stop=not no_stop, progress=on_patch)
+    removed = list(projection.missing)
+    orig = {k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH)}
+    state = {
+        "version": 1,
+        "orig_refs": orig,
+        "orig_out": _save_out(ws),
+        "orig_queue": ws.queue_dir.queue_path.read_text(encoding="utf-8"),
+        "old_base_label": loaded.queue.upstream.label,
+        "target_queue": render_queue(target),
+        "new_base": new_base,
+        "labels": list(labels),
+        "patches": [[n, c] for n, c in loaded.patches],
+        "done": [[r.name, r.commit, r.status] for r in results],
+        "no_stop": no_stop,
+        "removed_symbols": removed,
+        "conflicts": [c.as_json() for r in results for c in r.conflicts],
+    }
+    return _advance(ws, state, target, results, progress=progress)
+
+
+def _save_out(ws: Workspace) -> str:
+    """The output folder as a tree object (kept by a ref while the refresh is open)."""
+    return ws.repo.write_tree(read_folder(ws.out))
+
+
+def _check_clean_out(ws: Workspace) -> None:
+    """Refuse to overwrite hand edits in the output folder that no patch holds."""
+    manifest = ws.out / ".pq-build"
+    if not ws.out.is_dir() or not manifest.is_file():
+        return
+    top = ws.repo.ref(stack.REF_TOP)
+    if top is None:
+        return
+    built = module_files(ws, top)
+    for rel, data in sorted(read_folder(ws.out).items()):
+        if rel == ".pq-build":
+            continue
+        if rel in built and built[rel] != data and stack.VENDOR not in rel:
+            if data == standalone({rel: built[rel]}, ws.out.name)[rel]:
+                continue
+            raise QueueError(
+                "has edits that no patch holds; `pq record` them into the top patch or discard them first",
+                path=ws.rel(ws.out / rel),
+            )
+
+
+def _advance(
+    ws: Workspace,
+    state: dict[str, object],
+    target: Queue,
+    results: list[replay.PatchResult],
+    *,
+    progress: Progress | None,
+) -> RefreshOutcome:
+    """Finish the refresh if the series is through, else record the stop; writes files and refs once."""
+    patches: list[list[str]] = state["patches"]  # type: ignore[assignment]
+    done: list[list[str]] = state["done"]  # type: ignore[assignment]
+    conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[arg-type, attr-defined]
+    finished = len(done) == len(patches)
+    last_conflicted = bool(done) and done[-1][2] == "conflict"
+    new_patches = [(n, c) for n, c, _s in done]
+    outcome = RefreshOutcome(
+        base_label=str(state["old_base_label"]),
+        target_label=target.upstream.label,
+        results=results,
+        conflicts=conflicts,
+        removed_symbols=list(state["removed_symbols"]),  # type: ignore[call-overload]
+        finished=finished,
+    )
+    if finished and not conflicts:
+        loaded = LoadedStack(target, str(state["new_base"]), new_patches)
+        _write_series(ws, loaded, old_names=_existing_patch_files(ws))
+        updates = stack_ref_updates(ws, loaded, len(new_patches))
+        for ref in ws.repo.refs(REF_REFRESH):
+            updates[ref] = (ws.repo.ref(ref), None)
+        ws.repo.update_refs(updates, "pq refresh")
+        build_top(ws, loaded)
+        (ws.state_dir / STATE_FILE).unlink(missing_ok=True)
+        return outcome
+    # stopped (or finished with conflicts under --no-stop): keep everything needed to go on or back
+    top = new_patches[-1][1] if new_patches else str(state["new_base"])
+    keep: dict[str, tuple[str | None, str | None]] = {}
+    wanted = {REF_REFRESH + "top": top, REF_REFRESH + "base": str(state["new_base"])}
+    out_tree = str(state["orig_out"])
+    holder = ws.repo.commit(out_tree, [], "pq refresh: saved output folder\n", _PQ, _PQ)
+    wanted[REF_REFRESH + "saved-out"] = holder
+    for ref, value in wanted.items():
+        keep[ref] = (ws.repo.ref(ref), value)
+    ws.repo.update_refs(keep, "pq refresh: stopped")
+    write_state(ws, STATE_FILE, state)
+    _sync_out(ws, ws.out, module_files(ws, top))
+    outcome.stopped_at = done[-1][0] if last_conflicted and not finished else None
+    return outcome
+
+
+_PQ = Person(stack.BASE_PERSON_NAME, stack.BASE_PERSON_EMAIL, 0, 0)
+
+
+def _require_state(ws: Workspace) -> dict[str, object]:
+    state = read_state(ws, STATE_FILE)
+    if state is None:
+        raise QueueError("no refresh in progress")
+    return state
+
+
+def do_continue(ws: Workspace, *, progress: Progress | None = None,
+                on_patch: Callable[[replay.PatchResult], None] | None = None) -> RefreshOutcome:
+    state = _require_state(ws)
+    target = _parse_target(state)
+    patches: list[list[str]] = state["patches"]  # type: ignore[assignment]
+    done: list[list[str]] = state["done"]  # type: ignore[assignment]
+    work = read_folder(ws.out)
+    conflicted = [i for i, d in enumerate(done) if d[2] == "conflict"]
+    if not conflicted:
+        raise QueueError("nothing to continue: no conflicted patch")
+    top_marked = module_files(ws, done[-1][1])
+    for rel, data in sorted(work.items()):
+        if rel in top_marked:
+            line = replay.has_markers(data)
+            if line is not None:
+                raise QueueError("conflict markers remain; resolve them, then run `pq continue`",
+                                 path=ws.rel(ws.out / rel), line=line)
+    resolved = {k: work.get(k, v) for k, v in top_marked.items()}
+    labels = tuple(state["labels"])  # type: ignore[arg-type]
+    # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
+    # onto that patch's own result, then replay what follows it
+    new_done: list[list[str]] = []
+    parent = str(state["new_base"])
+    index = 0
+    results: list[replay.PatchResult] = []
+    stale_conflicts: list[dict[str, object]] = []
+    while index < len(done):
+        name, commit, status = done[index]
+        old = dict(patches)[name]
+        if status == "conflict":
+            info = ws.repo.commit_info(commit)
+            mine = ws.repo.read_tree(info.tree)
+            files = dict(mine)
+            for path, data in mine.items():
+                if path.startswith(stack.VENDOR) or path not in resolved:
+                    continue
+                if replay.has_markers(data) is None:
+                    continue
+                merged = ws.repo.merge_file(top_marked[path], resolved[path], data,
+                                            labels=("conflicted", "resolved", name), path=path)
+                if not merged.clean or replay.has_markers(merged.text) is not None:
+                    raise QueueError(
+                        f"the resolution cannot be carried back into {name} automatically; "
+                        "run `pq abort`, then `pq refresh` without --no-stop to resolve patch by patch",
+                        path=ws.rel(ws.out / path),
+                    )
+                files[path] = merged.text
+            parent_files = ws.repo.read_tree(ws.repo.commit_info(parent).tree)
+            for path in list(files):
+                if path.startswith(stack.VENDOR):
+                    files[path] = parent_files.get(path, files[path])
+            new_commit = stack.commit_files(ws.repo, parent, files, info)
+            res = replay.PatchResult(name, "modified", new_commit)
+        else:
+            res = replay.replay_patch(ws.repo, name, old, parent, labels=labels)  # type: ignore[arg-type]
+            if res.conflicts:
+                stale_conflicts += [c.as_json() for c in res.conflicts]
+        if on_patch is not None:
+            on_patch(res)
+        results.append(res)
+        new_done.append([res.name, res.commit, res.status])
+        parent = res.commit
+        index += 1
+        if res.conflicts and not state["no_stop"]:
+            break
+    # then the patches not replayed yet (stop mode)
+    remaining = patches[len(new_done):]
+    if not (new_done and new_done[-1][2] == "conflict"):
+        more = replay.replay(ws.repo, [(n, c) for n, c in remaining], parent, labels=labels,  # type: ignore[arg-type]
+                             stop=not state["no_stop"], progress=on_patch)
+        results += more
+        new_done += [[r.name, r.commit, r.status] for r in more]
+        stale_conflicts += [c.as_json() for r in more for c in r.conflicts]
+    state["done"] = new_done
+    state["conflicts"] = stale_conflicts
+    return _advance(ws, state, target, results, progress=progress)
+
+
+def _parse_target(state: dict[str, object]) -> Queue:
+    from patch_queue.queue import parse_queue
+
+    return parse_queue(str(state["target_queue"]), path=".git/pq/refresh.json")
+
+
+def do_abort(ws: Workspace) -> None:
+    state = _require_state(ws)
+    orig: dict[str, str] = state["orig_refs"]  # type: ignore[assignment]
+    current = ws.repo.refs()
+    updates: dict[str, tuple[str | None, str | None]] = {}
+    for ref in sorted(set(current) | set(orig)):
+        if current.get(ref) != orig.get(ref):
+            updates[ref] = (current.get(ref), orig.get(ref))
+    saved = ws.repo.read_tree(str(state["orig_out"]))
+    manifest = ws.out / ".pq-build"
+    owned = set(read_folder(ws.out)) if manifest.is_file() else set()
+    sync_folder(ws.out, saved, owned=owned | set(read_folder(ws.out)))
+    if not saved and ws.out.is_dir() and not any(ws.out.iterdir()):
+        ws.out.rmdir()
+    if ws.queue_dir.queue_path.read_text(encoding="utf-8") != state["orig_queue"]:
+        atomic_write(ws.queue_dir.queue_path, str(state["orig_queue"]).encode())
+    ws.repo.update_refs(updates, "pq abort")
+    (ws.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class Status:
+    in_progress: bool
+    upstream: str
+    target: str | None
+    patches: list[tuple[str, str]]  # (name, state)
+    conflicts: list[replay.Conflict]
+
+
+def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
+    state = read_state(ws, STATE_FILE)
+    if state is not None:
+        target = _parse_target(state)
+        done = {d[0]: d[2] for d in state["done"]}  # type: ignore[attr-defined, index]
+        rows = [(n, done.get(n, "pending")) for n, _c in state["patches"]]  # type: ignore[attr-defined]
+        conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[arg-type, attr-defined]
+        return Status(True, str(state["old_base_label"]), target.upstream.label, rows, conflicts)
+    loaded = load_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
+    return Status(False, loaded.queue.upstream.label, None, rows, [])
+
+
+def report_json(outcome: RefreshOutcome, *, base: str, target: str) -> dict[str, object]:
+    return {
+        "format": 1,
+        "upstream": {"base": base, "target": target},
+        "patches": [{"name": r.name, "status": r.status} for r in outcome.results],
+        "conflicts": [c.as_json() for c in outcome.conflicts],
+        "removed_symbols": outcome.removed_symbols,
+        "finished": outcome.finished,
+        "stopped_at": outcome.stopped_at,
+    }
+
+
+def write_report(path: Path, data: dict[str, object]) -> None:
+    atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+# ---------------------------------------------------------------------------------------------
+# editing the series
+
+
+def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str | None) -> str:
+    _no_refresh(ws)
+    loaded = sync_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").removesuffix(".patch")
+    if not slug:
+        raise QueueError(f"{name!r} is not a usable patch name")
+    number = len(loaded.patches) + 1
+    filename = f"{number:04d}-{slug}.patch"
+    if any(n.split("-", 1)[-1] == f"{slug}.patch" for n in loaded.names):
+        raise QueueError(f"a patch named {slug} already exists")
+    parent = loaded.patches[applied - 1][1] if applied else loaded.base
+    info = ws.repo.commit_info(parent)
+    person = Person("pq user", "pq@localhost", info.author.time, 0)
+    commit = ws.repo.commit(info.tree, [parent], (message or slug) + "\n", person, person)
+    # the new patch goes right above the applied ones; unapplied ones stay after it
+    names = loaded.patches[:applied] + [(filename, commit)] + loaded.patches[applied:]
+    rebuilt = _rechain(ws, loaded, names, applied)
+    new = LoadedStack(loaded.queue, loaded.base, rebuilt)
+    _write_series(ws, new, old_names=_existing_patch_files(ws))
+    ws.repo.update_refs(stack_ref_updates(ws, new, applied + 1), "pq new")
+    return filename
+
+
+def _rechain(ws: Workspace, loaded: LoadedStack, patches: list[tuple[str, str]], applied: int
+             ) -> list[tuple[str, str]]:
+    """Re-parent the unapplied tail after an insertion (cherry-pick; must be clean)."""
+    out = patches[: applied + 1]
+    parent = out[-1][1]
+    labels = (f"base {loaded.queue.upstream.label}", "stack")
+    for name, commit in patches[applied + 1 :]:
+        res = replay.replay_patch(ws.repo, name, commit, parent, labels=labels)
+        if res.conflicts:
+            raise QueueError(f"{name} no longer applies after this change; nothing was changed")
+        out.append((name, res.commit))
+        parent = res.commit
+    return out
+
+
+def do_record(ws: Workspace, *, upstream_git: str | None) -> str | None:
+    """Fold the maintainer's edits of the output files into the top applied patch."""
+    _no_refresh(ws)
+    loaded = sync_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    if not applied:
+        raise QueueError("no patch is applied; `pq push` or `pq new NAME` first")
+    name, top = loaded.patches[applied - 1]
+    current = module_files(ws, top)
+    work = read_folder(ws.out)
+    files = ws.repo.read_tree(ws.repo.commit_info(top).tree)
+    changed = False
+    for rel, data in sorted(work.items()):
+        if rel == ".pq-build":
+            continue
+        line = replay.has_markers(data)
+        if line is not None:
+            raise QueueError("conflict markers remain", path=ws.rel(ws.out / rel), line=line)
+        if current.get(rel) != data:
+            queue_mod = loaded.queue.module(rel)
+            if queue_mod is None:
+                raise QueueError("is not an output module listed in queue.toml", path=ws.rel(ws.out / rel))
+            files[rel] = data
+            changed = True
+    if not changed:
+        return None
+    info = ws.repo.commit_info(top)
+    commit = ws.repo.commit(ws.repo.write_tree(files), list(info.parents), info.message, info.author, info.author)
+    patches = loaded.patches[: applied - 1] + [(name, commit)] + loaded.patches[applied:]
+    rebuilt = _rechain(ws, loaded, patches, applied - 1)
+    new = LoadedStack(loaded.queue, loaded.base, rebuilt)
+    _write_series(ws, new, old_names=_existing_patch_files(ws))
+    ws.repo.update_refs(stack_ref_updates(ws, new, applied), "pq record")
+    return name
+
+
+def do_push_pop(ws: Workspace, *, push: bool, all_: bool, upstream_git: str | None) -> tuple[int, int]:
+    _no_refresh(ws)
+    loaded = sync_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    if push:
+        if applied == len(loaded.patches):
+            raise QueueError("all patches are applied")
+        target = len(loaded.patches) if all_ else applied + 1
+    else:
+        if applied == 0:
+            raise QueueError("no patch is applied")
+        target = 0 if all_ else applied - 1
+    ws.repo.update_refs(stack_ref_updates(ws, loaded, target), "pq push" if push else "pq pop")
+    build_top(ws, loaded)
+    return applied, target
+
+
+def _no_refresh(ws: Workspace) -> None:
+    if read_state(ws, STATE_FILE) is not None:
+        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+
+
+def patch_subject(ws: Workspace, name: str) -> str:
+    try:
+        return patchfile.parse((ws.queue_dir.root / name).read_bytes(), path=f"patches/{name}").subject
+    except PqError:
+        return "?"

@@ -1,0 +1,358 @@
+"""The upstream git repository: a bare mirror clone in the cache, read through pygit2.
+
+The upstream may be a URL, a local repository or a ``.bundle`` file (the offline corpus ships one
+whose history was filtered to ``vllm_ascend/``, so its hashes differ from the public repository's
+and every commit carries an ``Upstream-Commit: <public sha>`` trailer).  Cloning and fetching go
+through GitPython (it drives the git binary, which knows every transport and the bundle format);
+objects are read with pygit2, which is much faster than a subprocess per blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from bisect import bisect_left
+from collections.abc import Callable
+from pathlib import Path
+
+import git
+import pygit2
+
+from patch_queue.errors import SourceError
+
+Progress = Callable[[str], None]
+
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+_TRAILER = re.compile(r"^Upstream-Commit:[ \t]*([0-9a-fA-F]{7,40})[ \t]*$", re.MULTILINE)
+# A URL (scheme://...) or git's scp-like "user@host:path" syntax; anything else is a local path.
+_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|[^/@:]+@[^/:]+:)")
+# Never let git stop to ask for credentials: pq may run in CI with no terminal.
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
+
+
+def is_url(location: str) -> bool:
+    """True when ``location`` is fetched over a transport rather than read from the local disk."""
+    return _URL.match(location) is not None and not location.startswith("file://")
+
+
+def normalize_location(location: str) -> str:
+    """The canonical spelling of a location: URLs as given, local paths absolute and resolved."""
+    if _URL.match(location):
+        return location
+    return str(Path(location).expanduser().resolve())
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
+def _git_reason(exc: Exception) -> str:
+    """The one line of git's stderr that explains a failure ("fatal: ..."), without the prefix."""
+    text = exc.stderr if isinstance(exc, git.GitCommandError) else str(exc)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    # GitPython wraps git's stderr as "  stderr: '<text>'"; unwrap it to git's own words.
+    lines = [line.strip().removeprefix("stderr:").strip().strip("'\"").strip() for line in str(text).splitlines()]
+    lines = [line for line in lines if line]
+    for line in lines:
+        for prefix in ("fatal:", "error:"):
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip()
+    return lines[0] if lines else type(exc).__name__
+
+
+class UpstreamGit:
+    """One upstream repository, mirrored (all branches and tags) into a bare clone in the cache."""
+
+    def __init__(self, location: str, path: Path, *, progress: Progress | None = None) -> None:
+        self.location = normalize_location(location)
+        self.path = path
+        self._progress = progress
+        self._fetched = False
+        self._touching: dict[tuple[str, str], list[str]] = {}
+        self._trailers: tuple[str, dict[str, str], list[str]] | None = None
+        if self._valid_clone():
+            if not is_url(self.location):
+                # Local paths and bundles are cheap to fetch from, so keep the mirror current.
+                self.fetch()
+        else:
+            self._clone()
+        self._repo = pygit2.Repository(str(self.path))
+
+    # -- clone and fetch -------------------------------------------------------------------
+
+    def _valid_clone(self) -> bool:
+        return (self.path / "HEAD").is_file() and (self.path / "objects").is_dir()
+
+    def _unreadable(self, reason: str) -> SourceError:
+        return SourceError(f"cannot read upstream git repository {self.location}: {reason}")
+
+    def _clone(self) -> None:
+        if not is_url(self.location) and not Path(self.location.removeprefix("file://")).exists():
+            raise self._unreadable("no such file or directory")
+        if self.path.exists():
+            # A leftover that is not a usable clone (e.g. emptied by hand): start over.
+            shutil.rmtree(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in self.path.parent.glob(f".tmp-{self.path.name}-*"):
+            # Left by a clone that was killed; an hour-old one cannot still be running usefully.
+            if time.time() - stale.stat().st_mtime > 3600:
+                shutil.rmtree(stale, ignore_errors=True)
+        _say(self._progress, f"Cloning {self.location} into {self.path}")
+        # Clone beside the final place and rename, so an interrupted clone never looks like a cache hit.
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
+        try:
+            git.Repo.clone_from(self.location, str(tmp / "repo.git"), mirror=True, env=_GIT_ENV)
+            try:
+                os.rename(tmp / "repo.git", self.path)
+            except OSError:
+                if not self._valid_clone():  # not a concurrent clone that won the race
+                    raise
+        except git.GitCommandError as exc:
+            raise self._unreadable(_git_reason(exc)) from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._fetched = True
+
+    def fetch(self) -> None:
+        """Bring the mirror up to date (all refs, pruning deleted ones)."""
+        try:
+            git.Git(str(self.path)).fetch("--prune", "--quiet", "origin", env=_GIT_ENV)
+        except git.GitCommandError as exc:
+            if not self._valid_clone():
+                raise self._unreadable(_git_reason(exc)) from None
+            # The cached mirror still answers everything it knew; say why it may be stale.
+            _say(self._progress, f"warning: cannot fetch {self.location} ({_git_reason(exc)}); using the cached clone")
+        self._fetched = True
+        self._touching.clear()
+        self._trailers = None
+
+    # -- refs ------------------------------------------------------------------------------
+
+    def tip_key(self) -> str:
+        """A digest of every ref and its target: caches keyed by it die with any ref change."""
+        digest = hashlib.sha1()
+        for name in sorted(self._repo.references):
+            ref = self._repo.references[name]
+            try:
+                target = str(ref.resolve().target)
+            except (KeyError, pygit2.GitError):
+                continue
+            digest.update(f"{name} {target}\n".encode())
+        return digest.hexdigest()
+
+    def _tips(self) -> list[pygit2.Oid]:
+        tips: list[pygit2.Oid] = []
+        for name in self._repo.references:
+            try:
+                commit = self._repo.references[name].peel(pygit2.Commit)
+            except (KeyError, ValueError, pygit2.GitError):
+                continue  # a ref to a tree or blob, or a dangling symbolic ref
+            tips.append(commit.id)
+        return tips
+
+    def _revparse(self, ref: str) -> str | None:
+        candidates = [ref]
+        if ref.startswith("origin/"):
+            # A mirror has no remote-tracking refs: "origin/releases/x" is the branch "releases/x".
+            candidates.append(ref.removeprefix("origin/"))
+        for candidate in candidates:
+            try:
+                obj = self._repo.revparse_single(candidate)
+                return str(obj.peel(pygit2.Commit).id)
+            except ValueError as exc:
+                if "ambiguous" in str(exc).lower():
+                    raise SourceError(f"ambiguous upstream ref '{ref}' in {self.location}") from None
+            except (KeyError, pygit2.GitError, TypeError):
+                pass
+        return None
+
+    def _resolve_once(self, ref: str) -> str | None:
+        if _FULL_SHA.match(ref) and pygit2.Oid(hex=ref) in self._repo:
+            obj = self._repo[ref]
+            return str(obj.id) if isinstance(obj, pygit2.Commit) else None
+        local = self._revparse(ref)
+        if local is not None:
+            return local
+        if _HEX.match(ref) and len(ref) >= 7:
+            return self.find_public(ref)
+        return None
+
+    def resolve(self, ref: str) -> str:
+        """The 40-hex commit for a branch, tag, local sha (abbreviated or not) or public sha."""
+        ref = ref.strip()
+        sha = self._resolve_once(ref) if ref else None
+        if sha is None and is_url(self.location) and not self._fetched:
+            # A URL is fetched only on a miss: the ref may be newer than the mirror.
+            self.fetch()
+            sha = self._resolve_once(ref)
+        if sha is None:
+            raise SourceError(f"unknown upstream ref '{ref}' in {self.location}")
+        return sha
+
+    # -- history ---------------------------------------------------------------------------
+
+    def _cache_file(self, kind: str) -> Path:
+        return self.path.parent / f"{self.path.name.removesuffix('.git')}.{kind}.json"
+
+    def commits_touching(self, path: str) -> list[str]:
+        """Every commit reachable from any ref that changed ``path``, newest first (topological)."""
+        tips = self.tip_key()
+        key = (path, tips)
+        cached = self._touching.get(key)
+        if cached is not None:
+            return list(cached)
+        disk = self._cache_file("touching")
+        stored: dict[str, object] = {}
+        try:
+            loaded = json.loads(disk.read_text())
+            if isinstance(loaded, dict) and loaded.get("tips") == tips:
+                stored = loaded
+        except (OSError, ValueError):
+            pass
+        paths = stored.get("paths")
+        if isinstance(paths, dict) and isinstance(paths.get(path), list):
+            commits = [str(sha) for sha in paths[path]]
+        else:
+            # git's own log is the reference answer (history simplification, topo order); it is fast.
+            out = git.Git(str(self.path)).log("--all", "--topo-order", "--format=%H", "--", path)
+            commits = out.split()
+            new_paths = dict(paths) if isinstance(paths, dict) else {}
+            new_paths[path] = commits
+            _write_json(disk, {"tips": tips, "paths": new_paths})
+        self._touching[key] = commits
+        return list(commits)
+
+    def _commit(self, commit: str) -> pygit2.Commit:
+        try:
+            obj = self._repo[commit]
+        except (KeyError, ValueError) as exc:
+            raise SourceError(f"unknown upstream commit '{commit}' in {self.location}") from exc
+        if not isinstance(obj, pygit2.Commit):
+            raise SourceError(f"'{commit}' is not a commit in {self.location}")
+        return obj
+
+    def _entry(self, commit: str, path: str) -> pygit2.Object | None:
+        tree = self._commit(commit).tree
+        try:
+            return tree[path.strip("/")]
+        except (KeyError, ValueError):
+            return None
+
+    def read(self, commit: str, path: str) -> bytes | None:
+        """The file's bytes at ``commit``, or None when the path is absent (or a directory)."""
+        entry = self._entry(commit, path)
+        if not isinstance(entry, pygit2.Blob):
+            return None
+        return bytes(entry.data)
+
+    def blob_id(self, commit: str, path: str) -> str | None:
+        """The blob sha of ``path`` at ``commit``: equal ids mean equal content, so it keys caches."""
+        entry = self._entry(commit, path)
+        return str(entry.id) if isinstance(entry, pygit2.Blob) else None
+
+    def public_commit(self, commit: str) -> str:
+        """The ``Upstream-Commit`` trailer of a commit (the public sha), else the commit itself."""
+        c = self._commit(commit)
+        found = _TRAILER.findall(c.message)
+        return found[-1].lower() if found else str(c.id)
+
+    def subject(self, commit: str) -> str:
+        message: str = self._commit(commit).message
+        return message.strip().split("\n", 1)[0].strip()
+
+    def commit_time(self, commit: str) -> int:
+        return int(self._commit(commit).commit_time)
+
+    def _trailer_map(self) -> tuple[dict[str, str], list[str]]:
+        tips = self.tip_key()
+        if self._trailers is not None and self._trailers[0] == tips:
+            return self._trailers[1], self._trailers[2]
+        disk = self._cache_file("trailers")
+        mapping: dict[str, str] | None = None
+        try:
+            loaded = json.loads(disk.read_text())
+            if isinstance(loaded, dict) and loaded.get("tips") == tips and isinstance(loaded.get("map"), dict):
+                mapping = {str(k): str(v) for k, v in loaded["map"].items()}
+        except (OSError, ValueError):
+            pass
+        if mapping is None:
+            mapping = {}
+            walker = self._repo.walk(None, pygit2.enums.SortMode.NONE)
+            for tip in self._tips():
+                walker.push(tip)
+            for commit in walker:
+                found = _TRAILER.findall(commit.message)
+                if found:
+                    mapping.setdefault(found[-1].lower(), str(commit.id))
+            _write_json(disk, {"tips": tips, "map": mapping})
+        keys = sorted(mapping)
+        self._trailers = (tips, mapping, keys)
+        return mapping, keys
+
+    def find_public(self, prefix: str) -> str | None:
+        """The local commit whose ``Upstream-Commit`` trailer starts with ``prefix`` (>= 7 hex chars)."""
+        prefix = prefix.strip().lower()
+        if len(prefix) < 7 or len(prefix) > 40 or not _HEX.match(prefix):
+            return None
+        mapping, keys = self._trailer_map()
+        exact = mapping.get(prefix)
+        if exact is not None:
+            return exact
+        start = bisect_left(keys, prefix)
+        matches: list[str] = []
+        for key in keys[start:]:
+            if not key.startswith(prefix):
+                break
+            matches.append(key)
+        if len(matches) > 1:
+            shown = ", ".join(m[:12] for m in matches[:5])
+            raise SourceError(f"ambiguous upstream commit '{prefix}' in {self.location}: matches {shown}")
+        return mapping[matches[0]] if matches else None
+
+    def list_files(self, commit: str, prefix: str) -> list[str]:
+        """Sorted paths of the files at ``commit`` whose path starts with ``prefix``."""
+        tree: pygit2.Object = self._commit(commit).tree
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        if base:
+            try:
+                tree = self._commit(commit).tree[base]
+            except KeyError:
+                return []
+            if not isinstance(tree, pygit2.Tree):
+                return []
+        files: list[str] = []
+        _walk_tree(tree, base + "/" if base else "", files)
+        return sorted(f for f in files if f.startswith(prefix))
+
+
+def _walk_tree(tree: pygit2.Object, prefix: str, out: list[str]) -> None:
+    assert isinstance(tree, pygit2.Tree)
+    for entry in tree:
+        name = f"{prefix}{entry.name}"
+        if isinstance(entry, pygit2.Tree):
+            _walk_tree(entry, name + "/", out)
+        elif isinstance(entry, pygit2.Blob):
+            out.append(name)
+
+
+def _write_json(path: Path, data: object) -> None:
+    """Write a cache file atomically; a cache that cannot be written is only slower, never wrong."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.chmod(fd, 0o644)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass

@@ -1,0 +1,242 @@
+"""The project repository: objects, commits, refs under ``refs/pq/``, diffs and file merges.
+
+This module and :mod:`patch_queue.git.remote` are the only ones that talk to pygit2 / git;
+everything else passes plain values (paths, bytes, hex ids).
+
+Invariants:
+- Commits are deterministic: author and committer come from the caller with fixed times, so
+  the same inputs give the same commit ids on every machine.
+- Refs move only through :meth:`ProjectRepo.update_refs`, which checks every old value first
+  and writes all refs or none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+from pygit2 import ffi
+from pygit2.enums import FileMode
+
+from patch_queue.errors import PqError, QueueError
+
+REF_PREFIX = "refs/pq/"
+
+
+@dataclass(frozen=True)
+class Person:
+    name: str
+    email: str
+    time: int
+    offset: int = 0  # minutes east of UTC
+
+    def signature(self) -> pygit2.Signature:
+        return pygit2.Signature(self.name, self.email, self.time, self.offset)
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    id: str
+    tree: str
+    parents: tuple[str, ...]
+    message: str
+    author: Person
+
+
+@dataclass(frozen=True)
+class FileMerge:
+    text: bytes
+    clean: bool
+
+
+class ProjectRepo:
+    """The git repository that holds ``patches/``; the stack lives in its object store."""
+
+    def __init__(self, path: Path) -> None:
+        found = pygit2.discover_repository(str(path))
+        if found is None:
+            raise QueueError("not inside a git repository; run `git init` first", path=str(path))
+        self._repo = pygit2.Repository(found)
+        workdir = self._repo.workdir
+        if workdir is None:
+            raise QueueError("a bare repository has no work tree for patches/", path=found)
+        self.workdir = Path(workdir).resolve()
+        self.gitdir = Path(self._repo.path).resolve()
+
+    # ---- objects -------------------------------------------------------------------------
+    def write_blob(self, data: bytes) -> str:
+        return str(self._repo.create_blob(data))
+
+    def read_blob(self, oid: str) -> bytes:
+        obj = self._repo[oid]
+        assert isinstance(obj, pygit2.Blob)
+        return obj.data
+
+    def has_object(self, oid: str) -> bool:
+        try:
+            self._repo[oid]
+        except (KeyError, ValueError):
+            return False
+        return True
+
+    def write_tree(self, files: dict[str, bytes]) -> str:
+        """A tree holding exactly ``files`` (slash-separated paths), as regular files."""
+        nested: dict[str, object] = {}
+        for path, data in files.items():
+            parts = path.split("/")
+            node = nested
+            for part in parts[:-1]:
+                child = node.setdefault(part, {})
+                assert isinstance(child, dict)
+                node = child
+            node[parts[-1]] = data
+
+        def build(node: dict[str, object]) -> pygit2.Oid:
+            tb = self._repo.TreeBuilder()
+            for name in sorted(node):
+                value = node[name]
+                if isinstance(value, dict):
+                    tb.insert(name, build(value), FileMode.TREE)
+                else:
+                    assert isinstance(value, bytes)
+                    tb.insert(name, self._repo.create_blob(value), FileMode.BLOB)
+            return tb.write()
+
+        return str(build(nested))
+
+    def read_tree(self, oid: str) -> dict[str, bytes]:
+        obj = self._repo[oid]
+        tree = obj.peel(pygit2.Tree)
+        out: dict[str, bytes] = {}
+
+        def walk(t: pygit2.Tree, prefix: str) -> None:
+            for entry in t:
+                name = prefix + (entry.name or "")
+                if entry.type_str == "tree":
+                    sub = self._repo[entry.id]
+                    assert isinstance(sub, pygit2.Tree)
+                    walk(sub, name + "/")
+                else:
+                    blob = self._repo[entry.id]
+                    assert isinstance(blob, pygit2.Blob)
+                    out[name] = blob.data
+
+        walk(tree, "")
+        return out
+
+    def commit(self, tree: str, parents: list[str], message: str, author: Person, committer: Person) -> str:
+        oid = self._repo.create_commit(
+            None,
+            author.signature(),
+            committer.signature(),
+            message,
+            pygit2.Oid(hex=tree),
+            [pygit2.Oid(hex=p) for p in parents],
+        )
+        return str(oid)
+
+    def commit_info(self, oid: str) -> CommitInfo:
+        c = self._repo[oid].peel(pygit2.Commit)
+        a = c.author
+        return CommitInfo(
+            id=str(c.id),
+            tree=str(c.tree_id),
+            parents=tuple(str(p) for p in c.parent_ids),
+            message=c.message,
+            author=Person(a.name, a.email, a.time, a.offset),
+        )
+
+    # ---- refs ----------------------------------------------------------------------------
+    def ref(self, name: str) -> str | None:
+        try:
+            return str(self._repo.references[name].target)
+        except KeyError:
+            return None
+
+    def refs(self, prefix: str = REF_PREFIX) -> dict[str, str]:
+        return {
+            r: str(self._repo.references[r].target) for r in sorted(self._repo.references) if r.startswith(prefix)
+        }
+
+    def update_refs(self, updates: dict[str, tuple[str | None, str | None]], message: str) -> None:
+        """Move refs from their expected old values to new ones (None: absent / delete).
+
+        Every old value is checked before anything is written, so a concurrent change makes the
+        whole update fail cleanly; the writes themselves are single-file atomic renames in git.
+        """
+        for name, (old, _new) in updates.items():
+            if not name.startswith(REF_PREFIX):
+                raise PqError(f"refusing to move {name}: pq only owns {REF_PREFIX}")
+            current = self.ref(name)
+            if current != old:
+                raise QueueError(f"{name} moved underneath pq (expected {old}, found {current}); retry the command")
+        for name, (old, new) in sorted(updates.items()):
+            if new is None:
+                if old is not None:
+                    self._repo.references.delete(name)
+            else:
+                self._repo.references.create(name, pygit2.Oid(hex=new), force=True)
+
+    # ---- diffs and merges ----------------------------------------------------------------
+    def diff_trees(self, old: str, new: str, context: int = 3) -> str:
+        a = self._repo[old].peel(pygit2.Tree)
+        b = self._repo[new].peel(pygit2.Tree)
+        diff = self._repo.diff(a, b, context_lines=context, interhunk_lines=0)
+        return _git_compatible(diff.patch or "")
+
+    def merge_file(
+        self, base: bytes, ours: bytes, theirs: bytes, *, labels: tuple[str, str, str], path: str
+    ) -> FileMerge:
+        """Three-way merge of one file in memory (libgit2's xdiff), diff3-style markers on conflict.
+
+        ``labels`` are (base, ours, theirs).  pygit2 does not expose the merge options, so the
+        libgit2 call is made through pygit2's own cffi binding.
+        """
+        entries = []
+        keep = []
+        for data in (base, ours, theirs):
+            entry = pygit2.IndexEntry(path, self._repo.create_blob(data), FileMode.BLOB)
+            centry, ref = entry._to_c()
+            entries.append(centry)
+            keep.append(ref)
+        opts = ffi.new("git_merge_file_options *")
+        opts.version = 1
+        c_labels = [ffi.new("char[]", label.encode()) for label in labels]
+        opts.ancestor_label, opts.our_label, opts.their_label = c_labels
+        opts.flags = int(pygit2.enums.MergeFileFlag.STYLE_DIFF3)
+        opts.marker_size = 7
+        result = ffi.new("git_merge_file_result *")
+        err = pygit2.C.git_merge_file_from_index(result, self._repo._repo, entries[0], entries[1], entries[2], opts)
+        if err < 0:
+            raise PqError(f"libgit2 merge of {path} failed ({err})")
+        try:
+            text = bytes(ffi.buffer(result.ptr, result.len)) if result.ptr != ffi.NULL else b""
+            clean = bool(result.automergeable)
+        finally:
+            pygit2.C.git_merge_file_result_free(result)
+        return FileMerge(text, clean)
+
+    # ---- work tree -----------------------------------------------------------------------
+    def dirty_paths(self, under: str) -> list[str]:
+        """Tracked-but-modified or untracked-and-not-ignored files below ``under`` (relative)."""
+        prefix = under.rstrip("/") + "/"
+        out = []
+        for path, flags in self._repo.status().items():
+            if flags == pygit2.enums.FileStatus.IGNORED:
+                continue
+            if path.startswith(prefix) or path == under:
+                out.append(path)
+        return sorted(out)
+
+
+def _git_compatible(patch: str) -> str:
+    """libgit2 writes ``---``/``+++`` lines for a file section without hunks (an empty new file); git does not."""
+    sections = patch.split("\ndiff --git ")
+    out = []
+    for i, section in enumerate(sections):
+        if "\n@@ " not in section and "\nBinary files " not in section and "GIT binary patch" not in section:
+            lines = section.split("\n")
+            section = "\n".join(line for line in lines if not line.startswith(("--- ", "+++ ")))
+        out.append(section if i == 0 else "diff --git " + section)
+    return "\n".join(out)

@@ -1,0 +1,234 @@
+"""The queue on disk: ``patches/queue.toml``, ``patches/series`` and the ``NNNN-name.patch`` files.
+
+``queue.toml`` (format 1)::
+
+    format = 1
+
+    [upstream]                       # the pin the series applies to
+    name = "vllm-ascend"
+    kind = "git"                     # "git" | "release" | "dir"
+    spec = "git:/path/or/url@<sha>"  # re-resolvable source spec (see patch_queue.sources)
+    pin = "<sha>"                    # git: commit; release: "<archive>#sha256=<hex>"; dir: ""
+    label = "git 1a2b3c4d5e6f (upstream 05e095a202bd)"
+    public_commit = "<sha>"          # git only: the public vllm-ascend commit
+
+    [upstream.files]                 # sha256 of every vendored upstream file
+    "vllm_ascend/worker/model_runner_v1.py" = "<hex>"
+
+    [downstream]                     # the hand-maintained release the series was adopted from
+    name = "vllm-omni"
+    release = "0.30.0"               # or "" when adopted from a directory
+    package = "vllm_omni/platforms/npu/worker"   # where the modules live in-tree
+
+    [[module]]                       # one per output module, in file-name order
+    path = "npu_model_runner.py"
+    upstream = "vllm_ascend/worker/model_runner_v1.py"   # "" for omni-only modules
+    symbols = ["NPUModelRunner._update_states", "NPUModelRunner._dummy_run"]  # carried, module order
+
+``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
+ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
+
+The format version is checked first: a newer version is refused, never half-read.  Writes go
+through :func:`patch_queue.fsutil.atomic_write`.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patch_queue.errors import QueueError
+
+FORMAT = 1
+QUEUE_FILE = "queue.toml"
+SERIES_FILE = "series"
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str
+    upstream: str
+    symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UpstreamPin:
+    name: str
+    kind: str
+    spec: str
+    pin: str
+    label: str
+    public_commit: str
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Queue:
+    upstream: UpstreamPin
+    downstream_name: str
+    downstream_release: str
+    package: str
+    modules: tuple[Module, ...]
+
+    def module(self, path: str) -> Module | None:
+        for m in self.modules:
+            if m.path == path:
+                return m
+        return None
+
+    def upstream_paths(self) -> list[str]:
+        return sorted({m.upstream for m in self.modules if m.upstream})
+
+
+def _q(value: str) -> str:
+    """A TOML basic string."""
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    out = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", out)
+    return f'"{out}"'
+
+
+def render_queue(q: Queue) -> str:
+    up = q.upstream
+    lines = [
+        "# pq patch queue; the format is documented in patch_queue/queue.py.",
+        f"format = {FORMAT}",
+        "",
+        "[upstream]",
+        f"name = {_q(up.name)}",
+        f"kind = {_q(up.kind)}",
+        f"spec = {_q(up.spec)}",
+        f"pin = {_q(up.pin)}",
+        f"label = {_q(up.label)}",
+        f"public_commit = {_q(up.public_commit)}",
+        "",
+        "[upstream.files]",
+        *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(up.files.items())),
+        "",
+        "[downstream]",
+        f"name = {_q(q.downstream_name)}",
+        f"release = {_q(q.downstream_release)}",
+        f"package = {_q(q.package)}",
+    ]
+    for m in q.modules:
+        lines += ["", "[[module]]", f"path = {_q(m.path)}", f"upstream = {_q(m.upstream)}"]
+        if m.symbols:
+            lines.append("symbols = [")
+            lines += [f"    {_q(s)}," for s in m.symbols]
+            lines.append("]")
+        else:
+            lines.append("symbols = []")
+    return "\n".join(lines) + "\n"
+
+
+def _str(table: dict[str, object], key: str, where: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str):
+        raise QueueError(f"{where}.{key} must be a string", path=QUEUE_FILE)
+    return value
+
+
+def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        msg = getattr(exc, "msg", str(exc).split(" (at ")[0])
+        raise QueueError(f"not valid TOML: {msg}", path=path, line=line) from None
+    fmt = data.get("format")
+    if not isinstance(fmt, int):
+        raise QueueError("missing integer 'format'", path=path)
+    if fmt > FORMAT:
+        raise QueueError(f"format {fmt} is newer than this pq understands ({FORMAT}); upgrade pq", path=path)
+    if fmt < 1:
+        raise QueueError(f"unknown format {fmt}", path=path)
+    try:
+        up = data["upstream"]
+        down = data["downstream"]
+        files = up.get("files", {})
+        pin = UpstreamPin(
+            name=_str(up, "name", "upstream"),
+            kind=_str(up, "kind", "upstream"),
+            spec=_str(up, "spec", "upstream"),
+            pin=_str(up, "pin", "upstream"),
+            label=_str(up, "label", "upstream"),
+            public_commit=_str(up, "public_commit", "upstream"),
+            files={str(k): str(v) for k, v in files.items()},
+        )
+        modules = []
+        for i, m in enumerate(data.get("module", [])):
+            symbols = m.get("symbols", [])
+            if not isinstance(symbols, list) or not all(isinstance(s, str) for s in symbols):
+                raise QueueError(f"module[{i}].symbols must be a list of strings", path=path)
+            mpath = _str(m, "path", f"module[{i}]")
+            if "/" in mpath or "\\" in mpath or mpath in ("", ".", ".."):
+                raise QueueError(f"module path {mpath!r} must be a plain file name", path=path)
+            modules.append(Module(mpath, _str(m, "upstream", f"module[{i}]"), tuple(symbols)))
+        return Queue(
+            upstream=pin,
+            downstream_name=_str(down, "name", "downstream"),
+            downstream_release=_str(down, "release", "downstream"),
+            package=_str(down, "package", "downstream"),
+            modules=tuple(modules),
+        )
+    except KeyError as exc:
+        raise QueueError(f"missing table or key {exc.args[0]!r}", path=path) from None
+    except AttributeError:
+        raise QueueError("a table has the wrong type", path=path) from None
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
+
+
+def parse_series(text: str, *, path: str = SERIES_FILE) -> list[str]:
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        # quilt allows options after the name (-p1); we write none and accept none
+        if not _NAME.match(line):
+            raise QueueError(f"{line!r} is not a patch file name inside patches/", path=path, line=lineno)
+        if line in seen:
+            raise QueueError(f"{line} is listed twice (first on line {seen[line]})", path=path, line=lineno)
+        seen[line] = lineno
+        names.append(line)
+    return names
+
+
+def render_series(names: list[str]) -> str:
+    return "# pq series: patch order, one file a line (quilt format)\n" + "".join(n + "\n" for n in names)
+
+
+@dataclass(frozen=True)
+class QueueDir:
+    """The ``patches/`` folder."""
+
+    root: Path
+
+    @property
+    def queue_path(self) -> Path:
+        return self.root / QUEUE_FILE
+
+    @property
+    def series_path(self) -> Path:
+        return self.root / SERIES_FILE
+
+    def exists(self) -> bool:
+        return self.queue_path.is_file()
+
+    def load_queue(self) -> Queue:
+        if not self.queue_path.is_file():
+            raise QueueError("no queue here; run `pq adopt vllm-omni==VERSION` first", path=str(self.queue_path))
+        return parse_queue(self.queue_path.read_text(encoding="utf-8"), path=str(self.queue_path))
+
+    def load_series(self) -> list[str]:
+        if not self.series_path.is_file():
+            return []
+        names = parse_series(self.series_path.read_text(encoding="utf-8"), path=str(self.series_path))
+        for lineno, name in enumerate(names, 1):
+            if not (self.root / name).is_file():
+                raise QueueError(f"series names {name}, which does not exist", path=str(self.series_path))
+        return names

@@ -1,0 +1,152 @@
+"""Replay: rebase the stack onto a new base, one three-way merge per patch, in memory.
+
+For patch *i* with old parent P, old result C and new parent N (the replayed stack so far),
+every file is merged as base = P, ours = N (upstream side), theirs = C (the patch), the way
+``git cherry-pick`` does, with diff3 markers on conflict.  Nothing here writes files or moves
+refs: callers get commits (unreferenced objects) and a list of conflicts, then write once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from patch_queue import stack
+from patch_queue.git.repo import ProjectRepo
+
+MARKER_START = re.compile(rb"^<{7}(?: |$)", re.MULTILINE)
+MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Conflict:
+    patch: str
+    file: str
+    line: int  # 1-based line of the "<<<<<<<" marker in the merged file
+    symbol: str  # Class.method (or top-level name) enclosing the region, "" at module level
+
+    def as_json(self) -> dict[str, object]:
+        return {"patch": self.patch, "file": self.file, "line": self.line, "symbol": self.symbol}
+
+
+@dataclass
+class PatchResult:
+    name: str
+    status: str  # "unchanged" | "modified" | "conflict" | "empty"
+    commit: str  # the replayed commit (holding markers when conflicted)
+    conflicts: list[Conflict] = field(default_factory=list)
+
+
+_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)|^(\s*)class\s+(\w+)")
+
+
+def enclosing_symbol(text: str, line: int) -> str:
+    """The Class.method around 1-based ``line`` of (possibly conflicted) source, by indentation."""
+    lines = text.splitlines()
+    # the indent of the first real code line in the region tells how deep it sits
+    depth = None
+    for probe in lines[line:]:
+        if MARKER_ANY.match(probe.encode()) or not probe.strip():
+            continue
+        depth = len(probe) - len(probe.lstrip())
+        break
+    if depth is None:
+        depth = 0
+    names: list[str] = []
+    limit = depth
+    for probe in reversed(lines[: line - 1]):
+        if limit == 0:
+            break
+        m = _DEF.match(probe)
+        if not m:
+            continue
+        indent = len(m.group(1) if m.group(1) is not None else m.group(3))
+        if indent < limit:
+            names.append(m.group(2) or m.group(4))
+            limit = indent
+    # keep the outermost class and the method right inside it (Class.method)
+    names.reverse()
+    return ".".join(names[:2])
+
+
+def conflict_lines(data: bytes) -> list[int]:
+    return [data.count(b"\n", 0, m.start()) + 1 for m in MARKER_START.finditer(data)]
+
+
+def has_markers(data: bytes) -> int | None:
+    """1-based line of the first conflict marker, or None."""
+    m = MARKER_ANY.search(data)
+    return None if m is None else data.count(b"\n", 0, m.start()) + 1
+
+
+def replay_patch(
+    repo: ProjectRepo,
+    name: str,
+    old_commit: str,
+    new_parent: str,
+    *,
+    labels: tuple[str, str],
+) -> PatchResult:
+    """Cherry-pick ``old_commit`` onto ``new_parent``. ``labels`` = (old base label, new base label)."""
+    info = repo.commit_info(old_commit)
+    old_parent = repo.commit_info(info.parents[0])
+    p_files = repo.read_tree(old_parent.tree)
+    c_files = repo.read_tree(info.tree)
+    n_info = repo.commit_info(new_parent)
+    if old_parent.tree == n_info.tree:
+        commit = stack.commit_files(repo, new_parent, c_files, info)
+        return PatchResult(name, "unchanged", commit)
+    n_files = repo.read_tree(n_info.tree)
+    merged: dict[str, bytes] = {}
+    conflicts: list[Conflict] = []
+    for path in sorted(set(p_files) | set(c_files) | set(n_files)):
+        p, c, n = p_files.get(path), c_files.get(path), n_files.get(path)
+        if p == c:
+            result = n  # the patch leaves this file alone
+        elif p == n or c == n:
+            result = c
+        elif p is None and n is None:
+            result = c
+        elif c is None or n is None:
+            # one side deleted what the other changed: keep the surviving text, marked whole
+            survivor = c if c is not None else n
+            assert survivor is not None
+            result = (b"<<<<<<< " + labels[1].encode() + b" (deleted)\n" + b"||||||| " + labels[0].encode() + b"\n"
+                      + b"=======\n" + survivor + (b"" if survivor.endswith(b"\n") else b"\n")
+                      + b">>>>>>> " + name.encode() + b"\n")
+            conflicts.append(Conflict(name, path, 1, ""))
+        else:
+            m = repo.merge_file(p, n, c, labels=(labels[0], labels[1], name), path=path)
+            result = m.text
+            if not m.clean:
+                text = result.decode("utf-8", errors="replace")
+                conflicts += [Conflict(name, path, ln, enclosing_symbol(text, ln)) for ln in conflict_lines(result)]
+        if result is not None:
+            merged[path] = result
+    commit = stack.commit_files(repo, new_parent, merged, info)
+    status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
+    return PatchResult(name, status, commit, conflicts)
+
+
+def replay(
+    repo: ProjectRepo,
+    patches: list[tuple[str, str]],
+    new_base: str,
+    *,
+    labels: tuple[str, str],
+    stop: bool,
+    progress: Callable[[PatchResult], None] | None = None,
+) -> list[PatchResult]:
+    """Replay ``patches`` (name, old commit) on ``new_base``; stops after the first conflict if ``stop``."""
+    results: list[PatchResult] = []
+    parent = new_base
+    for name, old in patches:
+        res = replay_patch(repo, name, old, parent, labels=labels)
+        results.append(res)
+        if progress is not None:
+            progress(res)
+        parent = res.commit
+        if res.conflicts and stop:
+            break
+    return results

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Set up and run the test suite (the README's test command; CI runs it through .ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --dev
+if [ -z "${PQ_CORPUS:-}" ] && [ -d ../shared/corpus ]; then
+  export PQ_CORPUS="$(cd ../shared/corpus && pwd)"
+fi
+export PQ_CACHE="${PQ_CACHE:-$PWD/.venv/pq-cache}"
+.venv/bin/python -m pytest -q "$@"

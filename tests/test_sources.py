@@ -1,0 +1,463 @@
+"""Tests of the upstream sources on real data: the vllm-ascend git bundle of the corpus and the
+package registry that pip is configured with.  Only the file:// index at the end is synthetic
+(a tiny wheel and sdist made here), for the edge cases a real registry never shows on demand.
+
+``PQ_CORPUS`` points at the corpus (default /work/shared/corpus when it exists); the git tests
+skip without it.  The registry tests skip when the configured index cannot be reached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from patch_queue import sources
+from patch_queue.errors import SourceError
+from patch_queue.git.remote import UpstreamGit
+
+RUNNER = "vllm_ascend/worker/model_runner_v1.py"
+OMNI_NPU = "vllm_omni/platforms/npu/worker/"
+
+
+# -- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One download cache for the whole session, so each archive and clone is fetched once."""
+    return tmp_path_factory.mktemp("pq-cache")
+
+
+@pytest.fixture(autouse=True)
+def _cache_env(session_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PQ_CACHE", str(session_cache))
+    monkeypatch.delenv("PQ_UPSTREAM_GIT", raising=False)
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    explicit = os.environ.get("PQ_CORPUS")
+    path = Path(explicit) if explicit else Path("/work/shared/corpus")
+    if not (path / "vllm-ascend.bundle").is_file():
+        pytest.skip(f"no corpus at {path} (set PQ_CORPUS)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def bundle(corpus: Path) -> str:
+    return str(corpus / "vllm-ascend.bundle")
+
+
+@pytest.fixture(scope="session")
+def upstream(bundle: str, session_cache: Path) -> Iterator[UpstreamGit]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PQ_CACHE", str(session_cache))
+        yield sources.open_git(bundle, progress=lambda _: None)
+
+
+@pytest.fixture(scope="session")
+def registry(session_cache: Path) -> str:
+    """The newest vllm-ascend on the real registry; skips when the registry is unreachable."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PQ_CACHE", str(session_cache))
+        try:
+            return sources.newest_release("vllm-ascend")
+        except SourceError as exc:
+            if "cannot read package index" in str(exc):
+                pytest.skip(f"package registry unreachable: {exc}")
+            raise
+
+
+# -- cache and versions --------------------------------------------------------------------
+
+
+def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "explicit"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert sources.cache_dir() == (tmp_path / "explicit").resolve()
+    monkeypatch.delenv("PQ_CACHE")
+    assert sources.cache_dir() == (tmp_path / "xdg" / "pq").resolve()
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert sources.cache_dir() == (tmp_path / "home" / ".cache" / "pq").resolve()
+
+
+def test_pep440_order_and_canonical_text() -> None:
+    ordered = [
+        "0.7.3rc1",
+        "0.7.3",
+        "0.7.3.post1",
+        "0.9.2rc1",
+        "0.10.0rc1",
+        "0.11.0rc0",
+        "0.11.0",
+        "1.0.dev0",
+        "1.0a1.dev2",
+        "1.0a1",
+        "1.0b2",
+        "1.0rc1",
+        "1.0",
+        "1.0+local.1",
+        "1.0.post1.dev0",
+        "1.0.post1",
+        "1!0.1",
+    ]
+    keys = []
+    for text in ordered:
+        parsed = sources.parse_version(text)
+        assert parsed is not None, text
+        keys.append(parsed.key)
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+    one, one_zero = sources.parse_version("1.0"), sources.parse_version("1.0.0")
+    assert one is not None and one_zero is not None and one.key == one_zero.key
+    spellings = {"0.30.0-RC2": "0.30.0rc2", "1.0-1": "1.0.post1", "1.0.a.1": "1.0a1", "v2.0c3": "2.0rc3"}
+    for text, canonical in spellings.items():
+        parsed = sources.parse_version(text)
+        assert parsed is not None and parsed.text == canonical, text
+    assert sources.parse_version("not-a-version") is None
+
+
+# -- the git bundle ------------------------------------------------------------------------
+
+
+def test_bundle_is_mirrored_into_the_cache(upstream: UpstreamGit, bundle: str, session_cache: Path) -> None:
+    key = hashlib.sha1(str(Path(bundle).resolve()).encode()).hexdigest()[:16]
+    assert upstream.path == session_cache / "git" / f"{key}.git"
+    repo = pygit2.Repository(str(upstream.path))
+    assert repo.is_bare
+    refs = set(repo.references)
+    assert "refs/heads/main" in refs
+    assert "refs/tags/v0.25.1rc1" in refs and "refs/tags/v0.7.1rc1" in refs
+    assert any(r.startswith("refs/heads/releases/v") for r in refs)
+    # No temp dir of the atomic clone is left behind.
+    assert not [p for p in upstream.path.parent.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_resolve_tag_branch_and_abbreviated_sha(upstream: UpstreamGit) -> None:
+    tag = upstream.resolve("v0.25.1rc1")
+    assert len(tag) == 40 and all(c in "0123456789abcdef" for c in tag)
+    assert upstream.read(tag, RUNNER) is not None
+    branch = upstream.resolve("releases/v0.26.0rc")
+    assert branch != tag
+    assert upstream.resolve("origin/releases/v0.26.0rc") == branch
+    assert upstream.resolve(branch[:10]) == branch
+    assert upstream.resolve(branch) == branch
+    assert upstream.subject(branch)
+    assert upstream.commit_time(branch) > upstream.commit_time(upstream.resolve("v0.7.1rc1"))
+
+
+def test_resolve_public_sha_through_trailer(upstream: UpstreamGit) -> None:
+    local = upstream.resolve("bb4d0776eee8")  # vllm-omni 0.22.0's declared base (a public sha)
+    public = upstream.public_commit(local)
+    assert public.startswith("bb4d0776eee8") and len(public) == 40
+    assert local != public  # the bundle's history was rewritten
+    assert upstream.find_public("bb4d0776eee8") == local
+    assert upstream.find_public(public) == local
+    assert upstream.resolve(public) == local
+    assert upstream.find_public("bb4d07") is None  # shorter than 7 hex chars is not looked up
+
+
+def test_commits_touching_runner(upstream: UpstreamGit) -> None:
+    start = time.monotonic()
+    commits = upstream.commits_touching(RUNNER)
+    assert time.monotonic() - start < 30
+    assert len(commits) >= 608
+    assert len(set(commits)) == len(commits)
+    repo = pygit2.Repository(str(upstream.path))
+    # Newest first: no commit is a descendant of one listed before it.
+    for newer, older in zip(commits[:40], commits[1:41], strict=True):
+        assert not repo.descendant_of(older, newer)
+    # Each listed commit changed the file relative to its first parent.
+    for sha in commits[:10]:
+        commit = repo[sha]
+        assert isinstance(commit, pygit2.Commit)
+        before = upstream.read(str(commit.parents[0].id), RUNNER) if commit.parents else None
+        assert upstream.read(sha, RUNNER) != before
+    # The main branch's own history of the file is all there.
+    reachable_from_main = {str(c.id) for c in repo.walk(repo.revparse_single("main").id)}
+    on_main = [sha for sha in commits if sha in reachable_from_main]
+    assert len(on_main) >= 608
+    assert upstream.commits_touching(RUNNER) == commits  # cached answer is the same
+
+
+def test_read_blob_and_list(upstream: UpstreamGit) -> None:
+    tag = upstream.resolve("v0.25.1rc1")
+    assert upstream.read(tag, "vllm_ascend/no/such_file.py") is None
+    assert upstream.blob_id(tag, "vllm_ascend/no/such_file.py") is None
+    assert upstream.read(tag, "vllm_ascend/worker") is None  # a directory is not a file
+    blob = upstream.blob_id(tag, RUNNER)
+    data = upstream.read(tag, RUNNER)
+    assert blob is not None and data is not None
+    assert blob == hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    files = upstream.list_files(tag, "vllm_ascend/worker/")
+    assert RUNNER in files and files == sorted(files)
+    assert all(f.startswith("vllm_ascend/worker/") for f in files)
+
+
+def test_unknown_ref_message(upstream: UpstreamGit) -> None:
+    with pytest.raises(SourceError) as info:
+        upstream.resolve("no-such-ref-xyz")
+    assert str(info.value) == f"unknown upstream ref 'no-such-ref-xyz' in {upstream.location}"
+    with pytest.raises(SourceError, match="unknown upstream ref 'deadbeefcafe1234'"):
+        upstream.resolve("deadbeefcafe1234")
+
+
+def test_unreachable_locations(tmp_path: Path, session_cache: Path) -> None:
+    not_a_repo = tmp_path / "plain"
+    not_a_repo.mkdir()
+    (not_a_repo / "file.txt").write_text("hello\n")
+    fake_bundle = tmp_path / "broken.bundle"
+    fake_bundle.write_text("not a bundle\n")
+    for location in (tmp_path / "missing", not_a_repo, fake_bundle):
+        with pytest.raises(SourceError) as info:
+            sources.open_git(str(location), progress=lambda _: None)
+        message = str(info.value)
+        assert message.startswith(f"cannot read upstream git repository {location}: ")
+        assert "\n" not in message
+    git_dir = session_cache / "git"
+    leftovers = [p.name for p in git_dir.iterdir() if p.name.startswith(".tmp-")] if git_dir.is_dir() else []
+    assert leftovers == []
+    with pytest.raises(SourceError, match="cannot read upstream git repository"):
+        sources.resolve_upstream("main", upstream_git=str(not_a_repo))
+
+
+def test_git_snapshot_and_respec(bundle: str, upstream: UpstreamGit, monkeypatch: pytest.MonkeyPatch) -> None:
+    snap = sources.resolve_upstream("bb4d0776eee8", upstream_git=bundle, progress=lambda _: None)
+    local = upstream.resolve("bb4d0776eee8")
+    assert snap.kind == "git"
+    assert snap.pin == local
+    assert snap.spec == f"git:{Path(bundle).resolve()}@{local}"
+    assert snap.public_commit is not None and snap.public_commit.startswith("bb4d0776eee8")
+    assert snap.label == f"git {local[:12]} (upstream bb4d0776eee8)"
+    assert snap.read(RUNNER) == upstream.read(local, RUNNER)
+    assert snap.exists(RUNNER) and not snap.exists("vllm_ascend/nope.py")
+    with pytest.raises(SourceError, match="nope.py"):
+        snap.read("vllm_ascend/nope.py")
+    assert RUNNER in snap.list_files("vllm_ascend/worker/")
+    again = sources.resolve_upstream(snap.spec)
+    assert again == snap
+    # PQ_UPSTREAM_GIT is the default location.
+    monkeypatch.setenv("PQ_UPSTREAM_GIT", bundle)
+    assert sources.upstream_git_location(None) == bundle
+    assert sources.resolve_upstream("v0.25.1rc1").pin == upstream.resolve("v0.25.1rc1")
+    monkeypatch.delenv("PQ_UPSTREAM_GIT")
+    assert sources.upstream_git_location(None) == "https://github.com/vllm-project/vllm-ascend.git"
+    assert sources.upstream_git_location("/x") == "/x"
+
+
+def test_local_repository_is_fetched_on_later_use(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@e"
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True, text=True).stdout
+
+    work.mkdir()
+    git("init", "-q", "-b", "main")
+    (work / "a.txt").write_text("one\n")
+    git("add", "a.txt")
+    git("commit", "-q", "-m", "first\n\nUpstream-Commit: 1111111111111111111111111111111111111111")
+    repo = sources.open_git(str(work), progress=lambda _: None)
+    first = repo.resolve("main")
+    assert repo.public_commit(first) == "1" * 40
+    (work / "a.txt").write_text("two\n")
+    git("commit", "-q", "-am", "second")
+    sources._open_repos.clear()  # a later run of pq
+    repo = sources.open_git(str(work), progress=lambda _: None)
+    second = repo.resolve("main")
+    assert second != first
+    assert repo.read(second, "a.txt") == b"two\n"
+    assert repo.public_commit(second) == second  # no trailer: the commit is its own public sha
+    assert repo.commits_touching("a.txt") == [second, first]
+    assert repo.find_public("1111111") == first
+
+
+# -- directories ---------------------------------------------------------------------------
+
+
+def test_dir_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "checkout"
+    (root / "vllm_ascend" / "worker").mkdir(parents=True)
+    (root / "vllm_ascend" / "worker" / "model_runner_v1.py").write_bytes(b"class NPUModelRunner: ...\n")
+    (root / "vllm_ascend" / "__init__.py").write_bytes(b"")
+    for given in (str(root), str(root / "vllm_ascend"), f"dir:{root}"):
+        snap = sources.resolve_upstream(given)
+        assert snap.kind == "dir" and snap.pin == "" and snap.public_commit is None
+        assert snap.read(RUNNER) == b"class NPUModelRunner: ...\n"
+        assert snap.list_files("vllm_ascend/") == ["vllm_ascend/__init__.py", RUNNER]
+        assert sources.resolve_upstream(snap.spec) == snap
+    snap = sources.resolve_upstream(str(root))
+    assert snap.spec == f"dir:{root.resolve()}" and snap.label == f"dir {root.resolve()}"
+    assert not snap.exists("vllm_ascend/missing.py")
+    with pytest.raises(SourceError, match="missing.py"):
+        snap.read("vllm_ascend/missing.py")
+    with pytest.raises(SourceError):
+        snap.read("../outside.py")
+    monkeypatch.chdir(root)
+    assert sources.resolve_upstream("./vllm_ascend") == sources.resolve_upstream(str(root / "vllm_ascend"))
+    with pytest.raises(SourceError, match="no such directory"):
+        sources.resolve_upstream(f"dir:{tmp_path / 'nothing'}")
+
+
+# -- the real registry ---------------------------------------------------------------------
+
+
+def test_newest_vllm_ascend_release(registry: str) -> None:
+    newest = sources.parse_version(registry)
+    floor = sources.parse_version("0.30.0rc2")
+    assert newest is not None and floor is not None
+    assert newest.key >= floor.key
+
+
+def test_sdist_release_snapshot(registry: str, session_cache: Path) -> None:
+    messages: list[str] = []
+    snap = sources.resolve_upstream("vllm-ascend==0.30.0rc2", progress=messages.append)
+    assert snap.kind == "release"
+    assert snap.spec == "vllm-ascend==0.30.0rc2"
+    assert snap.label == "vllm-ascend 0.30.0rc2"
+    assert snap.public_commit is None
+    filename, _, sha = snap.pin.partition("#sha256=")
+    assert filename == "vllm_ascend-0.30.0rc2.tar.gz"
+    archive = session_cache / "dist" / filename
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == sha
+    runner = snap.read(RUNNER)
+    assert b"class NPUModelRunner" in runner
+    assert RUNNER in snap.list_files("vllm_ascend/worker/")
+    assert not any(name.startswith("vllm_ascend-0.30.0rc2/") for name in snap.list_files())
+    # Spelled differently, the same release.
+    assert sources.resolve_upstream("vllm_ascend == 0.30.0-rc2", progress=messages.append) == snap
+    assert not [p for p in archive.parent.iterdir() if p.name.startswith(".part-")]
+
+
+def test_latest_is_newest(registry: str) -> None:
+    snap = sources.resolve_upstream("latest", progress=lambda _: None)
+    assert snap.spec == f"vllm-ascend=={registry}"
+
+
+def test_omni_wheel_files_match_corpus(registry: str, corpus: Path) -> None:
+    files = sources.release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=lambda _: None)
+    expected_dir = corpus / "vllm-omni-0.30.0" / "npu"
+    expected = {OMNI_NPU + p.name: p.read_bytes() for p in expected_dir.iterdir() if p.is_file()}
+    assert sorted(files) == sorted(expected)
+    for name, data in expected.items():
+        assert files[name] == data, name
+
+
+def test_unknown_release(registry: str) -> None:
+    with pytest.raises(SourceError) as info:
+        sources.resolve_upstream("vllm-ascend==9.9.9")
+    assert str(info.value) == f"unknown release vllm-ascend==9.9.9 (newest on the registry: {registry})"
+
+
+def test_tampered_archive_is_replaced(registry: str, session_cache: Path) -> None:
+    sources.release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=lambda _: None)
+    archive = session_cache / "dist" / "vllm_omni-0.30.0-py3-none-any.whl"
+    good = archive.read_bytes()
+    tampered = bytearray(good)
+    tampered[len(tampered) // 2] ^= 0xFF
+    archive.write_bytes(bytes(tampered))
+    messages: list[str] = []
+    files = sources.release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=messages.append)
+    assert any("sha256" in m and archive.name in m for m in messages)
+    assert archive.read_bytes() == good
+    assert OMNI_NPU + "npu_model_runner.py" in files
+
+
+# -- a file:// index (synthetic: edge cases on demand) -------------------------------------
+
+
+def _wheel(name: str, version: str, files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+        wheel.writestr(f"{name}-{version}.dist-info/METADATA", f"Name: {name}\nVersion: {version}\n")
+    return buffer.getvalue()
+
+
+def _sdist(name: str, version: str, files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as sdist:
+        for path, data in {**files, "PKG-INFO": b"Name: x\n"}.items():
+            info = tarfile.TarInfo(f"{name}-{version}/{path}")
+            info.size = len(data)
+            sdist.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _file_index(root: Path, project: str, archives: dict[str, bytes], *, yanked: set[str], bad: set[str]) -> None:
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    page = root / "simple" / project
+    page.mkdir(parents=True)
+    links = []
+    for filename, data in archives.items():
+        (root / "files" / filename).write_bytes(data)
+        digest = hashlib.sha256(data + (b"x" if filename in bad else b"")).hexdigest()
+        extra = ' data-yanked=""' if filename in yanked else ""
+        links.append(f'<a href="../../files/{filename}#sha256={digest}"{extra}>{filename}</a><br/>')
+    (page / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+
+
+def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    index = tmp_path / "index"
+    module = {"pq_fixture_pkg/__init__.py": b"VALUE = 1\n", "pq_fixture_pkg/sub/mod.py": b"X = 2\n"}
+    archives = {
+        "pq_fixture_pkg-0.9.tar.gz": _sdist("pq_fixture_pkg", "0.9", module),
+        "pq_fixture_pkg-1.0-cp311-cp311-manylinux_2_17_x86_64.whl": _wheel("pq_fixture_pkg", "1.0", {}),
+        "pq_fixture_pkg-1.0-py3-none-any.whl": _wheel("pq_fixture_pkg", "1.0", module),
+        "pq_fixture_pkg-1.0.tar.gz": _sdist("pq_fixture_pkg", "1.0", {}),
+        "pq_fixture_pkg-1.1rc1-py3-none-any.whl": _wheel("pq_fixture_pkg", "1.1rc1", module),
+        "pq_fixture_pkg-2.0-py3-none-any.whl": _wheel("pq_fixture_pkg", "2.0", module),
+        "pq_fixture_pkg-3.0-py3-none-any.whl": _wheel("pq_fixture_pkg", "3.0", module),
+    }
+    bad = "pq_fixture_pkg-3.0-py3-none-any.whl"
+    _file_index(index, "pq-fixture-pkg", archives, yanked={"pq_fixture_pkg-2.0-py3-none-any.whl"}, bad={bad})
+    monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path / 'empty-index'}")  # lacks the project
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"file://{index / 'simple'}")
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    assert sources.index_urls() == [f"file://{tmp_path / 'empty-index'}", f"file://{index / 'simple'}"]
+
+    # 2.0 is yanked; 3.0 (whose listed hash is wrong) is still the newest release.
+    assert sources.newest_release("pq_fixture.pkg") == "3.0"
+    with pytest.raises(SourceError, match=r"unknown release pq-fixture-pkg==2\.0 \(newest on the registry: 3\.0\)"):
+        sources.release_files("pq-fixture-pkg", "2.0", "")
+
+    # A pure wheel is preferred over a platform wheel and the sdist.
+    snap = sources.resolve_upstream("pq-fixture-pkg==1.0", progress=lambda _: None)
+    assert snap.pin.startswith("pq_fixture_pkg-1.0-py3-none-any.whl#sha256=")
+    assert snap.read("pq_fixture_pkg/sub/mod.py") == b"X = 2\n"
+    # Only an sdist: its top folder is stripped.
+    files = sources.release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None)
+    assert files == module
+    assert sources.resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None).list_files() == [
+        "PKG-INFO",
+        *sorted(module),
+    ]
+
+    # A download whose content does not match the index's hash never lands in the cache.
+    with pytest.raises(SourceError) as info:
+        sources.release_files("pq-fixture-pkg", "3.0", "", progress=lambda _: None)
+    message = str(info.value)
+    data = archives[bad]
+    assert message.startswith(f"sha256 mismatch for {bad}: ")
+    assert hashlib.sha256(data).hexdigest() in message and hashlib.sha256(data + b"x").hexdigest() in message
+    assert "\n" not in message
+    assert [p.name for p in (tmp_path / "cache" / "dist").iterdir() if "3.0" in p.name] == []
+
+    # A release missing from every index, and a project missing from every index.
+    with pytest.raises(SourceError, match=r"no such package on the registry"):
+        sources.release_files("pq-fixture-none", "1.0", "")
+    with pytest.raises(SourceError, match=r"no release of pq-fixture-none"):
+        sources.newest_release("pq-fixture-none")
