@@ -64,7 +64,9 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
     if "==" in source:
         name, version = source.split("==", 1)
         files = sources.release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
-        modules = {k: v for k, v in files.items() if "/" not in k and k.endswith(".py")}
+        prefix = DOWNSTREAM_PACKAGE + "/"
+        local = {k.removeprefix(prefix): v for k, v in files.items()}
+        modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
         if not modules:
             raise QueueError(f"{source} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
         return modules, name.strip(), version.strip()
@@ -433,23 +435,18 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
     resolved = {k: work.get(k, v) for k, v in top_marked.items()}
     labels = tuple(state["labels"])  # type: ignore[arg-type]
     # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
-    # onto that patch's own result, then replay what follows it
+    # onto that patch's own result; rebase what follows onto the resolved commits
     new_done: list[list[str]] = []
     parent = str(state["new_base"])
-    index = 0
     results: list[replay.PatchResult] = []
     stale_conflicts: list[dict[str, object]] = []
-    while index < len(done):
-        name, commit, status = done[index]
-        old = dict(patches)[name]
+    stop = not state["no_stop"]
+    for name, commit, status in done:
+        info = ws.repo.commit_info(commit)
         if status == "conflict":
-            info = ws.repo.commit_info(commit)
-            mine = ws.repo.read_tree(info.tree)
-            files = dict(mine)
-            for path, data in mine.items():
-                if path.startswith(stack.VENDOR) or path not in resolved:
-                    continue
-                if replay.has_markers(data) is None:
+            files = ws.repo.read_tree(info.tree)
+            for path, data in sorted(files.items()):
+                if path.startswith(stack.VENDOR) or path not in resolved or replay.has_markers(data) is None:
                     continue
                 merged = ws.repo.merge_file(top_marked[path], resolved[path], data,
                                             labels=("conflicted", "resolved", name), path=path)
@@ -460,29 +457,25 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
                         path=ws.rel(ws.out / path),
                     )
                 files[path] = merged.text
-            parent_files = ws.repo.read_tree(ws.repo.commit_info(parent).tree)
-            for path in list(files):
-                if path.startswith(stack.VENDOR):
-                    files[path] = parent_files.get(path, files[path])
-            new_commit = stack.commit_files(ws.repo, parent, files, info)
-            res = replay.PatchResult(name, "modified", new_commit)
+            res = replay.PatchResult(name, "modified", stack.commit_files(ws.repo, parent, files, info))
+        elif info.parents[0] == parent:
+            res = replay.PatchResult(name, status, commit)
         else:
-            res = replay.replay_patch(ws.repo, name, old, parent, labels=labels)  # type: ignore[arg-type]
-            if res.conflicts:
-                stale_conflicts += [c.as_json() for c in res.conflicts]
+            res = replay.replay_patch(ws.repo, name, commit, parent, labels=labels)  # type: ignore[arg-type]
+            res.status = status if not res.conflicts else "conflict"
+            stale_conflicts += [c.as_json() for c in res.conflicts]
         if on_patch is not None:
             on_patch(res)
         results.append(res)
         new_done.append([res.name, res.commit, res.status])
         parent = res.commit
-        index += 1
-        if res.conflicts and not state["no_stop"]:
+        if res.conflicts and stop:
             break
-    # then the patches not replayed yet (stop mode)
+    # then the patches not replayed yet
     remaining = patches[len(new_done):]
     if not (new_done and new_done[-1][2] == "conflict"):
         more = replay.replay(ws.repo, [(n, c) for n, c in remaining], parent, labels=labels,  # type: ignore[arg-type]
-                             stop=not state["no_stop"], progress=on_patch)
+                             stop=stop, progress=on_patch)
         results += more
         new_done += [[r.name, r.commit, r.status] for r in more]
         stale_conflicts += [c.as_json() for r in more for c in r.conflicts]

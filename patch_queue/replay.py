@@ -50,6 +50,8 @@ def enclosing_symbol(text: str, line: int) -> str:
         if MARKER_ANY.match(probe.encode()) or not probe.strip():
             continue
         depth = len(probe) - len(probe.lstrip())
+        if probe.lstrip()[:1] in ")]}":
+            depth += 1  # the closing line of a signature belongs inside the def it closes
         break
     if depth is None:
         depth = 0
@@ -70,8 +72,24 @@ def enclosing_symbol(text: str, line: int) -> str:
     return ".".join(names[:2])
 
 
-def conflict_lines(data: bytes) -> list[int]:
-    return [data.count(b"\n", 0, m.start()) + 1 for m in MARKER_START.finditer(data)]
+def conflict_lines(data: bytes, theirs: str | None = None) -> list[int]:
+    """1-based lines of the ``<<<<<<<`` markers; only regions closed by ``>>>>>>> theirs`` when given.
+
+    Under --no-stop a later patch's merge carries the markers of earlier patches along; the
+    closing label tells which patch a region belongs to.
+    """
+    lines = data.split(b"\n")
+    out: list[int] = []
+    opened: int | None = None
+    for number, line in enumerate(lines, 1):
+        if line.startswith(b"<<<<<<<") and opened is None:
+            opened = number
+        elif line.startswith(b">>>>>>>") and opened is not None:
+            label = line[8:].decode("utf-8", errors="replace").strip()
+            if theirs is None or label == theirs:
+                out.append(opened)
+            opened = None
+    return out
 
 
 def has_markers(data: bytes) -> int | None:
@@ -121,7 +139,7 @@ def replay_patch(
             result = m.text
             if not m.clean:
                 text = result.decode("utf-8", errors="replace")
-                conflicts += [Conflict(name, path, ln, enclosing_symbol(text, ln)) for ln in conflict_lines(result)]
+                conflicts += [Conflict(name, path, ln, enclosing_symbol(text, ln)) for ln in conflict_lines(result, name)]
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, info)

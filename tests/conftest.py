@@ -1,0 +1,104 @@
+"""Shared fixtures: sealed real git repositories, the real corpus, one download cache per session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RELEASES = ["0.14.0", "0.16.0", "0.18.0", "0.20.0", "0.22.0", "0.24.0", "0.30.0"]
+
+
+def corpus_dir() -> Path | None:
+    env = os.environ.get("PQ_CORPUS")
+    for candidate in ([Path(env)] if env else []) + [Path(__file__).resolve().parents[2] / "shared" / "corpus"]:
+        if (candidate / "vllm-ascend.bundle").is_file():
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    found = corpus_dir()
+    if found is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def pq_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    env = os.environ.get("PQ_CACHE")
+    return Path(env) if env else tmp_path_factory.mktemp("pq-cache")
+
+
+@pytest.fixture(autouse=True)
+def sealed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pq_cache: Path) -> None:
+    """A fixed HOME and git identity, no system git config, the session cache, the corpus bundle."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for key, value in {
+        "GIT_AUTHOR_NAME": "Test Author",
+        "GIT_AUTHOR_EMAIL": "author@example.com",
+        "GIT_COMMITTER_NAME": "Test Committer",
+        "GIT_COMMITTER_EMAIL": "committer@example.com",
+        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+        "TZ": "UTC",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PQ_CACHE", str(pq_cache))
+    found = corpus_dir()
+    if found is not None:
+        monkeypatch.setenv("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def pq(cwd: Path, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+    """Run the real command line in a subprocess, as a maintainer would."""
+    proc = subprocess.run([sys.executable, "-m", "patch_queue", *args], cwd=cwd, capture_output=True, text=True)
+    if check is not None and proc.returncode != check:
+        raise AssertionError(f"pq {' '.join(args)} exited {proc.returncode}, expected {check}\n"
+                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def new_project(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / ".gitignore").write_text("/patches/*.patch\n/npu_worker/\n/reports/\n")
+    git(path, "add", ".gitignore")
+    git(path, "commit", "-qm", "project")
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return new_project(tmp_path / "project")
+
+
+def copy_project(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def state(path: Path) -> dict[str, object]:
+    """Everything a refresh or abort may touch: git status, refs, and every file's bytes."""
+    files = {}
+    for f in sorted(path.rglob("*")):
+        rel = f.relative_to(path).as_posix()
+        if f.is_file() and not rel.startswith(".git/") and "__pycache__" not in rel:
+            files[rel] = f.read_bytes()
+    return {
+        "status": git(path, "status", "--porcelain", "--ignored"),
+        "refs": git(path, "for-each-ref", "--format=%(refname) %(objectname)"),
+        "files": files,
+    }

@@ -1,0 +1,199 @@
+"""End to end on the real corpus: adopt, build, refresh, continue, abort, through the real command line."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from conftest import RELEASES, copy_project, git, new_project, pq, state
+
+BASE_030 = "cf0baa38dfb2"  # what adopt finds for vllm-omni 0.30.0 in the bundle (see test_round_trip)
+
+
+def omni_lines(text: str) -> Counter[str]:
+    return Counter(line for line in text.splitlines() if "Omni-new" in line)
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_round_trip(corpus: Path, tmp_path: Path, release: str) -> None:
+    """adopt then build reproduces the release's npu/ files byte for byte, with the base found by search."""
+    proj = new_project(tmp_path / "p")
+    npu = corpus / f"vllm-omni-{release}" / "npu"
+    out = pq(proj, "adopt", str(npu)).stdout
+    assert re.search(r"upstream base: git [0-9a-f]{12} \(upstream [0-9a-f]{12}\).*score \d+/\d+", out), out
+    series = [s for s in (proj / "patches" / "series").read_text().split() if s.endswith(".patch")]
+    assert len(series) >= len(list(npu.glob("*.py")))
+    # a fresh build from the exported patch files alone (refs dropped) gives the same bytes
+    for ref in git(proj, "for-each-ref", "--format=%(refname)", "refs/pq/").split():
+        git(proj, "update-ref", "-d", ref)
+    shutil.rmtree(proj / "npu_worker")
+    pq(proj, "build")
+    for f in sorted(npu.glob("*.py")):
+        assert (proj / "npu_worker" / f.name).read_bytes() == f.read_bytes(), f.name
+    assert sorted(p.name for p in (proj / "npu_worker").glob("*.py")) == sorted(p.name for p in npu.glob("*.py"))
+    # and the stack is visible to git
+    log = git(proj, "log", "--format=%s", "refs/pq/top")
+    assert len(log.splitlines()) == len(series) + 1  # the patches and the base
+
+
+@pytest.fixture(scope="module")
+def adopted_030(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import corpus_dir
+
+    found = corpus_dir()
+    if found is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    import os
+
+    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
+    proj = new_project(tmp_path_factory.mktemp("adopted") / "p")
+    pq(proj, "adopt", str(found / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
+    return proj
+
+
+def test_adopt_from_registry_matches_directory(adopted_030: Path, tmp_path: Path) -> None:
+    """The registry wheel of vllm-omni 0.30.0 gives the same series, byte for byte, as its unpacked files."""
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    names = (adopted_030 / "patches" / "series").read_text()
+    assert (proj / "patches" / "series").read_text() == names
+    for name in names.split():
+        if name.endswith(".patch"):
+            assert (proj / "patches" / name).read_bytes() == (adopted_030 / "patches" / name).read_bytes(), name
+    queue = (proj / "patches" / "queue.toml").read_text()
+    assert 'release = "0.30.0"' in queue and 'name = "vllm-omni"' in queue
+
+
+def test_git_am_reads_the_patches(adopted_030: Path, tmp_path: Path) -> None:
+    """The exported series is plain git format-patch: git am replays it onto the base tree."""
+    work = tmp_path / "am"
+    git(tmp_path, "clone", "-q", str(adopted_030), str(work))
+    git(work, "fetch", "-q", str(adopted_030), "refs/pq/base:refs/heads/base")
+    git(work, "checkout", "-q", "base")
+    patches = [str(adopted_030 / "patches" / n) for n in (adopted_030 / "patches" / "series").read_text().split()
+               if n.endswith(".patch")]
+    git(work, "am", "-q", *patches)
+    top = git(adopted_030, "rev-parse", "refs/pq/top^{tree}").strip()
+    assert git(work, "rev-parse", "HEAD^{tree}").strip() == top
+
+
+def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus: Path) -> None:
+    """0.30.0's series onto vllm-ascend 0.30.0rc2 (sdist only): exit 3, report, every Omni-new line kept."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    report = tmp_path / "report.json"
+    proc = pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(report), check=3)
+    data = json.loads(report.read_text())
+    assert data["upstream"]["target"] == "vllm-ascend 0.30.0rc2"
+    assert BASE_030 in data["upstream"]["base"]
+    names = [p["name"] for p in data["patches"]]
+    assert names == [n for n in (proj / "patches" / "series").read_text().split() if n.endswith(".patch")]
+    assert {p["status"] for p in data["patches"]} <= {"modified", "conflict", "unchanged", "empty"}
+    assert data["conflicts"], "this upgrade is known to conflict"
+    for c in data["conflicts"]:
+        assert set(c) == {"patch", "file", "line", "symbol"}
+        assert c["patch"] in names
+        text = (proj / "npu_worker" / c["file"]).read_text().splitlines()
+        assert text[c["line"] - 1].startswith("<<<<<<< "), c
+        assert re.fullmatch(r"\w+\.\w+", c["symbol"]), c
+    per_file = Counter(c["file"] for c in data["conflicts"])
+    assert f"{len(data['conflicts'])} conflict region(s)" in proc.stdout
+    assert set(per_file) <= {"npu_model_runner.py", "npu_ar_model_runner.py", "npu_generation_model_runner.py"}
+    for f in (corpus / "vllm-omni-0.30.0" / "npu").glob("*.py"):
+        have = omni_lines((proj / "npu_worker" / f.name).read_text())
+        want = omni_lines(f.read_text())
+        assert not (want - have), (f.name, want - have)
+    st = pq(proj, "status", check=3).stdout
+    assert "refresh in progress onto vllm-ascend 0.30.0rc2" in st
+
+
+def test_abort_restores_everything(adopted_030: Path, tmp_path: Path) -> None:
+    proj = copy_project(adopted_030, tmp_path / "p")
+    before = state(proj)
+    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", check=3)
+    assert state(proj) != before
+    pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=1)  # one refresh at a time
+    pq(proj, "abort")
+    assert state(proj) == before
+    pq(proj, "abort", check=1)
+
+
+def test_refresh_onto_same_base_changes_nothing(adopted_030: Path, tmp_path: Path) -> None:
+    proj = copy_project(adopted_030, tmp_path / "p")
+    before = state(proj)
+    proc = pq(proj, "refresh", "--to", BASE_030)
+    assert "no conflicts" in proc.stdout
+    assert state(proj) == before
+
+
+def _take_patch_side(text: str) -> str:
+    """Resolve every diff3 region by keeping the patch's side (what a hurried maintainer might do)."""
+    out: list[str] = []
+    mode = None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("<<<<<<< "):
+            mode = "ours"
+        elif line.startswith("||||||| ") and mode == "ours":
+            mode = "base"
+        elif line.startswith("=======") and mode == "base":
+            mode = "theirs"
+        elif line.startswith(">>>>>>> ") and mode == "theirs":
+            mode = None
+        elif mode in (None, "theirs"):
+            out.append(line)
+    return "".join(out)
+
+
+def test_stop_continue_until_done(adopted_030: Path, tmp_path: Path) -> None:
+    """Stop at each conflicted patch, resolve in npu_worker/, continue; the end state is a clean series."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    proc = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=3)
+    assert "stopped at 0005-" in proc.stdout
+    # markers left in place are refused with file and line
+    bad = pq(proj, "continue", check=1)
+    assert re.search(r"npu_worker/\w+\.py:\d+: conflict markers remain", bad.stderr), bad.stderr
+    stops = 1
+    while True:
+        for f in (proj / "npu_worker").glob("*.py"):
+            text = f.read_text()
+            if "<<<<<<< " in text:
+                f.write_text(_take_patch_side(text))
+        proc = pq(proj, "continue", check=None)
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == 3, proc.stderr
+        stops += 1
+        assert stops < 20
+    assert stops >= 3
+    queue = (proj / "patches" / "queue.toml").read_text()
+    assert 'label = "vllm-ascend 0.30.0rc2"' in queue and 'kind = "release"' in queue
+    assert "<<<<<<<" not in "".join(f.read_text() for f in (proj / "npu_worker").glob("*.py"))
+    # the refreshed series is self-consistent: rebuilding it from patches/ alone gives the same package
+    built = {f.name: f.read_bytes() for f in (proj / "npu_worker").glob("*.py")}
+    for ref in git(proj, "for-each-ref", "--format=%(refname)", "refs/pq/").split():
+        git(proj, "update-ref", "-d", ref)
+    shutil.rmtree(proj / "npu_worker")
+    pq(proj, "build")
+    assert {f.name: f.read_bytes() for f in (proj / "npu_worker").glob("*.py")} == built
+    assert "refresh in progress" not in pq(proj, "status").stdout
+
+
+def test_no_stop_then_continue_carries_resolutions_back(adopted_030: Path, tmp_path: Path) -> None:
+    """After --no-stop, resolving the whole output once and continuing folds each fix into its own patch."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", check=3)
+    resolved = {}
+    for f in (proj / "npu_worker").glob("*.py"):
+        text = f.read_text()
+        if "<<<<<<< " in text:
+            f.write_text(_take_patch_side(text))
+        resolved[f.name] = f.read_bytes()
+    pq(proj, "continue")
+    assert {f.name: f.read_bytes() for f in (proj / "npu_worker").glob("*.py")} == resolved
+    for name in (proj / "patches" / "series").read_text().split():
+        if name.endswith(".patch"):
+            assert "<<<<<<<" not in (proj / "patches" / name).read_text(), name
