@@ -448,15 +448,14 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
             for path, data in sorted(files.items()):
                 if path.startswith(stack.VENDOR) or path not in resolved or replay.has_markers(data) is None:
                     continue
-                merged = ws.repo.merge_file(top_marked[path], resolved[path], data,
-                                            labels=("conflicted", "resolved", name), path=path)
-                if not merged.clean or replay.has_markers(merged.text) is not None:
+                carried = replay.carry_resolutions(top_marked[path], resolved[path], data)
+                if carried is None or replay.has_markers(carried) is not None:
                     raise QueueError(
                         f"the resolution cannot be carried back into {name} automatically; "
                         "run `pq abort`, then `pq refresh` without --no-stop to resolve patch by patch",
                         path=ws.rel(ws.out / path),
                     )
-                files[path] = merged.text
+                files[path] = carried
             res = replay.PatchResult(name, "modified", stack.commit_files(ws.repo, parent, files, info))
         elif info.parents[0] == parent:
             res = replay.PatchResult(name, status, commit)
@@ -479,6 +478,15 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
         results += more
         new_done += [[r.name, r.commit, r.status] for r in more]
         stale_conflicts += [c.as_json() for r in more for c in r.conflicts]
+    finished = len(new_done) == len(patches) and not stale_conflicts
+    if finished and new_done:
+        # edits the maintainer made outside the conflict regions land in the last patch
+        last = ws.repo.commit_info(new_done[-1][1])
+        top_files = ws.repo.read_tree(last.tree)
+        want = {**top_files, **{k: v for k, v in resolved.items() if k in top_files}}
+        if want != top_files:
+            amended = stack.commit_files(ws.repo, last.parents[0], want, last)
+            new_done[-1] = [new_done[-1][0], amended, "modified"]
     state["done"] = new_done
     state["conflicts"] = stale_conflicts
     return _advance(ws, state, target, results, progress=progress)

@@ -168,3 +168,50 @@ def replay(
         if res.conflicts and stop:
             break
     return results
+
+
+def _blocks(lines: list[bytes], theirs: str | None = None) -> list[tuple[int, int]]:
+    """(first, last) 0-based line spans of conflict regions, only those closed by ``theirs`` if given."""
+    out: list[tuple[int, int]] = []
+    opened: int | None = None
+    for i, line in enumerate(lines):
+        if line.startswith(b"<<<<<<<") and opened is None:
+            opened = i
+        elif line.startswith(b">>>>>>>") and opened is not None:
+            if theirs is None or line[8:].decode("utf-8", errors="replace").strip() == theirs:
+                out.append((opened, i))
+            opened = None
+    return out
+
+
+def carry_resolutions(top_marked: bytes, resolved: bytes, mine: bytes) -> bytes | None:
+    """Put into ``mine`` the resolution the maintainer wrote, in ``resolved``, for each region of ``top_marked``.
+
+    Every conflict region of ``mine`` must appear verbatim in ``top_marked``; what replaced it in
+    ``resolved`` is found by aligning the unchanged lines around it.  None when a region cannot
+    be placed (then the caller asks for patch-by-patch resolution).
+    """
+    import difflib
+
+    top = top_marked.splitlines(keepends=True)
+    res = resolved.splitlines(keepends=True)
+    own = mine.splitlines(keepends=True)
+    mapping: dict[int, int] = {}
+    for block in difflib.SequenceMatcher(None, top, res, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            mapping[block.a + k] = block.b + k
+    top_blocks = {b"".join(top[s : e + 1]): (s, e) for s, e in _blocks(top)}
+    replacements: list[tuple[int, int, list[bytes]]] = []
+    for s, e in _blocks(own):
+        key = b"".join(own[s : e + 1])
+        if key not in top_blocks:
+            return None
+        ts, te = top_blocks[key]
+        before = max((i for i in mapping if i < ts), default=-1)
+        after = min((i for i in mapping if i > te), default=len(top))
+        lo = mapping[before] + 1 if before >= 0 else 0
+        hi = mapping[after] if after < len(top) else len(res)
+        replacements.append((s, e, res[lo:hi]))
+    for s, e, lines in reversed(replacements):
+        own[s : e + 1] = lines
+    return b"".join(own)
