@@ -562,20 +562,27 @@ def write_report(path: Path, data: dict[str, object]) -> None:
 
 
 def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str | None) -> str:
+    """A new patch above the applied ones holding the edits of the output folder that no patch holds.
+
+    Like ``git commit``: edit ``npu_worker/`` first, then ``pq new NAME``; ``pq record`` folds
+    later edits into it.  An empty patch is refused, since git format-patch has no form for it.
+    """
     _no_refresh(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").removesuffix(".patch")
     if not slug:
         raise QueueError(f"{name!r} is not a usable patch name")
-    number = len(loaded.patches) + 1
-    filename = f"{number:04d}-{slug}.patch"
     if any(n.split("-", 1)[-1] == f"{slug}.patch" for n in loaded.names):
         raise QueueError(f"a patch named {slug} already exists")
+    filename = f"{len(loaded.patches) + 1:04d}-{slug}.patch"
     parent = loaded.patches[applied - 1][1] if applied else loaded.base
     info = ws.repo.commit_info(parent)
+    files = _work_edits(ws, loaded, parent)
+    if files is None:
+        raise QueueError(f"nothing to put in a new patch: edit {ws.rel(ws.out)}/ first, then `pq new {name}`")
     person = Person("pq user", "pq@localhost", info.author.time, 0)
-    commit = ws.repo.commit(info.tree, [parent], (message or slug) + "\n", person, person)
+    commit = ws.repo.commit(ws.repo.write_tree(files), [parent], (message or slug) + "\n", person, person)
     # the new patch goes right above the applied ones; unapplied ones stay after it
     names = loaded.patches[:applied] + [(filename, commit)] + loaded.patches[applied:]
     rebuilt = _rechain(ws, loaded, names, applied)
@@ -583,6 +590,24 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
     _write_series(ws, new, old_names=_existing_patch_files(ws))
     ws.repo.update_refs(stack_ref_updates(ws, new, applied + 1), "pq new")
     return filename
+
+
+def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes] | None:
+    """The tree files of ``top`` with the output folder's edits applied; None when there is none."""
+    current = module_files(ws, top)
+    files = ws.repo.read_tree(ws.repo.commit_info(top).tree)
+    changed = False
+    for rel, data in sorted(read_folder(ws.out).items()):
+        if rel == ".pq-build" or current.get(rel) == data:
+            continue
+        line = replay.has_markers(data)
+        if line is not None:
+            raise QueueError("conflict markers remain", path=ws.rel(ws.out / rel), line=line)
+        if loaded.queue.module(rel) is None:
+            raise QueueError("is not an output module listed in queue.toml", path=ws.rel(ws.out / rel))
+        files[rel] = data
+        changed = True
+    return files if changed else None
 
 
 def _rechain(ws: Workspace, loaded: LoadedStack, patches: list[tuple[str, str]], applied: int
@@ -608,23 +633,8 @@ def do_record(ws: Workspace, *, upstream_git: str | None) -> str | None:
     if not applied:
         raise QueueError("no patch is applied; `pq push` or `pq new NAME` first")
     name, top = loaded.patches[applied - 1]
-    current = module_files(ws, top)
-    work = read_folder(ws.out)
-    files = ws.repo.read_tree(ws.repo.commit_info(top).tree)
-    changed = False
-    for rel, data in sorted(work.items()):
-        if rel == ".pq-build":
-            continue
-        line = replay.has_markers(data)
-        if line is not None:
-            raise QueueError("conflict markers remain", path=ws.rel(ws.out / rel), line=line)
-        if current.get(rel) != data:
-            queue_mod = loaded.queue.module(rel)
-            if queue_mod is None:
-                raise QueueError("is not an output module listed in queue.toml", path=ws.rel(ws.out / rel))
-            files[rel] = data
-            changed = True
-    if not changed:
+    files = _work_edits(ws, loaded, top)
+    if files is None:
         return None
     info = ws.repo.commit_info(top)
     commit = ws.repo.commit(ws.repo.write_tree(files), list(info.parents), info.message, info.author, info.author)

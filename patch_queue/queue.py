@@ -227,8 +227,10 @@ class QueueDir:
     def load_series(self) -> list[str]:
         if not self.series_path.is_file():
             return []
-        names = parse_series(self.series_path.read_text(encoding="utf-8"), path=str(self.series_path))
-        for lineno, name in enumerate(names, 1):
+        text = self.series_path.read_text(encoding="utf-8")
+        names = parse_series(text, path=str(self.series_path))
+        for name in names:
             if not (self.root / name).is_file():
-                raise QueueError(f"series names {name}, which does not exist", path=str(self.series_path))
+                lineno = next(i for i, raw in enumerate(text.splitlines(), 1) if raw.split("#", 1)[0].strip() == name)
+                raise QueueError(f"names {name}, which does not exist", path=str(self.series_path), line=lineno)
         return names
