@@ -91,7 +91,7 @@ def do_adopt(
 ) -> AdoptResult:
     if read_state(ws, STATE_FILE) is not None:
         raise QueueError("a refresh is in progress; finish it with `pq continue` or `pq abort` first")
-    if ws.queue_dir.exists() and ws.queue_dir.load_series() and not force:
+    if not force and _existing_patch_files(ws):
         raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
     modules, down_name, down_release = read_downstream(source, progress)
     texts = {}
