@@ -1,0 +1,127 @@
+"""Unit tests of the pure core on small synthetic cases: symbols, projection, queue format, replay helpers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from patch_queue import adopt, queue, replay, symbols
+from patch_queue.errors import PqError, QueueError
+from patch_queue.git.repo import ProjectRepo
+
+SOURCE = '''import x
+
+
+# about Runner
+class Runner(Base):
+    attr = 1
+
+    # glued comment
+    @decorator
+    def first(self,
+              a):
+        return a
+        # trailing comment of first
+
+    def second(self):
+        """Doc."""
+        pass
+
+
+def helper():
+    return 1
+'''
+
+
+def test_symbol_extents_keep_decorators_and_comments() -> None:
+    found = symbols.symbols_ast(SOURCE)
+    first = found["Runner.first"]
+    assert first.text.startswith("    # glued comment\n    @decorator\n    def first(")
+    assert first.text.endswith("        # trailing comment of first\n")
+    assert found["Runner.second"].text.endswith("        pass\n")
+    assert found["Runner"].text.startswith("# about Runner\nclass Runner")
+    assert found["helper"].text == "def helper():\n    return 1\n"
+
+
+def test_scan_methods_agrees_with_ast_on_the_synthetic_class() -> None:
+    scanned = symbols.scan_methods(SOURCE, "Runner")
+    exact = {k.split(".")[1]: v.text for k, v in symbols.symbols_ast(SOURCE).items() if k.startswith("Runner.")}
+    assert scanned == exact
+
+
+def test_syntax_error_names_file_and_line() -> None:
+    with pytest.raises(PqError, match=r"^up\.py:2: does not parse"):
+        symbols.symbols_ast("x = 1\ndef (:\n", path="up.py")
+
+
+def test_projection_order_and_spacing() -> None:
+    found = symbols.symbols_ast(SOURCE)
+    text = symbols.project([found["Runner.second"], found["Runner.first"], found["helper"]])
+    assert text.index("def second") < text.index("def first")
+    assert "        pass\n\n    # glued comment" in text
+    assert "# trailing comment of first\n\n\ndef helper" in text
+
+
+def test_classify_skips_overrides_that_call_super() -> None:
+    upstream = "class NPUModelRunner:\n    def go(self, a):\n        x = a + 1\n        y = x * 2\n        return y\n"
+    copy = "class Mine(NPUModelRunner):\n    def go(self, a):\n        x = a + 1\n        y = x * 3\n        return y\n"
+    override = "class Mine(NPUModelRunner):\n    def go(self, a):\n        return super().go(a)\n"
+    assert [c.upstream for c in adopt.classify({"m.py": copy}, upstream)] == ["NPUModelRunner.go"]
+    assert adopt.classify({"m.py": override}, upstream) == []
+
+
+def test_queue_round_trip_and_errors() -> None:
+    q = queue.Queue(
+        upstream=queue.UpstreamPin("vllm-ascend", "git", "abc", "def", "label \"q\"", "abc", {"a/b.py": "00"}),
+        downstream_name="vllm-omni",
+        downstream_release="0.30.0",
+        package="vllm_omni/platforms/npu/worker",
+        modules=(queue.Module("m.py", "a/b.py", ("C.f", "C.g")), queue.Module("w.py", "", ())),
+    )
+    assert queue.parse_queue(queue.render_queue(q)) == q
+    with pytest.raises(QueueError, match="format 9 is newer"):
+        queue.parse_queue("format = 9\n")
+    with pytest.raises(QueueError, match="must be a plain file name"):
+        queue.parse_queue(queue.render_queue(q).replace('path = "m.py"', 'path = "../m.py"'))
+    assert queue.parse_series("# c\n\n0001-a.patch  # why\n0002-b.patch\n") == ["0001-a.patch", "0002-b.patch"]
+
+
+def test_enclosing_symbol_and_conflict_lines() -> None:
+    text = (
+        "class A:\n"
+        "    def m(\n"
+        "        self,\n"
+        "<<<<<<< upstream\n"
+        "    ) -> int:\n"
+        "||||||| base\n"
+        "    ):\n"
+        "=======\n"
+        "    ) -> str:\n"
+        ">>>>>>> 0001-x.patch\n"
+        "        return 1\n"
+    )
+    assert replay.conflict_lines(text.encode()) == [4]
+    assert replay.conflict_lines(text.encode(), "0002-y.patch") == []
+    assert replay.enclosing_symbol(text, 4) == "A.m"
+    assert replay.has_markers(text.encode()) == 4
+
+
+def test_carry_resolutions_places_each_region() -> None:
+    top = b"a\n<<<<<<< u\nX\n||||||| b\nY\n=======\nZ\n>>>>>>> p1\nmid\n<<<<<<< u\nQ\n=======\nR\n>>>>>>> p2\nend\n"
+    resolved = b"a\nXZ\nmid\nQR\nend\n"
+    mine = b"a\n<<<<<<< u\nX\n||||||| b\nY\n=======\nZ\n>>>>>>> p1\nmid\nold\nend\n"
+    assert replay.carry_resolutions(top, resolved, mine) == b"a\nXZ\nmid\nold\nend\n"
+
+
+def test_merge_file_in_memory(tmp_path: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    repo = ProjectRepo(tmp_path)
+    clean = repo.merge_file(b"1\n2\n3\n4\n5\n6\n", b"one\n2\n3\n4\n5\n6\n", b"1\n2\n3\n4\n5\nsix\n",
+                            labels=("base", "ours", "theirs"), path="f.py")
+    assert clean.clean and clean.text == b"one\n2\n3\n4\n5\nsix\n"
+    conflict = repo.merge_file(b"a\nb\nc\n", b"a\nB\nc\n", b"a\nb2\nc\n", labels=("base", "ours", "theirs"),
+                               path="f.py")
+    assert not conflict.clean
+    assert conflict.text == b"a\n<<<<<<< ours\nB\n||||||| base\nb\n=======\nb2\n>>>>>>> theirs\nc\n"
