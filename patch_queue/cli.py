@@ -5,7 +5,6 @@ Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in
 
 from __future__ import annotations
 
-import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -326,4 +325,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -105,8 +105,8 @@ def do_adopt(
     if at is None:
         location = sources.upstream_git_location(upstream_git)
         git = sources.open_git(location, progress=progress)
-        commits = git.commits_touching(upath)
-        _say(progress, f"Searching {len(commits)} upstream commits that touched {upath} ...")
+        history = git.commits_touching(upath)
+        _say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
 
         def read(commit: str) -> tuple[str, str] | None:
             blob = git.blob_id(commit, upath)
@@ -116,7 +116,7 @@ def do_adopt(
             assert data is not None
             return blob, data.decode("utf-8", errors="replace")
 
-        searched = adopt_mod.search_base(texts, commits, read, git.commit_time)
+        searched = adopt_mod.search_base(texts, history, read, git.commit_time)
         snapshot = sources.resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
     else:
         snapshot = sources.resolve_upstream(at, upstream_git=upstream_git, progress=progress)
@@ -433,7 +433,8 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
                 raise QueueError("conflict markers remain; resolve them, then run `pq continue`",
                                  path=ws.rel(ws.out / rel), line=line)
     resolved = {k: work.get(k, v) for k, v in top_marked.items()}
-    labels = tuple(state["labels"])  # type: ignore[arg-type]
+    label_list: list[str] = state["labels"]  # type: ignore[assignment]
+    labels = (label_list[0], label_list[1])
     # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
     # onto that patch's own result; rebase what follows onto the resolved commits
     new_done: list[list[str]] = []

@@ -9,7 +9,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import RELEASES, copy_project, git, new_project, pq, state
 
 BASE_030 = "cf0baa38dfb2"  # what adopt finds for vllm-omni 0.30.0 in the bundle (see test_round_trip)

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import copy_project, git, pq, state
 from test_end_to_end import adopted_030  # noqa: F401  (shared module fixture)
 

@@ -182,7 +182,7 @@ class ProjectRepo:
     def diff_trees(self, old: str, new: str, context: int = 3) -> str:
         a = self._repo[old].peel(pygit2.Tree)
         b = self._repo[new].peel(pygit2.Tree)
-        diff = self._repo.diff(a, b, context_lines=context, interhunk_lines=0)
+        diff = a.diff_to_tree(b, context_lines=context, interhunk_lines=0)
         return _git_compatible(diff.patch or "")
 
     def merge_file(
