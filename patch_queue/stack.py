@@ -120,7 +120,9 @@ def commit_patch(repo: ProjectRepo, parent: str, p: patchfile.PatchFile, queue: 
     files = repo.read_tree(info.tree)
     touched = patchfile.files_touched(p.diff)
     check_paths(touched, queue.modules, path=path)
-    changes = patchfile.apply(p.diff, {k: v for k, v in files.items() if k in touched}, patch_path=path)
+    changes = patchfile.apply(
+        p.diff, {k: v for k, v in files.items() if k in touched}, patch_path=path, first_line=p.diff_line
+    )
     for name, data in changes.items():
         if data is None:
             files.pop(name, None)

@@ -265,6 +265,9 @@ def test_expected_layout(repo: Repo) -> None:
         " mode change 100644 => 100755 src/mod.py",
         " create mode 100644 src/new_module.py",
     ]
+    numbered = repo.format_patch(commit, "-n", "--subject-prefix=PATCH v2")
+    assert b"Subject: [PATCH v2 1/1] Touch many files\n" in numbered
+    assert parse(numbered, path="x.patch") == repo.patchfile(commit)
     assert files_touched(repo.patchfile(commit).diff) == [
         "a.txt",
         "gone.txt",
