@@ -290,34 +290,28 @@ def record(upstream: UpstreamOpt = None) -> None:
     run(body)
 
 
-@app.command()
-def push(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None) -> None:
-    """Apply the next patch (or all)."""
-
+def _move(push: bool, all_: bool, upstream: str | None) -> None:
     def body() -> None:
         from patch_queue import engine
 
         ws = _ws()
-        with _locked(ws, "push"):
-            before, after = engine.do_push_pop(ws, push=True, all_=all_, upstream_git=upstream)
+        with _locked(ws, "push" if push else "pop"):
+            before, after = engine.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream)
         typer.echo(f"applied {after} of the series (was {before})")
 
     run(body)
+
+
+@app.command()
+def push(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None) -> None:
+    """Apply the next patch (or all)."""
+    _move(True, all_, upstream)
 
 
 @app.command()
 def pop(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None) -> None:
     """Unapply the top patch (or all)."""
-
-    def body() -> None:
-        from patch_queue import engine
-
-        ws = _ws()
-        with _locked(ws, "pop"):
-            before, after = engine.do_push_pop(ws, push=False, all_=all_, upstream_git=upstream)
-        typer.echo(f"applied {after} of the series (was {before})")
-
-    run(body)
+    _move(False, all_, upstream)
 
 
 def main() -> None:

@@ -91,11 +91,6 @@ def message_of(p: patchfile.PatchFile) -> str:
     return p.subject + "\n" + (("\n" + p.description + "\n") if p.description else "")
 
 
-def split_message(message: str) -> tuple[str, str]:
-    subject, _, rest = message.partition("\n")
-    return subject, rest.strip("\n")
-
-
 def base_commit(repo: ProjectRepo, queue: Queue, projection: Projection) -> str:
     """The deterministic base commit for a projection (depends only on its content and pin)."""
     tree = repo.write_tree(projection.files)
@@ -141,7 +136,7 @@ def export_patch(repo: ProjectRepo, commit: str) -> bytes:
     info = repo.commit_info(commit)
     parent = repo.commit_info(info.parents[0])
     diff = repo.diff_trees(parent.tree, info.tree)
-    subject, description = split_message(info.message)
+    subject, description = patchfile.split_message(info.message)
     a = info.author
     p = patchfile.PatchFile(
         subject=subject,
