@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from patch_queue import symbols
+from patch_queue import fmt, symbols
 from patch_queue.queue import Module
 
 UPSTREAM_FILE = "vllm_ascend/worker/model_runner_v1.py"
@@ -209,9 +209,18 @@ def plan_series(
     *,
     base_label: str,
     upstream_path: str = UPSTREAM_FILE,
+    formatter: str = "",
+    line_length: int = 120,
 ) -> tuple[tuple[Module, ...], list[Step]]:
-    """The queue layout and the ordered steps that turn the projection into ``modules``."""
+    """The queue layout and the ordered steps that turn the projection into ``modules``.
+
+    The carried upstream symbols enter the skeleton as the projection lays them out (formatted
+    with ``formatter`` when one is set), so the later patches hold only the omni edits.
+    """
     up = symbols.symbols_ast(upstream_text, path=upstream_path)
+    wanted = sorted({c.upstream for c in carried})
+    up.update({s.name: s for s in fmt.format_symbols([up[n] for n in wanted], formatter=formatter,
+                                                      line_length=line_length)})
     layout: list[Module] = []
     steps: list[Step] = []
     for path in sorted(modules):
@@ -252,7 +261,7 @@ def plan_series(
         steps.append(Step(_slug(stem), f"{stem}: omni module skeleton and omni-only methods", "\n".join(desc),
                           path, current.encode("utf-8")))
         # then the omni edits of each carried symbol, in module order
-        for index, (dsym, usym) in enumerate(spans):
+        for dsym, usym in spans:
             if dsym.text == usym.text:
                 continue
             cur_lines = current.splitlines(keepends=True)

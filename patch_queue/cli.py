@@ -86,7 +86,9 @@ def _on_patch(result: Any) -> None:
 
 @app.command()
 def adopt(
-    source: Annotated[str, typer.Argument(help="vllm-omni release (vllm-omni==0.30.0) or a folder of NPU worker files")],
+    source: Annotated[
+        str, typer.Argument(help="vllm-omni release (vllm-omni==0.30.0) or a folder of NPU worker files")
+    ],
     upstream: UpstreamOpt = None,
     at: Annotated[str | None, typer.Option("--at", help="upstream commit, ref or release instead of searching")] = None,
     force: Annotated[bool, typer.Option("--force", help="replace an existing series")] = False,
@@ -143,11 +145,16 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
         by_file[c.file] = by_file.get(c.file, 0) + 1
     for sym in outcome.removed_symbols:
         typer.echo(f"warning: carried symbol removed upstream: {sym}")
+    for f in outcome.flags:
+        typer.echo(f"review: {ws.rel(ws.out / f.file)}:{f.line} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+    before, after = outcome.blocks
+    typer.echo(f"omni blocks: {before} before, {after} after; {len(outcome.flags)} review flag(s)")
     if not outcome.conflicts:
         typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
         return EXIT_OK
     for c in outcome.conflicts:
-        typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} in {c.symbol or '<module>'} (patch {c.patch})")
+        typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} {c.kind} in {c.symbol or '<module>'} "
+                   f"(patch {c.patch})")
     summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
     typer.echo(f"{len(outcome.conflicts)} conflict region(s) ({summary})")
     if outcome.stopped_at:
@@ -159,13 +166,38 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
     return EXIT_CONFLICT
 
 
+ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here")]
+MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the report as a pull-request body here")]
+AnnotationsOpt = Annotated[
+    bool, typer.Option("--annotations", help="print GitHub workflow-command annotations for conflicts and flags")
+]
+
+
+def _write_reports(outcome: Any, report: Path | None, markdown: Path | None, annotations: bool) -> None:
+    from patch_queue import engine
+    from patch_queue import report as render
+
+    data = engine.report_json(outcome)
+    if report is not None:
+        engine.write_report(report, data)
+    if markdown is not None:
+        from patch_queue.fsutil import atomic_write
+
+        atomic_write(markdown, render.markdown(data).encode("utf-8"))
+    if annotations:
+        for line in render.annotations(data):
+            typer.echo(line)
+
+
 @app.command()
 def refresh(
     to: Annotated[
         str | None, typer.Option("--to", help="vllm-ascend==VER, an upstream ref or commit, or a folder")
     ] = None,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="go through every patch and record all conflicts")] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="write the JSON report here")] = None,
+    report: ReportOpt = None,
+    markdown: MarkdownOpt = None,
+    annotations: AnnotationsOpt = False,
     upstream: UpstreamOpt = None,
 ) -> None:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
@@ -177,16 +209,14 @@ def refresh(
         with _locked(ws, "refresh"):
             outcome = engine.do_refresh(ws, to=to, no_stop=no_stop, upstream_git=upstream, progress=say,
                                         on_patch=_on_patch)
-        if report is not None:
-            engine.write_report(report, engine.report_json(outcome, base=outcome.base_label,
-                                                           target=outcome.target_label))
+        _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
 
     run(body)
 
 
 @app.command(name="continue")
-def continue_() -> None:
+def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotations: AnnotationsOpt = False) -> None:
     """Take the resolved files in npu_worker/ and go on with the refresh."""
 
     def body() -> int:
@@ -195,6 +225,7 @@ def continue_() -> None:
         ws = _ws()
         with _locked(ws, "continue"):
             outcome = engine.do_continue(ws, progress=say, on_patch=_on_patch)
+        _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
 
     run(body)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patch_queue import adopt as adopt_mod
-from patch_queue import patchfile, replay, sources, stack
+from patch_queue import anchors, culprits, fmt, patchfile, replay, rerere, sources, stack
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import atomic_write, read_folder, sync_folder
 from patch_queue.git.repo import Person
@@ -32,6 +32,8 @@ from patch_queue.workspace import (
 )
 
 DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
+# the downstream's formatter: the vllm-omni runners are exactly what `ruff format --line-length 120` makes
+FORMATTER = ("ruff", 120)
 ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
 STATE_FILE = "refresh.json"
 REF_REFRESH = "refs/pq/refresh/"
@@ -123,7 +125,8 @@ def do_adopt(
     upstream_text = snapshot.read(upath).decode("utf-8")
     carried = adopt_mod.classify(texts, upstream_text)
     label = snapshot.label
-    layout, steps = adopt_mod.plan_series(modules, carried, upstream_text, base_label=label)
+    layout, steps = adopt_mod.plan_series(modules, carried, upstream_text, base_label=label,
+                                          formatter=FORMATTER[0], line_length=FORMATTER[1])
     pin = UpstreamPin(
         name="vllm-ascend",
         kind=snapshot.kind,
@@ -133,7 +136,7 @@ def do_adopt(
         public_commit=snapshot.public_commit or "",
         files={upath: stack.sha256(snapshot.read(upath))},
     )
-    queue = Queue(pin, down_name, down_release, DOWNSTREAM_PACKAGE, layout)
+    queue = Queue(pin, down_name, down_release, DOWNSTREAM_PACKAGE, layout, FORMATTER[0], FORMATTER[1])
     projection = stack.project_modules(queue, snapshot.read, label=label)
     base = stack.base_commit(ws.repo, queue, projection)
     when = 0
@@ -266,7 +269,11 @@ class RefreshOutcome:
     removed_symbols: list[str]
     finished: bool  # the whole series was replayed (conflicts may remain with --no-stop)
     stopped_at: str | None = None
-    report: dict[str, object] = field(default_factory=dict)
+    flags: list[replay.Conflict] = field(default_factory=list)
+    blocks: tuple[int, int] = (0, 0)  # omni blocks before / after
+    upstream_commits: tuple[str, ...] = ("", "")
+    downstream: tuple[str, str] = ("", "")
+    out: str = "npu_worker"
 
 
 def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stack.Projection]:
@@ -309,9 +316,16 @@ def do_refresh(
     target, projection = _target_queue(loaded.queue, snapshot)
     new_base = stack.base_commit(ws.repo, target, projection)
     labels = (f"base {loaded.queue.upstream.label}", f"upstream {snapshot.label}")
-    results = replay.replay(ws.repo, loaded.patches, new_base, labels=labels, stop=not no_stop, progress=on_patch)
+    store = rerere.Store(ws.repo)
+    results = replay.replay(ws.repo, loaded.patches, new_base, labels=labels, stop=not no_stop, progress=on_patch,
+                            normalize=normalizer(target), recorded=store.lookup)
     removed = list(projection.missing)
-    orig = {k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH)}
+    orig = {k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH) and k != rerere.REF}
+    found = [c for r in results for c in r.conflicts + r.flags]
+    _mark_removed(found, removed)
+    _say(progress, "Naming the upstream commits behind each conflict and flag ...")
+    culprits.annotate(found, loaded.queue.upstream, target.upstream, upstream_git=upstream_git, progress=progress)
+    blocks_before = _count_blocks(module_files(ws, loaded.patches[-1][1]) if loaded.patches else {})
     state = {
         "version": 1,
         "orig_refs": orig,
@@ -326,8 +340,48 @@ def do_refresh(
         "no_stop": no_stop,
         "removed_symbols": removed,
         "conflicts": [c.as_json() for r in results for c in r.conflicts],
+        "flags": [c.as_json() for r in results for c in r.flags],
+        "blocks_before": blocks_before,
+        "upstream_commits": [loaded.queue.upstream.public_commit, target.upstream.public_commit],
     }
     return _advance(ws, state, target, results, progress=progress)
+
+
+def _mark_removed(found: list[replay.Conflict], removed: list[str]) -> None:
+    """Conflicts inside a carried symbol that upstream removed or renamed are that kind."""
+    gone = {r.split(": ", 1)[1].split(".")[-1] for r in removed}
+    for c in found:
+        if c.conflict and c.symbol and c.symbol.split(".")[-1] in gone:
+            c.kind = "symbol-removed"
+            c.message = f"upstream removed or renamed {c.symbol.split('.')[-1]}, which this patch carries"
+
+
+def _count_blocks(files: dict[str, bytes]) -> int:
+    total = 0
+    for path, data in files.items():
+        if path.endswith(".py") and not path.startswith(stack.VENDOR):
+            total += len(anchors.parse_blocks(data.decode("utf-8", errors="replace"))[0])
+    return total
+
+
+def normalizer(queue: Queue) -> replay.Normalize | None:
+    """Lay out the carried symbols of a module text the way the queue's projection does."""
+    if not queue.formatter:
+        return None
+    cache: dict[tuple[str, bytes], bytes] = {}
+
+    def normalize(path: str, data: bytes) -> bytes:
+        module = queue.module(path)
+        if module is None or not module.symbols:
+            return data
+        key = (path, data)
+        if key not in cache:
+            text = data.decode("utf-8")
+            cache[key] = fmt.format_carried(text, module.symbols, formatter=queue.formatter,
+                                            line_length=queue.line_length).encode("utf-8")
+        return cache[key]
+
+    return normalize
 
 
 def _save_out(ws: Workspace) -> str:
@@ -368,6 +422,7 @@ def _advance(
     patches: list[list[str]] = state["patches"]  # type: ignore[assignment]
     done: list[list[str]] = state["done"]  # type: ignore[assignment]
     conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[arg-type, attr-defined]
+    flags = [replay.Conflict(**c) for c in state.get("flags", [])]  # type: ignore[arg-type, attr-defined]
     finished = len(done) == len(patches)
     last_conflicted = bool(done) and done[-1][2] == "conflict"
     new_patches = [(n, c) for n, c, _s in done]
@@ -378,6 +433,12 @@ def _advance(
         conflicts=conflicts,
         removed_symbols=list(state["removed_symbols"]),  # type: ignore[call-overload]
         finished=finished,
+        flags=flags,
+        blocks=(int(state.get("blocks_before", 0)),  # type: ignore[call-overload]
+                _count_blocks(module_files(ws, new_patches[-1][1])) if new_patches else 0),
+        upstream_commits=tuple(state.get("upstream_commits", ["", ""])),  # type: ignore[arg-type]
+        downstream=(target.downstream_name, target.downstream_release),
+        out=ws.rel(ws.out),
     )
     if finished and not conflicts:
         loaded = LoadedStack(target, str(state["new_base"]), new_patches)
@@ -505,6 +566,8 @@ def do_abort(ws: Workspace) -> None:
     current = ws.repo.refs()
     updates: dict[str, tuple[str | None, str | None]] = {}
     for ref in sorted(set(current) | set(orig)):
+        if ref == rerere.REF:
+            continue  # recorded resolutions outlive an abort
         if current.get(ref) != orig.get(ref):
             updates[ref] = (current.get(ref), orig.get(ref))
     saved = ws.repo.read_tree(str(state["orig_out"]))
@@ -542,13 +605,27 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     return Status(False, loaded.queue.upstream.label, None, rows, [])
 
 
-def report_json(outcome: RefreshOutcome, *, base: str, target: str) -> dict[str, object]:
+def report_json(outcome: RefreshOutcome) -> dict[str, object]:
+    """The refresh report (format 2; the schema is described in patch_queue/report.py)."""
+
+    def entry(c: replay.Conflict) -> dict[str, object]:
+        data = c.as_json()
+        data.pop("conflict")
+        if c.conflict:
+            data.pop("resolution")
+        return data
+
     return {
-        "format": 1,
-        "upstream": {"base": base, "target": target},
+        "format": 2,
+        "upstream": {"base": outcome.base_label, "target": outcome.target_label,
+                     "base_commit": outcome.upstream_commits[0], "target_commit": outcome.upstream_commits[-1]},
+        "downstream": {"name": outcome.downstream[0], "release": outcome.downstream[1]},
+        "out": outcome.out,
         "patches": [{"name": r.name, "status": r.status} for r in outcome.results],
-        "conflicts": [c.as_json() for c in outcome.conflicts],
+        "conflicts": [entry(c) for c in outcome.conflicts],
+        "flags": [entry(c) for c in outcome.flags],
         "removed_symbols": outcome.removed_symbols,
+        "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
         "finished": outcome.finished,
         "stopped_at": outcome.stopped_at,
     }

@@ -1,8 +1,8 @@
 """The queue on disk: ``patches/queue.toml``, ``patches/series`` and the ``NNNN-name.patch`` files.
 
-``queue.toml`` (format 1)::
+``queue.toml`` (format 2)::
 
-    format = 1
+    format = 2
 
     [upstream]                       # the pin the series applies to
     name = "vllm-ascend"
@@ -20,6 +20,10 @@
     release = "0.30.0"               # or "" when adopted from a directory
     package = "vllm_omni/platforms/npu/worker"   # where the modules live in-tree
 
+    [projection]                     # how carried upstream symbols are laid out in the base
+    formatter = "ruff"               # the downstream's formatter ("" = upstream text unchanged)
+    line_length = 120
+
     [[module]]                       # one per output module, in file-name order
     path = "npu_model_runner.py"
     upstream = "vllm_ascend/worker/model_runner_v1.py"   # "" for omni-only modules
@@ -28,6 +32,7 @@
 ``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
 ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
 
+Format 1 (no ``[projection]`` table) is still read: its projection is the upstream text unchanged.
 The format version is checked first: a newer version is refused, never half-read.  Writes go
 through :func:`patch_queue.fsutil.atomic_write`.
 """
@@ -41,7 +46,7 @@ from pathlib import Path
 
 from patch_queue.errors import QueueError
 
-FORMAT = 1
+FORMAT = 2
 QUEUE_FILE = "queue.toml"
 SERIES_FILE = "series"
 
@@ -71,6 +76,8 @@ class Queue:
     downstream_release: str
     package: str
     modules: tuple[Module, ...]
+    formatter: str = ""  # see patch_queue.fmt
+    line_length: int = 120
 
     def module(self, path: str) -> Module | None:
         for m in self.modules:
@@ -110,6 +117,10 @@ def render_queue(q: Queue) -> str:
         f"name = {_q(q.downstream_name)}",
         f"release = {_q(q.downstream_release)}",
         f"package = {_q(q.package)}",
+        "",
+        "[projection]",
+        f"formatter = {_q(q.formatter)}",
+        f"line_length = {q.line_length}",
     ]
     for m in q.modules:
         lines += ["", "[[module]]", f"path = {_q(m.path)}", f"upstream = {_q(m.upstream)}"]
@@ -165,7 +176,14 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
             if "/" in mpath or "\\" in mpath or mpath in ("", ".", ".."):
                 raise QueueError(f"module path {mpath!r} must be a plain file name", path=path)
             modules.append(Module(mpath, _str(m, "upstream", f"module[{i}]"), tuple(symbols)))
+        proj = data.get("projection", {}) if fmt >= 2 else {}
+        formatter = _str(proj, "formatter", "projection") if fmt >= 2 else ""
+        line_length = proj.get("line_length", 120)
+        if not isinstance(line_length, int) or not 40 <= line_length <= 400:
+            raise QueueError("projection.line_length must be an integer from 40 to 400", path=path)
         return Queue(
+            formatter=formatter,
+            line_length=line_length,
             upstream=pin,
             downstream_name=_str(down, "name", "downstream"),
             downstream_release=_str(down, "release", "downstream"),

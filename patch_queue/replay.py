@@ -12,22 +12,37 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from patch_queue import stack
+from patch_queue import merge, stack
 from patch_queue.git.repo import ProjectRepo
 
 MARKER_START = re.compile(rb"^<{7}(?: |$)", re.MULTILINE)
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Conflict:
+    """A region left for a human (``conflict``) or a decision the tool took on its own (a review flag)."""
+
     patch: str
     file: str
-    line: int  # 1-based line of the "<<<<<<<" marker in the merged file
+    line: int  # 1-based: the "<<<<<<<" marker of a conflict, the first line of a flag's region
     symbol: str  # Class.method (or top-level name) enclosing the region, "" at module level
+    kind: str = "both-changed"
+    message: str = ""
+    conflict: bool = True
+    anchor: dict[str, object] | None = None
+    sides: dict[str, str] = field(default_factory=dict)  # base, upstream, patch
+    resolution: str | None = None
+    culprits: list[dict[str, object]] = field(default_factory=list)
+    reused: bool = False
+    key: str = ""
 
     def as_json(self) -> dict[str, object]:
-        return {"patch": self.patch, "file": self.file, "line": self.line, "symbol": self.symbol}
+        return {
+            "patch": self.patch, "file": self.file, "line": self.line, "symbol": self.symbol, "kind": self.kind,
+            "message": self.message, "conflict": self.conflict, "anchor": self.anchor, "sides": self.sides,
+            "resolution": self.resolution, "culprits": self.culprits, "reused": self.reused, "key": self.key,
+        }
 
 
 @dataclass
@@ -36,6 +51,7 @@ class PatchResult:
     status: str  # "unchanged" | "modified" | "conflict" | "empty"
     commit: str  # the replayed commit (holding markers when conflicted)
     conflicts: list[Conflict] = field(default_factory=list)
+    flags: list[Conflict] = field(default_factory=list)
 
 
 _DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)|^(\s*)class\s+(\w+)")
@@ -98,6 +114,15 @@ def has_markers(data: bytes) -> int | None:
     return None if m is None else data.count(b"\n", 0, m.start()) + 1
 
 
+Normalize = Callable[[str, bytes], bytes]
+Recorded = Callable[[str], "str | None"]
+
+
+def patch_key(name: str) -> str:
+    """A patch's name without its series number, so recorded resolutions survive renumbering."""
+    return re.sub(r"^\d+-", "", name).removesuffix(".patch")
+
+
 def replay_patch(
     repo: ProjectRepo,
     name: str,
@@ -105,8 +130,14 @@ def replay_patch(
     new_parent: str,
     *,
     labels: tuple[str, str],
+    normalize: Normalize | None = None,
+    recorded: Recorded | None = None,
 ) -> PatchResult:
-    """Cherry-pick ``old_commit`` onto ``new_parent``. ``labels`` = (old base label, new base label)."""
+    """Cherry-pick ``old_commit`` onto ``new_parent``. ``labels`` = (old base label, new base label).
+
+    ``normalize(path, data)`` lays out the carried symbols of the old sides the way the new base
+    is laid out (the projection's formatter); ``recorded(key)`` gives recorded resolutions.
+    """
     info = repo.commit_info(old_commit)
     old_parent = repo.commit_info(info.parents[0])
     p_files = repo.read_tree(old_parent.tree)
@@ -118,6 +149,7 @@ def replay_patch(
     n_files = repo.read_tree(n_info.tree)
     merged: dict[str, bytes] = {}
     conflicts: list[Conflict] = []
+    flags: list[Conflict] = []
     for path in sorted(set(p_files) | set(c_files) | set(n_files)):
         p, c, n = p_files.get(path), c_files.get(path), n_files.get(path)
         if p == c:
@@ -133,18 +165,53 @@ def replay_patch(
             result = (b"<<<<<<< " + labels[1].encode() + b" (deleted)\n" + b"||||||| " + labels[0].encode() + b"\n"
                       + b"=======\n" + survivor + (b"" if survivor.endswith(b"\n") else b"\n")
                       + b">>>>>>> " + name.encode() + b"\n")
-            conflicts.append(Conflict(name, path, 1, ""))
+            conflicts.append(Conflict(name, path, 1, "", "deleted-file", "one side deleted the file the other changed"))
         else:
-            m = repo.merge_file(p, n, c, labels=(labels[0], labels[1], name), path=path)
-            result = m.text
-            if not m.clean:
-                text = result.decode("utf-8", errors="replace")
-                conflicts += [Conflict(name, path, ln, enclosing_symbol(text, ln)) for ln in conflict_lines(result, name)]
+            result = _merge_one(repo, name, path, p, n, c, labels, normalize, recorded, conflicts, flags)
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, info)
     status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
-    return PatchResult(name, status, commit, conflicts)
+    return PatchResult(name, status, commit, conflicts, flags)
+
+
+def _merge_one(
+    repo: ProjectRepo, name: str, path: str, p: bytes, n: bytes, c: bytes, labels: tuple[str, str],
+    normalize: Normalize | None, recorded: Recorded | None, conflicts: list[Conflict], flags: list[Conflict],
+) -> bytes:
+    diff3_labels = (labels[0], labels[1], name)
+    if path.startswith(stack.VENDOR):
+        m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
+        if not m.clean:
+            conflicts += [Conflict(name, path, ln, "") for ln in conflict_lines(m.text, name)]
+        return m.text
+    try:
+        texts = [x.decode("utf-8") for x in (p, n, c)]
+    except UnicodeDecodeError:
+        m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
+        if not m.clean:
+            conflicts += [Conflict(name, path, ln, "") for ln in conflict_lines(m.text, name)]
+        return m.text
+    if normalize is not None:
+        norm_p = normalize(path, p).decode("utf-8")
+        norm_c = normalize(path, c).decode("utf-8")
+        if norm_c != texts[2]:
+            flags.append(Conflict(
+                name, path, 1, "", "reformatted",
+                "the patch's copy of the carried upstream code was laid out with the projection's formatter "
+                "(the new upstream code is); check the diff of this file", conflict=False))
+        texts[0], texts[2] = norm_p, norm_c
+    result = merge.merge3(texts[0], texts[1], texts[2], labels=diff3_labels,
+                          key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded)
+    for region in result.regions:
+        found = Conflict(
+            name, path, region.line, enclosing_symbol(result.text, region.line), region.kind, region.message,
+            region.conflict, region.anchor.as_json() if region.anchor else None,
+            {"base": region.base, "upstream": region.ours, "patch": region.theirs},
+            region.resolution, [], region.reused, region.key,
+        )
+        (conflicts if region.conflict else flags).append(found)
+    return result.text.encode("utf-8")
 
 
 def replay(
@@ -155,12 +222,14 @@ def replay(
     labels: tuple[str, str],
     stop: bool,
     progress: Callable[[PatchResult], None] | None = None,
+    normalize: Normalize | None = None,
+    recorded: Recorded | None = None,
 ) -> list[PatchResult]:
     """Replay ``patches`` (name, old commit) on ``new_base``; stops after the first conflict if ``stop``."""
     results: list[PatchResult] = []
     parent = new_base
     for name, old in patches:
-        res = replay_patch(repo, name, old, parent, labels=labels)
+        res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded)
         results.append(res)
         if progress is not None:
             progress(res)

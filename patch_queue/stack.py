@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_tz
 
-from patch_queue import patchfile, symbols
+from patch_queue import fmt, patchfile, symbols
 from patch_queue.errors import PatchError, QueueError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.queue import Module, Queue
@@ -66,6 +66,7 @@ def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, labe
                 missing.append(f"{m.path}: {name}")
             else:
                 found.append(sym)
+        found = fmt.format_symbols(found, formatter=queue.formatter, line_length=queue.line_length)
         files[m.path] = symbols.project(found).encode("utf-8")
     return Projection(files, tuple(missing))
 

@@ -1,0 +1,187 @@
+"""Name the upstream commits that caused a rebase conflict.
+
+A conflict region has a text in the old upstream (``before``) and a text in the new one (``after``).
+The upstream commit that made the region what it is now is the first commit, between the old base and
+the new one, whose file no longer contains ``before`` (a change or a deletion) or first contains
+``after`` (an insertion).  Only the commits that changed the file are candidates, and the search is a
+bisection over them, so it reads a logarithmic number of file versions.
+
+The texts are compared in a normalised form that survives reformatting (pq formats code with
+``ruff format``, upstream used yapf): all whitespace, commas, backslashes, parentheses and quotes
+dropped (ruff adds and removes parentheses and joins implicitly concatenated strings).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pygit2
+
+from patch_queue.git.remote import UpstreamGit
+from patch_queue.queue import UpstreamPin
+
+_PR = re.compile(r"\(#(\d+)\)")
+
+
+def normalize(text: str) -> str:
+    """The comparison form of code: no whitespace, commas, backslashes, parentheses or quotes."""
+    # str.split() splits on exactly the characters ``\s`` matches; this is ~4x faster than a regex.
+    squashed = "".join(text.split())
+    for ch in ",\\()'\"":
+        squashed = squashed.replace(ch, "")
+    return squashed
+
+
+def parse_pr(subject: str) -> int | None:
+    """The pull-request number of a squash-merge subject, ``"... (#1234)"`` -> 1234 (the last one)."""
+    found = _PR.findall(subject)
+    return int(found[-1]) if found else None
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """One upstream commit, named by its public sha."""
+
+    commit: str
+    subject: str
+    pr: int | None
+    date: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "subject": self.subject, "pr": self.pr, "date": self.date}
+
+
+class CulpritFinder:
+    """Bisects the commits that changed ``path`` between ``old`` and ``new`` for the cause of a change."""
+
+    def __init__(self, git: UpstreamGit, path: str, old: str, new: str) -> None:
+        self.git = git
+        self.path = path
+        self.old = git.resolve(old)
+        self.new = git.resolve(new)
+        self.reads = 0
+        self._candidates: list[str] | None = None
+        self._texts: dict[str | None, str] = {None: ""}  # normalised file text by blob id; None: absent
+
+    def candidates(self) -> list[str]:
+        """Commits reachable from ``new`` and not ``old`` whose blob of ``path`` differs from their first
+        parent's, oldest first (computed once)."""
+        if self._candidates is None:
+            repo = pygit2.Repository(str(self.git.path))
+            sort = pygit2.enums.SortMode
+            walker = repo.walk(pygit2.Oid(hex=self.new), sort.TOPOLOGICAL | sort.TIME | sort.REVERSE)
+            walker.hide(pygit2.Oid(hex=self.old))
+            found: list[str] = []
+            for commit in walker:
+                mine = _blob(commit, self.path)
+                parent = _blob(commit.parents[0], self.path) if commit.parents else None
+                if mine != parent:
+                    found.append(str(commit.id))
+            self._candidates = found
+        return list(self._candidates)
+
+    def _text(self, commit: str) -> str:
+        """The normalised text of ``path`` at ``commit``, read once per distinct blob."""
+        blob = self.git.blob_id(commit, self.path)
+        text = self._texts.get(blob)
+        if text is None:
+            data = self.git.read(commit, self.path) or b""
+            self.reads += 1
+            text = normalize(data.decode("utf-8", "replace"))
+            self._texts[blob] = text
+        return text
+
+    def _first(self, commits: list[str], hit: Callable[[str], bool]) -> int | None:
+        """Index of the first commit where ``hit`` holds, assuming it is monotone (false ... true) and true
+        at ``new``; None when no candidate turns it true."""
+        lo, hi = 0, len(commits)  # hit is false before lo; true at hi (len(commits) stands for ``new``)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hit(commits[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo if lo < len(commits) else None
+
+    def find(self, before: str, after: str) -> list[Culprit]:
+        """The commits that removed ``before`` from the file or brought ``after`` into it, oldest first."""
+        gone, came = normalize(before), normalize(after)
+        if not gone and not came:
+            return []
+        commits = self.candidates()
+        if not commits:
+            return []
+        old_text = self._text(self.old)
+        new_text = self._text(self.new)
+        found: set[int] = set()
+        if gone and gone in old_text and gone not in new_text:
+            index = self._first(commits, lambda c: gone not in self._text(c))
+            if index is not None:
+                found.add(index)
+        if came and came in new_text and came not in old_text:
+            index = self._first(commits, lambda c: came in self._text(c))
+            if index is not None:
+                found.add(index)
+        return [self.culprit(commits[i]) for i in sorted(found)]
+
+    def culprit(self, commit: str) -> Culprit:
+        """The description of one (local) commit."""
+        subject = self.git.subject(commit)
+        when = datetime.fromtimestamp(self.git.commit_time(commit), tz=UTC)
+        return Culprit(
+            commit=self.git.public_commit(commit),
+            subject=subject,
+            pr=parse_pr(subject),
+            date=when.date().isoformat(),
+        )
+
+
+def _blob(commit: pygit2.Commit, path: str) -> pygit2.Oid | None:
+    try:
+        entry = commit.tree[path.strip("/")]
+    except (KeyError, ValueError):
+        return None
+    return entry.id if isinstance(entry, pygit2.Blob) else None
+
+
+Found = Callable[[str, str], list[Culprit]]
+
+
+def annotate(
+    found: list[Any],
+    old: UpstreamPin,
+    new: UpstreamPin,
+    *,
+    upstream_git: str | None,
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    """Fill ``culprits`` of every conflict and flag (objects with ``sides``) when both pins are git commits.
+
+    Returns the number of entries that got at least one culprit.  Without a git upstream for both
+    ends (a registry release has no commit), nothing is searched and the entries stay empty.
+    """
+    from patch_queue import sources
+
+    if not found or old.kind != "git" or new.kind != "git" or not old.pin or not new.pin:
+        return 0
+    git = sources.open_git(sources.upstream_git_location(upstream_git), progress=progress)
+    paths = sorted(old.files)
+    if not paths:
+        return 0
+    finder = CulpritFinder(git, paths[0], old.pin, new.pin)
+    cache: dict[tuple[str, str], list[dict[str, object]]] = {}
+    named = 0
+    for entry in found:
+        sides = entry.sides or {}
+        before, after = sides.get("base", ""), sides.get("upstream", "")
+        if not (before or after):
+            continue
+        if (before, after) not in cache:
+            cache[(before, after)] = [c.as_json() for c in finder.find(before, after)]
+        entry.culprits = cache[(before, after)]
+        named += bool(entry.culprits)
+    return named

@@ -1,0 +1,100 @@
+"""scripts/conflict_table.py: its pure measurements, and a real run on U3 (vllm-omni 0.18.0 -> 0.20.0)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+import conflict_metrics as cm  # noqa: E402
+
+COLUMNS = (
+    "upgrade",
+    "git merge-file regions",
+    "pq conflicts",
+    "review flags",
+    "reused",
+    "omni lines kept",
+    "unflagged upstream drops",
+    "agreement",
+    "times",
+)
+
+
+def test_merge_file_counts_regions() -> None:
+    base = "a\nb\nc\nd\ne\n"
+    assert cm.merge_file_regions(base, "A\nb\nc\nd\ne\n", "a\nb\nc\nd\nE\n")[0] == 0
+    regions, merged = cm.merge_file_regions(base, "a\nb\nX\nd\ne\n", "a\nb\nY\nd\ne\n")
+    assert regions == 1 and "||||||| base" in merged
+
+
+def test_added_lines_and_drops() -> None:
+    added = cm.added_lines("x = 1\n\ny = 2\n", "x = 1\n    z = 3\ny = 4\n")
+    assert added == ["z = 3", "y = 4"]
+    drops = cm.unflagged_drops("m.py", "C.f", added, "  z = 3\n", ["y = 4\n"])
+    assert drops == []
+    assert [d.line for d in cm.unflagged_drops("m.py", "C.f", added, "", [])] == ["z = 3", "y = 4"]
+
+
+def test_agreement_uses_context_and_ignores_whitespace() -> None:
+    output = "def f():\n\n    a = 1\n    b = 2\n\n    return a\n"
+    maintainers = "def f():\n    a=1\n    b  =  2\n    return a\n"
+    assert cm.agrees(output, 3, "a = 1\nb = 2\n", maintainers)
+    assert not cm.agrees(output, 3, "a = 1\nb = 2\n", "def f():\n    a = 1\n    c = 0\n    b = 2\n    return a\n")
+
+
+def test_fence_lines_multiset() -> None:
+    fence = "    # ----- Omni-new -----\n"
+    old = cm.fence_lines(fence * 2 + "x\n")
+    assert cm.kept_count(old, cm.fence_lines(fence)) == 1
+    assert cm.kept_count(old, cm.fence_lines("  " + fence * 3)) == 2
+
+
+def test_u3_on_the_corpus(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "table.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "conflict_table.py"), "--only", "0.18.0", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PQ_CORPUS": str(corpus)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    header, rule, row_line = proc.stdout.splitlines()[:3]
+    assert header == "| " + " | ".join(COLUMNS) + " |"
+    assert rule.count("|") == len(COLUMNS) + 1
+    assert row_line.startswith("| U3 0.18.0 → 0.20.0 |") and row_line.count("|") == len(COLUMNS) + 1
+
+    data = json.loads(out.read_text(encoding="utf-8"))
+    [row] = data["upgrades"]
+    assert row["key"] == "U3" and row["error"] is None
+    assert len(row["target"]) == 40  # the public commit adopt finds for 0.20.0
+
+    baseline = row["baseline"]
+    assert baseline["symbols"], "0.18.0 carries upstream methods"
+    assert baseline["regions"] == sum(s["regions"] for s in baseline["symbols"]) >= 0
+
+    refresh = row["refresh"]
+    assert refresh["exit"] in (0, 3)
+    assert refresh["conflicts"] == len(refresh["report"]["conflicts"])
+    assert refresh["flags"] == len(refresh["report"].get("flags", []))
+    assert (refresh["exit"] == 3) == (refresh["conflicts"] > 0)
+    assert set(refresh["reused"]) == {"conflicts", "flags"}
+
+    omni = row["omni"]
+    assert omni["total"] > 0
+    assert omni["kept"] == omni["total"], omni["files"]
+    assert f"| {omni['kept']}/{omni['total']} |" in row_line
+
+    drops = row["drops"]
+    assert drops["count"] == len(drops["items"]) >= 0
+
+    agreement = row["agreement"]
+    assert 0 <= agreement["agree"] <= agreement["total"]
+    assert len(agreement["disagreements"]) == agreement["total"] - agreement["agree"]
+    assert set(row["seconds"]) == {"adopt_old", "adopt_new", "merge_file", "refresh"}
