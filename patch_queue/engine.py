@@ -496,12 +496,17 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
     resolved = {k: work.get(k, v) for k, v in top_marked.items()}
     label_list: list[str] = state["labels"]  # type: ignore[assignment]
     labels = (label_list[0], label_list[1])
+    normalize = normalizer(target)
+    store = rerere.Store(ws.repo)
+    replayed: set[str] = set()
+    new_flags: list[dict[str, object]] = []
     # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
     # onto that patch's own result; rebase what follows onto the resolved commits
     new_done: list[list[str]] = []
     parent = str(state["new_base"])
     results: list[replay.PatchResult] = []
     stale_conflicts: list[dict[str, object]] = []
+    recorded: list[dict[str, object]] = []
     stop = not state["no_stop"]
     for name, commit, status in done:
         info = ws.repo.commit_info(commit)
@@ -510,6 +515,7 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
             for path, data in sorted(files.items()):
                 if path.startswith(stack.VENDOR) or path not in resolved or replay.has_markers(data) is None:
                     continue
+                recorded += _resolved_regions(state, name, path, top_marked[path], resolved[path], data)
                 carried = replay.carry_resolutions(top_marked[path], resolved[path], data)
                 if carried is None or replay.has_markers(carried) is not None:
                     raise QueueError(
@@ -522,8 +528,11 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
         elif info.parents[0] == parent:
             res = replay.PatchResult(name, status, commit)
         else:
-            res = replay.replay_patch(ws.repo, name, commit, parent, labels=labels)  # type: ignore[arg-type]
+            res = replay.replay_patch(ws.repo, name, commit, parent, labels=labels,  # type: ignore[arg-type]
+                                      normalize=normalize, recorded=store.lookup)
             res.status = status if not res.conflicts else "conflict"
+            replayed.add(name)
+            new_flags += [c.as_json() for c in res.flags]
             stale_conflicts += [c.as_json() for c in res.conflicts]
         if on_patch is not None:
             on_patch(res)
@@ -535,8 +544,13 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
     # then the patches not replayed yet
     remaining = patches[len(new_done):]
     if not (new_done and new_done[-1][2] == "conflict"):
+        if recorded:
+            store.record(recorded, "pq continue: resolutions recorded\n")
+            recorded = []
         more = replay.replay(ws.repo, [(n, c) for n, c in remaining], parent, labels=labels,  # type: ignore[arg-type]
-                             stop=stop, progress=on_patch)
+                             stop=stop, progress=on_patch, normalize=normalize, recorded=store.lookup)
+        replayed.update(r.name for r in more)
+        new_flags += [c.as_json() for r in more for c in r.flags]
         results += more
         new_done += [[r.name, r.commit, r.status] for r in more]
         stale_conflicts += [c.as_json() for r in more for c in r.conflicts]
@@ -549,9 +563,28 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
         if want != top_files:
             amended = stack.commit_files(ws.repo, last.parents[0], want, last)
             new_done[-1] = [new_done[-1][0], amended, "modified"]
+    if recorded:
+        store.record(recorded, "pq continue: resolutions recorded\n")
     state["done"] = new_done
     state["conflicts"] = stale_conflicts
+    state["flags"] = [f for f in state.get("flags", []) if f["patch"] not in replayed] + new_flags  # type: ignore[attr-defined, index]
     return _advance(ws, state, target, results, progress=progress)
+
+
+def _resolved_regions(state: dict[str, object], patch: str, path: str, top_marked: bytes, resolved: bytes,
+                      mine: bytes) -> list[dict[str, object]]:
+    """Recorded-resolution entries for the regions of ``patch`` in ``path`` the maintainer resolved."""
+    texts = replay.resolutions_of(top_marked, resolved, mine, patch)
+    mine_conflicts = sorted((c for c in state["conflicts"]  # type: ignore[attr-defined]
+                             if c["patch"] == patch and c["file"] == path and c.get("key")), key=lambda c: c["line"])
+    if texts is None or len(texts) != len(mine_conflicts):
+        return []
+    return [
+        {"key": c["key"], "patch": replay.patch_key(patch), "file": path, "symbol": c["symbol"], "kind": c["kind"],
+         "base": c["sides"].get("base", ""), "upstream": c["sides"].get("upstream", ""),
+         "patch_text": c["sides"].get("patch", ""), "resolution": text}
+        for c, text in zip(mine_conflicts, texts, strict=True)
+    ]
 
 
 def _parse_target(state: dict[str, object]) -> Queue:

@@ -13,6 +13,8 @@ follows from what the omni change is:
   lines go first (``both-inserted``).
 - **Layout-only changes yield.**  A side whose change is only layout (whitespace, line breaks,
   trailing commas, comment wrapping) gives way to the other side's real change.
+- **Comment edits yield to code edits.**  The patch only changed comments where upstream changed
+  code: upstream's code is taken and the dropped comment edit is listed (``comment-only``).
 - **Words merge.**  Both sides edited the same lines in different places of them: a word-level
   three-way merge of the region, accepted only when it is clean.
 - **Replaced code keeps its replacement.**  Upstream changed only lines the omni patch deleted
@@ -171,6 +173,19 @@ def _squash(lines: Sequence[str]) -> str:
     """
     text = "".join(lines)
     return re.sub(r"[\s,\\#()\[\]]", "", text).replace("'", '"')
+
+
+_TRAILING_COMMENT = re.compile(r"\s+#[^\"']*$")
+
+
+def _code(lines: Sequence[str]) -> str:
+    """The squashed text without comments (whole comment lines and plain trailing comments)."""
+    kept = []
+    for line in lines:
+        if line.lstrip().startswith("#") and not line.startswith(_TOKEN):
+            continue
+        kept.append(_TRAILING_COMMENT.sub("", line.rstrip("\n")) + "\n")
+    return _squash(kept)
 
 
 def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str]) -> list[str] | None:
@@ -391,6 +406,8 @@ def _decide(
         return "layout-only", "the omni patch only changed the layout of these lines; upstream's change is taken", o
     if _squash(o) == _squash(b):
         return "layout-only", "upstream only changed the layout of these lines; the omni text is kept", t
+    if _code(t) == _code(b) and _code(o) != _code(b):
+        return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
     words = _word_merge(b, o, t) if not any(line.startswith(_TOKEN) for line in b + o + t) else None
     if words is not None:
         return "merged-words", "both sides changed these lines in different words; merged word by word", words

@@ -230,6 +230,7 @@ def replay(
     parent = new_base
     for name, old in patches:
         res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded)
+        follow_lines(repo, [f for r in results for f in r.conflicts + r.flags], parent, res.commit)
         results.append(res)
         if progress is not None:
             progress(res)
@@ -237,6 +238,33 @@ def replay(
         if res.conflicts and stop:
             break
     return results
+
+
+def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, new_commit: str) -> None:
+    """Move the ``line`` of earlier findings to where their text is after a later patch changed the file."""
+    import pygit2
+
+    if not findings:
+        return
+    old_files = repo.read_tree(repo.commit_info(old_commit).tree)
+    new_files = repo.read_tree(repo.commit_info(new_commit).tree)
+    for path in sorted({f.file for f in findings}):
+        a, b = old_files.get(path), new_files.get(path)
+        if a is None or b is None or a == b:
+            continue
+        hunks = pygit2.Patch.create_from(a, b, context_lines=0).hunks
+        for f in findings:
+            if f.file != path:
+                continue
+            moved = f.line
+            for h in hunks:
+                first = h.old_start if h.old_lines else h.old_start + 1  # first line at or after the change
+                if f.line >= first + h.old_lines:
+                    moved += h.new_lines - h.old_lines
+                elif f.line >= first:  # the patch rewrote the finding's own line: point at what replaced it
+                    moved = h.new_start if h.new_lines else h.new_start + 1
+                    break
+            f.line = moved
 
 
 def _blocks(lines: list[bytes], theirs: str | None = None) -> list[tuple[int, int]]:
@@ -253,12 +281,11 @@ def _blocks(lines: list[bytes], theirs: str | None = None) -> list[tuple[int, in
     return out
 
 
-def carry_resolutions(top_marked: bytes, resolved: bytes, mine: bytes) -> bytes | None:
-    """Put into ``mine`` the resolution the maintainer wrote, in ``resolved``, for each region of ``top_marked``.
+def _replacements(top_marked: bytes, resolved: bytes, mine: bytes) -> list[tuple[int, int, list[bytes]]] | None:
+    """For each conflict region of ``mine`` (first, last line), the lines the maintainer put in its place.
 
-    Every conflict region of ``mine`` must appear verbatim in ``top_marked``; what replaced it in
-    ``resolved`` is found by aligning the unchanged lines around it.  None when a region cannot
-    be placed (then the caller asks for patch-by-patch resolution).
+    Every region of ``mine`` must appear verbatim in ``top_marked``; what replaced it in
+    ``resolved`` is found by aligning the unchanged lines around it.  None when one cannot be placed.
     """
     import difflib
 
@@ -270,7 +297,7 @@ def carry_resolutions(top_marked: bytes, resolved: bytes, mine: bytes) -> bytes 
         for k in range(block.size):
             mapping[block.a + k] = block.b + k
     top_blocks = {b"".join(top[s : e + 1]): (s, e) for s, e in _blocks(top)}
-    replacements: list[tuple[int, int, list[bytes]]] = []
+    out: list[tuple[int, int, list[bytes]]] = []
     for s, e in _blocks(own):
         key = b"".join(own[s : e + 1])
         if key not in top_blocks:
@@ -280,7 +307,29 @@ def carry_resolutions(top_marked: bytes, resolved: bytes, mine: bytes) -> bytes 
         after = min((i for i in mapping if i > te), default=len(top))
         lo = mapping[before] + 1 if before >= 0 else 0
         hi = mapping[after] if after < len(top) else len(res)
-        replacements.append((s, e, res[lo:hi]))
+        out.append((s, e, res[lo:hi]))
+    return out
+
+
+def carry_resolutions(top_marked: bytes, resolved: bytes, mine: bytes) -> bytes | None:
+    """Put into ``mine`` the resolution the maintainer wrote, in ``resolved``, for each region of ``top_marked``.
+
+    None when a region cannot be placed (then the caller asks for patch-by-patch resolution).
+    """
+    replacements = _replacements(top_marked, resolved, mine)
+    if replacements is None:
+        return None
+    own = mine.splitlines(keepends=True)
     for s, e, lines in reversed(replacements):
         own[s : e + 1] = lines
     return b"".join(own)
+
+
+def resolutions_of(top_marked: bytes, resolved: bytes, mine: bytes, theirs: str) -> list[str] | None:
+    """The texts that replaced the regions of ``mine`` closed by ``>>>>>>> theirs``, in file order."""
+    replacements = _replacements(top_marked, resolved, mine)
+    if replacements is None:
+        return None
+    own = mine.splitlines(keepends=True)
+    own_regions = {(s, e) for s, e in _blocks(own, theirs)}
+    return [b"".join(lines).decode("utf-8", "replace") for s, e, lines in replacements if (s, e) in own_regions]

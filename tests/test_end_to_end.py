@@ -85,20 +85,41 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     """0.30.0's series onto vllm-ascend 0.30.0rc2 (sdist only): exit 3, report, every Omni-new line kept."""
     proj = copy_project(adopted_030, tmp_path / "p")
     report = tmp_path / "report.json"
-    proc = pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(report), check=3)
+    md = tmp_path / "report.md"
+    proc = pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(report),
+              "--markdown", str(md), "--annotations", check=3)
     data = json.loads(report.read_text())
+    assert data["format"] == 2
     assert data["upstream"]["target"] == "vllm-ascend 0.30.0rc2"
     assert BASE_030 in data["upstream"]["base"]
     names = [p["name"] for p in data["patches"]]
     assert names == [n for n in (proj / "patches" / "series").read_text().split() if n.endswith(".patch")]
     assert {p["status"] for p in data["patches"]} <= {"modified", "conflict", "unchanged", "empty"}
     assert data["conflicts"], "this upgrade is known to conflict"
+    keys = {"patch", "file", "line", "symbol", "kind", "message", "anchor", "sides", "culprits", "reused", "key"}
     for c in data["conflicts"]:
-        assert set(c) == {"patch", "file", "line", "symbol"}
+        assert set(c) == keys, c
+        assert c["kind"] in {"both-changed", "anchor-lost", "upstream-changed-replaced", "symbol-removed"}, c
+        assert set(c["sides"]) == {"base", "upstream", "patch"}
         assert c["patch"] in names
         text = (proj / "npu_worker" / c["file"]).read_text().splitlines()
         assert text[c["line"] - 1].startswith("<<<<<<< "), c
         assert re.fullmatch(r"\w+\.\w+", c["symbol"]), c
+    assert data["flags"], "this upgrade takes decisions a reviewer must see"
+    for f in data["flags"]:
+        assert set(f) == keys | {"resolution"}, f
+        if f["kind"] not in {"reformatted"}:
+            text = (proj / "npu_worker" / f["file"]).read_text()
+            lines = text.splitlines(keepends=True)
+            region = "".join(lines[f["line"] - 1 : f["line"] - 1 + f["resolution"].count("\n")])
+            assert region == f["resolution"], f  # the flag points at the text it describes
+    assert data["blocks"]["before"] == data["blocks"]["after"] > 0
+    body = md.read_text()
+    assert body.startswith("## NPU runners: ") and body.count("<details>") == len(data["conflicts"]) + len(
+        data["flags"])
+    notes = [line for line in proc.stdout.splitlines() if line.startswith("::")]
+    assert len([n for n in notes if n.startswith("::error file=npu_worker/")]) == len(data["conflicts"])
+    assert len([n for n in notes if n.startswith("::warning file=npu_worker/")]) == len(data["flags"])
     per_file = Counter(c["file"] for c in data["conflicts"])
     assert f"{len(data['conflicts'])} conflict region(s)" in proc.stdout
     assert set(per_file) <= {"npu_model_runner.py", "npu_ar_model_runner.py", "npu_generation_model_runner.py"}
@@ -196,3 +217,59 @@ def test_no_stop_then_continue_carries_resolutions_back(adopted_030: Path, tmp_p
     for name in (proj / "patches" / "series").read_text().split():
         if name.endswith(".patch"):
             assert "<<<<<<<" not in (proj / "patches" / name).read_text(), name
+
+
+# the bases pq adopt finds for vllm-omni 0.14.0, 0.16.0, 0.18.0 and 0.20.0 (see test_round_trip)
+BASES = {"0.14.0": "65289676b42e", "0.16.0": "2870f7c8ad20", "0.18.0": "5df2ddd8dbb8", "0.20.0": "3e1b977b05c1"}
+
+
+@pytest.mark.parametrize("old,new", [("0.14.0", "0.16.0"), ("0.18.0", "0.20.0")])
+def test_real_upgrade_anchor_aware(corpus: Path, tmp_path: Path, old: str, new: str) -> None:
+    """A real upgrade between corpus releases: no omni block lost, every conflict and flag explained."""
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(corpus / f"vllm-omni-{old}" / "npu"), "--at", BASES[old])
+    report = tmp_path / "r.json"
+    pq(proj, "refresh", "--no-stop", "--to", BASES[new], "--report", str(report), check=3)
+    data = json.loads(report.read_text())
+    for f in (corpus / f"vllm-omni-{old}" / "npu").glob("*.py"):
+        have = omni_lines((proj / "npu_worker" / f.name).read_text())
+        want = omni_lines(f.read_text())
+        # the one inline tag of 0.14.0 ("x, # Omni-new") is laid out by ruff as "x,  # Omni-new"
+        norm = Counter({re.sub(r"\s+", " ", k): v for k, v in want.items()})
+        got = Counter({re.sub(r"\s+", " ", k): v for k, v in have.items()})
+        assert not (norm - got), (f.name, norm - got)
+    assert data["blocks"]["before"] == data["blocks"]["after"]
+    kinds = {f["kind"] for f in data["flags"]}
+    assert kinds & {"block-moved", "both-inserted", "kept-replacement", "layout-only"}, kinds
+    # the upstream is the git bundle: conflicts name the upstream commits that caused them
+    named = [c for c in data["conflicts"] if c["culprits"]]
+    assert len(named) >= len(data["conflicts"]) // 2, data["conflicts"]
+    for c in named:
+        assert all(re.fullmatch(r"[0-9a-f]{40}", x["commit"]) and x["subject"] for x in c["culprits"])
+
+
+def test_resolution_recorded_once_is_reused(corpus: Path, tmp_path: Path) -> None:
+    """Resolve a real conflict once; a second refresh from the same base (another clone) reuses it."""
+    first = new_project(tmp_path / "a")
+    pq(first, "adopt", str(corpus / "vllm-omni-0.18.0" / "npu"), "--at", BASES["0.18.0"])
+    second = copy_project(first, tmp_path / "b")
+    report = tmp_path / "r1.json"
+    pq(first, "refresh", "--no-stop", "--to", BASES["0.20.0"], "--report", str(report), check=3)
+    conflicts = json.loads(report.read_text())["conflicts"]
+    assert conflicts
+    for path in (first / "npu_worker").glob("*.py"):
+        path.write_text(_take_patch_side(path.read_text()))
+    pq(first, "continue")
+    assert git(first, "ls-tree", "-r", "--name-only", "refs/pq/resolutions").count(".json") == len(conflicts)
+    # share the recorded resolutions the way a team would: fetch the ref
+    git(second, "fetch", "-q", str(first), "refs/pq/resolutions:refs/pq/resolutions")
+    report2 = tmp_path / "r2.json"
+    pq(second, "refresh", "--no-stop", "--to", BASES["0.20.0"], "--report", str(report2))
+    data = json.loads(report2.read_text())
+    assert not data["conflicts"]
+    reused = [f for f in data["flags"] if f["reused"]]
+    assert len(reused) == len(conflicts) and all(f["kind"] == "reused" for f in reused)
+    for path in (first / "npu_worker").glob("*.py"):
+        assert (second / "npu_worker" / path.name).read_bytes() == path.read_bytes(), path.name
+    for path in (first / "patches").glob("*.patch"):
+        assert (second / "patches" / path.name).read_bytes() == path.read_bytes(), path.name
