@@ -75,6 +75,9 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
             continue
         if open_at is not None:
             if PLAIN.match(line):
+                if _indent(line) != open_indent:
+                    problems.append(FenceProblem(i + 1, f"closes the Omni-new block opened on line {open_at + 1} "
+                                                        f"at another indentation ({_indent(line)} vs {open_indent})"))
                 blocks.append((open_at, i, open_indent, True))
                 open_at = None
                 continue

@@ -8,13 +8,13 @@ from patch_queue import anchors
 from patch_queue.anchors import Block, FenceProblem, parse_blocks
 
 # The fence variants the published runners use, verbatim (indentation included).
-FENCE_SPACED_8 = "        #  -------------------------------------- Omni-new -------------------------------------------------"
-FENCE_SPACED_12 = "            # -------------------------------------- Omni-new -------------------------------------------------"
-FENCE_TIGHT_8 = "        # ---------------------------------------Omni-new----------------------------------------------"
-FENCE_TIGHT_12 = "            # ---------------------------------------Omni-new----------------------------------------------"
-FENCE_SPACED_4 = "    #  -------------------------------------- Omni-new -------------------------------------------------"
+FENCE_SPACED_8 = "        #  -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
+FENCE_SPACED_12 = "            # -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
+FENCE_TIGHT_8 = "        # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
+FENCE_TIGHT_12 = "            # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
+FENCE_SPACED_4 = "    #  -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
 PLAIN_8 = "        # -------------------------------------------------------------------------------------------------"
-PLAIN_12 = "            # -------------------------------------------------------------------------------------------------"
+PLAIN_12 = "            # -------------------------------------------------------------------------------------------------"  # noqa: E501
 
 
 def src(*lines: str) -> str:
@@ -244,7 +244,6 @@ def test_close_at_another_indentation_is_a_problem_on_the_close_line() -> None:
     assert "line 3" in problems[0].message
 
 
-@pytest.mark.xfail(strict=True, reason="a plain dashed close is not checked for indentation: it closes silently")
 def test_plain_dashed_close_at_another_indentation_is_a_problem() -> None:
     text = src(
         "    def _dummy_run(self, num_tokens):",

@@ -78,6 +78,7 @@ def test_u3_on_the_corpus(corpus: Path, tmp_path: Path) -> None:
     baseline = row["baseline"]
     assert baseline["symbols"], "0.18.0 carries upstream methods"
     assert baseline["regions"] == sum(s["regions"] for s in baseline["symbols"]) >= 0
+    assert baseline["regions"] == baseline["regions_methods_present"] + baseline["regions_top_level"] + baseline["gone"]
 
     refresh = row["refresh"]
     assert refresh["exit"] in (0, 3)
@@ -88,7 +89,7 @@ def test_u3_on_the_corpus(corpus: Path, tmp_path: Path) -> None:
 
     omni = row["omni"]
     assert omni["total"] > 0
-    assert omni["kept"] == omni["total"], omni["files"]
+    assert omni["kept"] == omni["total"] == omni["kept_ignoring_whitespace"], omni["files"]
     assert f"| {omni['kept']}/{omni['total']} |" in row_line
 
     drops = row["drops"]

@@ -128,7 +128,10 @@ def test_parse_pr() -> None:
 def test_normalize_ignores_layout_quotes_and_commas() -> None:
     yapf = "x = foo(a,\n        'b',\n        c)\n"
     ruff = 'x = foo(\n    a,\n    "b",\n    c,\n)\n'
-    assert normalize(yapf) == normalize(ruff) == 'x=foo(a"b"c)'
+    assert normalize(yapf) == normalize(ruff) == "x=fooabc"
+    # ruff adds and drops parentheses and joins implicitly concatenated strings
+    assert normalize("y = (a +\n     b)\n") == normalize("y = a + b\n")
+    assert normalize("m('ab' 'cd')") == normalize('m("abcd")')
     assert normalize("a = 1 + \\\n    2\n") == "a=1+2"
     assert normalize(" \t\n,\\ \u3000") == ""
 

@@ -1,0 +1,708 @@
+"""Unit tests of the anchor-aware three-way merge (:mod:`patch_queue.merge`) on small runner-like snippets.
+
+``ours`` is always the new upstream side, ``theirs`` the omni patch, ``base`` the old upstream parent.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from patch_queue import merge
+from patch_queue.merge import MergeResult, Region, merge3
+
+FENCE = "        #  -------------------------------------- Omni-new -------------------------------------------------"
+FENCE_TIGHT = "            # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
+PLAIN = "            # -------------------------------------------------------------------------------------------------"  # noqa: E501
+
+
+def src(*lines: str) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def block(*body: str, fence: str = FENCE) -> list[str]:
+    return [fence, *body, fence]
+
+
+def count_seq(text: str, seq: list[str]) -> int:
+    """How many times the contiguous run of lines ``seq`` occurs in ``text``."""
+    lines = text.splitlines()
+    n = len(seq)
+    return sum(1 for i in range(len(lines) - n + 1) if lines[i : i + n] == seq)
+
+
+def check_regions(result: MergeResult) -> None:
+    """Every region's line/length point at what it placed in the merged text."""
+    lines = result.text.splitlines(keepends=True)
+    for r in result.regions:
+        placed = lines[r.line - 1 : r.line - 1 + r.length]
+        assert len(placed) == r.length
+        if r.conflict:
+            assert placed[0].startswith("<<<<<<< ")
+            assert placed[-1].startswith(">>>>>>> ")
+            assert r.resolution is None
+        else:
+            assert "".join(placed) == r.resolution
+
+
+def only(result: MergeResult) -> Region:
+    assert len(result.regions) == 1, [r.kind for r in result.regions]
+    return result.regions[0]
+
+
+def conflict_sections(text: str) -> list[dict[str, list[str]]]:
+    """The ours/base/theirs sections of every diff3 conflict in ``text``."""
+    out: list[dict[str, list[str]]] = []
+    current: dict[str, list[str]] | None = None
+    part = ""
+    for line in text.splitlines():
+        if line.startswith("<<<<<<< "):
+            current, part = {"ours": [], "base": [], "theirs": []}, "ours"
+        elif line.startswith("||||||| ") and current is not None:
+            part = "base"
+        elif line == "=======" and current is not None:
+            part = "theirs"
+        elif line.startswith(">>>>>>> ") and current is not None:
+            out.append(current)
+            current = None
+        elif current is not None:
+            current[part].append(line)
+    assert current is None, "unterminated conflict"
+    return out
+
+
+# A slice of NPUModelRunner.execute_model, the base most tests start from.
+EXEC = [
+    "class NPUModelRunner(GPUModelRunner):",
+    "    @torch.inference_mode()",
+    "    def execute_model(self, scheduler_output, intermediate_tensors=None):",
+    "        self._update_states(scheduler_output)",
+    "        num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
+    "        if not num_scheduled_tokens:",
+    "            return EMPTY_MODEL_RUNNER_OUTPUT",
+    "        attn_metadata, logits_indices = self._prepare_inputs(scheduler_output)",
+    "        input_ids = self.input_ids.gpu[:num_input_tokens]",
+    "        positions = self.positions.gpu[:num_input_tokens]",
+    "        hidden_states = self.model(input_ids=input_ids, positions=positions)",
+    "        logits = self.model.compute_logits(hidden_states[logits_indices])",
+    "        return self._postprocess(logits)",
+]
+KV_BLOCK = block(
+    "        # [Omni] Handle KV transfer BEFORE updating states (which removes finished requests)",
+    "        self.kv_extractor.extract(scheduler_output)",
+)
+
+
+def with_block_after(lines: list[str], after: int, blk: list[str]) -> list[str]:
+    """``lines`` with ``blk`` inserted after line number ``after`` (1-based)."""
+    return lines[:after] + blk + lines[after:]
+
+
+def replaced(lines: list[str], old: str, new: str) -> list[str]:
+    assert sum(old in line for line in lines) == 1, old
+    return [line.replace(old, new) for line in lines]
+
+
+# ---------------------------------------------------------------------------------------------
+# trivial cases
+
+
+def test_identical_sides() -> None:
+    base = src(*EXEC)
+    result = merge3(base, base, base)
+    assert result.text == base
+    assert result.regions == []
+    assert result.clean and result.conflicts == []
+
+
+def test_both_sides_made_the_same_change() -> None:
+    base = src(*EXEC)
+    same = src(*replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, True)"))
+    result = merge3(base, same, same)
+    assert result.text == same
+    assert result.regions == []
+
+
+def test_only_upstream_changed() -> None:
+    base = src(*EXEC)
+    ours = src(*replaced(EXEC, "hidden_states = self.model(", "hidden_states = self._model_forward("))
+    result = merge3(base, ours, base)
+    assert result.text == ours
+    assert result.regions == []
+
+
+def test_only_the_patch_changed() -> None:
+    base = src(*EXEC)
+    theirs = src(*with_block_after(EXEC, 3, KV_BLOCK))
+    result = merge3(base, base, theirs)
+    assert result.text == theirs
+    assert result.regions == []
+
+
+def test_far_apart_changes_merge_cleanly_without_flags() -> None:
+    base = src(*EXEC)
+    ours = src(*replaced(EXEC, "return self._postprocess(logits)", "return self._postprocess(logits, hidden_states)"))
+    theirs = src(*with_block_after(EXEC, 3, KV_BLOCK))
+    result = merge3(base, ours, theirs)
+    assert result.text == src(*with_block_after(EXEC[:-1], 3, KV_BLOCK),
+                              "        return self._postprocess(logits, hidden_states)")
+    assert result.regions == []
+
+
+# ---------------------------------------------------------------------------------------------
+# insertions follow their anchor
+
+
+def test_block_follows_upstreams_new_line_above() -> None:
+    """Upstream rewrote the line above the omni insertion: the block goes before the line below it."""
+    base = src(*EXEC)
+    new_above = "        self._update_states(scheduler_output, self.input_batch)"
+    ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, "
+                                                                          "self.input_batch)")
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    result = merge3(base, src(*ours_lines), theirs)
+    assert result.clean
+    assert result.text == src(*with_block_after(ours_lines, 4, KV_BLOCK))
+    assert count_seq(result.text, KV_BLOCK) == 1
+    lines = result.text.splitlines()
+    at = lines.index(KV_BLOCK[0])
+    assert lines[at - 1] == new_above
+    assert lines[at + len(KV_BLOCK)] == EXEC[4]
+    region = only(result)
+    assert region.kind == "block-moved"
+    assert not region.conflict
+    assert region.anchor is not None and region.anchor.first == KV_BLOCK[1].strip()
+    check_regions(result)
+
+
+def test_block_stays_after_the_line_above_when_upstream_rewrote_the_line_below() -> None:
+    base = src(*EXEC)
+    ours_lines = replaced(EXEC, "scheduler_output.total_num_scheduled_tokens", "scheduler_output.num_tokens")
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    result = merge3(base, src(*ours_lines), theirs)
+    assert result.clean
+    assert result.text == src(*with_block_after(ours_lines, 4, KV_BLOCK))
+    assert count_seq(result.text, KV_BLOCK) == 1
+    region = only(result)
+    assert region.kind == "block-moved"
+    check_regions(result)
+
+
+def test_block_goes_before_the_line_below_when_upstream_deleted_the_line_above() -> None:
+    base = src(*EXEC)
+    ours_lines = [line for line in EXEC if "self._update_states(" not in line]
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    result = merge3(base, src(*ours_lines), theirs)
+    assert result.clean
+    assert result.text == src(*with_block_after(ours_lines, 3, KV_BLOCK))
+    assert only(result).kind == "block-moved"
+    check_regions(result)
+
+
+def test_block_closed_by_a_plain_dashed_line_moves_whole() -> None:
+    base = [
+        "    def _dummy_run(self, num_tokens):",
+        "        with self.maybe_dummy_run_with_lora(self.lora_config, num_scheduled_tokens):",
+        "            outputs = self.model(input_ids=input_ids, positions=positions)",
+        "            hidden_states = outputs",
+        "            dummy_compute_logits(hidden_states)",
+    ]
+    blk = [FENCE_TIGHT, "            hidden_states, _ = self.extract_multimodal_outputs(hidden_states)", PLAIN]
+    ours = replaced(base, "hidden_states = outputs", "hidden_states = outputs[0] if isinstance(outputs, tuple) "
+                                                     "else outputs")
+    theirs = with_block_after(base, 4, blk)
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert result.clean
+    assert result.text == src(*with_block_after(ours, 4, blk))
+    region = only(result)
+    assert region.kind == "block-moved"
+    assert region.anchor is not None and region.anchor.first == blk[1].strip()
+    check_regions(result)
+
+
+def test_upstream_insertion_follows_its_anchor_next_to_an_omni_change() -> None:
+    """The mirror rule: the patch rewrote the line above an upstream insertion."""
+    base = src(*EXEC)
+    ours_lines = with_block_after(EXEC, 4, ["        self._sync_metadata_across_dp(scheduler_output)"])
+    theirs_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._omni_update_states(scheduler_output)")
+    result = merge3(base, src(*ours_lines), src(*theirs_lines))
+    assert result.clean
+    assert result.text == src(*with_block_after(theirs_lines, 4, ["        self._sync_metadata_across_dp("
+                                                                    "scheduler_output)"]))
+    assert only(result).kind == "block-moved"
+    check_regions(result)
+
+
+def test_both_anchors_gone_is_an_anchor_lost_conflict_with_the_block_whole() -> None:
+    base = src(*EXEC)
+    ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, None)")
+    ours_lines = replaced(ours_lines, "scheduler_output.total_num_scheduled_tokens", "scheduler_output.num_tokens")
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    result = merge3(base, src(*ours_lines), theirs, labels=("v0.14.0", "v0.16.0", "0002-omni-kv.patch"))
+    assert not result.clean
+    region = only(result)
+    assert region.kind == "anchor-lost"
+    assert region.conflict
+    assert region.anchor is not None and region.anchor.fenced
+    assert count_seq(result.text, KV_BLOCK) == 1
+    (sections,) = conflict_sections(result.text)
+    assert count_seq("\n".join(sections["theirs"]), KV_BLOCK) == 1
+    assert sections["ours"] == ours_lines[3:5]
+    assert sections["base"] == EXEC[3:5]
+    assert result.text.count("<<<<<<< v0.16.0\n") == 1
+    assert result.text.count(">>>>>>> 0002-omni-kv.patch\n") == 1
+    check_regions(result)
+
+
+def test_both_sides_insert_at_one_place_upstream_first() -> None:
+    base = src(*EXEC)
+    upstream_line = "        self._sync_metadata_across_dp(scheduler_output)"
+    ours = src(*with_block_after(EXEC, 4, [upstream_line]))
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    result = merge3(base, ours, theirs)
+    assert result.clean
+    assert result.text == src(*with_block_after(EXEC, 4, [upstream_line, *KV_BLOCK]))
+    region = only(result)
+    assert region.kind == "both-inserted"
+    assert region.resolution == src(upstream_line, *KV_BLOCK)
+    check_regions(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# layout, words, replacements, conflicts
+
+DUMMY_BASE = [
+    "    def _dummy_run(self, num_tokens):",
+    "        hidden_states = self.model(input_ids=input_ids, positions=positions, intermediate_tensors=None)",
+    "        return hidden_states",
+]
+DUMMY_WRAPPED = [
+    "    def _dummy_run(self, num_tokens):",
+    "        hidden_states = self.model(",
+    "            input_ids=input_ids,",
+    "            positions=positions,",
+    "            intermediate_tensors=None,",
+    "        )",
+    "        return hidden_states",
+]
+DUMMY_UPSTREAM = replaced(DUMMY_BASE, "positions=positions,", "positions=positions, inputs_embeds=inputs_embeds,")
+
+
+def test_patch_only_rewrapped_lines_upstream_changed_takes_upstream_with_a_flag() -> None:
+    result = merge3(src(*DUMMY_BASE), src(*DUMMY_UPSTREAM), src(*DUMMY_WRAPPED))
+    assert result.clean
+    assert result.text == src(*DUMMY_UPSTREAM)
+    region = only(result)
+    assert region.kind == "layout-only"
+    assert not region.conflict
+    assert region.theirs == src(*DUMMY_WRAPPED[1:6])
+    check_regions(result)
+
+
+def test_upstream_only_rewrapped_lines_the_patch_changed_keeps_the_omni_text() -> None:
+    theirs = replaced(DUMMY_BASE, "intermediate_tensors=None", "intermediate_tensors=self.omni_tensors")
+    result = merge3(src(*DUMMY_BASE), src(*DUMMY_WRAPPED), src(*theirs))
+    assert result.clean
+    assert result.text == src(*theirs)
+    assert only(result).kind == "layout-only"
+    check_regions(result)
+
+
+def test_words_at_both_ends_of_a_line_merge() -> None:
+    base = [
+        "    def _prepare_inputs(self, scheduler_output):",
+        "        num_reqs = self.input_batch.num_reqs",
+        "        req_ids = self.input_batch.req_ids[:num_reqs]",
+        "        return req_ids",
+    ]
+    ours = replaced(base, "        req_ids = self.input_batch", "        request_ids = self.input_batch")
+    theirs = replaced(base, "[:num_reqs]", "[:num_reqs_padded]")
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert result.clean
+    assert result.text.splitlines()[2] == "        request_ids = self.input_batch.req_ids[:num_reqs_padded]"
+    region = only(result)
+    assert region.kind == "merged-words"
+    check_regions(result)
+
+
+def test_overlapping_words_do_not_merge() -> None:
+    base = ["    def load_model(self):", "        self.model = get_model(vllm_config=self.vllm_config)"]
+    ours = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
+                                                                       "prefix='model')")
+    theirs = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
+                                                                         "omni=True)")
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert only(result).kind == "both-changed"
+
+
+def test_upstream_edited_lines_the_patch_deleted_keeps_the_replacement() -> None:
+    base = [
+        "    def _sample(self, logits, spec_decode_metadata):",
+        "        sampling_metadata = self.input_batch.sampling_metadata",
+        "        sampler_output = self.sampler(logits=logits, sampling_metadata=sampling_metadata)",
+        "        return sampler_output",
+    ]
+    ours = replaced(base, "sampling_metadata=sampling_metadata)", "sampling_metadata=sampling_metadata, "
+                                                                   "predict_bonus_token=True)")
+    theirs = [
+        base[0],
+        base[1],
+        *block("        return self.omni_sampler.run(logits, sampling_metadata)"),
+        base[3],
+    ]
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert result.clean
+    assert result.text == src(*theirs)
+    region = only(result)
+    assert region.kind == "kept-replacement"
+    assert not region.conflict
+    assert "predict_bonus_token=True" in region.ours  # listed for a human to port
+    assert region.anchor is not None
+    assert region.anchor.first == "return self.omni_sampler.run(logits, sampling_metadata)"
+    check_regions(result)
+
+
+def test_real_overlapping_edit_is_a_diff3_conflict() -> None:
+    base = [
+        "    def load_model(self):",
+        "        with DeviceMemoryProfiler() as m:",
+        "            self.model = get_model(vllm_config=self.vllm_config)",
+        "            self.model.eval()",
+        "        logger.info('Loading model weights took %.4f GB', m.consumed_memory / GiB_bytes)",
+    ]
+    ours = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
+                                                                       "prefix='model')")
+    theirs = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
+                                                                         "omni=True)")
+    labels = ("v0.14.0", "v0.16.0", "0003-omni-talker.patch")
+    result = merge3(src(*base), src(*ours), src(*theirs), labels=labels)
+    assert not result.clean
+    region = only(result)
+    assert result.conflicts == [region]
+    assert region.kind == "both-changed"
+    assert region.conflict
+    assert region.line == 3
+    assert region.length == 7
+    assert region.base == base[2] + "\n"
+    assert region.ours == ours[2] + "\n"
+    assert region.theirs == theirs[2] + "\n"
+    assert region.key
+    assert result.text == src(
+        *base[:2],
+        "<<<<<<< v0.16.0",
+        ours[2],
+        "||||||| v0.14.0",
+        base[2],
+        "=======",
+        theirs[2],
+        ">>>>>>> 0003-omni-talker.patch",
+        *base[3:],
+    )
+    assert result.text.splitlines()[region.line - 1] == "<<<<<<< v0.16.0"
+    check_regions(result)
+
+
+def test_conflict_line_counts_expanded_blocks_above_it() -> None:
+    """Blocks above a conflict are folded while merging; the reported line is in the expanded text."""
+    base = list(EXEC)
+    ours = replaced(base, "return self._postprocess(logits)", "return self._postprocess(logits, None)")
+    theirs = with_block_after(replaced(base, "return self._postprocess(logits)", "return self._postprocess(logits, "
+                                                                                 "self.talker_outputs)"), 4, KV_BLOCK)
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    region = only(result)
+    assert region.conflict
+    assert result.text.splitlines()[region.line - 1] == "<<<<<<< ours"
+    assert region.line == len(EXEC) + len(KV_BLOCK)
+    check_regions(result)
+
+
+def test_default_labels() -> None:
+    result = merge3("a = 1\n", "a = 2\n", "a = 3\n")
+    assert result.text == "<<<<<<< ours\na = 2\n||||||| base\na = 1\n=======\na = 3\n>>>>>>> theirs\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# near-block flags
+
+
+def test_clean_upstream_edit_two_lines_from_an_omni_change_is_flagged() -> None:
+    base = src(*EXEC)
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))  # before base line 5
+    ours_lines = replaced(EXEC, "if not num_scheduled_tokens:", "if num_scheduled_tokens == 0:")  # base line 6
+    result = merge3(base, src(*ours_lines), theirs)
+    assert result.clean
+    assert result.text == src(*with_block_after(ours_lines, 4, KV_BLOCK))
+    region = only(result)
+    assert region.kind == "near-block"
+    assert not region.conflict
+    assert region.ours == "        if num_scheduled_tokens == 0:\n"
+    assert region.anchor is not None and region.anchor.first == KV_BLOCK[1].strip()
+    assert result.text.splitlines()[region.line - 1] == "        if num_scheduled_tokens == 0:"
+    check_regions(result)
+
+
+def test_clean_upstream_edit_far_from_omni_changes_is_not_flagged() -> None:
+    base = src(*EXEC)
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    ours_lines = replaced(EXEC, "return self._postprocess(logits)", "return self._postprocess(logits, None)")
+    result = merge3(base, src(*ours_lines), theirs)
+    assert result.clean
+    assert result.regions == []
+
+
+# ---------------------------------------------------------------------------------------------
+# recorded resolutions
+
+
+def _conflicting() -> tuple[str, str, str]:
+    base = ["    def load_model(self):", "        self.model = get_model(vllm_config=self.vllm_config)",
+            "        self.model.eval()"]
+    ours = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
+                                                                       "prefix='model')")
+    theirs = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
+                                                                         "omni=True)")
+    return src(*base), src(*ours), src(*theirs)
+
+
+def test_recorded_resolution_is_reused() -> None:
+    base, ours, theirs = _conflicting()
+    first = merge3(base, ours, theirs, key_prefix="0003-omni.patch:npu_model_runner.py")
+    region = only(first)
+    assert region.conflict and region.kind == "both-changed"
+    key = region.key
+    assert len(key) == 64
+
+    asked: list[str] = []
+    store = {key: "        self.model = get_model(vllm_config=self.vllm_config, prefix='model', omni=True)\n"}
+
+    def recorded(k: str) -> str | None:
+        asked.append(k)
+        return store.get(k)
+
+    second = merge3(base, ours, theirs, key_prefix="0003-omni.patch:npu_model_runner.py", recorded=recorded)
+    assert asked == [key]
+    assert second.clean
+    reused = only(second)
+    assert reused.reused is True
+    assert reused.kind == "reused"
+    assert not reused.conflict
+    assert reused.key == key
+    assert reused.resolution == store[key]
+    assert second.text == src("    def load_model(self):",
+                              "        self.model = get_model(vllm_config=self.vllm_config, prefix='model', omni=True)",
+                              "        self.model.eval()")
+    assert "<<<<<<<" not in second.text
+    check_regions(second)
+
+
+def test_recorded_callback_is_only_asked_about_conflicts() -> None:
+    base, ours, _ = _conflicting()
+    asked: list[str] = []
+
+    def recorded(k: str) -> str | None:
+        asked.append(k)
+        return None
+
+    merge3(base, ours, base, recorded=recorded)
+    assert asked == []
+
+
+def test_unknown_key_leaves_the_conflict() -> None:
+    base, ours, theirs = _conflicting()
+    result = merge3(base, ours, theirs, recorded={"0" * 64: "x\n"}.get)
+    assert only(result).conflict
+
+
+def test_key_is_stable_and_depends_on_texts_and_prefix() -> None:
+    base, ours, theirs = _conflicting()
+    k1 = only(merge3(base, ours, theirs, key_prefix="p")).key
+    k2 = only(merge3(base, ours, theirs, key_prefix="p")).key
+    assert k1 == k2
+    assert only(merge3(base, ours, theirs, labels=("a", "b", "c"), key_prefix="p")).key == k1  # labels are cosmetic
+    assert only(merge3(base, ours, theirs, key_prefix="q")).key != k1
+    other_theirs = theirs.replace("omni=True", "omni=False")
+    assert only(merge3(base, ours, other_theirs, key_prefix="p")).key != k1
+    other_ours = ours.replace("prefix='model'", "prefix='language_model'")
+    assert only(merge3(base, other_ours, theirs, key_prefix="p")).key != k1
+    # unrelated text elsewhere in the file does not move the key
+    padded = "import torch\n\n\nclass NPUModelRunner:\n"
+    assert only(merge3(padded + base, padded + ours, padded + theirs, key_prefix="p")).key == k1
+
+
+def test_recorded_resolution_for_an_anchor_lost_conflict() -> None:
+    base = src(*EXEC)
+    ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, None)")
+    ours_lines = replaced(ours_lines, "scheduler_output.total_num_scheduled_tokens", "scheduler_output.num_tokens")
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    first = merge3(base, src(*ours_lines), theirs)
+    key = only(first).key
+    resolution = src(ours_lines[3], *KV_BLOCK, ours_lines[4])
+    second = merge3(base, src(*ours_lines), theirs, recorded={key: resolution}.get)
+    assert second.clean
+    assert only(second).reused
+    assert second.text == src(*with_block_after(ours_lines, 4, KV_BLOCK))
+
+
+# ---------------------------------------------------------------------------------------------
+# never drop or duplicate an omni block
+
+
+@pytest.mark.parametrize("ours", [DUMMY_BASE, DUMMY_UPSTREAM, DUMMY_WRAPPED,
+                                  replaced(DUMMY_WRAPPED, "positions=positions,", "positions=positions, "
+                                                                                  "inputs_embeds=inputs_embeds,")],
+                         ids=["unchanged", "upstream-edit", "upstream-rewrap", "upstream-rewrap-and-edit"])
+@pytest.mark.parametrize("where", ["after", "around"])
+def test_patch_adding_a_block_plus_rewrapping_keeps_the_block_once(ours: list[str], where: str) -> None:
+    extract = "        hidden_states, _ = self.extract_multimodal_outputs(hidden_states)"
+    if where == "after":
+        theirs = DUMMY_WRAPPED[:6] + block(extract) + DUMMY_WRAPPED[6:]
+        blk = block(extract)
+    else:  # the block wraps the re-wrapped call itself
+        blk = block(*DUMMY_WRAPPED[1:6], extract)
+        theirs = DUMMY_WRAPPED[:1] + blk + DUMMY_WRAPPED[6:]
+    result = merge3(src(*DUMMY_BASE), src(*ours), src(*theirs))
+    assert count_seq(result.text, blk) == 1
+    assert result.text.count("Omni-new") == 2
+    check_regions(result)
+
+
+def test_rule_that_would_drop_a_block_falls_back_to_a_conflict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stacked series: an earlier patch's block is in base and in ours (where upstream's replay changed it).
+
+    The patch replaced that block and the line after it: kept-replacement would keep the patch's
+    text and silently drop ours' version of the earlier block.  The merge must leave a conflict.
+    """
+    old = block("        self._omni_prepare(scheduler_output)")
+    new = block("        self._omni_prepare(scheduler_output, self.input_batch)")
+    head = "    def execute_model(self, scheduler_output):"
+    tail = "        return logits"
+    base = src(head, *old, "        logits = self.model.compute_logits(hidden_states[logits_indices])", tail)
+    ours = src(head, *new, "        logits = self.model.compute_logits(hidden_states[logits_indices], None)", tail)
+    theirs = src(head, "        logits = self.talker.run(scheduler_output)", tail)
+
+    result = merge3(base, ours, theirs)
+    region = only(result)
+    assert region.conflict
+    assert region.kind == "upstream-changed-replaced"
+    (sections,) = conflict_sections(result.text)
+    assert count_seq("\n".join(sections["ours"]), new) == 1
+    assert count_seq(result.text, new) == 1
+    check_regions(result)
+
+    # without the safety net, the rule would have resolved the region by dropping the block
+    monkeypatch.setattr(merge, "_blocks_kept", lambda *args: True)
+    unsafe = merge3(base, ours, theirs)
+    assert only(unsafe).kind == "kept-replacement"
+    assert count_seq(unsafe.text, new) == 0
+
+
+def test_block_both_sides_inserted_is_not_doubled() -> None:
+    base = src(*EXEC)
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    ours_lines = with_block_after(
+        replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, None)"),
+        4, KV_BLOCK)
+    result = merge3(base, src(*ours_lines), theirs)
+    assert count_seq(result.text, KV_BLOCK) == 1
+
+
+def test_line_wrapped_verbatim_into_a_block_is_not_replaced_code() -> None:
+    base = [
+        "    def _dummy_run(self, num_tokens):",
+        "        hidden_states = self.model(input_ids=input_ids, positions=positions)",
+        "        return hidden_states",
+    ]
+    ours = replaced(base, "positions=positions)", "positions=positions, inputs_embeds=inputs_embeds)")
+    theirs = base[:1] + block(base[1], "        hidden_states, _ = self.extract_multimodal_outputs(hidden_states)") \
+        + base[2:]
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert all(r.kind != "kept-replacement" for r in result.regions)
+    assert "inputs_embeds=inputs_embeds" in result.text
+
+
+# ---------------------------------------------------------------------------------------------
+# property: random upstream edits never drop or duplicate the patch's blocks
+
+_BODY = [
+    "        self._update_states(scheduler_output)",
+    "        num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
+    "        if not num_scheduled_tokens:",
+    "            return EMPTY_MODEL_RUNNER_OUTPUT",
+    "        attn_metadata, logits_indices = self._prepare_inputs(scheduler_output)",
+    "        input_ids = self.input_ids.gpu[:num_input_tokens]",
+    "        positions = self.positions.gpu[:num_input_tokens]",
+    "        hidden_states = self.model(input_ids=input_ids, positions=positions)",
+    "        logits = self.model.compute_logits(hidden_states[logits_indices])",
+    "        self.input_batch.refresh_metadata()",
+    "",
+    "        sampler_output = self._sample(logits, spec_decode_metadata)",
+    "        return self._postprocess(sampler_output)",
+]
+_UPSTREAM = [
+    "        self._sync_metadata_across_dp(scheduler_output)",
+    "        num_scheduled_tokens = scheduler_output.num_tokens",
+    "        hidden_states = self._model_forward(input_ids, positions)",
+    "        if self.use_aux_hidden_state_outputs:",
+    "            hidden_states, aux = hidden_states",
+    "",
+    "        logits = self.model.compute_logits(hidden_states)",
+    "        # upstream: ubatching",
+    "        return self._postprocess(sampler_output)",
+]
+_BLOCKS = [
+    ["        # [Omni] Handle KV transfer BEFORE updating states",
+     "        self.kv_extractor.extract(scheduler_output)"],
+    ["        hidden_states, multimodal_outputs = self.extract_multimodal_outputs(hidden_states)"],
+    ["        if self.has_talker_mtp:", "            self._talker_mtp_forward(hidden_states)",
+     "        self.omni_connector.flush()"],
+]
+
+_edit = st.tuples(st.sampled_from(["insert", "delete", "replace"]), st.integers(0, 40), st.sampled_from(_UPSTREAM))
+
+
+@st.composite
+def _scenario(draw: st.DrawFn) -> tuple[list[str], list[str], list[str], list[list[str]]]:
+    body = draw(st.lists(st.sampled_from(_BODY), min_size=3, max_size=14))
+    base = ["class NPUModelRunner(GPUModelRunner):", "    def execute_model(self, scheduler_output):", *body]
+    n_blocks = draw(st.integers(1, 3))
+    fence = draw(st.sampled_from([FENCE, FENCE.replace("#  --", "# --"),
+                                  "        # ---------------------------------------Omni-new------------------------"]))
+    chosen = draw(st.permutations(range(len(_BLOCKS))))[:n_blocks]
+    blocks = [[fence, *_BLOCKS[i], fence] for i in chosen]
+    positions = sorted(draw(st.lists(st.integers(2, len(base)), min_size=n_blocks, max_size=n_blocks)))
+    theirs = list(base)
+    for blk, at in sorted(zip(blocks, positions, strict=True), key=lambda x: -x[1]):
+        theirs[at:at] = blk
+    ours = list(base)
+    for kind, at, line in draw(st.lists(_edit, max_size=6)):
+        at = at % (len(ours) + 1)
+        if kind == "insert":
+            ours.insert(at, line)
+        elif at < len(ours):
+            if kind == "delete":
+                del ours[at]
+            else:
+                ours[at] = line
+    return base, ours, theirs, blocks
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_scenario())
+def test_random_upstream_edits_never_drop_or_duplicate_a_block(
+    scenario: tuple[list[str], list[str], list[str], list[list[str]]],
+) -> None:
+    base, ours, theirs, blocks = scenario
+    result = merge3(src(*base), src(*ours), src(*theirs), labels=("old", "new", "omni"))
+    for blk in blocks:
+        want = count_seq(src(*theirs), blk)
+        assert want == 1
+        assert count_seq(result.text, blk) == want, (blk, result.text)
+        for inner in blk[1:-1]:
+            assert result.text.splitlines().count(inner) == src(*theirs).splitlines().count(inner)
+    assert sum("Omni-new" in line for line in result.text.splitlines()) == 2 * len(blocks)
+    check_regions(result)
+    for sections in conflict_sections(result.text):
+        assert all("Omni-new" not in line for line in sections["ours"] + sections["base"])
+    if result.clean:
+        assert "<<<<<<<" not in result.text
