@@ -218,6 +218,14 @@ def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str])
     return "".join(out).splitlines(keepends=True)
 
 
+def _tokens_whole(merged: list[str], sources: list[str]) -> bool:
+    """Every omni block token of a word-level merge still stands alone on its own line."""
+    tokens = {line for line in sources if line.startswith(_TOKEN)}
+    text = "".join(merged)
+    return all(line in tokens for line in merged if _TOKEN in line) and text.count(_TOKEN) == sum(
+        1 for line in merged if line.startswith(_TOKEN))
+
+
 def _similar(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio() >= 0.6
 
@@ -424,7 +432,9 @@ def _decide(
         return "layout-only", "upstream only changed the layout of these lines; the omni text is kept", t
     if _code(t) == _code(b) and _code(o) != _code(b):
         return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
-    words = _word_merge(b, o, t) if not any(line.startswith(_TOKEN) for line in b + o + t) else None
+    words = _word_merge(b, o, t)
+    if words is not None and not _tokens_whole(words, b + o + t):
+        words = None
     if words is not None:
         return "merged-words", "both sides changed these lines in different words; merged word by word", words
     if _replaced_wholesale(base, start, end, mine, pat, expand):

@@ -236,8 +236,10 @@ def test_upstream_insertion_follows_its_anchor_next_to_an_omni_change() -> None:
 
 def test_both_anchors_gone_is_an_anchor_lost_conflict_with_the_block_whole() -> None:
     base = src(*EXEC)
-    ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, None)")
-    ours_lines = replaced(ours_lines, "scheduler_output.total_num_scheduled_tokens", "scheduler_output.num_tokens")
+    # upstream rewrote both anchor lines into something else (not a word-level edit of them)
+    ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "with self.synchronize_input_prep():")
+    ours_lines = replaced(ours_lines, "num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
+                          "self._update_persistent_batch(scheduler_output, defer=True)")
     theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
     result = merge3(base, src(*ours_lines), theirs, labels=("v0.14.0", "v0.16.0", "0002-omni-kv.patch"))
     assert not result.clean
@@ -530,10 +532,24 @@ def test_key_is_stable_and_depends_on_texts_and_prefix() -> None:
     assert only(merge3(padded + base, padded + ours, padded + theirs, key_prefix="p")).key == k1
 
 
-def test_recorded_resolution_for_an_anchor_lost_conflict() -> None:
+def test_anchor_lines_edited_in_place_keep_the_block_between_them() -> None:
+    """Upstream edited words of both anchor lines: the block stays between them (a word-level merge)."""
     base = src(*EXEC)
     ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, None)")
     ours_lines = replaced(ours_lines, "scheduler_output.total_num_scheduled_tokens", "scheduler_output.num_tokens")
+    theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
+    result = merge3(base, src(*ours_lines), theirs)
+    assert result.clean
+    assert only(result).kind == "merged-words"
+    assert result.text == src(*with_block_after(ours_lines, 4, KV_BLOCK))
+
+
+def test_recorded_resolution_for_an_anchor_lost_conflict() -> None:
+    base = src(*EXEC)
+    # upstream rewrote both anchor lines into something else (not a word-level edit of them)
+    ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "with self.synchronize_input_prep():")
+    ours_lines = replaced(ours_lines, "num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
+                          "self._update_persistent_batch(scheduler_output, defer=True)")
     theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
     first = merge3(base, src(*ours_lines), theirs)
     key = only(first).key
