@@ -147,6 +147,8 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
         typer.echo(f"warning: carried symbol removed upstream: {sym}")
     for f in outcome.flags:
         typer.echo(f"review: {ws.rel(ws.out / f.file)}:{f.line} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+    for problem in outcome.fences:
+        typer.echo(f"warning: {ws.rel(ws.out / str(problem['file']))}:{problem['line']}: {problem['message']}")
     before, after = outcome.blocks
     typer.echo(f"omni blocks: {before} before, {after} after; {len(outcome.flags)} review flag(s)")
     if not outcome.conflicts:

@@ -271,6 +271,7 @@ class RefreshOutcome:
     stopped_at: str | None = None
     flags: list[replay.Conflict] = field(default_factory=list)
     blocks: tuple[int, int] = (0, 0)  # omni blocks before / after
+    fences: list[dict[str, object]] = field(default_factory=list)  # Omni-new fence problems in the output
     upstream_commits: tuple[str, ...] = ("", "")
     downstream: tuple[str, str] = ("", "")
     out: str = "npu_worker"
@@ -364,6 +365,38 @@ def _count_blocks(files: dict[str, bytes]) -> int:
     return total
 
 
+def _patch_side(text: str) -> str:
+    """``text`` with each conflict region reduced to the patch's side; other lines blanked, numbers kept."""
+    out: list[str] = []
+    mode = ""
+    for line in text.splitlines():
+        if line.startswith("<<<<<<< "):
+            mode = "ours"
+        elif line.startswith("||||||| ") and mode == "ours":
+            mode = "base"
+        elif line.startswith("=======") and mode in ("ours", "base"):
+            mode = "theirs"
+        elif line.startswith(">>>>>>> ") and mode == "theirs":
+            mode = ""
+        elif mode in ("", "theirs"):
+            out.append(line)
+            continue
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
+    """Unbalanced or misplaced Omni-new fences in the output modules, with file and line."""
+    out: list[dict[str, object]] = []
+    for path in sorted(files):
+        if not path.endswith(".py") or path.startswith(stack.VENDOR):
+            continue
+        text = _patch_side(files[path].decode("utf-8", errors="replace"))
+        _blocks, problems = anchors.parse_blocks(text)
+        out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
+    return out
+
+
 def normalizer(queue: Queue) -> replay.Normalize | None:
     """Lay out the carried symbols of a module text the way the queue's projection does."""
     if not queue.formatter:
@@ -421,8 +454,8 @@ def _advance(
     """Finish the refresh if the series is through, else record the stop; writes files and refs once."""
     patches: list[list[str]] = state["patches"]  # type: ignore[assignment]
     done: list[list[str]] = state["done"]  # type: ignore[assignment]
-    conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[arg-type, attr-defined]
-    flags = [replay.Conflict(**c) for c in state.get("flags", [])]  # type: ignore[arg-type, attr-defined]
+    conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[attr-defined]
+    flags = [replay.Conflict(**c) for c in state.get("flags", [])]  # type: ignore[attr-defined]
     finished = len(done) == len(patches)
     last_conflicted = bool(done) and done[-1][2] == "conflict"
     new_patches = [(n, c) for n, c, _s in done]
@@ -436,6 +469,7 @@ def _advance(
         flags=flags,
         blocks=(int(state.get("blocks_before", 0)),  # type: ignore[call-overload]
                 _count_blocks(module_files(ws, new_patches[-1][1])) if new_patches else 0),
+        fences=fence_problems(module_files(ws, new_patches[-1][1])) if new_patches else [],
         upstream_commits=tuple(state.get("upstream_commits", ["", ""])),  # type: ignore[arg-type]
         downstream=(target.downstream_name, target.downstream_release),
         out=ws.rel(ws.out),
@@ -528,7 +562,7 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
         elif info.parents[0] == parent:
             res = replay.PatchResult(name, status, commit)
         else:
-            res = replay.replay_patch(ws.repo, name, commit, parent, labels=labels,  # type: ignore[arg-type]
+            res = replay.replay_patch(ws.repo, name, commit, parent, labels=labels,
                                       normalize=normalize, recorded=store.lookup)
             res.status = status if not res.conflicts else "conflict"
             replayed.add(name)
@@ -547,7 +581,7 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
         if recorded:
             store.record(recorded, "pq continue: resolutions recorded\n")
             recorded = []
-        more = replay.replay(ws.repo, [(n, c) for n, c in remaining], parent, labels=labels,  # type: ignore[arg-type]
+        more = replay.replay(ws.repo, [(n, c) for n, c in remaining], parent, labels=labels,
                              stop=stop, progress=on_patch, normalize=normalize, recorded=store.lookup)
         replayed.update(r.name for r in more)
         new_flags += [c.as_json() for r in more for c in r.flags]
@@ -567,7 +601,7 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
         store.record(recorded, "pq continue: resolutions recorded\n")
     state["done"] = new_done
     state["conflicts"] = stale_conflicts
-    state["flags"] = [f for f in state.get("flags", []) if f["patch"] not in replayed] + new_flags  # type: ignore[attr-defined, index]
+    state["flags"] = [f for f in state.get("flags", []) if f["patch"] not in replayed] + new_flags  # type: ignore[attr-defined]
     return _advance(ws, state, target, results, progress=progress)
 
 
@@ -628,9 +662,9 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     state = read_state(ws, STATE_FILE)
     if state is not None:
         target = _parse_target(state)
-        done = {d[0]: d[2] for d in state["done"]}  # type: ignore[attr-defined, index]
+        done = {d[0]: d[2] for d in state["done"]}  # type: ignore[attr-defined]
         rows = [(n, done.get(n, "pending")) for n, _c in state["patches"]]  # type: ignore[attr-defined]
-        conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[arg-type, attr-defined]
+        conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[attr-defined]
         return Status(True, str(state["old_base_label"]), target.upstream.label, rows, conflicts)
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
@@ -659,6 +693,7 @@ def report_json(outcome: RefreshOutcome) -> dict[str, object]:
         "flags": [entry(c) for c in outcome.flags],
         "removed_symbols": outcome.removed_symbols,
         "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
+        "fences": outcome.fences,
         "finished": outcome.finished,
         "stopped_at": outcome.stopped_at,
     }

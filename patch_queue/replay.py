@@ -167,7 +167,9 @@ def replay_patch(
                       + b">>>>>>> " + name.encode() + b"\n")
             conflicts.append(Conflict(name, path, 1, "", "deleted-file", "one side deleted the file the other changed"))
         else:
-            result = _merge_one(repo, name, path, p, n, c, labels, normalize, recorded, conflicts, flags)
+            # both sides added the file (no base: merge against empty) or changed it
+            base = p if p is not None else b""
+            result = _merge_one(repo, name, path, base, n, c, labels, normalize, recorded, conflicts, flags)
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, info)

@@ -98,6 +98,7 @@ class _Report:
     blocks_after: int | None
     finished: bool
     stopped_at: str | None
+    fences: tuple[tuple[str, int, str], ...] = ()  # (file, line, message) of Omni-new fence problems
 
 
 def _wrong(where: str, expected: str, value: object) -> ValueError:
@@ -215,6 +216,10 @@ def _read(report: Mapping[str, object]) -> _Report:
         blocks_after=_int(blocks, "after", "blocks"),
         finished=_bool(report, "finished", "", True),
         stopped_at=stopped or None,
+        fences=tuple(
+            (_str(f, "file", f"fences[{i}]"), _int(f, "line", f"fences[{i}]") or 0, _str(f, "message", f"fences[{i}]"))
+            for i, f in enumerate(_map(x, f"fences[{i}]") for i, x in enumerate(_list(report, "fences", "")))
+        ),
     )
 
 
@@ -473,6 +478,10 @@ def _head(view: _View) -> str:
     else:
         status.append("No upstream symbols removed.")
     blocks.append(" ".join(status))
+    if r.fences:
+        items = [f"- {_code(_path(r.out, file) + ':' + str(line))}: {_text(message)}"
+                 for file, line, message in r.fences]
+        blocks.append("**Omni-new fence problems** (unbalanced or misplaced fences):\n\n" + "\n".join(items))
 
     entries = r.conflicts + r.flags
     if entries:

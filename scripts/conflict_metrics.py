@@ -275,7 +275,9 @@ def _code_index(text: str) -> tuple[list[str], list[int]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _alignment(output: str, maintainers: str) -> tuple[tuple[str, ...], tuple[int, ...], dict[int, int], tuple[str, ...]]:
+def _alignment(
+    output: str, maintainers: str
+) -> tuple[tuple[str, ...], tuple[int, ...], dict[int, int], tuple[str, ...]]:
     """Code lines of the output, their line numbers, the LCS map output index -> maintainers' index, theirs."""
     out_code, where = _code_index(output)
     theirs, _ = _code_index(maintainers)
@@ -288,10 +290,11 @@ def decision_agrees(flag: Mapping[str, object], output: str, maintainers: str) -
     """"agree", "disagree" or "n/a": does the maintainers' next release take the same decision?
 
     Judged on code (comments, blank lines and layout ignored).  The output and the maintainers'
-    file are aligned line by line (longest common subsequence).  Judged are the decision's lines
-    that came from the omni patch, and the nearest code line above and below: each of them that
-    the maintainers' file also holds must be aligned, i.e. sit in the same order among the lines
-    both files share.  Lines the decision took from upstream are judged only where the
+    file are aligned line by line (longest common subsequence).  Judged are the first and last
+    line of the region that came from the omni patch and the nearest code line above and below
+    it: each of them that the maintainers' file also holds must be aligned, i.e. sit in the same
+    order among the lines both files share (what the maintainers later changed inside their own
+    omni code is not the decision).  Lines the decision took from upstream are judged only where the
     maintainers have them at that place (they often did not port them at all).  Upstream lines the decision dropped
     (kept-replacement, layout-only, comment-only) must not be in the maintainers' version of the
     same place.  Fewer than two judged lines: "n/a".
@@ -307,8 +310,11 @@ def decision_agrees(flag: Mapping[str, object], output: str, maintainers: str) -
     first = inside[0] if inside else next((i for i, n in enumerate(where) if n >= start), len(where))
     last = inside[-1] if inside else first - 1
     omni = set(code_lines(str(sides.get("patch", ""))))
-    window = [i for i in range(first - 1, last + 2) if 0 <= i < len(out_code)]
-    judged = [i for i in window if (i < first or i > last or out_code[i] in omni) and out_code[i] in set(theirs)]
+    # the decision is where the omni lines go, not what the maintainers later did inside them:
+    # judge the context lines and the first and last omni line of the region
+    ends = [i for i in range(first, last + 1) if out_code[i] in omni]
+    window = sorted({first - 1, last + 1, *ends[:1], *ends[-1:]} & set(range(len(out_code))))
+    judged = [i for i in window if out_code[i] in set(theirs)]
     if len(judged) < 2:
         return "n/a"
     if any(i not in mapping for i in judged):
@@ -316,7 +322,8 @@ def decision_agrees(flag: Mapping[str, object], output: str, maintainers: str) -
     lo, hi = mapping[judged[0]], mapping[judged[-1]]
     place = set(theirs[lo : hi + 1])
     # upstream lines of the decision that the maintainers have at that place must be in the same order
-    if any(i not in mapping and out_code[i] in place for i in range(first, last + 1)):
+    upstream = set(code_lines(str(sides.get("upstream", "")))) - omni
+    if any(i not in mapping and out_code[i] in place and out_code[i] in upstream for i in range(first, last + 1)):
         return "disagree"
     if flag.get("kind") in ("kept-replacement", "layout-only", "comment-only"):
         kept = set(code_lines(resolution))

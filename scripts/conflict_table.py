@@ -479,7 +479,9 @@ def markdown(rows: Sequence[Json], total: float, extras: Sequence[str]) -> str:
             )
         if agree is not None and agree["decision_disagreements"]:
             lines.append("- automatic decisions the maintainers took otherwise (code order or dropped upstream lines):")
-            lines += [f"  - {d['file']}:{d['line']} {d['kind']} in {d['symbol']}" for d in agree["decision_disagreements"]]
+            lines += [
+                f"  - {d['file']}:{d['line']} {d['kind']} in {d['symbol']}" for d in agree["decision_disagreements"]
+            ]
         if agree is not None and agree["disagreements"]:
             lines.append("- disagreements with the maintainers' next release:")
             lines += [
