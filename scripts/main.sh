@@ -18,7 +18,7 @@ if ! ls patches/*.patch >/dev/null 2>&1; then
 fi
 mkdir -p reports
 status=0
-"$pq" refresh --no-stop --report reports/refresh.json || status=$?
+"$pq" refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md || status=$?
 "$pq" status || true
-echo "== summary: refresh exit $status; report in reports/refresh.json; package in npu_worker/"
+echo "== summary: refresh exit $status; reports in reports/refresh.json and reports/refresh.md; package in npu_worker/"
 exit "$status"
