@@ -349,12 +349,17 @@ def do_refresh(
 
 
 def _mark_removed(found: list[replay.Conflict], removed: list[str]) -> None:
-    """Conflicts inside a carried symbol that upstream removed or renamed are that kind."""
-    gone = {r.split(": ", 1)[1].split(".")[-1] for r in removed}
+    """Conflicts over a carried symbol that upstream removed or renamed are that kind."""
+    gone = [r.split(": ", 1)[1].split(".")[-1] for r in removed]
     for c in found:
-        if c.conflict and c.symbol and c.symbol.split(".")[-1] in gone:
-            c.kind = "symbol-removed"
-            c.message = f"upstream removed or renamed {c.symbol.split('.')[-1]}, which this patch carries"
+        if not c.conflict:
+            continue
+        for name in gone:
+            head = f"def {name}("
+            if head in c.sides.get("base", "") and head not in c.sides.get("upstream", ""):
+                c.kind = "symbol-removed"
+                c.message = f"upstream removed or renamed {name}, which this patch carries; port the omni edits"
+                break
 
 
 def _count_blocks(files: dict[str, bytes]) -> int:

@@ -21,7 +21,8 @@ COLUMNS = (
     "reused",
     "omni lines kept",
     "unflagged upstream drops",
-    "agreement",
+    "agreement (verbatim, all flags)",
+    "decisions agreeing (code order)",
     "times",
 )
 
@@ -46,6 +47,44 @@ def test_agreement_uses_context_and_ignores_whitespace() -> None:
     maintainers = "def f():\n    a=1\n    b  =  2\n    return a\n"
     assert cm.agrees(output, 3, "a = 1\nb = 2\n", maintainers)
     assert not cm.agrees(output, 3, "a = 1\nb = 2\n", "def f():\n    a = 1\n    c = 0\n    b = 2\n    return a\n")
+
+
+def _flag(kind: str, line: int, resolution: str, upstream: str, patch: str) -> dict[str, object]:
+    return {"kind": kind, "line": line, "resolution": resolution,
+            "sides": {"base": "", "upstream": upstream, "patch": patch}}
+
+
+def test_decision_agreement_judges_where_the_omni_lines_go() -> None:
+    output = (
+        "    def f(self):\n"
+        "        with ctx():\n"
+        "            aux = None  # upstream\n"
+        "            hidden, mm = self.extract(hidden)  # omni\n"
+        "        return hidden\n"
+    )
+    flag = _flag("both-inserted", 3, "            aux = None\n            hidden, mm = self.extract(hidden)\n",
+                 "            aux = None\n", "            hidden, mm = self.extract(hidden)\n")
+    same = output.replace("  # upstream", "").replace("  # omni", "")
+    assert cm.decision_agrees(flag, output, same) == "agree"
+    omni_first = (
+        "    def f(self):\n        with ctx():\n            hidden, mm = self.extract(hidden)\n"
+        "            aux = None\n        return hidden\n"
+    )
+    assert cm.decision_agrees(flag, output, omni_first) == "disagree"
+    # the maintainers never ported upstream's line: only the omni placement is judged
+    unported = "    def f(self):\n        with ctx():\n            hidden, mm = self.extract(hidden)\n        return hidden\n"
+    assert cm.decision_agrees(flag, output, unported) == "agree"
+    # nothing in common to judge
+    assert cm.decision_agrees(flag, output, "x = 1\n") == "n/a"
+
+
+def test_decision_agreement_on_a_kept_replacement() -> None:
+    output = "    def g(self):\n        out = omni_build(x)\n        return out\n"
+    flag = _flag("kept-replacement", 2, "        out = omni_build(x)\n",
+                 "        out = build(x, new_flag=True)\n", "        out = omni_build(x)\n")
+    assert cm.decision_agrees(flag, output, output) == "agree"
+    ported = "    def g(self):\n        out = omni_build(x)\n        out = build(x, new_flag=True)\n        return out\n"
+    assert cm.decision_agrees(flag, output, ported) == "disagree"
 
 
 def test_fence_lines_multiset() -> None:
