@@ -72,7 +72,9 @@ def test_decision_agreement_judges_where_the_omni_lines_go() -> None:
     )
     assert cm.decision_agrees(flag, output, omni_first) == "disagree"
     # the maintainers never ported upstream's line: only the omni placement is judged
-    unported = "    def f(self):\n        with ctx():\n            hidden, mm = self.extract(hidden)\n        return hidden\n"
+    unported = (
+        "    def f(self):\n        with ctx():\n            hidden, mm = self.extract(hidden)\n        return hidden\n"
+    )
     assert cm.decision_agrees(flag, output, unported) == "agree"
     # nothing in common to judge
     assert cm.decision_agrees(flag, output, "x = 1\n") == "n/a"
@@ -83,7 +85,9 @@ def test_decision_agreement_on_a_kept_replacement() -> None:
     flag = _flag("kept-replacement", 2, "        out = omni_build(x)\n",
                  "        out = build(x, new_flag=True)\n", "        out = omni_build(x)\n")
     assert cm.decision_agrees(flag, output, output) == "agree"
-    ported = "    def g(self):\n        out = omni_build(x)\n        out = build(x, new_flag=True)\n        return out\n"
+    ported = (
+        "    def g(self):\n        out = omni_build(x)\n        out = build(x, new_flag=True)\n        return out\n"
+    )
     assert cm.decision_agrees(flag, output, ported) == "disagree"
 
 
