@@ -13,6 +13,7 @@ dropped (ruff adds and removes parentheses and joins implicitly concatenated str
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import Any
 
 import pygit2
 
+from patch_queue.errors import PqError
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.queue import UpstreamPin
 
@@ -148,7 +150,22 @@ def _blob(commit: pygit2.Commit, path: str) -> pygit2.Oid | None:
     return entry.id if isinstance(entry, pygit2.Blob) else None
 
 
-Found = Callable[[str, str], list[Culprit]]
+def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
+    """The upstream commit of a pin: a git pin's own, a release's tag when its file matches."""
+    if pin.kind == "git" and pin.pin:
+        return pin.pin
+    if pin.kind != "release" or "==" not in pin.spec:
+        return None
+    version = pin.spec.split("==", 1)[1].strip()
+    for tag in (f"v{version}", version):
+        try:
+            commit = git.resolve(tag)
+        except PqError:
+            continue
+        data = git.read(commit, path)
+        if data is not None and hashlib.sha256(data).hexdigest() == pin.files.get(path):
+            return commit
+    return None
 
 
 def annotate(
@@ -159,20 +176,26 @@ def annotate(
     upstream_git: str | None,
     progress: Callable[[str], None] | None = None,
 ) -> int:
-    """Fill ``culprits`` of every conflict and flag (objects with ``sides``) when both pins are git commits.
+    """Fill ``culprits`` of every conflict and flag (objects with ``sides``) from the upstream git history.
 
-    Returns the number of entries that got at least one culprit.  Without a git upstream for both
-    ends (a registry release has no commit), nothing is searched and the entries stay empty.
+    A git pin is its commit; a registry release is the commit its release tag (``v<version>``)
+    points at, when the upstream history has that tag and the tagged file is byte for byte the
+    released one.  Returns the number of entries that got at least one culprit; when an end has
+    no commit (a folder, or a release the history does not reach), nothing is searched.
     """
     from patch_queue import sources
 
-    if not found or old.kind != "git" or new.kind != "git" or not old.pin or not new.pin:
-        return 0
-    git = sources.open_git(sources.upstream_git_location(upstream_git), progress=progress)
     paths = sorted(old.files)
-    if not paths:
+    if not found or not paths:
         return 0
-    finder = CulpritFinder(git, paths[0], old.pin, new.pin)
+    try:
+        git = sources.open_git(sources.upstream_git_location(upstream_git), progress=progress)
+    except PqError:
+        return 0
+    ends = [_commit_of(git, pin, paths[0]) for pin in (old, new)]
+    if ends[0] is None or ends[1] is None:
+        return 0
+    finder = CulpritFinder(git, paths[0], ends[0], ends[1])
     cache: dict[tuple[str, str], list[dict[str, object]]] = {}
     named = 0
     for entry in found:

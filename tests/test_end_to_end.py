@@ -281,3 +281,19 @@ def test_resolution_recorded_once_is_reused(corpus: Path, tmp_path: Path) -> Non
         assert (second / "npu_worker" / path.name).read_bytes() == path.read_bytes(), path.name
     for path in (first / "patches").glob("*.patch"):
         assert (second / "patches" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_culprits_for_a_registry_release_through_its_tag(corpus: Path, tmp_path: Path) -> None:
+    """A release target (sdist) is mapped to its release tag in the upstream history, so culprits are named."""
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(corpus / "vllm-omni-0.24.0" / "npu"), "--at", BASES["0.20.0"])
+    report = tmp_path / "r.json"
+    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.25.1rc1", "--report", str(report), check=3)
+    data = json.loads(report.read_text())
+    assert data["upstream"]["target"] == "vllm-ascend 0.25.1rc1"
+    entries = data["conflicts"] + data["flags"]
+    named = [e for e in entries if e["culprits"]]
+    assert len(named) >= len(entries) // 2, (len(named), len(entries))
+    for e in named:
+        for c in e["culprits"]:
+            assert re.fullmatch(r"[0-9a-f]{40}", c["commit"]) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", c["date"])
