@@ -151,6 +151,8 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
         typer.echo(f"warning: {ws.rel(ws.out / str(problem['file']))}:{problem['line']}: {problem['message']}")
     before, after = outcome.blocks
     typer.echo(f"omni blocks: {before} before, {after} after; {len(outcome.flags)} review flag(s)")
+    if outcome.check is not None:
+        _print_check(ws, outcome.check)
     if not outcome.conflicts:
         typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
         return EXIT_OK
@@ -168,6 +170,16 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
     return EXIT_CONFLICT
 
 
+def _print_check(ws: Any, result: Any) -> None:
+    for f in result.findings:
+        typer.echo(f.render(prefix=ws.rel(ws.out) + "/" if f.file else ""))
+    typer.echo(f"pq check: {result.errors} error(s), {len(result.findings) - result.errors} warning(s) "
+               f"in {len(result.files)} modules (omni blocks compared with {result.reference})")
+
+
+NoSourcesOpt = Annotated[
+    bool, typer.Option("--no-sources", help="skip the checks that need upstream source trees (imports, GPU audit)")
+]
 ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here")]
 MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the report as a pull-request body here")]
 AnnotationsOpt = Annotated[
@@ -200,6 +212,8 @@ def refresh(
     report: ReportOpt = None,
     markdown: MarkdownOpt = None,
     annotations: AnnotationsOpt = False,
+    no_check: Annotated[bool, typer.Option("--no-check", help="do not run pq check on the result")] = False,
+    no_sources: NoSourcesOpt = False,
     upstream: UpstreamOpt = None,
 ) -> None:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
@@ -210,7 +224,7 @@ def refresh(
         ws = _ws()
         with _locked(ws, "refresh"):
             outcome = engine.do_refresh(ws, to=to, no_stop=no_stop, upstream_git=upstream, progress=say,
-                                        on_patch=_on_patch)
+                                        on_patch=_on_patch, check=not no_check, check_sources=not no_sources)
         _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
 
@@ -229,6 +243,61 @@ def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotation
             outcome = engine.do_continue(ws, progress=say, on_patch=_on_patch)
         _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
+
+    run(body)
+
+
+@app.command()
+def check(
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the findings as JSON here")] = None,
+    no_sources: NoSourcesOpt = False,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit."""
+
+    def body() -> int:
+        import json
+
+        from patch_queue import engine
+        from patch_queue.errors import EXIT_ERROR, EXIT_OK
+        from patch_queue.fsutil import atomic_write
+
+        ws = _ws()
+        with _locked(ws, "check"):
+            result = engine.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
+        if json_out is not None:
+            atomic_write(json_out, (json.dumps(result.as_json(), indent=2, sort_keys=True) + "\n").encode())
+        _print_check(ws, result)
+        return EXIT_ERROR if result.errors else EXIT_OK
+
+    run(body)
+
+
+@app.command()
+def blocks(
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="write the inventory as Markdown here")] = None,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
+
+    def body() -> None:
+        from patch_queue import engine, inventory
+        from patch_queue.fsutil import atomic_write
+
+        ws = _ws()
+        with _locked(ws, "blocks"):
+            loaded = engine.sync_stack(ws, upstream_git=upstream, progress=say)
+        entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
+        for e in entries:
+            where = f"{ws.rel(ws.out / e.file)}:{e.line}"
+            label = f"block {e.index}" if e.index is not None else "unfenced"
+            typer.echo(f"{where}  {label:9} {e.kind:8} {e.symbol or '<module>'}  [{e.patch}]  "
+                       f"{e.lines[0] if e.lines else ''}")
+        counts = inventory.summary(entries)
+        typer.echo(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no omni blocks")
+        if markdown is not None:
+            title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
+            atomic_write(markdown, inventory.markdown(entries, title=title).encode("utf-8"))
 
     run(body)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from patch_queue import adopt as adopt_mod
 from patch_queue import anchors, culprits, fmt, patchfile, replay, rerere, sources, stack
 from patch_queue.errors import PqError, QueueError
+from patch_queue.findings import ERROR, WARNING, Finding
 from patch_queue.fsutil import atomic_write, read_folder, sync_folder
 from patch_queue.git.repo import Person
 from patch_queue.queue import Queue, UpstreamPin, render_queue, render_series
@@ -37,6 +38,7 @@ FORMATTER = ("ruff", 120)
 ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
 STATE_FILE = "refresh.json"
 REF_REFRESH = "refs/pq/refresh/"
+REF_PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh: what `pq check` compares with
 
 
 def _say(progress: Progress | None, message: str) -> None:
@@ -275,6 +277,7 @@ class RefreshOutcome:
     upstream_commits: tuple[str, ...] = ("", "")
     downstream: tuple[str, str] = ("", "")
     out: str = "npu_worker"
+    check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
 
 
 def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stack.Projection]:
@@ -307,6 +310,8 @@ def do_refresh(
     upstream_git: str | None,
     progress: Progress | None = None,
     on_patch: Callable[[replay.PatchResult], None] | None = None,
+    check: bool = True,
+    check_sources: bool = True,
 ) -> RefreshOutcome:
     if read_state(ws, STATE_FILE) is not None:
         raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
@@ -343,6 +348,9 @@ def do_refresh(
         "conflicts": [c.as_json() for r in results for c in r.conflicts],
         "flags": [c.as_json() for r in results for c in r.flags],
         "blocks_before": blocks_before,
+        "check": check,
+        "check_sources": check_sources,
+        "upstream_git": upstream_git,
         "upstream_commits": [loaded.queue.upstream.public_commit, target.upstream.public_commit],
     }
     return _advance(ws, state, target, results, progress=progress)
@@ -483,11 +491,21 @@ def _advance(
         loaded = LoadedStack(target, str(state["new_base"]), new_patches)
         _write_series(ws, loaded, old_names=_existing_patch_files(ws))
         updates = stack_ref_updates(ws, loaded, len(new_patches))
+        old_top = patches[-1][1] if patches else None
+        if old_top is not None and old_top != new_patches[-1][1]:
+            updates[REF_PREVIOUS] = (ws.repo.ref(REF_PREVIOUS), old_top)
         for ref in ws.repo.refs(REF_REFRESH):
             updates[ref] = (ws.repo.ref(ref), None)
         ws.repo.update_refs(updates, "pq refresh")
-        build_top(ws, loaded)
+        built = build_top(ws, loaded)
         (ws.state_dir / STATE_FILE).unlink(missing_ok=True)
+        if state.get("check", True):
+            _say(progress, "Checking the new runners (pq check) ...")
+            outcome.check = run_checks(
+                ws, _texts(built), queue=target, base=str(state["new_base"]),
+                reference=_texts(module_files(ws, old_top)) if old_top else {}, reference_label="the previous build",
+                upstream_git=state.get("upstream_git"), sources_on=bool(state.get("check_sources", True)),  # type: ignore[arg-type]
+                progress=progress)
         return outcome
     # stopped (or finished with conflicts under --no-stop): keep everything needed to go on or back
     top = new_patches[-1][1] if new_patches else str(state["new_base"])
@@ -699,6 +717,7 @@ def report_json(outcome: RefreshOutcome) -> dict[str, object]:
         "removed_symbols": outcome.removed_symbols,
         "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
         "fences": outcome.fences,
+        "check": outcome.check.as_json() if outcome.check is not None else None,
         "finished": outcome.finished,
         "stopped_at": outcome.stopped_at,
     }
@@ -824,3 +843,122 @@ def patch_subject(ws: Workspace, name: str) -> str:
         return patchfile.parse((ws.queue_dir.root / name).read_bytes(), path=f"patches/{name}").subject
     except PqError:
         return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+# check
+
+
+@dataclass
+class CheckOutcome:
+    findings: list[Finding]
+    reference: str  # what the omni blocks were compared with
+    files: list[str]
+    sources: bool  # import resolution and the GPU audit ran
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for f in self.findings if f.severity == ERROR)
+
+    def as_json(self) -> dict[str, object]:
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            counts[f.rule] = counts.get(f.rule, 0) + 1
+        return {"format": 1, "reference": self.reference, "files": self.files, "sources": self.sources,
+                "errors": self.errors, "warnings": len(self.findings) - self.errors,
+                "counts": dict(sorted(counts.items())), "findings": [f.as_json() for f in self.findings]}
+
+
+def _texts(files: dict[str, bytes]) -> dict[str, str]:
+    return {k: v.decode("utf-8", errors="replace") for k, v in files.items()
+            if k.endswith(".py") and not k.startswith(stack.VENDOR) and "/" not in k}
+
+
+def run_checks(
+    ws: Workspace,
+    files: dict[str, str],
+    *,
+    queue: Queue,
+    base: str,
+    reference: dict[str, str],
+    reference_label: str,
+    upstream_git: str | None,
+    sources_on: bool,
+    progress: Progress | None = None,
+) -> CheckOutcome:
+    """Every check of ``pq check`` on ``files`` (module name -> text)."""
+    from patch_queue import check
+
+    findings = check.check_parse(files) + check.check_fences(files)
+    findings += check.check_blocks(reference, files, what=reference_label)
+    findings += check.check_rules(files, check.load_rules(ws.queue_dir.root))
+    vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)
+    for path in queue.upstream_paths():
+        data = vendored.get(stack.VENDOR + path)
+        if data is not None:
+            findings += check.check_signatures(files, data.decode("utf-8", errors="replace"),
+                                               label=queue.upstream.label)
+    if sources_on:
+        findings += source_checks(queue, files, upstream_git=upstream_git, progress=progress)
+    return CheckOutcome(sorted(set(findings)), reference_label, sorted(files), sources_on)
+
+
+def source_checks(queue: Queue, files: dict[str, str], *, upstream_git: str | None,
+                  progress: Progress | None = None) -> list[Finding]:
+    """Import resolution against the real source trees, and the GPU-side sync audit."""
+    from patch_queue import gpu_audit, imports
+
+    out: list[Finding] = []
+    release = queue.downstream_release
+    trees: dict[str, imports.SourceTree] = {}
+    try:
+        _say(progress, f"Reading the vllm-ascend source tree at {queue.upstream.label} ...")
+        snapshot = sources.resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
+        trees["vllm_ascend"] = imports.tree_from_snapshot(snapshot, "vllm_ascend/")
+        if release:
+            _say(progress, f"Reading vllm-omni {release} and vllm {release} ...")
+            trees["vllm_omni"] = imports.tree_from_release(queue.downstream_name, release, "vllm_omni/")
+            trees["vllm"] = imports.tree_from_release("vllm", release, "vllm/")
+    except PqError as exc:
+        out.append(Finding("", 0, "sources-unavailable", WARNING,
+                           f"import resolution and the GPU audit need the upstream sources: {exc}"))
+        return out
+    package = queue.package.replace("/", ".")
+    for path, text in sorted(files.items()):
+        out += imports.check_imports(text, file=path, package=package, trees=trees)
+    if not release or "vllm" not in trees:
+        out.append(Finding("", 0, "gpu-audit-skipped", WARNING, "the GPU-side audit needs the pinned vllm-omni "
+                           "release (the series was adopted from a folder)"))
+        return out
+    try:
+        gpu = sources.release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
+        gpu_files = {k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace") for k, v in gpu.items()
+                     if re.fullmatch(r"gpu_\w*model_runner\.py", k.rsplit("/", 1)[-1])}
+        vllm_runner = gpu_audit.load_vllm_runner(release)
+    except PqError as exc:
+        out.append(Finding("", 0, "sources-unavailable", WARNING, f"the GPU-side audit needs vLLM {release}: {exc}"))
+        return out
+    ascend = snapshot.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8", errors="replace")
+    out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
+    return out
+
+
+def do_check(ws: Workspace, *, upstream_git: str | None, sources_on: bool,
+             progress: Progress | None = None) -> CheckOutcome:
+    """Check the built package in the output folder against the series and the upstream sources."""
+    files = _texts(read_folder(ws.out))
+    if not files:
+        raise QueueError(f"nothing to check: no modules in {ws.rel(ws.out)}/; run `pq build` first")
+    if read_state(ws, STATE_FILE) is not None:
+        state = _require_state(ws)
+        queue = _parse_target(state)
+        base = str(state["new_base"])
+        previous = str(state["patches"][-1][1]) if state["patches"] else base  # type: ignore[index]
+    else:
+        loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+        queue, base = loaded.queue, loaded.base
+        previous = ws.repo.ref(REF_PREVIOUS) or (loaded.patches[-1][1] if loaded.patches else base)
+    label = "the previous build" if ws.repo.ref(REF_PREVIOUS) == previous else "the series"
+    reference = _texts(module_files(ws, previous))
+    return run_checks(ws, files, queue=queue, base=base, reference=reference, reference_label=label,
+                      upstream_git=upstream_git, sources_on=sources_on, progress=progress)

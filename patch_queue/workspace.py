@@ -199,9 +199,10 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
     want[stack.REF_TOP] = loaded.patches[applied - 1][1] if applied else loaded.base
     for name, commit in loaded.patches:
         want[stack.REF_PATCHES + name] = commit
-    # refs/pq/resolutions (recorded resolutions) is not part of the stack and is never moved here
+    # refs/pq/resolutions (recorded resolutions) and refs/pq/previous (the build before the last
+    # refresh, the reference of `pq check`) are not part of the stack and are never moved here
     have = {k: v for k, v in ws.repo.refs().items()
-            if not k.startswith("refs/pq/orig/") and k != "refs/pq/resolutions"}
+            if not k.startswith("refs/pq/orig/") and k not in ("refs/pq/resolutions", "refs/pq/previous")}
     updates: dict[str, tuple[str | None, str | None]] = {}
     for ref in sorted(set(want) | set(have)):
         if have.get(ref) != want.get(ref):
