@@ -500,12 +500,17 @@ def _advance(
         built = build_top(ws, loaded)
         (ws.state_dir / STATE_FILE).unlink(missing_ok=True)
         if state.get("check", True):
+            # the refresh is done and written: a check that cannot run is a finding, never a failure
             _say(progress, "Checking the new runners (pq check) ...")
-            outcome.check = run_checks(
-                ws, _texts(built), queue=target, base=str(state["new_base"]),
-                reference=_texts(module_files(ws, old_top)) if old_top else {}, reference_label="the previous build",
-                upstream_git=state.get("upstream_git"), sources_on=bool(state.get("check_sources", True)),  # type: ignore[arg-type]
-                progress=progress)
+            try:
+                outcome.check = run_checks(
+                    ws, _texts(built), queue=target, base=str(state["new_base"]),
+                    reference=_texts(module_files(ws, old_top)) if old_top else {},
+                    reference_label="the previous build", upstream_git=state.get("upstream_git"),  # type: ignore[arg-type]
+                    sources_on=bool(state.get("check_sources", True)), progress=progress)
+            except PqError as exc:
+                outcome.check = CheckOutcome([Finding("", 0, "check-failed", ERROR, f"pq check could not run: {exc}")],
+                                             "the previous build", sorted(_texts(built)), False)
         return outcome
     # stopped (or finished with conflicts under --no-stop): keep everything needed to go on or back
     top = new_patches[-1][1] if new_patches else str(state["new_base"])
@@ -939,8 +944,26 @@ def source_checks(queue: Queue, files: dict[str, str], *, upstream_git: str | No
         out.append(Finding("", 0, "sources-unavailable", WARNING, f"the GPU-side audit needs vLLM {release}: {exc}"))
         return out
     ascend = snapshot.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8", errors="replace")
-    out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
+    broken = sorted(k for k, v in files.items() if not _parses(v))
+    if broken:  # the parse rule reports them; an audit of half the runners would only mislead
+        out.append(Finding("", 0, "gpu-audit-skipped", WARNING,
+                           f"the GPU-side audit needs runners that parse; {', '.join(broken)} do not"))
+        return out
+    try:
+        out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
+    except PqError as exc:
+        out.append(Finding("", 0, "gpu-audit-skipped", WARNING, f"the GPU-side audit could not run: {exc}"))
     return out
+
+
+def _parses(text: str) -> bool:
+    import ast
+
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
 
 
 def do_check(ws: Workspace, *, upstream_git: str | None, sources_on: bool,

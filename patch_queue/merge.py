@@ -61,6 +61,7 @@ class Region:
     key: str = ""  # identifies the region for recorded resolutions
     anchor: anchors.Block | None = None
     reused: bool = False
+    group: int = -1  # which hunk group of the merge it is (see ``veto``)
 
 
 @dataclass
@@ -226,6 +227,25 @@ def _tokens_whole(merged: list[str], sources: list[str]) -> bool:
         1 for line in merged if line.startswith(_TOKEN))
 
 
+_CONTINUATION = re.compile(r"^(elif\b|else\s*:|except\b|finally\s*:)")
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _continues(lines: Sequence[str], base: list[str], k: int) -> bool:
+    """Inserted ``lines`` carry on the statement above them (``elif``/``else``/``except``/``finally``,
+    or code deeper than the line that follows), so they belong to the code before position ``k``."""
+    first = next((line for line in lines if line.strip()), "")
+    if not first:
+        return False
+    if _CONTINUATION.match(first.lstrip()):
+        return True
+    following = next((line for line in base[k:] if line.strip()), None)
+    return following is not None and _indent_of(first) > _indent_of(following)
+
+
 def _similar(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio() >= 0.6
 
@@ -243,7 +263,8 @@ def _replaced_wholesale(base: list[str], start: int, end: int, ours: list[_Hunk]
     new_text = expand([line for h in theirs for line in h.lines])
     for h in ours:
         if h.insertion:
-            if not (h.start - 1 in gone and h.start in gone):
+            inside = h.start - 1 in gone and h.start in gone
+            if not inside and not (h.start - 1 in gone and _continues(h.lines, base, h.start)):
                 return False
             continue
         for j in range(h.start, h.end):
@@ -266,11 +287,14 @@ def merge3(
     labels: tuple[str, str, str] = ("base", "ours", "theirs"),
     key_prefix: str = "",
     recorded: Callable[[str], str | None] | None = None,
+    veto: frozenset[int] = frozenset(),
 ) -> MergeResult:
     """Merge ``theirs`` (the patch) into ``ours`` (the new upstream side) against ``base``.
 
     ``labels`` are (base, ours, theirs) for the diff3 markers.  ``recorded(key)`` returns a
-    resolution a maintainer recorded for a conflict region with that key, if any.
+    resolution a maintainer recorded for a conflict region with that key, if any.  The groups
+    in ``veto`` get no automatic resolution: they are left as conflicts (the caller found that
+    their resolution does not compile).
     """
     sides = [_fold(x) for x in (base, ours, theirs)]
     blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
@@ -299,7 +323,7 @@ def merge3(
         pending.append((len(out), region, lines))
         out.extend(lines)
 
-    for group in _groups(hunks):
+    for index, group in enumerate(_groups(hunks)):
         start = min(h.start for h in group)
         end = max(h.end for h in group)
         out += b_lines[pos:start]
@@ -325,7 +349,7 @@ def merge3(
         if o == t:
             out += o
             continue
-        decided = _decide(b_lines, start, end, mine, pat, b, o, t, expand)
+        decided = _decide(b_lines, start, end, mine, pat, b, o, t, expand) if index not in veto else None
         if decided is not None and not _blocks_kept(b, o, t, decided[2]):
             decided = None  # never drop or duplicate an omni block: leave it to a human
         anchor = anchor_of(t, o)
@@ -333,6 +357,7 @@ def merge3(
             kind, message, lines = decided
             region = Region(kind, message, False, 0, 0, _j(b, expand), _j(o, expand), _j(t, expand), None)
             region.anchor = anchor
+            region.group = index
             emit_region(region, lines)
             continue
         kind = "both-changed"
@@ -345,10 +370,12 @@ def merge3(
         reuse = recorded(key) if recorded is not None else None
         if reuse is not None:
             region = Region("reused", f"a recorded resolution of this {kind} conflict was applied", False, 0, 0,
-                            eb, eo, et, None, key, anchor, True)
+                            eb, eo, et, None, key, anchor, True, index)
             emit_region(region, reuse.splitlines(keepends=True))
             continue
-        region = Region(kind, _MESSAGES[kind], True, 0, 0, eb, eo, et, None, key, anchor)
+        message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
+        region = Region(kind, message, True, 0, 0, eb, eo, et, None, key, anchor)
+        region.group = index
         emit_region(region, [_MARK])
     out += b_lines[pos:]
     return _finish(out, pending, expand, labels)
@@ -459,10 +486,13 @@ def _place(
     vllm-omni 0.14.0 to 0.20.0 this agreed with the maintainers more often than the reverse.
     """
     changed: set[int] = set()
+    deleted: set[int] = set()  # base lines the fixed side removed without putting anything in their place
     fixed_ins: dict[int, list[str]] = {}
     replace_at: dict[int, _Hunk] = {}
     for h in fixed:
         changed.update(range(h.start, h.end))
+        if not h.lines:
+            deleted.update(range(h.start, h.end))
         if h.insertion:
             fixed_ins.setdefault(h.start, []).extend(h.lines)
         else:
@@ -482,10 +512,10 @@ def _place(
             (slot_b if upstream_first else slot_a).setdefault(k, []).extend(h.lines)
         elif kept(k - 1) or k == 0:
             slot_a.setdefault(k, []).extend(h.lines)
-        elif kept(k) or k >= len(base):
+        elif (kept(k) or k >= len(base)) and not (k - 1 in deleted and _continues(h.lines, base, k)):
             slot_b.setdefault(k, []).extend(h.lines)
         else:
-            return None
+            return None  # both anchors gone, or the lines carry on code the other side deleted
     out: list[str] = []
     j = start
     while True:
@@ -534,3 +564,72 @@ def _markers(region: Region, labels: tuple[str, str, str]) -> list[str]:
 
     return ([f"<<<<<<< {labels[1]}\n"] + body(region.ours) + [f"||||||| {labels[0]}\n"] + body(region.base)
             + ["=======\n"] + body(region.theirs) + [f">>>>>>> {labels[2]}\n"])
+
+
+# ---------------------------------------------------------------------------------------------
+# validation: an automatic resolution must leave code that compiles
+
+
+def ours_side(text: str) -> tuple[str, list[int]]:
+    """``text`` with every conflict region reduced to its first (upstream) side, and the line map.
+
+    The map gives, for each line of the result, its 1-based line in ``text``.
+    """
+    out: list[str] = []
+    where: list[int] = []
+    mode = ""
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        if line.startswith("<<<<<<< "):
+            mode = "ours"
+            continue
+        if line.startswith("||||||| ") and mode == "ours":
+            mode = "base"
+            continue
+        if line.startswith("=======") and mode in ("ours", "base"):
+            mode = "theirs"
+            continue
+        if line.startswith(">>>>>>> ") and mode == "theirs":
+            mode = ""
+            continue
+        if mode in ("", "ours"):
+            out.append(line)
+            where.append(number)
+    return "".join(out), where
+
+
+def syntax_error_line(text: str) -> int | None:
+    """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles."""
+    import ast
+
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return exc.lineno or 1
+    return None
+
+
+def merge3_checked(base: str, ours: str, theirs: str, **kwargs: object) -> MergeResult:
+    """:func:`merge3` for Python modules: an automatic resolution that breaks the syntax becomes a conflict.
+
+    Only when all three sides compile (conflict regions already in ``ours`` read as their upstream
+    side): then the merged text, read the same way, must compile too.  The resolution nearest
+    before the first syntax error is vetoed and the merge redone, until it compiles.
+    """
+    result = merge3(base, ours, theirs, **kwargs)  # type: ignore[arg-type]
+    if any(syntax_error_line(ours_side(x)[0]) is not None for x in (base, ours, theirs)):
+        return result
+    veto: set[int] = set()
+    for _attempt in range(12):
+        probe, where = ours_side(result.text)
+        error = syntax_error_line(probe)
+        if error is None:
+            return result
+        line = where[min(error, len(where)) - 1]
+        decided = [r for r in result.regions if not r.conflict and r.group >= 0 and r.group not in veto
+                   and r.kind != "near-block" and r.line <= line + 1]
+        if not decided:
+            return result
+        culprit = max(decided, key=lambda r: r.line)
+        veto.add(culprit.group)
+        result = merge3(base, ours, theirs, veto=frozenset(veto), **kwargs)  # type: ignore[arg-type]
+    return result

@@ -203,8 +203,9 @@ def _merge_one(
                 "the patch's copy of the carried upstream code was laid out with the projection's formatter "
                 "(the new upstream code is); check the diff of this file", conflict=False))
         texts[0], texts[2] = norm_p, norm_c
-    result = merge.merge3(texts[0], texts[1], texts[2], labels=diff3_labels,
-                          key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded)
+    do_merge = merge.merge3_checked if path.endswith(".py") else merge.merge3
+    result = do_merge(texts[0], texts[1], texts[2], labels=diff3_labels,
+                      key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded)
     for region in result.regions:
         found = Conflict(
             name, path, region.line, enclosing_symbol(result.text, region.line), region.kind, region.message,

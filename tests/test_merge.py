@@ -722,3 +722,54 @@ def test_random_upstream_edits_never_drop_or_duplicate_a_block(
         assert all("Omni-new" not in line for line in sections["ours"] + sections["base"])
     if result.clean:
         assert "<<<<<<<" not in result.text
+
+
+# ---------------------------------------------------------------------------------------------
+# the result must compile
+
+
+def test_upstream_branch_added_to_code_the_patch_deleted_is_kept_replacement() -> None:
+    """Upstream adds an `elif` to an `if` the omni patch removed: placing it would not compile."""
+    base = src(
+        "    def _dummy_run(self, num_tokens):",
+        "        if self.use_compress:",
+        "            self.positions.fill_(127)",
+        "        attn_metadata = self._build_attention_metadata(num_tokens)",
+    )
+    ours = src(
+        "    def _dummy_run(self, num_tokens):",
+        "        if self.use_compress:",
+        "            self.positions.fill_(127)",
+        "        elif self.uses_positions_for_attention:",
+        "            self.positions[:num_tokens].fill_(0)",
+        "        attn_metadata = self._build_attention_metadata(num_tokens)",
+    )
+    theirs = src(
+        "    def _dummy_run(self, num_tokens):",
+        "        attn_metadata = self._build_attention_metadata(num_tokens)",
+    )
+    result = merge3(base, ours, theirs)
+    assert result.clean
+    assert [r.kind for r in result.regions] == ["kept-replacement"]
+    assert "elif" not in result.text and "uses_positions_for_attention" in result.regions[0].ours
+    compile("class R:\n" + result.text, "r.py", "exec")
+
+
+def test_a_resolution_that_does_not_compile_becomes_a_conflict() -> None:
+    """Both sides add a branch at one place: upstream's `else` first, then the omni `elif`, is not Python."""
+    base = src("    def f(self, a):", "        if a:", "            self.x()", "        self.y()")
+    ours = src("    def f(self, a):", "        if a:", "            self.x()", "        else:",
+               "            self.z()", "        self.y()")
+    theirs = src("    def f(self, a):", "        if a:", "            self.x()", "        elif self.c:",
+                 "            self.q()", "        self.y()")
+    plain = merge3(base, ours, theirs)
+    assert plain.clean and [r.kind for r in plain.regions] == ["both-inserted"]
+    with pytest.raises(SyntaxError):
+        compile("class R:\n" + plain.text, "r.py", "exec")
+    wrapped = ["class R:"]
+    checked = merge.merge3_checked("\n".join(wrapped) + "\n" + base, "\n".join(wrapped) + "\n" + ours,
+                                   "\n".join(wrapped) + "\n" + theirs)
+    assert not checked.clean
+    (region,) = checked.conflicts
+    assert "did not compile" in region.message
+    assert "elif self.c:" in region.theirs and "else:" in region.ours

@@ -434,9 +434,15 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SourceError, match=r"unknown release pq-fixture-pkg==2\.0 \(newest on the registry: 3\.0\)"):
         sources.release_files("pq-fixture-pkg", "2.0", "")
 
-    # A pure wheel is preferred over a platform wheel and the sdist.
+    # A pure wheel is preferred over a platform wheel and the sdist; the sdist over a platform wheel.
     snap = sources.resolve_upstream("pq-fixture-pkg==1.0", progress=lambda _: None)
     assert snap.pin.startswith("pq_fixture_pkg-1.0-py3-none-any.whl#sha256=")
+    one = sources.parse_version("1.0")
+    assert one is not None
+    plat = sources.DistFile("p-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "u", None, one, "wheel", False)
+    sdist = sources.DistFile("p-1.0.tar.gz", "u", None, one, "sdist", False)
+    assert sources.pick_file([plat, sdist]) is sdist
+    assert sources.pick_file([plat]) is plat
     assert snap.read("pq_fixture_pkg/sub/mod.py") == b"X = 2\n"
     # Only an sdist: its top folder is stripped.
     files = sources.release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None)
