@@ -204,3 +204,27 @@ def test_pq_check_and_pq_blocks_on_the_adopted_030(corpus: Path, tmp_path: Path)
     assert "24 fenced" in listing
     body = md.read_text()
     assert body.startswith("# Omni blocks: vllm-omni ") and body.count("| fenced |") == 24
+
+
+def test_planted_import_and_missing_block_are_both_reported(corpus: Path, tmp_path: Path) -> None:
+    """The full check (with the upstream source trees) on a real runner with two planted faults."""
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", "cf0baa38dfb2")
+    out = tmp_path / "check.json"
+    pq(proj, "check", "--json", str(out))
+    clean = json.loads(out.read_text())
+    assert clean["errors"] == 0 and clean["sources"] is True
+    assert not any(f["rule"].startswith("import-") for f in clean["findings"])
+    runner = proj / "npu_worker" / "npu_model_runner.py"
+    lines = runner.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("from vllm_ascend."))
+    lines.insert(at, "from vllm_ascend.worker.model_runner_v1 import NoSuchRunnerHelper\n")
+    fence = next(i for i, line in enumerate(lines) if "Omni-new" in line)
+    close = next(i for i in range(fence + 1, len(lines)) if "Omni-new" in lines[i])
+    del lines[fence : close + 1]
+    runner.write_text("".join(lines))
+    proc = pq(proj, "check", "--json", str(out), check=1)
+    data = json.loads(out.read_text())
+    errors = sorted((f["rule"], f["file"]) for f in data["findings"] if f["severity"] == "error")
+    assert errors == [("import-name-unresolved", "npu_model_runner.py"), ("omni-block-missing", "npu_model_runner.py")]
+    assert "NoSuchRunnerHelper" in proc.stdout
