@@ -1,0 +1,388 @@
+"""The scheduled rebase pull request, in two halves the workflow calls (`.github/workflows/refresh.yml`).
+
+``prepare`` runs with a read-only token: it refreshes the series onto the target
+(``pq refresh --no-stop`` with its reports and annotations), runs ``pq check``, commits the result
+on top of the default branch with the maintainers' message template, and writes everything the
+second half needs into a work folder (reports, the built package, ``decision.json`` and a git
+bundle of the commit).  It decides one of:
+
+- ``update``: push the commit to ``pq/refresh/<target>`` and open or update its pull request
+  (a draft with the ``needs-resolution`` label when conflicts are left);
+- ``noop``: nothing changed upstream since the branch was last pushed (same tree): no commit, no
+  pull-request edit, no noise;
+- ``comment``: maintainers pushed their own commits to the branch; it is theirs now, the bot does
+  not force-push over it and says so on the pull request (once).
+
+``publish`` runs with the write token and executes no code from the refreshed branch: it only
+fetches the bundle, pushes with ``--force-with-lease`` against the branch head ``prepare`` saw,
+and talks to GitHub through :class:`GhCli` (the ``gh`` command line), the one part the tests do
+not exercise (they pass a recording implementation of :class:`PullRequests`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+BOT_NAME = "pq-bot"
+BOT_EMAIL = "pq-bot@users.noreply.github.com"
+TRAILER = "Pq-Refresh"
+LABEL = "needs-resolution"
+BUNDLE_REF = "refs/heads/pq-refresh-commit"
+COMMENT_MARKER = "<!-- pq-refresh: maintainer commits -->"
+TARGETS = {"release": None, "main": "main"}  # name -> the --to spec (None: the newest release)
+
+
+class ScriptError(Exception):
+    pass
+
+
+def slug(target: str) -> str:
+    out = re.sub(r"[^A-Za-z0-9._-]+", "-", target).strip("-.")
+    if not out:
+        raise ScriptError(f"target {target!r} has no usable name")
+    return out
+
+
+def branch_of(target: str) -> str:
+    return f"pq/refresh/{slug(target)}"
+
+
+def run(cmd: Sequence[str], *, cwd: Path, ok: Sequence[int] = (0,), env: dict[str, str] | None = None,
+        capture: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(list(cmd), cwd=cwd, text=True, capture_output=capture,
+                          env={**os.environ, **(env or {})}, check=False)
+    if proc.returncode not in ok:
+        detail = (proc.stderr or proc.stdout or "").strip().splitlines()
+        raise ScriptError(f"{' '.join(cmd[:3])} ... exited {proc.returncode}: {detail[-1] if detail else ''}")
+    return proc
+
+
+def git(root: Path, *args: str, ok: Sequence[int] = (0,)) -> str:
+    env = {"GIT_TERMINAL_PROMPT": "0"}
+    return run(["git", *args], cwd=root, ok=ok, env=env).stdout.strip()
+
+
+def pq_command(root: Path) -> list[str]:
+    local = root / ".venv" / "bin" / "pq"
+    return [str(local)] if local.is_file() else [sys.executable, "-m", "patch_queue"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the commit message
+
+
+def _dicts(value: object) -> list[dict[str, object]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def message(target_label: str, report: dict[str, object], check: dict[str, object] | None, target: str) -> str:
+    """The maintainers' template: subject, upstream changes, GPU sync, omni blocks, trailer."""
+    conflicts = _dicts(report.get("conflicts"))
+    flags = _dicts(report.get("flags"))
+    lines = [f"[NPU] Upgrade model runners to align with vllm-ascend {target_label}", ""]
+    seen: dict[str, dict[str, object]] = {}
+    for item in conflicts + flags:
+        for c in _dicts(item.get("culprits")):
+            if isinstance(c.get("commit"), str):
+                seen.setdefault(str(c["commit"]), c)
+    lines.append("Upstream changes in the carried methods:")
+    if seen:
+        ordered = sorted(seen.values(), key=lambda c: (str(c.get("date", "")), str(c["commit"])))
+        for c in ordered:
+            pr = f" (#{c['pr']})" if c.get("pr") else ""
+            subject = re.sub(r"\s*\(#\d+\)\s*$", "", str(c.get("subject", "")))
+            lines.append(f"- {str(c['commit'])[:12]} {subject}{pr}")
+    else:
+        lines.append("- none that touched a conflict or review flag (or no upstream git history for this target)")
+    lines += ["", "Synced from the GPU side:"]
+    unported = 0
+    if check is not None:
+        counts = check.get("counts", {})
+        unported = int(counts.get("gpu-unported", 0)) if isinstance(counts, dict) else 0
+    if check is None:
+        lines.append("- pq check did not run (conflicts first)")
+    elif unported:
+        lines.append(f"- {unported} omni GPU changes still have no NPU counterpart (pq check: gpu-unported)")
+    else:
+        lines.append("- every omni GPU change has its NPU counterpart (pq check)")
+    blocks = report.get("blocks", {})
+    before = int(blocks.get("before", 0)) if isinstance(blocks, dict) else 0
+    after = int(blocks.get("after", 0)) if isinstance(blocks, dict) else 0
+    lines += ["", "Omni blocks:"]
+    if conflicts:
+        lines.append(f"- {len(conflicts)} conflict(s) need resolution:")
+        lines += [f"  - {c.get('file')}:{c.get('line')} {c.get('kind')} in {c.get('symbol') or '<module>'}"
+                  for c in conflicts]
+    elif before == after:
+        lines.append(f"- all {after} omni blocks preserved; {len(flags)} review flag(s) in the pull request")
+    else:
+        lines.append(f"- {after} of {before} omni blocks present: check the pull request")
+    lines += ["", f"{TRAILER}: {slug(target)}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare
+
+
+def materialize(root: Path, pq: list[str]) -> None:
+    """Reproduce the patch bodies from the pinned release when the repository does not commit them.
+
+    This repository commits only ``queue.toml`` and ``series`` (the bodies are third-party code);
+    ``pq adopt`` of the pinned downstream release at the pinned upstream commit gives them back
+    byte for byte, as ``scripts/main.sh`` does.
+    """
+    import tomllib
+
+    patches = root / "patches"
+    names = [n for n in (patches / "series").read_text().split() if n.endswith(".patch")] \
+        if (patches / "series").is_file() else []
+    if all((patches / n).is_file() for n in names):
+        return
+    queue = tomllib.loads((patches / "queue.toml").read_text())
+    down, up = queue["downstream"], queue["upstream"]
+    if not down.get("release"):
+        raise ScriptError("patches/ holds no patch bodies and queue.toml names no downstream release to adopt")
+    at = up.get("public_commit") or up["spec"]
+    run([*pq, "adopt", f"{down['name']}=={down['release']}", "--at", at, "--force"], cwd=root)
+
+
+@dataclass
+class Decision:
+    action: str  # "update" | "noop" | "comment"
+    branch: str
+    target: str
+    reason: str
+    commit: str = ""
+    expected_remote: str = ""  # the branch head prepare saw ("" = no branch yet)
+    title: str = ""
+    draft: bool = False
+    labels: tuple[str, ...] = ()
+
+    def write(self, workdir: Path) -> None:
+        data = {**self.__dict__, "labels": list(self.labels)}
+        (workdir / "decision.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    @staticmethod
+    def read(workdir: Path) -> Decision:
+        data = json.loads((workdir / "decision.json").read_text())
+        data["labels"] = tuple(data.get("labels", ()))
+        return Decision(**data)
+
+
+def _remote_head(root: Path, remote: str, branch: str) -> str:
+    out = git(root, "ls-remote", "--heads", remote, f"refs/heads/{branch}")
+    return out.split()[0] if out else ""
+
+
+def _human_commits(root: Path, remote_sha: str, base: str) -> list[str]:
+    """Commits on the branch (not on ``base``) that the bot did not make."""
+    log = git(root, "log", "--format=%H%x00%ae%x00%B%x1e", f"{base}..{remote_sha}")
+    out = []
+    for record in log.split("\x1e"):
+        record = record.strip("\n")
+        if not record:
+            continue
+        sha, email, body = record.split("\x00", 2)
+        if email != BOT_EMAIL or f"\n{TRAILER}: " not in "\n" + body:
+            out.append(sha)
+    return out
+
+
+def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -> Decision:
+    workdir.mkdir(parents=True, exist_ok=True)
+    branch = branch_of(target)
+    spec = TARGETS.get(target, target)
+    remote_sha = _remote_head(root, remote, branch)
+    head = git(root, "rev-parse", "HEAD")
+    if remote_sha:
+        git(root, "fetch", "--quiet", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
+        humans = _human_commits(root, remote_sha, head)
+        if humans:
+            decision = Decision("comment", branch, target, f"maintainers pushed {len(humans)} commit(s) to {branch} "
+                                f"({', '.join(h[:12] for h in humans)}); the bot leaves the branch to them",
+                                expected_remote=remote_sha)
+            decision.write(workdir)
+            (workdir / "report.md").write_text(f"## NPU runners: {branch}\n\n{decision.reason}.\n")
+            return decision
+    pq = pq_command(root)
+    materialize(root, pq)
+    args = [*pq, "refresh", "--no-stop", "--report", str(workdir / "report.json"),
+            "--markdown", str(workdir / "report.md"), "--annotations"]
+    if spec:
+        args += ["--to", spec]
+    proc = run(args, cwd=root, ok=(0, 3), capture=True)
+    sys.stdout.write("".join(line + "\n" for line in proc.stdout.splitlines() if line.startswith("::")))
+    report = json.loads((workdir / "report.json").read_text())
+    conflicted = proc.returncode == 3
+    check: dict[str, object] | None = None
+    if not conflicted:
+        run([*pq, "check", "--json", str(workdir / "check.json")], cwd=root, ok=(0, 1))
+        check = json.loads((workdir / "check.json").read_text())
+    out = root / "npu_worker"
+    if out.is_dir():
+        shutil.copytree(out, workdir / "npu_worker", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", ".pq-build"))
+    upstream = report.get("upstream")
+    target_label = str(upstream.get("target", target)) if isinstance(upstream, dict) else target
+    if conflicted:
+        # the series cannot move until a maintainer resolves: record what to resolve, leave the queue as it was
+        pending = root / "patches" / "pending-refresh.toml"
+        resolved = spec or "vllm-ascend==" + target_label.split()[-1]
+        pending.write_text(
+            "# A scheduled refresh left conflicts: run the two commands below, resolve the markers in\n"
+            "# npu_worker/, then `pq continue`, delete this file and push to this branch.\n"
+            f'target = "{resolved}"\n'
+            f"conflicts = {len(report.get('conflicts', []))}\n"
+            f'command = "pq refresh --to {resolved}"\n'
+        )
+        run([*pq, "abort"], cwd=root)
+    status = git(root, "status", "--porcelain", "--", "patches")
+    if not status:
+        decision = Decision("noop", branch, target, "the series is already on the target", expected_remote=remote_sha)
+        decision.write(workdir)
+        return decision
+    git(root, "add", "--all", "--", "patches")
+    env = {"GIT_AUTHOR_NAME": BOT_NAME, "GIT_AUTHOR_EMAIL": BOT_EMAIL, "GIT_COMMITTER_NAME": BOT_NAME,
+           "GIT_COMMITTER_EMAIL": BOT_EMAIL}
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
+        handle.write(message(target_label, report, check, target))
+        msg_file = handle.name
+    tree = git(root, "write-tree")
+    commit = run(["git", "commit-tree", tree, "-p", head, "-F", msg_file], cwd=root, env=env).stdout.strip()
+    os.unlink(msg_file)
+    git(root, "reset", "--quiet", "--mixed", "HEAD")
+    git(root, "checkout", "--quiet", "--", "patches")
+    git(root, "clean", "--quiet", "-fd", "--", "patches")
+    if remote_sha and git(root, "rev-parse", f"{remote_sha}^{{tree}}") == tree:
+        decision = Decision("noop", branch, target, f"{branch} already holds this refresh", expected_remote=remote_sha)
+        decision.write(workdir)
+        return decision
+    git(root, "update-ref", BUNDLE_REF, commit)
+    git(root, "bundle", "create", "--quiet", str(workdir / "branch.bundle"), BUNDLE_REF)
+    git(root, "update-ref", "-d", BUNDLE_REF)
+    decision = Decision(
+        "update", branch, target,
+        f"{len(report.get('conflicts', []))} conflict(s), {len(report.get('flags', []))} review flag(s)",
+        commit=commit, expected_remote=remote_sha,
+        title=message(target_label, report, check, target).splitlines()[0], draft=conflicted,
+        labels=(LABEL,) if conflicted else (),
+    )
+    decision.write(workdir)
+    return decision
+
+
+# ---------------------------------------------------------------------------------------------
+# publish
+
+
+class PullRequests(Protocol):
+    """The one interface to GitHub's pull requests."""
+
+    def find(self, branch: str) -> int | None: ...
+    def create(self, branch: str, base: str, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> int: ...
+    def update(self, number: int, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> None: ...
+    def comment_once(self, number: int, marker: str, body: str) -> None: ...
+
+
+class GhCli:
+    """:class:`PullRequests` through the ``gh`` command line (GH_TOKEN from the workflow)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _gh(self, *args: str) -> str:
+        return run(["gh", *args], cwd=self.root).stdout.strip()
+
+    def find(self, branch: str) -> int | None:
+        out = self._gh("pr", "list", "--head", branch, "--state", "open", "--json", "number", "--jq", ".[0].number")
+        return int(out) if out else None
+
+    def create(self, branch: str, base: str, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> int:
+        for label in labels:
+            self._gh("label", "create", label, "--force", "--description", "pq: conflicts left for a maintainer")
+        args = ["pr", "create", "--head", branch, "--base", base, "--title", title, "--body", body]
+        args += ["--draft"] if draft else []
+        for label in labels:
+            args += ["--label", label]
+        url = self._gh(*args)
+        return int(url.rstrip("/").rsplit("/", 1)[-1])
+
+    def update(self, number: int, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> None:
+        args = ["pr", "edit", str(number), "--title", title, "--body", body]
+        for label in labels:
+            args += ["--add-label", label]
+        if not labels:
+            args += ["--remove-label", LABEL]
+        self._gh(*args)
+        self._gh("pr", "ready", str(number), *(["--undo"] if draft else []))
+
+    def comment_once(self, number: int, marker: str, body: str) -> None:
+        bodies = self._gh("pr", "view", str(number), "--json", "comments", "--jq", ".comments[].body")
+        if marker not in bodies:
+            self._gh("pr", "comment", str(number), "--body", body)
+
+
+def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "origin", base: str = "main") -> str:
+    decision = Decision.read(workdir)
+    if decision.action == "noop":
+        return f"{decision.branch}: nothing to do ({decision.reason})"
+    if decision.action == "comment":
+        number = prs.find(decision.branch)
+        if number is not None:
+            prs.comment_once(number, COMMENT_MARKER, f"{COMMENT_MARKER}\nThe scheduled refresh did not update this "
+                                                     f"branch: {decision.reason}.")
+        return f"{decision.branch}: left to the maintainers ({decision.reason})"
+    git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{BUNDLE_REF}:{BUNDLE_REF}")
+    lease = f"refs/heads/{decision.branch}:{decision.expected_remote}"
+    git(root, "push", "--quiet", f"--force-with-lease={lease}", remote,
+        f"{decision.commit}:refs/heads/{decision.branch}")
+    git(root, "update-ref", "-d", BUNDLE_REF)
+    body_file = workdir / "report.md"
+    body = body_file.read_text() if body_file.is_file() else decision.reason
+    number = prs.find(decision.branch)
+    if number is None:
+        number = prs.create(decision.branch, base, decision.title, body, draft=decision.draft, labels=decision.labels)
+    else:
+        prs.update(number, decision.title, body, draft=decision.draft, labels=decision.labels)
+    return f"{decision.branch}: pushed {decision.commit[:12]}, pull request #{number}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="refresh, check, commit; write the work folder (read-only token)")
+    p.add_argument("--target", required=True, help="release | main | an explicit spec (vllm-ascend==X, a ref)")
+    p.add_argument("--workdir", required=True, type=Path)
+    p.add_argument("--remote", default="origin")
+    q = sub.add_parser("publish", help="push the branch and open or update its pull request (write token)")
+    q.add_argument("--workdir", required=True, type=Path)
+    q.add_argument("--remote", default="origin")
+    q.add_argument("--base", default=os.environ.get("GITHUB_BASE_REF") or "main")
+    args = parser.parse_args(argv)
+    root = Path.cwd()
+    try:
+        if args.command == "prepare":
+            decision = prepare(args.target, args.workdir, root=root, remote=args.remote)
+            print(f"{decision.branch}: {decision.action} ({decision.reason})")
+        else:
+            print(publish(args.workdir, root=root, prs=GhCli(root), remote=args.remote, base=args.base))
+    except ScriptError as exc:
+        print(f"refresh_pr: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
