@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in
 
 from __future__ import annotations
 
+import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,11 @@ def run(body: Callable[[], int | None]) -> None:
     except KeyboardInterrupt:
         err("interrupted; nothing was written past the last completed step (see `pq status`)")
         raise typer.Exit(130) from None
+    except BrokenPipeError:  # the reader went away (`pq status | head`): not a bug
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(141) from None
     except typer.Exit:
         raise
     except Exception:  # a bug: keep the traceback for the report
@@ -122,14 +128,25 @@ def build(
     standalone: Annotated[
         bool, typer.Option("--standalone", help="point vllm_omni.platforms.npu.worker imports into the package")
     ] = False,
+    wheel: Annotated[
+        bool, typer.Option("--wheel", help="build an installable wheel of the standalone package into --out "
+                           "(default dist/); npu_worker/ is not touched")
+    ] = False,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Write the top of the stack as the npu_worker package."""
+    """Write the top of the stack as the npu_worker package (or, with --wheel, as a wheel of it)."""
 
     def body() -> None:
         from patch_queue import engine
 
         ws = _ws()
+        if wheel:
+            from patch_queue import wheel as wheel_mod
+
+            with _locked(ws, "build"):
+                built = wheel_mod.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
+            typer.echo(ws.rel(built.path))
+            return
         with _locked(ws, "build"):
             files = engine.do_build(ws, out=out, standalone_pkg=standalone, upstream_git=upstream, progress=say)
         typer.echo(f"built {len(files)} files into {ws.rel(out.resolve() if out else ws.out)}/")
