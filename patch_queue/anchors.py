@@ -14,6 +14,7 @@ method or branch it starts in).
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -62,7 +63,21 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
     problems: list[FenceProblem] = []
     open_at: int | None = None  # 0-based line of the open fence
     open_indent = 0
-    for i, line in enumerate(lines):
+    # outside an open block only lines that carry the word can matter: skip straight to them
+    marked = list(itertools.compress(range(len(lines)), map(str.__contains__, lines, itertools.repeat("Omni-new"))))
+    nxt = 0  # index into ``marked``
+    i = -1
+    while True:
+        i += 1
+        if open_at is None:
+            while nxt < len(marked) and marked[nxt] < i:
+                nxt += 1
+            if nxt == len(marked):
+                break
+            i = marked[nxt]
+        if i >= len(lines):
+            break
+        line = lines[i]
         if FENCE.match(line):
             if open_at is None:
                 open_at, open_indent = i, _indent(line)

@@ -31,7 +31,9 @@ A recorded resolution for the very same region (see :mod:`patch_queue.rerere`) i
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,7 +91,9 @@ class _Side:
     info: dict[str, anchors.Block]
 
 
+@functools.lru_cache(maxsize=8)
 def _fold(text: str) -> _Side:
+    """The text with its omni blocks folded (cached: a replay folds each patch's text twice; read-only)."""
     lines = text.splitlines(keepends=True)
     found, _problems = anchors.parse_blocks(text)
     blocks: dict[str, list[str]] = {}
@@ -539,9 +543,16 @@ def _finish(
     text: list[str] = []
     regions: list[Region] = []
     i = 0
+    def expand_into(lines: list[str]) -> None:
+        pos = 0
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
+            text.extend(lines[pos:k])
+            text.extend(expand([lines[k]]))
+            pos = k + 1
+        text.extend(lines[pos:])
+
     for index, region, placed in pending:  # in output order; a region may place no line at all
-        for line in out[i:index]:
-            text += expand([line])
+        expand_into(out[i:index])
         region.line = len(text) + 1
         body = _markers(region, labels) if region.conflict else expand(placed)
         if not region.conflict:
@@ -550,8 +561,7 @@ def _finish(
         region.length = len(body)
         regions.append(region)
         i = index + len(placed)
-    for line in out[i:]:
-        text += expand([line])
+    expand_into(out[i:])
     return MergeResult("".join(text), regions)
 
 
@@ -608,6 +618,12 @@ def syntax_error_line(text: str) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=16)
+def _ours_side_error(text: str) -> int | None:
+    """:func:`syntax_error_line` of the upstream side of ``text`` (cached: a replay checks each text twice)."""
+    return syntax_error_line(ours_side(text)[0])
+
+
 def merge3_checked(base: str, ours: str, theirs: str, **kwargs: object) -> MergeResult:
     """:func:`merge3` for Python modules: an automatic resolution that breaks the syntax becomes a conflict.
 
@@ -616,7 +632,9 @@ def merge3_checked(base: str, ours: str, theirs: str, **kwargs: object) -> Merge
     before the first syntax error is vetoed and the merge redone, until it compiles.
     """
     result = merge3(base, ours, theirs, **kwargs)  # type: ignore[arg-type]
-    if any(syntax_error_line(ours_side(x)[0]) is not None for x in (base, ours, theirs)):
+    if not any(not r.conflict and r.group >= 0 and r.kind != "near-block" for r in result.regions):
+        return result  # no automatic resolution that a veto could take back: nothing to check
+    if any(_ours_side_error(x) is not None for x in (base, ours, theirs)):
         return result
     veto: set[int] = set()
     for _attempt in range(12):

@@ -105,8 +105,84 @@ _DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
 _CLASS = re.compile(r"^class\s+(\w+)")
 
 
+_SHALLOW = re.compile(r"\n[ \t]{0,4}[^ \t\n]")  # after the newline: a line indented 4 or less
+_OTHER_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def _trim_blank_tail(text: str) -> str:
+    """``text`` without its trailing blank lines (lines end in "\n" only)."""
+    while text:
+        k = text.rfind("\n", 0, len(text) - 1) + 1
+        if text[k:].strip():
+            break
+        text = text[:k]
+    return text
+
+
 def scan_methods(source: str, class_name: str) -> dict[str, str]:
     """Approximate method texts of one top-level class by indentation alone (adopt search only)."""
+    if any(ch in source for ch in _OTHER_BREAKS):
+        return _scan_methods_lines(source, class_name)
+    # the same scan, visiting only the lines indented 4 or less: deeper and blank lines only
+    # ever go to the current method, so they are taken as whole slices between those lines
+    out: dict[str, str] = {}
+    pos = 0
+    body = -1
+    while pos < len(source):
+        end = source.find("\n", pos) + 1 or len(source)
+        m = _CLASS.match(source[pos:end])
+        pos = end
+        if m and m.group(1) == class_name:
+            body = end
+            break
+    if body < 0:
+        return out
+    current: str | None = None
+    buf: list[str] = []
+    pending: list[str] = []
+    prev = body
+
+    def flush() -> None:
+        nonlocal current, buf
+        if current is not None and current not in out:
+            out[current] = _trim_blank_tail("".join(buf))
+        current, buf = None, []
+
+    for found in _SHALLOW.finditer(source, body - 1):
+        start = found.start() + 1
+        end = source.find("\n", start) + 1 or len(source)
+        line = source[start:end]
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if current is not None:
+            buf.append(source[prev:start])
+        prev = end
+        ind = _indent(line)
+        if ind == 0 and not stripped.startswith("#"):
+            flush()
+            return out
+        m = _DEF.match(line)
+        if m and ind == 4:
+            flush()
+            current = m.group(2)
+            buf = pending + [line]
+            pending = []
+        elif current is not None and stripped[0] in ")]}":
+            buf.append(line)
+        elif ind == 4 and stripped.startswith(("@", "#")):
+            flush()
+            pending.append(line)
+        else:
+            flush()
+            pending = []
+    if current is not None:
+        buf.append(source[prev:])
+    flush()
+    return out
+
+
+def _scan_methods_lines(source: str, class_name: str) -> dict[str, str]:
     lines = source.splitlines(keepends=True)
     out: dict[str, str] = {}
     in_class = False

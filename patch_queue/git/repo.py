@@ -63,6 +63,24 @@ class ProjectRepo:
             raise QueueError("a bare repository has no work tree for patches/", path=found)
         self.workdir = Path(workdir).resolve()
         self.gitdir = Path(self._repo.path).resolve()
+        # recently read or written blobs by id: a replay reads each text it wrote right back
+        self._blobs: dict[pygit2.Oid, bytes] = {}
+
+    _BLOB_CACHE = 32
+
+    def _remember(self, oid: pygit2.Oid, data: bytes) -> None:
+        if len(self._blobs) >= self._BLOB_CACHE:
+            del self._blobs[next(iter(self._blobs))]
+        self._blobs[oid] = data
+
+    def _blob_data(self, oid: pygit2.Oid) -> bytes:
+        data = self._blobs.get(oid)
+        if data is None:
+            blob = self._repo[oid]
+            assert isinstance(blob, pygit2.Blob)
+            data = blob.data
+            self._remember(oid, data)
+        return data
 
     # ---- objects -------------------------------------------------------------------------
     def write_blob(self, data: bytes) -> str:
@@ -100,7 +118,9 @@ class ProjectRepo:
                     tb.insert(name, build(value), FileMode.TREE)
                 else:
                     assert isinstance(value, bytes)
-                    tb.insert(name, self._repo.create_blob(value), FileMode.BLOB)
+                    oid = self._repo.create_blob(value)
+                    self._remember(oid, value)
+                    tb.insert(name, oid, FileMode.BLOB)
             return tb.write()
 
         return str(build(nested))
@@ -118,9 +138,7 @@ class ProjectRepo:
                     assert isinstance(sub, pygit2.Tree)
                     walk(sub, name + "/")
                 else:
-                    blob = self._repo[entry.id]
-                    assert isinstance(blob, pygit2.Blob)
-                    out[name] = blob.data
+                    out[name] = self._blob_data(entry.id)
 
         walk(tree, "")
         return out

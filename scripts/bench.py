@@ -1,0 +1,826 @@
+"""One command for the benchmark: writes ``docs/benchmark.md`` and ``docs/benchmark.png``.
+
+Usage::
+
+    python scripts/bench.py [--quick] [--out DIR] [--repeats N] [--keep DIR]
+
+Sections (all from one run):
+
+1. quality on real history: every upgrade between consecutive corpus releases of vllm-omni, and
+   0.30.0 -> the newest vllm-ascend release (``pq refresh``'s default target): hard conflicts,
+   review flags, omni blocks before/after, upstream lines absorbed in the carried methods, and
+   the lines that differ from what the maintainers wrote in the newer release (upstream-side and
+   omni-side);
+2. baselines: the same stack commits replayed with ``git rebase`` (merge backend) in a real
+   repository, and a whole-file ``git merge-file`` of the vendored upstream file;
+3. speed: ``pq refresh`` vs ``git rebase`` (median of whole processes), ``pq adopt``'s upstream
+   search, culprit search reads vs log2 of the candidates, ``pq --help`` start-up; a profile
+   for every goal missed;
+4. scale: ``scripts/bench_scale.run_scale`` when that module is there, and the chart.
+
+``--quick`` measures one upgrade (0.18.0 -> 0.20.0) with few repeats and small scale sizes (the
+test's mode).  Environment as for ``scripts/conflict_table.py``: ``PQ_UPSTREAM_GIT`` (default: the
+corpus bundle), ``PQ_CACHE``, ``PQ_CORPUS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime as dt
+import difflib
+import io
+import json
+import math
+import os
+import platform
+import pstats
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import conflict_metrics as cm  # noqa: E402
+
+from patch_queue import sources, symbols  # noqa: E402
+from patch_queue.queue import Queue, QueueDir  # noqa: E402
+
+REPO = HERE.parent
+RUNNER = "vllm_ascend/worker/model_runner_v1.py"
+Json = dict[str, Any]
+
+GOALS = {
+    "refresh": "within 2x of git rebase",
+    "adopt": "under 2 s",
+    "culprits": "logarithmic (reads per find <= 2 ceil(log2 candidates) + 2: two bisections and both ends)",
+    "startup": "under 0.3 s",
+}
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    old: str
+    new: str | None  # newer corpus release; None: the newest vllm-ascend release
+
+    @property
+    def title(self) -> str:
+        return f"{self.old} → {self.new or 'newest vllm-ascend'}"
+
+
+UPGRADES = (
+    Upgrade("0.14.0", "0.16.0"),
+    Upgrade("0.16.0", "0.18.0"),
+    Upgrade("0.18.0", "0.20.0"),
+    Upgrade("0.20.0", "0.22.0"),
+    Upgrade("0.22.0", "0.24.0"),
+    Upgrade("0.24.0", "0.30.0"),
+    Upgrade("0.30.0", None),
+)
+QUICK = Upgrade("0.18.0", "0.20.0")
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def corpus_dir() -> Path:
+    env = os.environ.get("PQ_CORPUS")
+    return Path(env) if env else REPO.parent / "shared" / "corpus"
+
+
+class StepError(Exception):
+    pass
+
+
+def run(
+    cmd: Sequence[str], cwd: Path, *, ok: Sequence[int] = (0,), env: dict[str, str] | None = None
+) -> tuple[int, float, str]:
+    started = time.perf_counter()
+    proc = subprocess.run(
+        list(cmd),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1", **(env or {})},
+    )
+    seconds = time.perf_counter() - started
+    if proc.returncode not in ok:
+        tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["(no output)"])[-1]
+        raise StepError(f"{' '.join(cmd)} exited {proc.returncode} in {cwd}: {tail}")
+    return proc.returncode, seconds, proc.stdout
+
+
+def pq(cwd: Path, *args: str, ok: Sequence[int] = (0,)) -> tuple[int, float, str]:
+    return run([sys.executable, "-m", "patch_queue", *args], cwd, ok=ok)
+
+
+def git(cwd: Path, *args: str, ok: Sequence[int] = (0,)) -> str:
+    return run(["git", *args], cwd, ok=ok)[2]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+# -- 1. quality ---------------------------------------------------------------------------------
+
+
+def adopt(project: Path, npu: Path) -> tuple[float, Queue]:
+    if project.exists():
+        shutil.rmtree(project)
+    project.mkdir(parents=True)
+    git(project, "init", "-q")
+    _code, seconds, _out = pq(project, "adopt", str(npu))
+    return seconds, QueueDir(project / "patches").load_queue()
+
+
+def read_text(path: Path) -> str:
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+def carried(queue: Queue) -> list[tuple[str, str, str]]:
+    return [(m.path, m.upstream, s) for m in queue.modules if m.upstream for s in m.symbols]
+
+
+def upstream_syms(snap: sources.Snapshot, path: str) -> dict[str, symbols.Symbol]:
+    return symbols.symbols_ast(snap.read(path).decode("utf-8"), path=f"{path} ({snap.label})")
+
+
+def absorbed(queue: Queue, out: Path, old: sources.Snapshot, new: sources.Snapshot) -> tuple[int, int]:
+    """(upstream lines added to carried methods between the two bases that are in the output, added)."""
+    got = total = 0
+    parsed: dict[tuple[str, str], dict[str, symbols.Symbol]] = {}
+    for module, upath, name in carried(queue):
+        for label, snap in (("old", old), ("new", new)):
+            parsed.setdefault((label, upath), upstream_syms(snap, upath))
+        after = parsed[("new", upath)].get(name)
+        before = parsed[("old", upath)].get(name)
+        if after is None or before is None:
+            continue
+        added = cm.added_lines(before.text, after.text)
+        present = cm.stripped_set([read_text(out / module)])
+        total += len(added)
+        got += sum(1 for line in added if line in present)
+    return got, total
+
+
+def closeness(out: Path, maintainers: Path, upstream_text: str) -> Json:
+    """Lines (stripped, non-blank) that differ between pq's output and the maintainers' files, by side."""
+    upstream_lines = cm.stripped_set([upstream_text])
+    up = omni = 0
+    names = sorted({p.name for p in out.glob("*.py")} | {p.name for p in maintainers.glob("*.py")})
+    for name in names:
+        a = [x.strip() for x in read_text(out / name).splitlines() if x.strip()]
+        b = [x.strip() for x in read_text(maintainers / name).splitlines() if x.strip()]
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+            if tag == "equal":
+                continue
+            for line in a[i1:i2] + b[j1:j2]:
+                if line in upstream_lines:
+                    up += 1
+                else:
+                    omni += 1
+    return {"upstream": up, "omni": omni, "total": up + omni}
+
+
+def fetch_refs(dest: Path, project: Path, mapping: dict[str, str]) -> None:
+    git(dest, "fetch", "-q", "--no-tags", str(project), *[f"+{src}:{dst}" for src, dst in mapping.items()])
+
+
+def git_rebase(repo: Path) -> tuple[int, int, float]:
+    """(conflict regions, commits that stopped, seconds) of ``git rebase --onto newbase oldbase series``."""
+    git(repo, "checkout", "-q", "-f", "-B", "work", "refs/bench/series")
+    started = time.perf_counter()
+    regions = stops = 0
+    env = {"GIT_EDITOR": "true"}
+    code = run(
+        ["git", "rebase", "--merge", "--onto", "refs/bench/newbase", "refs/bench/oldbase"],
+        repo,
+        ok=range(0, 256),
+        env=env,
+    )[0]
+    while code != 0:
+        conflicted = git(repo, "diff", "--name-only", "--diff-filter=U").split()
+        if not conflicted:
+            raise StepError(f"git rebase stopped without a conflict in {repo}")
+        stops += 1
+        for name in conflicted:
+            regions += cm.count_regions(read_text(repo / name))
+        git(repo, "add", "-A")
+        code = run(["git", "rebase", "--continue"], repo, ok=range(0, 256), env=env)[0]
+    return regions, stops, time.perf_counter() - started
+
+
+def whole_file_merge(queue: Queue, npu: Path, old: sources.Snapshot, new: sources.Snapshot) -> tuple[int, float]:
+    """Regions of ``git merge-file`` on the whole vendored upstream file with every carried method as omni wrote it."""
+    base = old.read(RUNNER).decode("utf-8")
+    ours = new.read(RUNNER).decode("utf-8")
+    syms = symbols.symbols_ast(base, path=RUNNER)
+    replaced: dict[str, str] = {}
+    for module, upath, name in carried(queue):
+        if upath != RUNNER or name in replaced or name not in syms:
+            continue
+        mine = cm.downstream_symbol(read_text(npu / module), name, path=module)
+        if mine is not None:
+            replaced[name] = mine.text
+    lines = base.splitlines(keepends=True)
+    for name in sorted(replaced, key=lambda n: syms[n].start, reverse=True):
+        s = syms[name]
+        lines[s.start - 1 : s.end] = [replaced[name] if replaced[name].endswith("\n") else replaced[name] + "\n"]
+    theirs = "".join(lines)
+    started = time.perf_counter()
+    regions, _merged = cm.merge_file_regions(base, ours, theirs)
+    return regions, time.perf_counter() - started
+
+
+def measure_upgrade(
+    up: Upgrade, corpus: Path, work: Path, location: str, repeats: int, newest: sources.Snapshot | None
+) -> Json:
+    row: Json = {"title": up.title, "old": up.old, "new": up.new, "error": None}
+    npu = corpus / f"vllm-omni-{up.old}" / "npu"
+    say(f"== {up.title}: adopt {npu}")
+    row["adopt_seconds_old"], queue = adopt(work / "old", npu)
+    if up.new is not None:
+        row["adopt_seconds_new"], new_queue = adopt(work / "new", corpus / f"vllm-omni-{up.new}" / "npu")
+        target = new_queue.upstream.public_commit
+        target_snap = sources.resolve_upstream(target, upstream_git=location)
+    else:
+        assert newest is not None
+        target_snap = newest
+        target = newest.spec
+    old_snap = sources.resolve_upstream(
+        queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec, upstream_git=location
+    )
+    row["old_base"], row["target"] = queue.upstream.label, target_snap.label
+    row["noop"] = old_snap.read(RUNNER) == target_snap.read(RUNNER)
+    project = work / "old"
+    pristine = work / "pristine"
+    shutil.copytree(project, pristine, symlinks=True)
+
+    # the stack's commits for git rebase, taken before pq rewrites the refs
+    rb = work / "rebase"
+    rb.mkdir()
+    git(rb, "init", "-q")
+    git(rb, "config", "user.name", "bench")
+    git(rb, "config", "user.email", "bench@localhost")
+    fetch_refs(rb, project, {"refs/pq/top": "refs/bench/series", "refs/pq/base": "refs/bench/oldbase"})
+    row["patches"] = int(git(rb, "rev-list", "--count", "refs/bench/oldbase..refs/bench/series").strip())
+
+    say(f"== {up.title}: pq refresh {'(default target)' if up.new is None else '--to ' + target}")
+    report_path = work / "refresh.json"
+    args = ["refresh", "--no-stop", "--report", str(report_path)] + ([] if up.new is None else ["--to", target])
+    code, row["refresh_check_seconds"], _ = pq(project, *args, ok=(0, 3))
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    row["refresh_exit"] = code
+    row["report_target"] = report["upstream"]["target"]
+    row["conflicts"] = len(report.get("conflicts", []))
+    row["flags"] = len(report.get("flags", []))
+    row["blocks"] = [report["blocks"]["before"], report["blocks"]["after"]]
+    row["findings"] = [
+        {"before": (f.get("sides") or {}).get("base", ""), "after": (f.get("sides") or {}).get("upstream", "")}
+        for f in [*report.get("conflicts", []), *report.get("flags", [])]
+    ]
+    out = project / "npu_worker"
+    row["absorbed"] = list(absorbed(queue, out, old_snap, target_snap))
+    maintainers = corpus / f"vllm-omni-{up.new}" / "npu" if up.new else None
+    row["closeness"] = closeness(out, maintainers, target_snap.read(RUNNER).decode("utf-8")) if maintainers else None
+    new_base_ref = (
+        "refs/pq/refresh/base" if git(project, "for-each-ref", "refs/pq/refresh/base").strip() else "refs/pq/base"
+    )
+    fetch_refs(rb, project, {new_base_ref: "refs/bench/newbase"})
+    row["old_pin"], row["target_pin"] = old_snap.pin, target_snap.pin
+    row["target_spec"] = target
+
+    say(f"== {up.title}: baselines")
+    row["rebase_regions"], row["rebase_stops"], first = git_rebase(rb)
+    row["merge_file_regions"], row["merge_file_seconds"] = whole_file_merge(queue, npu, old_snap, target_snap)
+
+    say(f"== {up.title}: speed ({repeats} runs each)")
+    pq_times, rb_times = [], []
+    for i in range(repeats):
+        trial = work / f"trial{i}"
+        shutil.copytree(pristine, trial, symlinks=True)
+        pq_times.append(pq(trial, "refresh", "--no-stop", "--no-check", "--to", target, ok=(0, 3))[1])
+        shutil.rmtree(trial)
+        rb_times.append(git_rebase(rb)[2])
+    rb_times.append(first)
+    row["pq_seconds"] = median(pq_times)
+    row["rebase_seconds"] = median(rb_times)
+    row["ratio"] = row["pq_seconds"] / row["rebase_seconds"] if row["rebase_seconds"] else float("nan")
+    return row
+
+
+# -- 3. speed: adopt, culprits, start-up ----------------------------------------------------------
+
+
+def culprit_search(rows: Sequence[Json], location: str) -> list[Json]:
+    from patch_queue.culprits import CulpritFinder
+
+    git_up = sources.open_git(location)
+    out: list[Json] = []
+    for row in rows:
+        if row.get("error") or row.get("noop") or not row.get("findings") or "target_pin" not in row:
+            continue
+        try:
+            finder = CulpritFinder(git_up, RUNNER, row["old_pin"], row["target_pin"])
+        except Exception as exc:  # a release target without a commit in the history
+            say(f"culprits {row['title']}: {exc}")
+            continue
+        started = time.perf_counter()
+        n = len(finder.candidates())
+        cand_s = time.perf_counter() - started
+        times, reads = [], []
+        for f in row["findings"]:
+            finder._texts = {None: ""}  # every find from a cold text cache: reads are its own
+            finder.reads = 0
+            started = time.perf_counter()
+            finder.find(str(f["before"] or ""), str(f["after"] or ""))
+            times.append(time.perf_counter() - started)
+            reads.append(finder.reads)
+        # a find bisects at most twice (text gone, text come), each over n candidates, plus the two ends
+        bound = 2 * math.ceil(math.log2(n)) + 2 if n > 1 else 4
+        out.append(
+            {
+                "title": row["title"],
+                "candidates": n,
+                "candidates_seconds": cand_s,
+                "finds": len(times),
+                "median_seconds": median(times),
+                "max_reads": max(reads),
+                "median_reads": median(reads),
+                "bound": bound,
+                "log2": math.log2(n) if n else 0.0,
+            }
+        )
+    return out
+
+
+def startup(repeats: int) -> float:
+    return median([pq(REPO, "--help")[1] for _ in range(repeats)])
+
+
+def profile(fn: Callable[[], object], limit: int = 14) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        fn()
+    finally:
+        prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).strip_dirs().sort_stats("cumulative").print_stats(limit)
+    text = buf.getvalue()
+    start = text.find("   ncalls")
+    return text[start:].rstrip() if start >= 0 else text.rstrip()
+
+
+def profile_cli(cwd: Path, *args: str) -> str:
+    """cProfile of one whole ``pq`` command, in its own process (cumulative time, top entries)."""
+    code = (
+        "import cProfile,pstats,sys,io\n"
+        "from patch_queue.cli import main\n"
+        f"sys.argv=['pq',*{list(args)!r}]\n"
+        "p=cProfile.Profile();p.enable()\n"
+        "try:\n main()\nexcept SystemExit:\n pass\n"
+        "p.disable();b=io.StringIO();pstats.Stats(p,stream=b).strip_dirs().sort_stats('cumulative').print_stats(16)\n"
+        "t=b.getvalue();sys.stderr.write(t[t.find('   ncalls'):])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=False)
+    text = proc.stderr
+    return text[text.find("   ncalls") :].rstrip() if "   ncalls" in text else text.strip()[-3000:]
+
+
+# -- 4. scale and chart ---------------------------------------------------------------------------
+
+
+def scale(
+    quick: bool, sizes: tuple[int, ...] | None, revisions: tuple[int, ...] | None, repeats: int | None
+) -> tuple[list[Json] | None, str | None]:
+    try:
+        import bench_scale  # type: ignore[import-not-found]
+    except ImportError as exc:
+        return None, f"scripts/bench_scale.py is not there yet ({exc}); the scale section was skipped."
+    kwargs: Json = {"sizes": (10, 30), "revisions": (10,), "repeats": 1} if quick else {}
+    for key, value in (("sizes", sizes), ("revisions", revisions), ("repeats", repeats)):
+        if value:
+            kwargs[key] = value
+    try:
+        return list(bench_scale.run_scale(**kwargs)), None
+    except Exception as exc:  # another engineer's module: report, do not fail the benchmark
+        return None, f"bench_scale.run_scale failed: {type(exc).__name__}: {exc}"
+
+
+def chart(path: Path, rows: Sequence[Json], scale_rows: Sequence[Json] | None) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install '.[bench]'): no chart."
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5), dpi=100)
+    ax_t, ax_m, ax_c = axes
+    if scale_rows:
+        for rev in sorted({r["revisions"] for r in scale_rows}):
+            pts = sorted((r for r in scale_rows if r["revisions"] == rev), key=lambda r: r["patches"])
+            xs = [r["patches"] for r in pts]
+            line = ax_t.plot(xs, [r["pq_seconds"] for r in pts], marker="o", label=f"pq, {rev} revisions")[0]
+            ax_t.plot(
+                xs,
+                [r["rebase_seconds"] for r in pts],
+                marker="x",
+                linestyle="--",
+                color=line.get_color(),
+                label=f"git rebase, {rev} revisions",
+            )
+            ax_m.plot(xs, [r["pq_peak_mib"] for r in pts], marker="o", label=f"{rev} revisions")
+        ax_t.set_xscale("log")
+        ax_t.set_yscale("log")
+        ax_m.set_xscale("log")
+        ax_t.legend(fontsize=7)
+        ax_m.legend(fontsize=7)
+    else:
+        for ax in (ax_t, ax_m):
+            ax.text(0.5, 0.5, "scale not measured", ha="center", va="center", transform=ax.transAxes)
+    ax_t.set_title("refresh time by series size")
+    ax_t.set_xlabel("patches")
+    ax_t.set_ylabel("seconds")
+    ax_m.set_title("pq peak memory by series size")
+    ax_m.set_xlabel("patches")
+    ax_m.set_ylabel("MiB")
+    good = [r for r in rows if not r.get("error")]
+    xs = range(len(good))
+    width = 0.27
+    ax_c.bar([x - width for x in xs], [r["conflicts"] for r in good], width, label="pq conflicts")
+    ax_c.bar(list(xs), [r["rebase_regions"] for r in good], width, label="git rebase regions")
+    ax_c.bar([x + width for x in xs], [r["merge_file_regions"] for r in good], width, label="git merge-file regions")
+    ax_c.set_xticks(list(xs))
+    ax_c.set_xticklabels(
+        [r["title"].replace(" → ", "→\n").replace("newest vllm-ascend", "newest") for r in good], fontsize=7
+    )
+    ax_c.set_title("conflicts per upgrade")
+    ax_c.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return None
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return lines + [""]
+
+
+def machine() -> list[str]:
+    import pygit2
+
+    git_version = subprocess.run(["git", "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    cpu = ""
+    try:
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            "",
+        )
+    except OSError:
+        pass
+    return [
+        f"- uname: `{' '.join(platform.uname())}`",
+        f"- CPUs: {os.cpu_count()}" + (f" ({cpu})" if cpu else ""),
+        f"- Python: {platform.python_version()}",
+        f"- git: {git_version}",
+        f"- pygit2: {pygit2.__version__} (libgit2 {pygit2.LIBGIT2_VERSION})",
+    ]
+
+
+def f2(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def render(
+    args: argparse.Namespace,
+    rows: Sequence[Json],
+    speed: Json,
+    scale_rows: Sequence[Json] | None,
+    notes: list[str],
+    total: float,
+) -> str:
+    cmd = "python scripts/bench.py " + " ".join(shlex.quote(a) for a in args.argv)
+    md = [
+        "# Benchmark",
+        "",
+        f"Written by `{cmd.strip()}` on {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC in {total:.0f} s.",
+        "",
+        "## Machine",
+        "",
+        *machine(),
+        f"- upstream git: `{os.environ.get('PQ_UPSTREAM_GIT', '')}`;"
+        f" cache `{os.environ.get('PQ_CACHE', '~/.cache/pq')}`",
+        "",
+    ]
+    good = [r for r in rows if not r.get("error")]
+    md += [
+        "## 1. Quality on real history",
+        "",
+        "Adopt the older release's corpus folder, `pq refresh --no-stop` onto the upstream base `pq adopt` finds"
+        " for the newer release (last row: `pq refresh`'s default target, the newest vllm-ascend release). "
+        "*Absorbed*: upstream lines added to the carried methods between the two bases that are in pq's output. "
+        "*Differs from maintainers*: stripped lines that differ between pq's output and the newer release's runners,"
+        " split into upstream-side (the line is in the target's `model_runner_v1.py`) and omni-side.",
+        "",
+    ]
+    md += table(
+        [
+            "upgrade",
+            "old base",
+            "target",
+            "patches",
+            "hard conflicts",
+            "review flags",
+            "omni blocks before→after",
+            "upstream lines absorbed",
+            "differs from maintainers (upstream + omni)",
+        ],
+        [
+            [
+                r["title"],
+                r["old_base"],
+                r["target"] + (" (no-op: same base)" if r["noop"] else ""),
+                r["patches"],
+                r["conflicts"],
+                r["flags"],
+                f"{r['blocks'][0]}→{r['blocks'][1]}",
+                f"{r['absorbed'][0]}/{r['absorbed'][1]}",
+                "n/a"
+                if r["closeness"] is None
+                else f"{r['closeness']['total']} ({r['closeness']['upstream']} + {r['closeness']['omni']})",
+            ]
+            for r in good
+        ],
+    )
+    for r in rows:
+        if r.get("error"):
+            md.append(f"- {r['title']}: not measured: {r['error']}")
+    noops = [r["title"] for r in good if r["noop"]]
+    if noops:
+        md.append(
+            f"- No-ops: {', '.join(noops)}: vllm-omni 0.20.0, 0.22.0 and 0.24.0 adopt to the same upstream "
+            "base, so these refreshes replay onto an unchanged upstream file and change nothing."
+        )
+    newest = [r for r in good if r["new"] is None]
+    if newest:
+        md.append(f"- The newest vllm-ascend release, resolved through the registry: **{newest[0]['target']}**.")
+    md.append("")
+    md += [
+        "## 2. Baselines in the same run",
+        "",
+        "*git rebase*: pq's own stack (`refs/pq/base..refs/pq/top` of the adopted project) rebased with"
+        " `git rebase --merge --onto <new base commit made by the refresh>` in a plain repository; on each stop"
+        " the `<<<<<<<` regions are counted, then `git add -A && git rebase --continue`. *git merge-file*: the whole"
+        " vendored file, base = old upstream `model_runner_v1.py`, ours = new upstream, theirs = old upstream with"
+        " every carried method replaced by the omni version.",
+        "",
+    ]
+    md += table(
+        [
+            "upgrade",
+            "pq conflicts",
+            "pq flags",
+            "git rebase regions",
+            "git rebase commits stopped",
+            "git merge-file regions",
+            "merge-file seconds",
+        ],
+        [
+            [
+                r["title"],
+                r["conflicts"],
+                r["flags"],
+                r["rebase_regions"],
+                r["rebase_stops"],
+                r["merge_file_regions"],
+                f2(r["merge_file_seconds"]),
+            ]
+            for r in good
+        ],
+    )
+    md += [
+        "## 3. Speed",
+        "",
+        f"Median wall time of whole processes over {args.repeats} runs (git rebase: {args.repeats + 1});"
+        " `pq refresh --no-stop --no-check --to TARGET` from a fresh copy of the adopted project each time"
+        " (local upstream, warm cache); *with check*: the one `pq refresh` of section 1.",
+        "",
+    ]
+    md += table(
+        ["upgrade", "pq refresh s", "git rebase s", "ratio pq/rebase (goal ≤ 2)", "pq refresh with check s"],
+        [
+            [r["title"], f2(r["pq_seconds"]), f2(r["rebase_seconds"]), f2(r["ratio"]), f2(r["refresh_check_seconds"])]
+            for r in good
+        ],
+    )
+    adopt_times = speed["adopt"]
+    md += table(
+        ["measure", "value", "goal", "met"],
+        [
+            [
+                "pq refresh / git rebase (median of the per-upgrade ratios, no-ops excluded)",
+                f2(speed["ratio"]),
+                GOALS["refresh"],
+                "yes" if speed["ratio"] <= 2 else "**no**",
+            ],
+            [
+                f"pq adopt with the upstream search (median of {len(adopt_times)} adoptions)",
+                f"{f2(median(adopt_times))} s",
+                GOALS["adopt"],
+                "yes" if median(adopt_times) < 2 else "**no**",
+            ],
+            [
+                f"pq --help start-up (median of {speed['startup_runs']})",
+                f"{speed['startup']:.3f} s",
+                GOALS["startup"],
+                "yes" if speed["startup"] < 0.3 else "**no**",
+            ],
+            [
+                "culprit search: max reads per find ≤ 2·⌈log2(candidates)⌉ + 2",
+                "see below",
+                GOALS["culprits"],
+                "yes" if speed["culprits_ok"] else "**no**",
+            ],
+        ],
+    )
+    md += table(
+        ["upgrade", "candidates", "log2", "finds", "median reads", "max reads", "median s/find", "candidate walk s"],
+        [
+            [
+                c["title"],
+                c["candidates"],
+                f"{c['log2']:.1f}",
+                c["finds"],
+                c["median_reads"],
+                c["max_reads"],
+                f"{c['median_seconds']:.4f}",
+                f"{c['candidates_seconds']:.3f}",
+            ]
+            for c in speed["culprits"]
+        ],
+    )
+    md += ["Adoption times (s): " + ", ".join(f"{k} {f2(v)}" for k, v in speed["adopt_by_release"].items()), ""]
+    for name, text in speed["profiles"].items():
+        md += [f"### Profile: {name}", "", "```", text, "```", ""]
+    md += ["## 4. Scale", "", "`scripts/bench_scale.run_scale`: synthetic series on a synthetic upstream history.", ""]
+    if scale_rows:
+        md += table(
+            ["patches", "revisions", "lines", "pq s", "pq peak MiB", "git rebase s", "ratio"],
+            [
+                [
+                    r["patches"],
+                    r["revisions"],
+                    r["lines"],
+                    f2(r["pq_seconds"]),
+                    f"{r['pq_peak_mib']:.0f}",
+                    f2(r["rebase_seconds"]),
+                    f2(r["pq_seconds"] / r["rebase_seconds"]) if r["rebase_seconds"] else "n/a",
+                ]
+                for r in scale_rows
+            ],
+        )
+    md += ["![benchmark](benchmark.png)", ""]
+    if notes:
+        md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
+    return "\n".join(md)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one upgrade, fewer repeats, small scale sizes")
+    parser.add_argument("--out", type=Path, default=REPO / "docs", help="folder for benchmark.md/.png")
+    parser.add_argument("--repeats", type=int, default=None, help="runs per timing (default 5, --quick 2)")
+    parser.add_argument("--keep", type=Path, help="work here and keep the projects")
+    parser.add_argument("--json", type=Path, help="also write all the data here")
+    ints = lambda text: tuple(int(x) for x in text.split(","))  # noqa: E731
+    parser.add_argument("--scale-sizes", type=ints, help="patches per series for run_scale, e.g. 10,30,100")
+    parser.add_argument("--scale-revisions", type=ints, help="history sizes for run_scale, e.g. 10,30")
+    parser.add_argument("--scale-repeats", type=int, help="repeats for run_scale")
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.repeats = args.repeats or (2 if args.quick else 5)
+    corpus = corpus_dir()
+    if not (corpus / "vllm-ascend.bundle").is_file():
+        parser.error(f"no corpus at {corpus} (set PQ_CORPUS)")
+    os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
+    location = sources.upstream_git_location(None)
+    started = time.perf_counter()
+    chosen = (QUICK,) if args.quick else UPGRADES
+    newest = sources.resolve_upstream(None, progress=say) if any(u.new is None for u in chosen) else None
+    root = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="pq-bench-"))
+    rows: list[Json] = []
+    notes: list[str] = []
+    try:
+        for i, up in enumerate(chosen):
+            work = root / f"u{i}"
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            try:
+                rows.append(measure_upgrade(up, corpus, work, location, args.repeats, newest))
+            except (StepError, OSError, ValueError) as exc:
+                say(f"{up.title}: {exc}")
+                rows.append({"title": up.title, "old": up.old, "new": up.new, "error": str(exc)})
+        good = [r for r in rows if not r.get("error")]
+        adopt_by = {}
+        for r in good:
+            adopt_by.setdefault(r["old"], r["adopt_seconds_old"])
+            if r.get("new"):
+                adopt_by.setdefault(r["new"], r["adopt_seconds_new"])
+        real = [r for r in good if not r["noop"]] or good
+        speed: Json = {
+            "ratio": median([r["ratio"] for r in real]),
+            "adopt": list(adopt_by.values()),
+            "adopt_by_release": adopt_by,
+            "startup_runs": 10 if not args.quick else 3,
+            "profiles": {},
+        }
+        speed["startup"] = startup(speed["startup_runs"])
+        say("== culprit search")
+        speed["culprits"] = culprit_search(good, location)
+        speed["culprits_ok"] = all(c["max_reads"] <= c["bound"] for c in speed["culprits"])
+        if speed["ratio"] > 2 and real:
+            worst = max(real, key=lambda r: r["ratio"])
+            notes.append(
+                f"Goal missed: pq refresh takes {f2(speed['ratio'])}x git rebase (median over upgrades;"
+                f" worst {f2(worst['ratio'])}x on {worst['title']}); profile below."
+            )
+            if not args.quick:
+                trial = root / "profile-refresh"
+                idx = rows.index(worst)
+                shutil.copytree(root / f"u{idx}" / "pristine", trial, symlinks=True)
+                speed["profiles"][f"pq refresh --no-check on {worst['title']}"] = profile_cli(
+                    trial, "refresh", "--no-stop", "--no-check", "--to", worst["target_spec"]
+                )
+        if adopt_by and median(speed["adopt"]) >= 2:
+            notes.append(
+                f"Goal missed: pq adopt with its upstream search takes {f2(median(speed['adopt']))} s"
+                f" ({f2(median(speed['adopt']) / 2)}x the 2 s goal); profile below."
+            )
+            if not args.quick:
+                proj = root / "profile-adopt"
+                proj.mkdir()
+                git(proj, "init", "-q")
+                speed["profiles"]["pq adopt vllm-omni-0.30.0 (upstream search)"] = profile_cli(
+                    proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu")
+                )
+        if speed["startup"] >= 0.3:
+            notes.append(
+                f"Goal missed: start-up {speed['startup']:.3f} s ({speed['startup'] / 0.3:.2f}x the 0.3 s goal);"
+                " profile below (`python -X importtime` names the imports)."
+            )
+            if not args.quick:
+                speed["profiles"]["pq --help"] = profile_cli(REPO, "--help")
+        if not speed["culprits_ok"]:
+            notes.append("Goal missed: a culprit search read more than 2·⌈log2(candidates)⌉ + 2 file versions.")
+        say("== scale")
+        scale_rows, scale_note = scale(args.quick, args.scale_sizes, args.scale_revisions, args.scale_repeats)
+        if scale_note:
+            notes.append(scale_note)
+        args.out.mkdir(parents=True, exist_ok=True)
+        chart_note = chart(args.out / "benchmark.png", rows, scale_rows)
+        if chart_note:
+            notes.append(chart_note)
+        total = time.perf_counter() - started
+        text = render(args, rows, speed, scale_rows, notes, total)
+        (args.out / "benchmark.md").write_text(text, encoding="utf-8")
+        if args.json is not None:
+            args.json.write_text(
+                json.dumps(
+                    {"upgrades": rows, "speed": speed, "scale": scale_rows, "notes": notes}, indent=1, default=str
+                )
+                + "\n",
+                encoding="utf-8",
+            )
+        print(text)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+    return 1 if any(r.get("error") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
