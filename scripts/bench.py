@@ -408,7 +408,7 @@ def scale(
     quick: bool, sizes: tuple[int, ...] | None, revisions: tuple[int, ...] | None, repeats: int | None
 ) -> tuple[list[Json] | None, str | None]:
     try:
-        import bench_scale  # type: ignore[import-not-found]
+        import bench_scale
     except ImportError as exc:
         return None, f"scripts/bench_scale.py is not there yet ({exc}); the scale section was skipped."
     kwargs: Json = {"sizes": (10, 30), "revisions": (10,), "repeats": 1} if quick else {}
@@ -460,7 +460,7 @@ def chart(path: Path, rows: Sequence[Json], scale_rows: Sequence[Json] | None) -
     ax_m.set_xlabel("patches")
     ax_m.set_ylabel("MiB")
     good = [r for r in rows if not r.get("error")]
-    xs = range(len(good))
+    xs = list(range(len(good)))
     width = 0.27
     ax_c.bar([x - width for x in xs], [r["conflicts"] for r in good], width, label="pq conflicts")
     ax_c.bar(list(xs), [r["rebase_regions"] for r in good], width, label="git rebase regions")
@@ -507,7 +507,7 @@ def machine() -> list[str]:
         f"- CPUs: {os.cpu_count()}" + (f" ({cpu})" if cpu else ""),
         f"- Python: {platform.python_version()}",
         f"- git: {git_version}",
-        f"- pygit2: {pygit2.__version__} (libgit2 {pygit2.LIBGIT2_VERSION})",
+        f"- pygit2: {getattr(pygit2, '__version__', '?')} (libgit2 {pygit2.LIBGIT2_VERSION})",
     ]
 
 
@@ -745,7 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 say(f"{up.title}: {exc}")
                 rows.append({"title": up.title, "old": up.old, "new": up.new, "error": str(exc)})
         good = [r for r in rows if not r.get("error")]
-        adopt_by = {}
+        adopt_by: dict[str, float] = {}
         for r in good:
             adopt_by.setdefault(r["old"], r["adopt_seconds_old"])
             if r.get("new"):
