@@ -110,18 +110,19 @@ def search_base(
         if blob not in by_blob:
             by_blob[blob] = symbols.scan_methods(text, cls)
 
+    down_lines = {key: len(_lines(text)) for key, text in down.items()}
+
     def rank(keys: set[tuple[str, str]] | None) -> list[Candidate]:
         scored_blob: dict[str, tuple[int, int]] = {}
+        wanted = [(key, text) for key, text in down.items() if keys is None or key in keys]
         for blob, methods in by_blob.items():
             matched = total = 0
-            for key, text in down.items():
-                if keys is not None and key not in keys:
-                    continue
+            for key, text in wanted:
                 up = methods.get(key[1])
                 if up is None:
                     continue
                 matched += matcher.score(text, up)[0]
-                total += len(_lines(text))
+                total += down_lines[key]
             scored_blob[blob] = (matched, total)
         cands = [Candidate(c, *scored_blob[b], commit_time(c)) for c, b in blob_of.items()]
         cands.sort(key=lambda c: (-c.matched, -c.time, c.commit))
