@@ -63,6 +63,15 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
     problems: list[FenceProblem] = []
     open_at: int | None = None  # 0-based line of the open fence
     open_indent = 0
+
+    def close(i: int) -> None:
+        """Line ``i`` closes the open block (reported when at another indentation)."""
+        assert open_at is not None
+        indent = _indent(lines[i])
+        if indent != open_indent:
+            problems.append(FenceProblem(i + 1, f"closes the Omni-new block opened on line {open_at + 1} "
+                                                f"at another indentation ({indent} vs {open_indent})"))
+        blocks.append((open_at, i, open_indent, True))
     # outside an open block only lines that carry the word can matter: skip straight to them
     marked = list(itertools.compress(range(len(lines)), map(str.__contains__, lines, itertools.repeat("Omni-new"))))
     nxt = 0  # index into ``marked``
@@ -82,18 +91,12 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
             if open_at is None:
                 open_at, open_indent = i, _indent(line)
             else:
-                if _indent(line) != open_indent:
-                    problems.append(FenceProblem(i + 1, f"closes the Omni-new block opened on line {open_at + 1} "
-                                                        f"at another indentation ({_indent(line)} vs {open_indent})"))
-                blocks.append((open_at, i, open_indent, True))
+                close(i)
                 open_at = None
             continue
         if open_at is not None:
             if PLAIN.match(line):
-                if _indent(line) != open_indent:
-                    problems.append(FenceProblem(i + 1, f"closes the Omni-new block opened on line {open_at + 1} "
-                                                        f"at another indentation ({_indent(line)} vs {open_indent})"))
-                blocks.append((open_at, i, open_indent, True))
+                close(i)
                 open_at = None
                 continue
             stripped = line.strip()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patch_queue import adopt as adopt_mod
-from patch_queue import anchors, culprits, fmt, patchfile, replay, rerere, sources, stack
+from patch_queue import anchors, culprits, fmt, merge, patchfile, replay, rerere, sources, stack
 from patch_queue.errors import PqError, QueueError
 from patch_queue.findings import ERROR, WARNING, Finding
 from patch_queue.fsutil import atomic_write, read_folder, sync_folder
@@ -378,33 +378,14 @@ def _count_blocks(files: dict[str, bytes]) -> int:
     return total
 
 
-def _patch_side(text: str) -> str:
-    """``text`` with each conflict region reduced to the patch's side; other lines blanked, numbers kept."""
-    out: list[str] = []
-    mode = ""
-    for line in text.splitlines():
-        if line.startswith("<<<<<<< "):
-            mode = "ours"
-        elif line.startswith("||||||| ") and mode == "ours":
-            mode = "base"
-        elif line.startswith("=======") and mode in ("ours", "base"):
-            mode = "theirs"
-        elif line.startswith(">>>>>>> ") and mode == "theirs":
-            mode = ""
-        elif mode in ("", "theirs"):
-            out.append(line)
-            continue
-        out.append("")
-    return "\n".join(out) + "\n"
-
-
 def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
     """Unbalanced or misplaced Omni-new fences in the output modules, with file and line."""
     out: list[dict[str, object]] = []
     for path in sorted(files):
         if not path.endswith(".py") or path.startswith(stack.VENDOR):
             continue
-        text = _patch_side(files[path].decode("utf-8", errors="replace"))
+        # conflict regions read as the patch's side; line numbers kept
+        text = merge.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
         _blocks, problems = anchors.parse_blocks(text)
         out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
     return out

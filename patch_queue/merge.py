@@ -443,20 +443,18 @@ def _decide(
     """(kind, message, lines) of an automatic resolution of a group, or None for a conflict."""
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
         return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
-    if all(h.insertion for h in pat):
-        placed = _place(base, start, end, mine, pat, upstream_first=True)
+    for fixed, inserts, upstream_first, moved in (
+        (mine, pat, True, "the omni insertion was placed by its anchor line next to an upstream change"),
+        (pat, mine, False, "upstream's insertion was placed by its anchor line next to an omni change"),
+    ):
+        if not all(h.insertion for h in inserts):
+            continue
+        placed = _place(base, start, end, fixed, inserts, upstream_first=upstream_first)
         if placed is not None:
             lines, both = placed
             if both:
                 return "both-inserted", "both sides inserted lines at one place; upstream's go first", lines
-            return "block-moved", "the omni insertion was placed by its anchor line next to an upstream change", lines
-    if all(h.insertion for h in mine):
-        placed = _place(base, start, end, pat, mine, upstream_first=False)
-        if placed is not None:
-            lines, both = placed
-            if both:
-                return "both-inserted", "both sides inserted lines at one place; upstream's go first", lines
-            return "block-moved", "upstream's insertion was placed by its anchor line next to an omni change", lines
+            return "block-moved", moved, lines
     if _squash(t) == _squash(b):
         return "layout-only", "the omni patch only changed the layout of these lines; upstream's change is taken", o
     if _squash(o) == _squash(b):
@@ -580,31 +578,36 @@ def _markers(region: Region, labels: tuple[str, str, str]) -> list[str]:
 # validation: an automatic resolution must leave code that compiles
 
 
-def ours_side(text: str) -> tuple[str, list[int]]:
-    """``text`` with every conflict region reduced to its first (upstream) side, and the line map.
+def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str, list[int]]:
+    """``text`` with every diff3 conflict region reduced to one ``side`` ("ours" or "theirs"), and the line map.
 
-    The map gives, for each line of the result, its 1-based line in ``text``.
+    The map gives, for each line of the result, its 1-based line in ``text``.  With ``blank``, the
+    lines of the other sides and the markers become empty lines, so line numbers stay as they were.
     """
     out: list[str] = []
     where: list[int] = []
     mode = ""
     for number, line in enumerate(text.splitlines(keepends=True), 1):
+        keep = False
         if line.startswith("<<<<<<< "):
             mode = "ours"
-            continue
-        if line.startswith("||||||| ") and mode == "ours":
+        elif line.startswith("||||||| ") and mode == "ours":
             mode = "base"
-            continue
-        if line.startswith("=======") and mode in ("ours", "base"):
+        elif line.startswith("=======") and mode in ("ours", "base"):
             mode = "theirs"
-            continue
-        if line.startswith(">>>>>>> ") and mode == "theirs":
+        elif line.startswith(">>>>>>> ") and mode == "theirs":
             mode = ""
-            continue
-        if mode in ("", "ours"):
-            out.append(line)
+        else:
+            keep = mode in ("", side)
+        if keep or blank:
+            out.append(line if keep else "\n")
             where.append(number)
     return "".join(out), where
+
+
+def ours_side(text: str) -> tuple[str, list[int]]:
+    """``text`` with every conflict region reduced to its first (upstream) side, and the line map."""
+    return one_side(text, "ours")
 
 
 def syntax_error_line(text: str) -> int | None:

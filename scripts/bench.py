@@ -52,6 +52,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import conflict_metrics as cm  # noqa: E402
+from conflict_table import corpus_dir, say  # noqa: E402
 
 from patch_queue import sources, symbols  # noqa: E402
 from patch_queue.queue import Queue, QueueDir  # noqa: E402
@@ -88,15 +89,6 @@ UPGRADES = (
     Upgrade("0.30.0", None),
 )
 QUICK = Upgrade("0.18.0", "0.20.0")
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def corpus_dir() -> Path:
-    env = os.environ.get("PQ_CORPUS")
-    return Path(env) if env else REPO.parent / "shared" / "corpus"
 
 
 class StepError(Exception):

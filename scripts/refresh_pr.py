@@ -1,7 +1,8 @@
 """The scheduled rebase pull request, in two halves the workflow calls (`.github/workflows/refresh.yml`).
 
 ``prepare`` runs with a read-only token: it refreshes the series onto the target
-(``pq refresh --no-stop`` with its reports and annotations), runs ``pq check``, commits the result
+(``pq refresh --no-stop`` with its reports and annotations; on a result without conflicts that
+runs ``pq check`` too), commits the result
 on top of the default branch with the maintainers' message template, and writes everything the
 second half needs into a work folder (reports, the built package, ``decision.json`` and a git
 bundle of the commit).  It decides one of:
@@ -227,9 +228,10 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     report = json.loads((workdir / "report.json").read_text())
     conflicted = proc.returncode == 3
     check: dict[str, object] | None = None
-    if not conflicted:
-        run([*pq, "check", "--json", str(workdir / "check.json")], cwd=root, ok=(0, 1))
-        check = json.loads((workdir / "check.json").read_text())
+    if not conflicted and isinstance(report.get("check"), dict):
+        # `pq refresh` runs `pq check` on a result without conflicts: its findings are in the report
+        check = report["check"]
+        (workdir / "check.json").write_text(json.dumps(check, indent=2, sort_keys=True) + "\n")
     out = root / "npu_worker"
     if out.is_dir():
         shutil.copytree(out, workdir / "npu_worker", dirs_exist_ok=True,
