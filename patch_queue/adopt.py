@@ -19,7 +19,9 @@ The pure part of ``pq adopt``:
 from __future__ import annotations
 
 import difflib
+import heapq
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -29,6 +31,7 @@ from patch_queue.queue import Module
 UPSTREAM_FILE = "vllm_ascend/worker/model_runner_v1.py"
 UPSTREAM_CLASS = "NPUModelRunner"
 CARRY_RATIO = 0.28
+TOP = 10  # candidates reported by the search
 FENCE = re.compile(r"^\s*#.*Omni-new", re.MULTILINE)
 
 
@@ -41,6 +44,18 @@ class _Matcher:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str], tuple[int, float]] = {}
+        self._counts: dict[str, Counter[str]] = {}
+
+    def bound(self, a: str, b: str) -> int:
+        """An upper bound of ``score(a, b)[0]``: the lines the two texts share, with multiplicity (each
+        matched line pairs one line of ``a`` with an equal line of ``b``).  Cheap: no alignment."""
+        hit = self._cache.get((a, b))
+        if hit is not None:
+            return hit[0]
+        ca, cb = (self._counts.get(t) or self._counts.setdefault(t, Counter(_lines(t))) for t in (a, b))
+        if len(ca) > len(cb):
+            ca, cb = cb, ca
+        return sum(min(n, cb[line]) for line, n in ca.items() if line in cb)
 
     def score(self, a: str, b: str) -> tuple[int, float]:
         key = (a, b)
@@ -69,7 +84,7 @@ class SearchResult:
     best: Candidate
     ties: int
     searched: int
-    ranking: tuple[Candidate, ...]  # best first, at most 10
+    ranking: tuple[Candidate, ...]  # best first, at most TOP
 
 
 def _downstream_methods(modules: dict[str, str]) -> dict[tuple[str, str], str]:
@@ -85,46 +100,66 @@ def _downstream_methods(modules: dict[str, str]) -> dict[tuple[str, str], str]:
 def search_base(
     modules: dict[str, str],
     commits: Sequence[str],
-    read: Callable[[str], tuple[str, str] | None],
+    blob_id: Callable[[str], str | None],
+    methods: Callable[[str, str], dict[str, str]],
     commit_time: Callable[[str], int],
     *,
-    cls: str = UPSTREAM_CLASS,
     progress: Callable[[int, int], None] | None = None,
 ) -> SearchResult:
     """Best upstream revision for the downstream modules.
 
-    ``read(commit)`` gives (blob id, text) of the upstream file at that commit, or None.
+    ``blob_id(commit)`` is the blob of the upstream file at that commit (None: absent), and
+    ``methods(commit, blob)`` its methods of the upstream class (:func:`symbols.scan_methods`).
     """
     down = _downstream_methods(modules)
     matcher = _Matcher()
     by_blob: dict[str, dict[str, str]] = {}
     blob_of: dict[str, str] = {}
     for i, commit in enumerate(commits):
-        got = read(commit)
+        blob = blob_id(commit)
         if progress is not None:
             progress(i + 1, len(commits))
-        if got is None:
+        if blob is None:
             continue
-        blob, text = got
         blob_of[commit] = blob
         if blob not in by_blob:
-            by_blob[blob] = symbols.scan_methods(text, cls)
+            by_blob[blob] = methods(commit, blob)
 
     down_lines = {key: len(_lines(text)) for key, text in down.items()}
 
+    commits_of: dict[str, int] = {}
+    for blob in blob_of.values():
+        commits_of[blob] = commits_of.get(blob, 0) + 1
+
     def rank(keys: set[tuple[str, str]] | None) -> list[Candidate]:
-        scored_blob: dict[str, tuple[int, int]] = {}
+        """The candidates best first: at least the best ``TOP`` commits and every tie of the best.
+
+        Revisions are aligned in the order of an upper bound of their score, and the search stops
+        where that bound falls below the ``TOP``-th best exact score: the rest cannot rank.
+        """
         wanted = [(key, text) for key, text in down.items() if keys is None or key in keys]
-        for blob, methods in by_blob.items():
+
+        def tally(methods: dict[str, str], measure: Callable[[str, str], int]) -> tuple[int, int]:
             matched = total = 0
             for key, text in wanted:
                 up = methods.get(key[1])
-                if up is None:
-                    continue
-                matched += matcher.score(text, up)[0]
-                total += down_lines[key]
-            scored_blob[blob] = (matched, total)
-        cands = [Candidate(c, *scored_blob[b], commit_time(c)) for c, b in blob_of.items()]
+                if up is not None:
+                    matched += measure(text, up)
+                    total += down_lines[key]
+            return matched, total
+
+        bounds = {blob: tally(methods, matcher.bound)[0] for blob, methods in by_blob.items()}
+        scored_blob: dict[str, tuple[int, int]] = {}
+        best: list[int] = []  # min-heap of the TOP best exact scores, one entry per commit
+        for blob in sorted(by_blob, key=lambda b: (-bounds[b], b)):
+            if len(best) == TOP and bounds[blob] < best[0]:
+                break
+            scored_blob[blob] = tally(by_blob[blob], lambda a, b: matcher.score(a, b)[0])
+            for _commit in range(commits_of[blob]):
+                heapq.heappush(best, scored_blob[blob][0])
+                if len(best) > TOP:
+                    heapq.heappop(best)
+        cands = [Candidate(c, *scored_blob[b], commit_time(c)) for c, b in blob_of.items() if b in scored_blob]
         cands.sort(key=lambda c: (-c.matched, -c.time, c.commit))
         return cands
 
@@ -142,7 +177,7 @@ def search_base(
     total = sum(len(_lines(down[k])) for k in carried) if carried else final[0].total
     final = [Candidate(c.commit, c.matched, total, c.time) for c in final]
     ties = sum(1 for c in final if c.matched == final[0].matched)
-    return SearchResult(final[0], ties, len(blob_of), tuple(final[:10]))
+    return SearchResult(final[0], ties, len(blob_of), tuple(final[:TOP]))
 
 
 def _is_copy(name: str, down: str, up: str, matcher: _Matcher) -> bool:

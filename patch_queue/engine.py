@@ -1,7 +1,9 @@
 """The operations behind the commands: adopt, build, refresh / continue / abort / status, series edits.
 
 Every operation plans in memory first (commits are unreferenced objects until then), then
-writes files atomically and moves refs with old-value checks.  A refresh that stops on a
+hands all its file writes and ref moves to one :class:`patch_queue.journal.Writes`: journaled,
+files replaced atomically, refs moved by compare-and-swap, so a command killed at any point
+leaves the old state or one `pq continue` / `pq abort` completes or undoes.  A refresh that stops on a
 conflict keeps its plan in ``.git/pq/refresh.json`` plus refs under ``refs/pq/refresh/`` so
 that ``pq continue`` can go on and ``pq abort`` can put back every file and ref.
 """
@@ -9,27 +11,31 @@ that ``pq continue`` can go on and ``pq abort`` can put back every file and ref.
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patch_queue import adopt as adopt_mod
-from patch_queue import anchors, culprits, fmt, merge, patchfile, replay, rerere, sources, stack
+from patch_queue import anchors, culprits, fmt, merge, patchfile, replay, rerere, sources, stack, symbols
+from patch_queue import journal as journal_mod
 from patch_queue.errors import PqError, QueueError
 from patch_queue.findings import ERROR, WARNING, Finding
-from patch_queue.fsutil import atomic_write, read_folder, sync_folder
-from patch_queue.git.repo import Person
+from patch_queue.fsutil import atomic_write, kill_point, read_folder
+from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.journal import Writes
 from patch_queue.queue import Queue, UpstreamPin, render_queue, render_series
 from patch_queue.workspace import (
     LoadedStack,
     Progress,
     Workspace,
     applied_count,
+    check_no_journal,
     load_stack,
     read_state,
     stack_ref_updates,
-    write_state,
+    state_bytes,
 )
 
 DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
@@ -112,15 +118,19 @@ def do_adopt(
         history = git.commits_touching(upath)
         _say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
 
-        def read(commit: str) -> tuple[str, str] | None:
-            blob = git.blob_id(commit, upath)
-            if blob is None:
-                return None
-            data = git.read(commit, upath)
-            assert data is not None
-            return blob, data.decode("utf-8", errors="replace")
+        scans = sources.MethodCache(adopt_mod.UPSTREAM_CLASS)
 
-        searched = adopt_mod.search_base(texts, history, read, git.commit_time)
+        def methods(commit: str, blob: str) -> dict[str, str]:
+            found = scans.get(blob)
+            if found is None:
+                data = git.read(commit, upath)
+                assert data is not None
+                found = symbols.scan_methods(data.decode("utf-8", errors="replace"), adopt_mod.UPSTREAM_CLASS)
+                scans.put(blob, found)
+            return found
+
+        searched = adopt_mod.search_base(texts, history, lambda c: git.blob_id(c, upath), methods, git.commit_time)
+        scans.save()
         snapshot = sources.resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
     else:
         snapshot = sources.resolve_upstream(at, upstream_git=upstream_git, progress=progress)
@@ -154,9 +164,11 @@ def do_adopt(
         parent = ws.repo.commit(ws.repo.write_tree(files), [parent], message, person, person)
         commits.append((f"{i:04d}-{step.name}.patch", parent))
     loaded = LoadedStack(queue, base, commits)
-    _write_series(ws, loaded, old_names=_existing_patch_files(ws))
-    ws.repo.update_refs(stack_ref_updates(ws, loaded, len(commits)), "pq adopt")
-    build_top(ws, loaded)
+    writes = Writes(ws, "adopt")
+    _write_series(ws, loaded, old_names=_existing_patch_files(ws), writes=writes)
+    writes.move_refs(stack_ref_updates(ws, loaded, len(commits)))
+    build_top(ws, loaded, writes=writes, applied=len(commits))
+    writes.commit()
     best = searched.best if searched else None
     return AdoptResult(
         commit_label=label,
@@ -183,18 +195,22 @@ def _existing_patch_files(ws: Workspace) -> set[str]:
     return {p.name for p in root.glob("*.patch")} if root.is_dir() else set()
 
 
-def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str]) -> None:
+def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes) -> None:
     """Export every patch, then series and queue.toml; drop old patch files no longer in the series."""
     exported = {name: stack.export_patch(ws.repo, commit) for name, commit in loaded.patches}
     root = ws.queue_dir.root
+    # only files the old series listed are pq's to drop; an unlisted one is a maintainer's work in progress
+    try:
+        listed = set(ws.queue_dir.load_series()) if ws.queue_dir.series_path.is_file() else set()
+    except QueueError:
+        listed = set()
+    old_names = old_names & listed
     for name, data in exported.items():
-        target = root / name
-        if not target.is_file() or target.read_bytes() != data:
-            atomic_write(target, data)
-    atomic_write(ws.queue_dir.series_path, render_series(loaded.names).encode())
-    atomic_write(ws.queue_dir.queue_path, render_queue(loaded.queue).encode())
+        writes.write(root / name, data, group="patches")
+    writes.write(ws.queue_dir.series_path, render_series(loaded.names).encode(), group="patches")
+    writes.write(ws.queue_dir.queue_path, render_queue(loaded.queue).encode(), group="patches")
     for name in sorted(old_names - set(exported)):
-        (root / name).unlink(missing_ok=True)
+        writes.write(root / name, None, group="patches")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,34 +233,48 @@ def module_files(ws: Workspace, commit: str) -> dict[str, bytes]:
     return {k: v for k, v in files.items() if not k.startswith(stack.VENDOR)}
 
 
-def build_files(ws: Workspace, commit: str, *, out: Path, standalone_pkg: bool) -> dict[str, bytes]:
+def build_files(ws: Workspace, commit: str, *, out: Path, standalone_pkg: bool, writes: Writes | None = None
+                ) -> dict[str, bytes]:
+    """Write the modules of ``commit`` into ``out`` (through ``writes``, else as a journaled write of its own)."""
     files = module_files(ws, commit)
     if standalone_pkg:
         files = standalone(files, out.name)
-    _sync_out(ws, out, files)
+    own = writes is None
+    writes = writes or Writes(ws, "build")
+    _sync_out(ws, out, files, writes)
+    if own:
+        writes.commit()
     return files
 
 
-def _sync_out(ws: Workspace, out: Path, files: dict[str, bytes]) -> None:
+def _sync_out(ws: Workspace, out: Path, files: dict[str, bytes], writes: Writes) -> None:
+    """Make ``out`` hold ``files``; files of an earlier build no longer there go, files pq never wrote stay."""
     manifest = out / ".pq-build"
     owned: set[str] = set()
     if manifest.is_file():
         owned = {line for line in manifest.read_text().splitlines() if line and not line.startswith("#")}
-    sync_folder(out, files, owned=owned)
-    atomic_write(manifest, ("# files written by pq build\n" + "".join(f + "\n" for f in sorted(files))).encode())
+    for rel, data in sorted(files.items()):
+        writes.write(out / rel, data, group="out")
+    for rel in sorted(owned - set(files)):
+        writes.write(out / rel, None, group="out")
+    writes.write(manifest, ("# files written by pq build\n" + "".join(f + "\n" for f in sorted(files))).encode(),
+                 group="out")
 
 
-def build_top(ws: Workspace, loaded: LoadedStack, *, out: Path | None = None, standalone_pkg: bool = False
-              ) -> dict[str, bytes]:
-    applied = applied_count(ws, loaded)
+def build_top(ws: Workspace, loaded: LoadedStack, *, out: Path | None = None, standalone_pkg: bool = False,
+              writes: Writes | None = None, applied: int | None = None) -> dict[str, bytes]:
+    """Build the top of the stack: ``applied`` patches on (default: as refs/pq/top says)."""
+    if applied is None:
+        applied = applied_count(ws, loaded)
     top = loaded.patches[applied - 1][1] if applied else loaded.base
-    return build_files(ws, top, out=out or ws.out, standalone_pkg=standalone_pkg)
+    return build_files(ws, top, out=out or ws.out, standalone_pkg=standalone_pkg, writes=writes)
 
 
 def do_build(ws: Workspace, *, out: Path | None, standalone_pkg: bool, upstream_git: str | None,
              progress: Progress | None = None) -> dict[str, bytes]:
     if read_state(ws, STATE_FILE) is not None:
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+    _refuse_links(ws, (out or ws.out).resolve(), patches=False)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg)
 
@@ -316,15 +346,18 @@ def do_refresh(
     if read_state(ws, STATE_FILE) is not None:
         raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
     _check_clean_out(ws)
+    _refuse_links(ws, ws.out, patches=True)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     _say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
     snapshot = sources.resolve_upstream(to, upstream_git=upstream_git, progress=progress)
+    kill_point("after-download")
     target, projection = _target_queue(loaded.queue, snapshot)
     new_base = stack.base_commit(ws.repo, target, projection)
     labels = (f"base {loaded.queue.upstream.label}", f"upstream {snapshot.label}")
     store = rerere.Store(ws.repo)
-    results = replay.replay(ws.repo, loaded.patches, new_base, labels=labels, stop=not no_stop, progress=on_patch,
-                            normalize=normalizer(target), recorded=store.lookup)
+    results = replay.replay(ws.repo, loaded.patches, new_base, labels=labels, stop=not no_stop,
+                            progress=_killable(on_patch), normalize=normalizer(target, ws.repo, loaded.patches),
+                            recorded=store.lookup)
     removed = list(projection.missing)
     orig = {k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH) and k != rerere.REF}
     found = [c for r in results for c in r.conflicts + r.flags]
@@ -391,29 +424,66 @@ def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
     return out
 
 
-def normalizer(queue: Queue) -> replay.Normalize | None:
-    """Lay out the carried symbols of a module text the way the queue's projection does."""
+def normalizer(queue: Queue, repo: ProjectRepo | None = None, patches: Sequence[tuple[str, str]] = ()
+               ) -> replay.Normalize | None:
+    """Lay out the carried symbols of a module text the way the queue's projection does.
+
+    The old sides of ``patches`` (read from ``repo``) are laid out up front, in one formatter run.
+    """
     if not queue.formatter:
         return None
     cache: dict[tuple[str, bytes], bytes] = {}
 
-    def normalize(path: str, data: bytes) -> bytes:
+    def carried(path: str) -> list[str]:
         module = queue.module(path)
-        if module is None or not module.symbols:
-            return data
-        key = (path, data)
-        if key not in cache:
-            text = data.decode("utf-8")
-            cache[key] = fmt.format_carried(text, module.symbols, formatter=queue.formatter,
-                                            line_length=queue.line_length).encode("utf-8")
-        return cache[key]
+        return list(module.symbols) if module is not None else []
 
+    def lay_out(items: list[tuple[str, bytes]]) -> None:
+        todo = sorted({item for item in items if item not in cache and carried(item[0])})
+        texts = fmt.format_carried_many([(data.decode("utf-8"), carried(path)) for path, data in todo],
+                                        formatter=queue.formatter, line_length=queue.line_length)
+        cache.update({item: text.encode("utf-8") for item, text in zip(todo, texts, strict=True)})
+
+    def normalize(path: str, data: bytes) -> bytes:
+        if not carried(path):
+            return data
+        if (path, data) not in cache:
+            lay_out([(path, data)])
+        return cache[(path, data)]
+
+    if repo is not None:
+        sides: list[tuple[str, bytes]] = []
+        for _name, old in patches:
+            info = repo.commit_info(old)
+            before, after = repo.read_tree(repo.commit_info(info.parents[0]).tree), repo.read_tree(info.tree)
+            for path in sorted(set(before) & set(after)):
+                if path.endswith(".py") and before[path] != after[path]:
+                    try:
+                        before[path].decode("utf-8"), after[path].decode("utf-8")
+                    except UnicodeDecodeError:
+                        continue
+                    sides += [(path, before[path]), (path, after[path])]
+        lay_out(sides)
     return normalize
 
 
 def _save_out(ws: Workspace) -> str:
     """The output folder as a tree object (kept by a ref while the refresh is open)."""
     return ws.repo.write_tree(read_folder(ws.out))
+
+
+def _refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
+    """A symbolic link where pq would write is an error: pq replaces files, it never writes through a link
+    (which could point outside the project) nor silently turns one into a copy."""
+    q = ws.queue_dir
+    paths = [out / m.path for m in q.load_queue().modules] + [out / ".pq-build"]
+    if patches:
+        paths += [q.queue_path, q.series_path] + [q.root / name for name in q.load_series()]
+    for path in paths:
+        if path.is_symlink():
+            shown = path.relative_to(ws.root).as_posix() if path.is_relative_to(ws.root) else str(path)
+            raise QueueError(f"is a symbolic link (to {os.readlink(path)}); pq writes regular files only: "
+                             "replace the link with a copy of its file", path=shown)
 
 
 def _check_clean_out(ws: Workspace) -> None:
@@ -444,8 +514,17 @@ def _advance(
     results: list[replay.PatchResult],
     *,
     progress: Progress | None,
+    command: str = "refresh",
+    resolutions: dict[str, tuple[str | None, str | None]] | None = None,
 ) -> RefreshOutcome:
-    """Finish the refresh if the series is through, else record the stop; writes files and refs once."""
+    """Finish the refresh if the series is through, else record the stop.
+
+    Every file and ref (and ``resolutions``, the move of refs/pq/resolutions) is written once,
+    through one journaled :class:`Writes`: a kill at any point leaves the old state or, after
+    ``pq continue``, the new one (``pq abort`` puts the old one back).
+    """
+    writes = Writes(ws, command)
+    writes.move_refs(resolutions or {})
     patches: list[list[str]] = state["patches"]  # type: ignore[assignment]
     done: list[list[str]] = state["done"]  # type: ignore[assignment]
     conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[attr-defined]
@@ -470,16 +549,17 @@ def _advance(
     )
     if finished and not conflicts:
         loaded = LoadedStack(target, str(state["new_base"]), new_patches)
-        _write_series(ws, loaded, old_names=_existing_patch_files(ws))
+        _write_series(ws, loaded, old_names=_existing_patch_files(ws), writes=writes)
         updates = stack_ref_updates(ws, loaded, len(new_patches))
         old_top = patches[-1][1] if patches else None
         if old_top is not None and old_top != new_patches[-1][1]:
             updates[REF_PREVIOUS] = (ws.repo.ref(REF_PREVIOUS), old_top)
         for ref in ws.repo.refs(REF_REFRESH):
             updates[ref] = (ws.repo.ref(ref), None)
-        ws.repo.update_refs(updates, "pq refresh")
-        built = build_top(ws, loaded)
-        (ws.state_dir / STATE_FILE).unlink(missing_ok=True)
+        writes.move_refs(updates)
+        built = build_top(ws, loaded, writes=writes, applied=len(new_patches))
+        writes.write(ws.state_dir / STATE_FILE, None, group="state")
+        writes.commit()
         if state.get("check", True):
             # the refresh is done and written: a check that cannot run is a finding, never a failure
             _say(progress, "Checking the new runners (pq check) ...")
@@ -502,9 +582,10 @@ def _advance(
     wanted[REF_REFRESH + "saved-out"] = holder
     for ref, value in wanted.items():
         keep[ref] = (ws.repo.ref(ref), value)
-    ws.repo.update_refs(keep, "pq refresh: stopped")
-    write_state(ws, STATE_FILE, state)
-    _sync_out(ws, ws.out, module_files(ws, top))
+    writes.move_refs(keep)
+    writes.write(ws.state_dir / STATE_FILE, state_bytes(state), group="state")
+    _sync_out(ws, ws.out, module_files(ws, top), writes)
+    writes.commit()
     outcome.stopped_at = done[-1][0] if last_conflicted and not finished else None
     return outcome
 
@@ -519,8 +600,20 @@ def _require_state(ws: Workspace) -> dict[str, object]:
     return state
 
 
+def _killable(on_patch: Callable[[replay.PatchResult], None] | None) -> Callable[[replay.PatchResult], None]:
+    """``on_patch`` with the interruption tests' kill point between two patches of a replay."""
+
+    def each(result: replay.PatchResult) -> None:
+        if on_patch is not None:
+            on_patch(result)
+        kill_point("between-patches")
+
+    return each
+
+
 def do_continue(ws: Workspace, *, progress: Progress | None = None,
                 on_patch: Callable[[replay.PatchResult], None] | None = None) -> RefreshOutcome:
+    on_patch = _killable(on_patch)
     state = _require_state(ws)
     target = _parse_target(state)
     patches: list[list[str]] = state["patches"]  # type: ignore[assignment]
@@ -588,7 +681,7 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
     remaining = patches[len(new_done):]
     if not (new_done and new_done[-1][2] == "conflict"):
         if recorded:
-            store.record(recorded, "pq continue: resolutions recorded\n")
+            store.record(recorded, "pq continue: resolutions recorded\n", move=False)
             recorded = []
         more = replay.replay(ws.repo, [(n, c) for n, c in remaining], parent, labels=labels,
                              stop=stop, progress=on_patch, normalize=normalize, recorded=store.lookup)
@@ -607,11 +700,12 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
             amended = stack.commit_files(ws.repo, last.parents[0], want, last)
             new_done[-1] = [new_done[-1][0], amended, "modified"]
     if recorded:
-        store.record(recorded, "pq continue: resolutions recorded\n")
+        store.record(recorded, "pq continue: resolutions recorded\n", move=False)
     state["done"] = new_done
     state["conflicts"] = stale_conflicts
     state["flags"] = [f for f in state.get("flags", []) if f["patch"] not in replayed] + new_flags  # type: ignore[attr-defined]
-    return _advance(ws, state, target, results, progress=progress)
+    return _advance(ws, state, target, results, progress=progress, command="continue",
+                    resolutions=store.ref_update())
 
 
 def _resolved_regions(state: dict[str, object], patch: str, path: str, top_marked: bytes, resolved: bytes,
@@ -637,6 +731,7 @@ def _parse_target(state: dict[str, object]) -> Queue:
 
 
 def do_abort(ws: Workspace) -> None:
+    """Put every file and ref back as before the refresh, in one journaled write."""
     state = _require_state(ws)
     orig: dict[str, str] = state["orig_refs"]  # type: ignore[assignment]
     current = ws.repo.refs()
@@ -647,15 +742,25 @@ def do_abort(ws: Workspace) -> None:
         if current.get(ref) != orig.get(ref):
             updates[ref] = (current.get(ref), orig.get(ref))
     saved = ws.repo.read_tree(str(state["orig_out"]))
-    manifest = ws.out / ".pq-build"
-    owned = set(read_folder(ws.out)) if manifest.is_file() else set()
-    sync_folder(ws.out, saved, owned=owned | set(read_folder(ws.out)))
-    if not saved and ws.out.is_dir() and not any(ws.out.iterdir()):
-        ws.out.rmdir()
+    writes = Writes(ws, "abort")
+    # the output folder as it was saved when the refresh began: whatever is there and was not then goes
+    for rel in sorted(set(read_folder(ws.out)) - set(saved)):
+        writes.write(ws.out / rel, None, group="out")
+    for rel, data in sorted(saved.items()):
+        writes.write(ws.out / rel, data, group="out")
     if ws.queue_dir.queue_path.read_text(encoding="utf-8") != state["orig_queue"]:
-        atomic_write(ws.queue_dir.queue_path, str(state["orig_queue"]).encode())
-    ws.repo.update_refs(updates, "pq abort")
-    (ws.state_dir / STATE_FILE).unlink(missing_ok=True)
+        writes.write(ws.queue_dir.queue_path, str(state["orig_queue"]).encode(), group="patches")
+    writes.move_refs(updates)
+    writes.write(ws.state_dir / STATE_FILE, None, group="state")
+    writes.commit()
+
+
+def recover_interrupted(ws: Workspace, *, forward: bool) -> str | None:
+    """Finish (``forward``, `pq continue`) or undo (`pq abort`) the writes of a command that was killed part way.
+
+    Returns the interrupted command's name, or None when no command was interrupted.
+    """
+    return journal_mod.recover(ws, forward=forward)
 
 
 @dataclass(frozen=True)
@@ -668,6 +773,7 @@ class Status:
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
+    check_no_journal(ws)  # a killed command's half-done writes: say how to finish or undo them
     state = read_state(ws, STATE_FILE)
     if state is not None:
         target = _parse_target(state)
@@ -743,8 +849,10 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
     names = loaded.patches[:applied] + [(filename, commit)] + loaded.patches[applied:]
     rebuilt = _rechain(ws, loaded, names, applied)
     new = LoadedStack(loaded.queue, loaded.base, rebuilt)
-    _write_series(ws, new, old_names=_existing_patch_files(ws))
-    ws.repo.update_refs(stack_ref_updates(ws, new, applied + 1), "pq new")
+    writes = Writes(ws, "new")
+    _write_series(ws, new, old_names=_existing_patch_files(ws), writes=writes)
+    writes.move_refs(stack_ref_updates(ws, new, applied + 1))
+    writes.commit()
     return filename
 
 
@@ -797,8 +905,10 @@ def do_record(ws: Workspace, *, upstream_git: str | None) -> str | None:
     patches = loaded.patches[: applied - 1] + [(name, commit)] + loaded.patches[applied:]
     rebuilt = _rechain(ws, loaded, patches, applied - 1)
     new = LoadedStack(loaded.queue, loaded.base, rebuilt)
-    _write_series(ws, new, old_names=_existing_patch_files(ws))
-    ws.repo.update_refs(stack_ref_updates(ws, new, applied), "pq record")
+    writes = Writes(ws, "record")
+    _write_series(ws, new, old_names=_existing_patch_files(ws), writes=writes)
+    writes.move_refs(stack_ref_updates(ws, new, applied))
+    writes.commit()
     return name
 
 
@@ -814,8 +924,10 @@ def do_push_pop(ws: Workspace, *, push: bool, all_: bool, upstream_git: str | No
         if applied == 0:
             raise QueueError("no patch is applied")
         target = 0 if all_ else applied - 1
-    ws.repo.update_refs(stack_ref_updates(ws, loaded, target), "pq push" if push else "pq pop")
-    build_top(ws, loaded)
+    writes = Writes(ws, "push" if push else "pop")
+    writes.move_refs(stack_ref_updates(ws, loaded, target))
+    build_top(ws, loaded, writes=writes, applied=target)
+    writes.commit()
     return applied, target
 
 

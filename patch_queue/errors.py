@@ -21,6 +21,7 @@ class PqError(Exception):
     def __init__(self, message: str, *, path: str | None = None, line: int | None = None) -> None:
         self.path = path
         self.line = line
+        self.message = message  # without the "file:line: " prefix
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "

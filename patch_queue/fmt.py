@@ -111,19 +111,33 @@ def downstream_names(module_symbols: dict[str, Symbol], carried: Sequence[str]) 
 
 def format_carried(text: str, carried: Sequence[str], *, formatter: str, line_length: int) -> str:
     """``text`` (a whole module) with its carried symbols formatted; unchanged when it does not parse."""
-    if formatter == "" or not carried:
-        return text
+    return format_carried_many([(text, carried)], formatter=formatter, line_length=line_length)[0]
+
+
+def format_carried_many(
+    items: Sequence[tuple[str, Sequence[str]]], *, formatter: str, line_length: int
+) -> list[str]:
+    """:func:`format_carried` of each (module text, carried names), with one formatter run for all."""
+    if formatter == "" or not items:
+        return [text for text, _carried in items]
     from patch_queue.symbols import symbols_ast
 
-    try:
-        syms = symbols_ast(text, path="module")
-    except PqError:
-        return text
-    chosen = [syms[n] for n in downstream_names(syms, carried)]
-    if not chosen:
-        return text
-    done = format_symbols(chosen, formatter=formatter, line_length=line_length)
-    lines = text.splitlines(keepends=True)
-    for old, new in sorted(zip(chosen, done, strict=True), key=lambda pair: -pair[0].start):
-        lines[old.start - 1 : old.end] = [new.text]
-    return "".join(lines)
+    chosen: list[list[Symbol]] = []
+    for text, carried in items:
+        try:
+            syms = symbols_ast(text, path="module") if carried else {}
+        except PqError:
+            syms = {}
+        chosen.append([syms[n] for n in downstream_names(syms, carried)] if syms else [])
+    done = iter(format_symbols([s for group in chosen for s in group], formatter=formatter, line_length=line_length))
+    out: list[str] = []
+    for (text, _carried), group in zip(items, chosen, strict=True):
+        if not group:
+            out.append(text)
+            continue
+        lines = text.splitlines(keepends=True)
+        pairs = [(old, next(done)) for old in group]
+        for old, new in sorted(pairs, key=lambda pair: -pair[0].start):
+            lines[old.start - 1 : old.end] = [new.text]
+        out.append("".join(lines))
+    return out

@@ -3,18 +3,51 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
+KILL_ENV = "PQ_TEST_KILL_AT"
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+
+def kill_point(name: str) -> None:
+    """Test hook of the interruption tests: SIGKILL this process here when ``$PQ_TEST_KILL_AT`` is ``name``."""
+    if os.environ.get(KILL_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``.
+
+    The file keeps the mode of the one it replaces (a new file gets 0666 less the umask, as
+    ``open`` would give it, not mkstemp's 0600).  ``durable`` also fsyncs the file and its folder.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except OSError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
+        if durable:
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -637,13 +637,14 @@ def merge3_checked(base: str, ours: str, theirs: str, **kwargs: object) -> Merge
     result = merge3(base, ours, theirs, **kwargs)  # type: ignore[arg-type]
     if not any(not r.conflict and r.group >= 0 and r.kind != "near-block" for r in result.regions):
         return result  # no automatic resolution that a veto could take back: nothing to check
-    if any(_ours_side_error(x) is not None for x in (base, ours, theirs)):
-        return result
     veto: set[int] = set()
-    for _attempt in range(12):
+    for attempt in range(12):
         probe, where = ours_side(result.text)
         error = syntax_error_line(probe)
         if error is None:
+            return result
+        # the sides are checked only now: most merges compile, and each parse of a module costs
+        if attempt == 0 and any(_ours_side_error(x) is not None for x in (base, ours, theirs)):
             return result
         line = where[min(error, len(where)) - 1]
         decided = [r for r in result.regions if not r.conflict and r.group >= 0 and r.group not in veto

@@ -1153,6 +1153,10 @@ def parse(data: bytes, *, path: str) -> PatchFile:
         diff_start += 1
     if diff_start >= len(lines):
         raise PatchError("no diff in the patch (no 'diff --git' line)", path=path, line=max(len(lines), 1))
+    for j in range(diff_start, len(lines)):
+        if "\0" in lines[j]:
+            raise PatchError("binary content (a NUL byte) in the diff; pq keeps text changes only", path=path,
+                             line=j + 1)
 
     parser = _DiffParser(lines, path=path, first_line=1, allow_binary=False)
     parser.parse(diff_start)

@@ -145,6 +145,8 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line = getattr(exc, "lineno", None)
+        if line is None and (at := re.search(r" \(at line (\d+), column \d+\)$", str(exc))):
+            line = int(at.group(1))  # Python < 3.14 has the position only in the text
         msg = getattr(exc, "msg", str(exc).split(" (at ")[0])
         raise QueueError(f"not valid TOML: {msg}", path=path, line=line) from None
     fmt = data.get("format")
@@ -237,18 +239,30 @@ class QueueDir:
     def exists(self) -> bool:
         return self.queue_path.is_file()
 
+    def shown(self, name: str) -> str:
+        """How errors name a file of this folder: ``patches/<name>``, as the maintainer sees it."""
+        return f"{self.root.name}/{name}"
+
+    def _text(self, path: Path) -> str:
+        data = path.read_bytes()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise QueueError(f"not UTF-8 (byte 0x{data[exc.start]:02x})", path=self.shown(path.name),
+                             line=data.count(b"\n", 0, exc.start) + 1) from None
+
     def load_queue(self) -> Queue:
         if not self.queue_path.is_file():
             raise QueueError("no queue here; run `pq adopt vllm-omni==VERSION` first", path=str(self.queue_path))
-        return parse_queue(self.queue_path.read_text(encoding="utf-8"), path=str(self.queue_path))
+        return parse_queue(self._text(self.queue_path), path=self.shown(QUEUE_FILE))
 
     def load_series(self) -> list[str]:
         if not self.series_path.is_file():
             return []
-        text = self.series_path.read_text(encoding="utf-8")
-        names = parse_series(text, path=str(self.series_path))
+        text = self._text(self.series_path)
+        names = parse_series(text, path=self.shown(SERIES_FILE))
         for name in names:
             if not (self.root / name).is_file():
                 lineno = next(i for i, raw in enumerate(text.splitlines(), 1) if raw.split("#", 1)[0].strip() == name)
-                raise QueueError(f"names {name}, which does not exist", path=str(self.series_path), line=lineno)
+                raise QueueError(f"names {name}, which does not exist", path=self.shown(SERIES_FILE), line=lineno)
         return names

@@ -22,6 +22,7 @@ class Store:
     def __init__(self, repo: ProjectRepo) -> None:
         self.repo = repo
         self.head = repo.ref(REF)
+        self.loaded = self.head  # the ref's value when the store was read
         self._files: dict[str, bytes] = repo.read_tree(repo.commit_info(self.head).tree) if self.head else {}
 
     def lookup(self, key: str) -> str | None:
@@ -32,11 +33,19 @@ class Store:
         resolution = entry.get("resolution")
         return resolution if isinstance(resolution, str) else None
 
+    def ref_update(self) -> dict[str, tuple[str | None, str | None]]:
+        """The ref move that records what was added with ``move=False`` ({} when nothing was)."""
+        return {REF: (self.loaded, self.head)} if self.head != self.loaded else {}
+
     def __len__(self) -> int:
         return len(self._files)
 
-    def record(self, entries: list[dict[str, object]], message: str) -> int:
-        """Add ``entries`` (each with ``key`` and ``resolution``); returns how many were new or changed."""
+    def record(self, entries: list[dict[str, object]], message: str, *, move: bool = True) -> int:
+        """Add ``entries`` (each with ``key`` and ``resolution``); returns how many were new or changed.
+
+        ``move=False`` keeps the new commit in the store without moving the ref: the caller moves
+        it with its other writes (:meth:`ref_update`).
+        """
         files = dict(self._files)
         changed = 0
         for entry in entries:
@@ -50,6 +59,8 @@ class Store:
             return 0
         parents = [self.head] if self.head else []
         commit = self.repo.commit(self.repo.write_tree(files), parents, message, _PERSON, _PERSON)
-        self.repo.update_refs({REF: (self.head, commit)}, "pq: record resolutions")
+        if move:
+            self.repo.update_refs({REF: (self.head, commit)}, "pq: record resolutions")
+            self.loaded = commit
         self.head, self._files = commit, files
         return changed

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_tz
 
 from patch_queue import fmt, patchfile, symbols
-from patch_queue.errors import PatchError, QueueError
+from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.queue import Module, Queue
 
@@ -53,12 +53,23 @@ def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, labe
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise QueueError(f"upstream file is not UTF-8 at byte {exc.start} ({label})", path=path) from None
-        parsed[path] = symbols.symbols_ast(text, path=f"{path} ({label})")
+            raise SourceError(f"upstream file is not UTF-8 at byte {exc.start} ({label})", path=path,
+                              line=data.count(b"\n", 0, exc.start) + 1) from None
+        try:
+            parsed[path] = symbols.symbols_ast(text, path=path)
+        except PqError as exc:
+            raise SourceError(f"{exc.message} ({label})", path=path, line=exc.line) from None
     missing: list[str] = []
+    carried: list[tuple[str, list[symbols.Symbol]]] = []
     for m in queue.modules:
         if not m.upstream:
             continue
+        # a carried class gone as a whole is a different upstream, not a removed method to port
+        gone = sorted({s.split(".")[0] for s in m.symbols if "." in s} - set(parsed[m.upstream]))
+        if gone:
+            raise SourceError(f"has no class {', '.join(gone)}, whose methods {m.path} carries ({label}); "
+                              "point --to at a vllm-ascend that has it, or edit the [[module]] in queue.toml",
+                              path=m.upstream)
         found = []
         for name in m.symbols:
             sym = parsed[m.upstream].get(name)
@@ -66,8 +77,12 @@ def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, labe
                 missing.append(f"{m.path}: {name}")
             else:
                 found.append(sym)
-        found = fmt.format_symbols(found, formatter=queue.formatter, line_length=queue.line_length)
-        files[m.path] = symbols.project(found).encode("utf-8")
+        carried.append((m.path, found))
+    # one formatter run for every module
+    laid_out = iter(fmt.format_symbols([s for _path, found in carried for s in found], formatter=queue.formatter,
+                                       line_length=queue.line_length))
+    for path, found in carried:
+        files[path] = symbols.project([next(laid_out) for _s in found]).encode("utf-8")
     return Projection(files, tuple(missing))
 
 

@@ -7,8 +7,10 @@ series gives the same commit ids and moves no ref).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,36 +51,94 @@ def open_workspace(cwd: Path | None = None, *, out: Path | None = None) -> Works
     return Workspace(repo, root, QueueDir(root / "patches"), (out or root / OUT_DIR).resolve())
 
 
+JOURNAL_FILE = "journal.json"  # see patch_queue/journal.py
+RECOVERY_COMMANDS = ("continue", "abort")  # the commands that may run while a journal is left
+
+
 @contextmanager
 def locked(ws: Workspace, command: str) -> Iterator[None]:
-    """One mutating command at a time; a lock left by a dead process is taken over."""
+    """One mutating command at a time in a repository.
+
+    The lock is ``.git/pq/lock`` held with ``flock``: taking it is atomic, and the kernel lets go
+    of it when its process dies, however it dies.  The file names the holder (pid, the start time
+    of that pid from ``/proc/<pid>/stat``, command) for the message a second command prints, and
+    is removed on release.  A lock file left by a process that is gone, or whose pid now belongs
+    to another process (its start time differs), is stale and taken over; so are git ref locks
+    (``refs/pq/**.lock``) such a process left.  A journal of writes that a killed command left
+    behind stops every command but ``pq continue`` / ``pq abort`` (see :mod:`patch_queue.journal`).
+    """
     ws.state_dir.mkdir(parents=True, exist_ok=True)
     lock = ws.state_dir / "lock"
-    for _attempt in range(2):
+    for _attempt in range(10):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            try:
-                holder = json.loads(lock.read_text())
-                pid = int(holder["pid"])
-            except (OSError, ValueError, KeyError, TypeError):
-                pid = -1
-            if pid > 0 and _alive(pid):
-                raise QueueError(
-                    f"another pq command ({holder.get('command', '?')}, pid {pid}) is running in this repository; "
-                    "wait for it to finish",
-                    path=str(lock),
-                ) from None
-            lock.unlink(missing_ok=True)  # stale: its process is gone
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            holder = _read_holder(lock)
+            if holder is None:  # it has the lock but has not written its name yet
+                time.sleep(0.1)
+                holder = _read_holder(lock)
+            raise _held(lock, holder) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the holder removed the file between our open and our flock: take a fresh one
+            os.close(fd)
             continue
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"pid": os.getpid(), "command": command}, fh)
+        try:
+            holder = _read_holder(lock)
+            if holder is not None and holder.get("pid") != os.getpid() and _holder_alive(holder):
+                # a live process named in a lock file that is not flocked: a pq without flock
+                raise _held(lock, holder)
+            if holder is not None:
+                _clear_ref_locks(ws)  # its holder died while pq held the lock
+            me = {"pid": os.getpid(), "start": _start_time(os.getpid()), "command": command}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(me, sort_keys=True) + "\n").encode(), 0)
+            if command not in RECOVERY_COMMANDS:
+                check_no_journal(ws)
+        except BaseException:
+            _release(lock, fd)
+            raise
         try:
             yield
         finally:
-            lock.unlink(missing_ok=True)
+            _release(lock, fd)
         return
-    raise QueueError("could not take the pq lock", path=str(lock))
+    raise QueueError("could not take the pq lock (it kept changing hands)", path=str(lock))
+
+
+def _release(lock: Path, fd: int) -> None:
+    lock.unlink(missing_ok=True)  # while still flocked, so nobody takes an unlinked file's lock
+    os.close(fd)
+
+
+def _held(lock: Path, holder: dict[str, object] | None) -> QueueError:
+    what = f"{holder.get('command', '?')}, pid {holder.get('pid', '?')}" if holder else "?"
+    return QueueError(f"another pq command ({what}) is running in this repository; wait for it to finish",
+                      path=str(lock))
+
+
+def _read_holder(lock: Path) -> dict[str, object] | None:
+    try:
+        value = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("pid"), int) else None
+
+
+def _holder_alive(holder: dict[str, object]) -> bool:
+    pid = holder["pid"]
+    assert isinstance(pid, int)
+    if pid <= 0 or not _alive(pid):
+        return False
+    recorded = holder.get("start")
+    if recorded is None:
+        return True  # no start time recorded: trust the pid
+    now = _start_time(pid)
+    return now is None or now == recorded  # None: no /proc here, so the pid is all we know
 
 
 def _alive(pid: int) -> bool:
@@ -89,6 +149,42 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot, field 22 of /proc/<pid>/stat); None without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat.rpartition(")")[2].split()[19])  # the command name may hold spaces and ')'
+    except (IndexError, ValueError):
+        return None
+
+
+def _clear_ref_locks(ws: Workspace) -> None:
+    """Remove the git ref locks under refs/pq/ that a killed pq left (pq is the only writer there)."""
+    refs = ws.repo.gitdir / "refs" / "pq"
+    if refs.is_dir():
+        for stale in refs.rglob("*.lock"):
+            stale.unlink(missing_ok=True)
+
+
+def check_no_journal(ws: Workspace) -> None:
+    """Refuse to run while a killed command's journal of writes is left (see patch_queue/journal.py)."""
+    path = ws.state_dir / JOURNAL_FILE
+    if not path.is_file():
+        return
+    try:
+        command = str(json.loads(path.read_text()).get("command", "?"))
+    except (OSError, ValueError, AttributeError):
+        command = "?"
+    raise QueueError(
+        f"`pq {command}` was interrupted while writing patches/, {OUT_DIR}/ and refs/pq/; "
+        f"run `pq continue` to finish its writes or `pq abort` to undo them",
+        path=ws.rel(path),
+    )
 
 
 def upstream_reader(queue: Queue, *, upstream_git: str | None, progress: Progress | None = None
@@ -210,8 +306,13 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
     return updates
 
 
+def state_bytes(data: object) -> bytes:
+    """The bytes of a ``.git/pq/`` state file."""
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
 def write_state(ws: Workspace, name: str, data: object) -> None:
-    atomic_write(ws.state_dir / name, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write(ws.state_dir / name, state_bytes(data))
 
 
 def read_state(ws: Workspace, name: str) -> dict[str, object] | None:

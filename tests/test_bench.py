@@ -69,7 +69,7 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
     [speed] = _table(text, "upgrade | pq refresh s")
     assert all(_number(cell) > 0 for cell in speed[1:])
     goals = _table(text, "measure")
-    assert len(goals) == 4 and all(g[3] in ("yes", "**no**") for g in goals)
+    assert len(goals) == 5 and all(g[3] in ("yes", "**no**") for g in goals)
     assert _number(goals[2][1]) > 0  # start-up seconds
     culprits = _table(text, "upgrade | candidates")
     for row in culprits:

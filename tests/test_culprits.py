@@ -128,12 +128,14 @@ def test_parse_pr() -> None:
 def test_normalize_ignores_layout_quotes_and_commas() -> None:
     yapf = "x = foo(a,\n        'b',\n        c)\n"
     ruff = 'x = foo(\n    a,\n    "b",\n    c,\n)\n'
-    assert normalize(yapf) == normalize(ruff) == "x=fooabc"
+    assert normalize(yapf) == normalize(ruff) == b"x=fooabc"
     # ruff adds and drops parentheses and joins implicitly concatenated strings
     assert normalize("y = (a +\n     b)\n") == normalize("y = a + b\n")
     assert normalize("m('ab' 'cd')") == normalize('m("abcd")')
-    assert normalize("a = 1 + \\\n    2\n") == "a=1+2"
-    assert normalize(" \t\n,\\ \u3000") == ""
+    assert normalize("a = 1 + \\\n    2\n") == b"a=1+2"
+    assert normalize(" \t\n\r\x0b\x0c,\\ ") == b""
+    # text and its UTF-8 bytes normalise alike; non-ASCII text survives
+    assert normalize("# 注释\n x = 'é'\n") == normalize("# 注释\n x = 'é'\n".encode()) == "#注释x=é".encode()
 
 
 def test_culprit_as_json() -> None:

@@ -69,7 +69,7 @@ def test_bad_series(proj: Path, series: str, message: str) -> None:
     (proj / "patches" / "series").write_text(series)
     before = state(proj)
     line = one_error_line(pq(proj, "build", check=1))
-    assert line.endswith(message), line
+    assert line == "pq: error: " + message, line
     assert state(proj) == before
 
 

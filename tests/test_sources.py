@@ -282,6 +282,15 @@ def test_local_repository_is_fetched_on_later_use(tmp_path: Path) -> None:
     assert repo.public_commit(second) == second  # no trailer: the commit is its own public sha
     assert repo.commits_touching("a.txt") == [second, first]
     assert repo.find_public("1111111") == first
+    # an unchanged source is not fetched again (a git process per command); a changed one is
+    fetched = (repo.path / "FETCH_HEAD").stat().st_mtime_ns
+    sources._open_repos.clear()
+    assert sources.open_git(str(work), progress=lambda _: None).resolve("main") == second
+    assert (repo.path / "FETCH_HEAD").stat().st_mtime_ns == fetched
+    git("tag", "v1", first)
+    sources._open_repos.clear()
+    assert sources.open_git(str(work), progress=lambda _: None).resolve("v1") == first
+    assert (repo.path / "FETCH_HEAD").stat().st_mtime_ns != fetched
 
 
 # -- directories ---------------------------------------------------------------------------
@@ -451,8 +460,25 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "PKG-INFO",
         *sorted(module),
     ]
+    # The sdist is unpacked once into a zip named by its sha256; a damaged or foreign copy is made again.
+    digest = hashlib.sha256(archives["pq_fixture_pkg-0.9.tar.gz"]).hexdigest()
+    unpacked = tmp_path / "cache" / "unpacked" / f"{digest}.zip"
+    assert zipfile.ZipFile(unpacked).namelist() == ["PKG-INFO", *sorted(module)]
+    for damage in (lambda b: b.replace(b"VALUE = 1", b"VALUE = 7"), lambda b: b[:40], lambda b: b.replace(
+            digest.encode(), b"0" * 64)):
+        unpacked.write_bytes(damage(unpacked.read_bytes()))
+        assert sources.release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None) == module
+        unpacked.write_bytes(damage(unpacked.read_bytes()))
+        snap = sources.resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+        assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
+        assert zipfile.ZipFile(unpacked).read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
 
-    # A download whose content does not match the index's hash never lands in the cache.
+    # A download whose content does not match the index's hash never lands in the cache.  Temp files
+    # of killed downloads are removed once an hour old; a fresh one may be a download still running.
+    stale, fresh = (tmp_path / "cache" / "dist" / f".part-{bad}.{tag}" for tag in ("old", "new"))
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
     with pytest.raises(SourceError) as info:
         sources.release_files("pq-fixture-pkg", "3.0", "", progress=lambda _: None)
     message = str(info.value)
@@ -460,10 +486,29 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert message.startswith(f"sha256 mismatch for {bad}: ")
     assert hashlib.sha256(data).hexdigest() in message and hashlib.sha256(data + b"x").hexdigest() in message
     assert "\n" not in message
-    assert [p.name for p in (tmp_path / "cache" / "dist").iterdir() if "3.0" in p.name] == []
+    assert [p.name for p in (tmp_path / "cache" / "dist").iterdir() if "3.0" in p.name] == [fresh.name]
 
     # A release missing from every index, and a project missing from every index.
     with pytest.raises(SourceError, match=r"no such package on the registry"):
         sources.release_files("pq-fixture-none", "1.0", "")
     with pytest.raises(SourceError, match=r"no release of pq-fixture-none"):
         sources.newest_release("pq-fixture-none")
+
+
+def test_method_cache_round_trip_and_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    cache = sources.MethodCache("Runner")
+    assert cache.get("b1") is None
+    cache.put("b1", {"f": "    def f(self):\n        pass\n", "g": "    def g(self): ...\n"})
+    cache.put("b2", {"f": "    def f(self):\n        pass\n"})
+    cache.save()
+    again = sources.MethodCache("Runner")
+    assert again.get("b1") == {"f": "    def f(self):\n        pass\n", "g": "    def g(self): ...\n"}
+    assert again.get("b2") == {"f": "    def f(self):\n        pass\n"} and again.get("b3") is None
+    # a damaged body, or one scanned by another version of the scanner, is not used
+    data = cache.path.read_bytes()
+    cache.path.write_bytes(data.replace(b"pass", b"fail"))
+    assert sources.MethodCache("Runner").get("b1") is None
+    cache.path.write_bytes(data)
+    monkeypatch.setattr(sources.MethodCache, "FORMAT", 2)
+    assert sources.MethodCache("Runner").get("b1") is None

@@ -20,8 +20,8 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import git
 import pygit2
 
 from patch_queue.errors import SourceError
@@ -56,9 +56,16 @@ def _say(progress: Progress | None, message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+def _gitpython() -> Any:
+    """GitPython, imported on first use (it costs 60 ms and most commands never run the git command line)."""
+    import git
+
+    return git
+
+
 def _git_reason(exc: Exception) -> str:
     """The one line of git's stderr that explains a failure ("fatal: ..."), without the prefix."""
-    text = exc.stderr if isinstance(exc, git.GitCommandError) else str(exc)
+    text = exc.stderr if isinstance(exc, _gitpython().GitCommandError) else str(exc)
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     # GitPython wraps git's stderr as "  stderr: '<text>'"; unwrap it to git's own words.
@@ -82,8 +89,9 @@ class UpstreamGit:
         self._touching: dict[tuple[str, str], list[str]] = {}
         self._trailers: tuple[str, dict[str, str], list[str]] | None = None
         if self._valid_clone():
-            if not is_url(self.location):
-                # Local paths and bundles are cheap to fetch from, so keep the mirror current.
+            if not is_url(self.location) and self._source_stamp() != self._read_stamp():
+                # Local paths and bundles are cheap to fetch from, so keep the mirror current
+                # (skipped while the source is unchanged: a fetch costs a git process, ~0.1 s).
                 self.fetch()
         else:
             self._clone()
@@ -112,27 +120,57 @@ class UpstreamGit:
         # Clone beside the final place and rename, so an interrupted clone never looks like a cache hit.
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
         try:
-            git.Repo.clone_from(self.location, str(tmp / "repo.git"), mirror=True, env=_GIT_ENV)
+            _gitpython().Repo.clone_from(self.location, str(tmp / "repo.git"), mirror=True, env=_GIT_ENV)
             try:
                 os.rename(tmp / "repo.git", self.path)
             except OSError:
                 if not self._valid_clone():  # not a concurrent clone that won the race
                     raise
-        except git.GitCommandError as exc:
+        except _gitpython().GitCommandError as exc:
             raise self._unreadable(_git_reason(exc)) from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self._fetched = True
 
+    def _stamp_file(self) -> Path:
+        return self.path / "pq-source-stamp"
+
+    def _read_stamp(self) -> str | None:
+        try:
+            return self._stamp_file().read_text()
+        except OSError:
+            return None
+
+    def _source_stamp(self) -> str | None:
+        """What a local source looks like now: a bundle's size and mtime, a repository's refs; None for
+        a URL or a source that cannot be read (then the mirror is fetched)."""
+        local = Path(self.location.removeprefix("file://"))
+        try:
+            if local.is_file():
+                st = local.stat()
+                return f"bundle {st.st_size} {st.st_mtime_ns}"
+            source = pygit2.Repository(str(local))
+            refs = sorted(f"{name} {source.references[name].target}" for name in source.references)
+            return "refs " + hashlib.sha256("\n".join(refs).encode()).hexdigest()
+        except (OSError, pygit2.GitError, KeyError, ValueError):
+            return None
+
     def fetch(self) -> None:
         """Bring the mirror up to date (all refs, pruning deleted ones)."""
+        stamp = None if is_url(self.location) else self._source_stamp()
         try:
-            git.Git(str(self.path)).fetch("--prune", "--quiet", "origin", env=_GIT_ENV)
-        except git.GitCommandError as exc:
+            _gitpython().Git(str(self.path)).fetch("--prune", "--quiet", "origin", env=_GIT_ENV)
+        except _gitpython().GitCommandError as exc:
             if not self._valid_clone():
                 raise self._unreadable(_git_reason(exc)) from None
             # The cached mirror still answers everything it knew; say why it may be stale.
             _say(self._progress, f"warning: cannot fetch {self.location} ({_git_reason(exc)}); using the cached clone")
+        else:
+            if stamp is not None:
+                try:
+                    self._stamp_file().write_text(stamp)
+                except OSError:
+                    pass  # a read-only cache fetches every time
         self._fetched = True
         self._touching.clear()
         self._trailers = None
@@ -225,7 +263,7 @@ class UpstreamGit:
             commits = [str(sha) for sha in paths[path]]
         else:
             # git's own log is the reference answer (history simplification, topo order); it is fast.
-            out = git.Git(str(self.path)).log("--all", "--topo-order", "--format=%H", "--", path)
+            out = _gitpython().Git(str(self.path)).log("--all", "--topo-order", "--format=%H", "--", path)
             commits = out.split()
             new_paths = dict(paths) if isinstance(paths, dict) else {}
             new_paths[path] = commits

@@ -65,6 +65,7 @@ class ProjectRepo:
         self.gitdir = Path(self._repo.path).resolve()
         # recently read or written blobs by id: a replay reads each text it wrote right back
         self._blobs: dict[pygit2.Oid, bytes] = {}
+        self._oids: dict[bytes, pygit2.Oid] = {}
 
     _BLOB_CACHE = 32
 
@@ -72,6 +73,19 @@ class ProjectRepo:
         if len(self._blobs) >= self._BLOB_CACHE:
             del self._blobs[next(iter(self._blobs))]
         self._blobs[oid] = data
+
+    def _write_blob(self, data: bytes) -> pygit2.Oid:
+        """The blob of ``data``, written only when the object store lacks it (hashing is 3x cheaper than
+        compressing, and a replay writes the same module texts again and again)."""
+        oid = self._oids.get(data)
+        if oid is None:
+            oid = pygit2.hash(data)
+            if oid not in self._repo.odb:
+                oid = self._repo.create_blob(data)
+            if len(self._oids) >= self._BLOB_CACHE:
+                del self._oids[next(iter(self._oids))]
+            self._oids[data] = oid
+        return oid
 
     def _blob_data(self, oid: pygit2.Oid) -> bytes:
         data = self._blobs.get(oid)
@@ -84,7 +98,7 @@ class ProjectRepo:
 
     # ---- objects -------------------------------------------------------------------------
     def write_blob(self, data: bytes) -> str:
-        return str(self._repo.create_blob(data))
+        return str(self._write_blob(data))
 
     def read_blob(self, oid: str) -> bytes:
         obj = self._repo[oid]
@@ -118,7 +132,7 @@ class ProjectRepo:
                     tb.insert(name, build(value), FileMode.TREE)
                 else:
                     assert isinstance(value, bytes)
-                    oid = self._repo.create_blob(value)
+                    oid = self._write_blob(value)
                     self._remember(oid, value)
                     tb.insert(name, oid, FileMode.BLOB)
             return tb.write()
@@ -180,21 +194,48 @@ class ProjectRepo:
     def update_refs(self, updates: dict[str, tuple[str | None, str | None]], message: str) -> None:
         """Move refs from their expected old values to new ones (None: absent / delete).
 
-        Every old value is checked before anything is written, so a concurrent change makes the
-        whole update fail cleanly; the writes themselves are single-file atomic renames in git.
+        A compare-and-swap in one libgit2 reference transaction: every ref is locked first (git's
+        ``<ref>.lock`` files, which git itself honours), then each current value is compared with
+        the expected old one while the locks are held, and only then are all of them written; a
+        ref that changed underneath is an error and nothing moves.
         """
-        for name, (old, _new) in updates.items():
+        for name in updates:
             if not name.startswith(REF_PREFIX):
                 raise PqError(f"refusing to move {name}: pq only owns {REF_PREFIX}")
-            current = self.ref(name)
-            if current != old:
-                raise QueueError(f"{name} moved underneath pq (expected {old}, found {current}); retry the command")
-        for name, (old, new) in sorted(updates.items()):
-            if new is None:
-                if old is not None:
-                    self._repo.references.delete(name)
-            else:
-                self._repo.references.create(name, pygit2.Oid(hex=new), force=True)
+        if not updates:
+            return
+        try:
+            with self._repo.transaction() as tx:
+                for name in sorted(updates):
+                    try:
+                        tx.lock_ref(name)
+                    except pygit2.GitError:
+                        raise QueueError(
+                            f"{name} is locked by another git command (or one that was killed); "
+                            f"retry, or remove {name}.lock if no git command is running",
+                            path=str(self.gitdir / name),
+                        ) from None
+                for name, (old, _new) in sorted(updates.items()):
+                    current = self.ref(name)
+                    if current != old:
+                        raise QueueError(
+                            f"{name} moved underneath pq (expected {old}, found {current}); nothing was moved, "
+                            "retry the command",
+                            path=str(self.gitdir / name),
+                        )
+                for name, (old, new) in sorted(updates.items()):
+                    if new is None:
+                        if old is not None:
+                            tx.remove(name)
+                    else:
+                        tx.set_target(name, pygit2.Oid(hex=new), message=message)
+        except pygit2.GitError as exc:
+            raise QueueError(f"could not move {', '.join(sorted(updates))}: {exc}", path=str(self.gitdir)) from None
+
+    @staticmethod
+    def blob_id(data: bytes) -> str:
+        """The id ``data`` has (or would have) as a blob, without writing it."""
+        return str(pygit2.hash(data))
 
     # ---- diffs and merges ----------------------------------------------------------------
     def diff_trees(self, old: str, new: str, context: int = 3) -> str:
@@ -214,7 +255,7 @@ class ProjectRepo:
         entries = []
         keep = []
         for data in (base, ours, theirs):
-            entry = pygit2.IndexEntry(path, self._repo.create_blob(data), FileMode.BLOB)
+            entry = pygit2.IndexEntry(path, self._write_blob(data), FileMode.BLOB)
             centry, ref = entry._to_c()
             entries.append(centry)
             keep.append(ref)
