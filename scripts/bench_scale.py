@@ -231,6 +231,17 @@ def time_rebase(fixture: Fixture, repeats: int = 3) -> float:
     return statistics.median(runs)
 
 
+def replay_once(patches: int, revisions: int) -> None:
+    """One replay of a generated case, in this process (for a profile)."""
+    from patch_queue import replay
+    from patch_queue.git.repo import ProjectRepo
+
+    with tempfile.TemporaryDirectory(prefix="pq-bench-scale-") as tmp:
+        fixture = build_fixture(Path(tmp) / "pq", generate(patches, revisions))
+        replay.replay(ProjectRepo(fixture.path), list(fixture.patches), fixture.new_base, labels=("old", "new"),
+                      stop=False)
+
+
 def run_scale(
     sizes: Sequence[int] = (10, 30, 100, 300),
     revisions: Sequence[int] = (10, 30, 100),
