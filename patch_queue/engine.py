@@ -27,6 +27,7 @@ from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.journal import Writes
 from patch_queue.queue import Queue, UpstreamPin, render_queue, render_series
 from patch_queue.workspace import (
+    REF_JOURNAL,
     LoadedStack,
     Progress,
     Workspace,
@@ -359,7 +360,8 @@ def do_refresh(
                             progress=_killable(on_patch), normalize=normalizer(target, ws.repo, loaded.patches),
                             recorded=store.lookup)
     removed = list(projection.missing)
-    orig = {k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH) and k != rerere.REF}
+    orig = {k: v for k, v in ws.repo.refs().items()
+            if not k.startswith(REF_REFRESH) and k not in (rerere.REF, REF_JOURNAL)}
     found = [c for r in results for c in r.conflicts + r.flags]
     _mark_removed(found, removed)
     _say(progress, "Naming the upstream commits behind each conflict and flag ...")
@@ -737,8 +739,8 @@ def do_abort(ws: Workspace) -> None:
     current = ws.repo.refs()
     updates: dict[str, tuple[str | None, str | None]] = {}
     for ref in sorted(set(current) | set(orig)):
-        if ref == rerere.REF:
-            continue  # recorded resolutions outlive an abort
+        if ref in (rerere.REF, REF_JOURNAL):
+            continue  # recorded resolutions outlive an abort; the journal's ref is the journal's
         if current.get(ref) != orig.get(ref):
             updates[ref] = (current.get(ref), orig.get(ref))
     saved = ws.repo.read_tree(str(state["orig_out"]))

@@ -28,9 +28,11 @@ from pathlib import Path
 
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, kill_point
-from patch_queue.workspace import JOURNAL_FILE, Workspace
+from patch_queue.git.repo import Person
+from patch_queue.workspace import JOURNAL_FILE, REF_JOURNAL, Workspace
 
 VERSION = 1
+_JOURNAL_PERSON = Person("pq", "pq@localhost", 0, 0)
 # the order of the writes; the interruption tests kill a command between and inside the groups
 GROUPS = ("patches", "out", "state")
 
@@ -86,6 +88,8 @@ class Writes:
     def move_refs(self, updates: dict[str, tuple[str | None, str | None]]) -> None:
         """Ref moves (old, new); a ref moved twice keeps its first old value."""
         for name, (old, new) in updates.items():
+            if name == REF_JOURNAL:
+                continue  # the journal's own ref
             if name in self._refs:
                 old = self._refs[name][0]
             self._refs[name] = (old, new)
@@ -113,6 +117,11 @@ class Writes:
             if current != expected:
                 raise QueueError(f"{name} moved underneath pq (expected {expected}, found {current}); nothing was "
                                  "written, retry the command", path=self.ws.rel(repo.gitdir / name))
+        # the saved contents are reachable from a ref while the journal lives: `git gc` keeps them
+        saved = [b for f in files for b in (f.old, f.new) if b is not None]
+        holder = repo.commit(repo.tree_of_blobs(saved), [], f"pq journal: the saved files of `pq {self.command}`\n",
+                             _JOURNAL_PERSON, _JOURNAL_PERSON)
+        repo.update_refs({REF_JOURNAL: (repo.ref(REF_JOURNAL), holder)}, f"pq {self.command}: journal")
         journal = {
             "version": VERSION,
             "command": self.command,
@@ -125,6 +134,7 @@ class Writes:
         kill_point("after-journal")
         _apply(self.ws, files, refs, forward=True, message=f"pq {self.command}")
         path.unlink()
+        _drop_holder(self.ws)
 
 
 def read(ws: Workspace) -> dict[str, object] | None:
@@ -154,7 +164,14 @@ def recover(ws: Workspace, *, forward: bool) -> str | None:
     refs: dict[str, tuple[str | None, str | None]] = journal["refs"]  # type: ignore[assignment]
     _apply(ws, files, refs, forward=forward, message=f"pq {'continue' if forward else 'abort'} (interrupted {command})")
     (ws.state_dir / JOURNAL_FILE).unlink()
+    _drop_holder(ws)
     return command
+
+
+def _drop_holder(ws: Workspace) -> None:
+    current = ws.repo.ref(REF_JOURNAL)
+    if current is not None:
+        ws.repo.update_refs({REF_JOURNAL: (current, None)}, "pq: journal done")
 
 
 def _apply(ws: Workspace, files: list[_File], refs: dict[str, tuple[str | None, str | None]], *, forward: bool,

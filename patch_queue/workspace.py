@@ -52,6 +52,7 @@ def open_workspace(cwd: Path | None = None, *, out: Path | None = None) -> Works
 
 
 JOURNAL_FILE = "journal.json"  # see patch_queue/journal.py
+REF_JOURNAL = "refs/pq/journal"  # keeps the journal's saved contents reachable; only patch_queue/journal.py moves it
 RECOVERY_COMMANDS = ("continue", "abort")  # the commands that may run while a journal is left
 
 
@@ -298,7 +299,7 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
     # refs/pq/resolutions (recorded resolutions) and refs/pq/previous (the build before the last
     # refresh, the reference of `pq check`) are not part of the stack and are never moved here
     have = {k: v for k, v in ws.repo.refs().items()
-            if not k.startswith("refs/pq/orig/") and k not in ("refs/pq/resolutions", "refs/pq/previous")}
+            if not k.startswith("refs/pq/orig/") and k not in ("refs/pq/resolutions", "refs/pq/previous", REF_JOURNAL)}
     updates: dict[str, tuple[str | None, str | None]] = {}
     for ref in sorted(set(want) | set(have)):
         if have.get(ref) != want.get(ref):

@@ -90,6 +90,8 @@ def killed(template: Path, work: Path, point: str, args: list[str], *, command: 
     expect(run(proj, *args, kill=point), KILLED)
     if (proj / ".git" / "pq" / "journal.json").is_file():
         recovery_line(proj, command)
+        # the saved contents survive a gc of everything unreachable (refs/pq/journal holds them)
+        git(proj, "gc", "-q", "--prune=now")
         forward = copy_project(proj, work / f"{point}-continue")
         out = expect(run(forward, "continue"), 0).stdout
         assert f"finished the writes of the interrupted `pq {command}`" in out

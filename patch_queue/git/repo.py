@@ -105,6 +105,13 @@ class ProjectRepo:
         assert isinstance(obj, pygit2.Blob)
         return obj.data
 
+    def tree_of_blobs(self, blobs: list[str]) -> str:
+        """A flat tree whose entries are the given blobs (named by their ids): keeps them reachable."""
+        tb = self._repo.TreeBuilder()
+        for oid in sorted(set(blobs)):
+            tb.insert(oid, pygit2.Oid(hex=oid), FileMode.BLOB)
+        return str(tb.write())
+
     def has_object(self, oid: str) -> bool:
         try:
             self._repo[oid]
