@@ -292,10 +292,6 @@ def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding
 # signature drift
 
 
-def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
-    return "(" + ast.unparse(fn.args) + ")"
-
-
 def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str, bool], ...]:
     """(name, kind, has default) of every parameter, in order."""
     a = fn.args

@@ -1,4 +1,4 @@
-"""Atomic file writes and whole-folder replacement, so an interrupted command never leaves half a file."""
+"""Atomic file writes, reading a folder, and the test hook of the interruption tests (kill points)."""
 
 from __future__ import annotations
 
@@ -63,18 +63,3 @@ def read_folder(root: Path) -> dict[str, bytes]:
         if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
             out[path.relative_to(root).as_posix()] = path.read_bytes()
     return out
-
-
-def sync_folder(root: Path, files: dict[str, bytes], *, owned: set[str] | None = None) -> None:
-    """Make ``root`` hold ``files``: write changed ones atomically, delete the ``owned`` ones no longer there.
-
-    Files pq never wrote (not in ``owned``) are left alone.
-    """
-    for rel, data in sorted(files.items()):
-        target = root / rel
-        if not target.is_file() or target.read_bytes() != data:
-            atomic_write(target, data)
-    for rel in sorted((owned or set()) - set(files)):
-        target = root / rel
-        if target.is_file():
-            target.unlink()

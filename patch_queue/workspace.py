@@ -18,7 +18,6 @@ from pathlib import Path
 
 from patch_queue import sources, stack
 from patch_queue.errors import QueueError, SourceError
-from patch_queue.fsutil import atomic_write
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.queue import Queue, QueueDir
 
@@ -310,10 +309,6 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
 def state_bytes(data: object) -> bytes:
     """The bytes of a ``.git/pq/`` state file."""
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-
-
-def write_state(ws: Workspace, name: str, data: object) -> None:
-    atomic_write(ws.state_dir / name, state_bytes(data))
 
 
 def read_state(ws: Workspace, name: str) -> dict[str, object] | None:

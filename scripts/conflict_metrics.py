@@ -243,24 +243,6 @@ def code_lines(text: str) -> list[str]:
     return out
 
 
-def in_order(haystack: Sequence[str], needle: Sequence[str], slack: int = 5) -> bool:
-    """``needle`` is a subsequence of ``haystack`` within a window of 2*len(needle)+slack lines."""
-    if not needle:
-        return True
-    span = 2 * len(needle) + slack
-    for i, line in enumerate(haystack):
-        if line != needle[0]:
-            continue
-        k = 1
-        for j in range(i + 1, min(len(haystack), i + span)):
-            if k == len(needle):
-                break
-            if haystack[j] == needle[k]:
-                k += 1
-        if k == len(needle):
-            return True
-    return False
-
 
 def _code_index(text: str) -> tuple[list[str], list[int]]:
     """Code lines of ``text`` and, for each, its 0-based line number in ``text``."""
