@@ -109,35 +109,56 @@ def downstream_names(module_symbols: dict[str, Symbol], carried: Sequence[str]) 
     return out
 
 
-def format_carried(text: str, carried: Sequence[str], *, formatter: str, line_length: int) -> str:
-    """``text`` (a whole module) with its carried symbols formatted; unchanged when it does not parse."""
-    return format_carried_many([(text, carried)], formatter=formatter, line_length=line_length)[0]
-
-
 def format_carried_many(
     items: Sequence[tuple[str, Sequence[str]]], *, formatter: str, line_length: int
 ) -> list[str]:
-    """:func:`format_carried` of each (module text, carried names), with one formatter run for all."""
+    """Each module text (with the names of its carried symbols) with those symbols formatted; a text that
+    does not parse stays as it is.  One formatter run for all; results are kept in the download
+    cache by their inputs (text, names, formatter settings, the formatter binary, this code)."""
     if formatter == "" or not items:
         return [text for text, _carried in items]
+    from patch_queue import sources
     from patch_queue.symbols import symbols_ast
 
+    keys = [sources.derived_key(tool_stamp(), formatter, str(line_length), "\0".join(carried), text)
+            for text, carried in items]
+    out: list[str | None] = []
+    for key in keys:
+        hit = sources.derived_get("layout", key)
+        out.append(hit.decode("utf-8") if hit is not None else None)
     chosen: list[list[Symbol]] = []
-    for text, carried in items:
+    for (text, carried), known in zip(items, out, strict=True):
         try:
-            syms = symbols_ast(text, path="module") if carried else {}
+            syms = symbols_ast(text, path="module") if carried and known is None else {}
         except PqError:
             syms = {}
         chosen.append([syms[n] for n in downstream_names(syms, carried)] if syms else [])
     done = iter(format_symbols([s for group in chosen for s in group], formatter=formatter, line_length=line_length))
-    out: list[str] = []
-    for (text, _carried), group in zip(items, chosen, strict=True):
-        if not group:
-            out.append(text)
+    for i, ((text, _carried), group) in enumerate(zip(items, chosen, strict=True)):
+        if out[i] is not None:
             continue
         lines = text.splitlines(keepends=True)
         pairs = [(old, next(done)) for old in group]
         for old, new in sorted(pairs, key=lambda pair: -pair[0].start):
             lines[old.start - 1 : old.end] = [new.text]
-        out.append("".join(lines))
-    return out
+        out[i] = "".join(lines)
+        sources.derived_put("layout", keys[i], out[i].encode("utf-8"))  # type: ignore[union-attr]
+    assert all(text is not None for text in out)
+    return [text or "" for text in out]
+
+
+@lru_cache(maxsize=1)
+def tool_stamp() -> str:
+    """What a derived layout depends on besides its inputs: the formatter binary and pq's own code."""
+    import hashlib
+    import os
+    from pathlib import Path
+
+    try:
+        st = os.stat(_ruff_bin())
+        binary = f"{_ruff_bin()} {st.st_size} {st.st_mtime_ns}"
+    except (OSError, PqError):
+        binary = "no ruff"
+    here = Path(__file__).parent
+    code = b"".join((here / name).read_bytes() for name in ("fmt.py", "symbols.py", "stack.py"))
+    return binary + " " + hashlib.sha256(code).hexdigest()

@@ -971,3 +971,38 @@ class MethodCache:
         except OSError:
             return
         self._dirty = False
+
+
+# -- derived results ---------------------------------------------------------------------------
+
+
+def derived_key(*parts: str | bytes) -> str:
+    """The cache key of a derived result: a sha256 over its inputs (each part length-prefixed)."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode("utf-8") if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "big") + data)
+    return h.hexdigest()
+
+
+def _derived_path(kind: str, key: str) -> Path:
+    return cache_dir() / "derived" / kind / key[:2] / key
+
+
+def derived_get(kind: str, key: str) -> bytes | None:
+    """A result computed earlier from the inputs ``key`` names, or None (absent or damaged)."""
+    try:
+        digest, _nl, body = _derived_path(kind, key).read_bytes().partition(b"\n")
+    except OSError:
+        return None
+    return body if hashlib.sha256(body).hexdigest().encode() == digest else None
+
+
+def derived_put(kind: str, key: str, data: bytes) -> None:
+    """Keep a result for :func:`derived_get` (atomically; a read-only cache is only slower)."""
+    from patch_queue.fsutil import atomic_write
+
+    try:
+        atomic_write(_derived_path(kind, key), hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    except OSError:
+        pass

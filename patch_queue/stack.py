@@ -15,12 +15,13 @@ times taken from the patch's Date header).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_tz
 
-from patch_queue import fmt, patchfile, symbols
+from patch_queue import fmt, patchfile, sources, symbols
 from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.queue import Module, Queue
@@ -44,7 +45,34 @@ class Projection:
 
 
 def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str) -> Projection:
-    """Vendored files and the projected base text of every module that carries upstream symbols."""
+    """Vendored files and the projected base text of every module that carries upstream symbols.
+
+    The projected texts are kept in the download cache by their inputs (the vendored files, the
+    modules' carried symbols, the formatter settings, the formatter binary and pq's code).
+    """
+    vendored = {path: read_upstream(path) for path in queue.upstream_paths()}
+    key = sources.derived_key(
+        fmt.tool_stamp(), queue.formatter, str(queue.line_length),
+        json.dumps([[m.path, m.upstream, list(m.symbols)] for m in queue.modules]),
+        *(part for path, data in sorted(vendored.items()) for part in (path, data)),
+    )
+    hit = sources.derived_get("projection", key)
+    if hit is not None:
+        try:
+            cached = json.loads(hit)
+            return Projection({**{VENDOR + p: d for p, d in vendored.items()},
+                               **{p: t.encode("utf-8") for p, t in cached["files"].items()}}, tuple(cached["missing"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    projection = _project(queue, vendored.__getitem__, label=label)
+    sources.derived_put("projection", key, json.dumps({
+        "files": {p: d.decode("utf-8") for p, d in projection.files.items() if not p.startswith(VENDOR)},
+        "missing": list(projection.missing),
+    }).encode("utf-8"))  # files in module order, as computed
+    return projection
+
+
+def _project(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str) -> Projection:
     files: dict[str, bytes] = {}
     parsed: dict[str, dict[str, symbols.Symbol]] = {}
     for path in queue.upstream_paths():

@@ -125,3 +125,57 @@ def test_merge_file_in_memory(tmp_path: Path) -> None:
                                path="f.py")
     assert not conflict.clean
     assert conflict.text == b"a\n<<<<<<< ours\nB\n||||||| base\nb\n=======\nb2\n>>>>>>> theirs\nc\n"
+
+
+def test_layout_of_carried_symbols_is_cached_by_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patch_queue import fmt
+
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    text = "class Runner(Base):\n    def first(self, a,\n              b):\n        return f(a,\n                 b)\n"
+    other = text.replace("return", "return  1 +")
+    runs: list[str] = []
+    real_run = fmt._run
+
+    def counting(source: str, line_length: int) -> str | None:
+        runs.append(source)
+        return real_run(source, line_length)
+
+    monkeypatch.setattr(fmt, "_run", counting)
+    first = fmt.format_carried_many([(text, ["Runner.first"])], formatter="ruff", line_length=120)
+    assert first == ["class Runner(Base):\n    def first(self, a, b):\n        return f(a, b)\n"] and len(runs) == 1
+    # the same inputs again: from the cache, no formatter run; other inputs: one run for the new text only
+    assert fmt.format_carried_many([(text, ["Runner.first"])], formatter="ruff", line_length=120) == first
+    assert len(runs) == 1
+    both = fmt.format_carried_many([(text, ["Runner.first"]), (other, ["Runner.first"])], formatter="ruff",
+                                   line_length=120)
+    assert both[0] == first[0] and both[1].endswith("return 1 + f(a, b)\n") and len(runs) == 2
+    assert fmt.format_carried_many([(text, ["Runner.first"])], formatter="ruff", line_length=20) != first
+    # a damaged entry is not used
+    for entry in (tmp_path / "cache" / "derived" / "layout").rglob("*"):
+        if entry.is_file():
+            entry.write_bytes(entry.read_bytes().replace(b"f(a, b)", b"g(a, b)"))
+    assert fmt.format_carried_many([(text, ["Runner.first"])], formatter="ruff", line_length=120) == first
+
+
+def test_projection_is_cached_by_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patch_queue import stack
+
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    upstream = SOURCE.replace("class Runner(Base)", "class NPUModelRunner(Base)").encode()
+    q = queue.Queue(
+        upstream=queue.UpstreamPin("vllm-ascend", "git", "abc", "def", "label", "abc", {"a/b.py": "00"}),
+        downstream_name="vllm-omni", downstream_release="0.30.0", package="pkg",
+        modules=(queue.Module("m.py", "a/b.py", ("NPUModelRunner.second", "NPUModelRunner.first", "gone")),),
+        formatter="ruff",
+    )
+    first = stack.project_modules(q, {"a/b.py": upstream}.__getitem__, label="test")
+    assert first.missing == ("m.py: gone",) and list(first.files) == [stack.VENDOR + "a/b.py", "m.py"]
+    assert first.files["m.py"].startswith(b"    def second(self):")
+
+    def no_parse(*_args: object, **_kwargs: object) -> object:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(symbols, "symbols_ast", no_parse)
+    assert stack.project_modules(q, {"a/b.py": upstream}.__getitem__, label="test") == first  # from the cache
+    with pytest.raises(AssertionError, match="parsed again"):  # another upstream text is projected anew
+        stack.project_modules(q, {"a/b.py": upstream + b"\n"}.__getitem__, label="test")
