@@ -14,10 +14,12 @@ dropped (ruff adds and removes parentheses and joins implicitly concatenated str
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pygit2
@@ -199,6 +201,8 @@ def annotate(
         return 0
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
     cache: dict[tuple[str, str], list[dict[str, object]]] = {}
+    # the answer depends only on immutable commits, the texts and this code: kept in the download cache
+    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
     named = 0
     for entry in found:
         sides = entry.sides or {}
@@ -206,7 +210,13 @@ def annotate(
         if not (before or after):
             continue
         if (before, after) not in cache:
-            cache[(before, after)] = [c.as_json() for c in finder.find(before, after)]
+            key = sources.derived_key(code, paths[0], finder.old, finder.new, before, after)
+            hit = sources.derived_get("culprits", key)
+            if hit is not None:
+                cache[(before, after)] = json.loads(hit)
+            else:
+                cache[(before, after)] = [c.as_json() for c in finder.find(before, after)]
+                sources.derived_put("culprits", key, json.dumps(cache[(before, after)]).encode("utf-8"))
         entry.culprits = cache[(before, after)]
         named += bool(entry.culprits)
     return named

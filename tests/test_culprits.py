@@ -258,3 +258,33 @@ def _reformat(text: str) -> str:
     swapped = text.translate(str.maketrans("'\"", "\"'"))
     joined = " ".join(line.strip() for line in swapped.splitlines())
     return re.sub(r"(\w)\)", r"\1,)", joined) + "\n"
+
+
+def test_annotate_keeps_its_answers_in_the_cache(upstream: UpstreamGit, pq_cache: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from patch_queue import culprits
+    from patch_queue.queue import UpstreamPin
+
+    shutil.rmtree(pq_cache / "derived" / "culprits", ignore_errors=True)
+    old, new = RANGES["2026-03"]
+    hunks = _hunks(_text(upstream, upstream.resolve(old)), _text(upstream, upstream.resolve(new)))[:4]
+    pins = [UpstreamPin("vllm-ascend", "git", c, c, c[:12], c, {PATH: "-"}) for c in (old, new)]
+    finds: list[tuple[str, str]] = []
+    real_find = CulpritFinder.find
+
+    def counting(self: CulpritFinder, before: str, after: str) -> list[Culprit]:
+        finds.append((before, after))
+        return real_find(self, before, after)
+
+    monkeypatch.setattr(CulpritFinder, "find", counting)
+
+    def run() -> list[list[dict[str, object]]]:
+        entries = [SimpleNamespace(sides={"base": b, "upstream": a}, culprits=[]) for b, a in hunks]
+        culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
+        return [e.culprits for e in entries]
+
+    first = run()
+    assert len(finds) == len(set(hunks)) and any(first)
+    assert run() == first and len(finds) == len(set(hunks))  # the second time: from the cache, no search
