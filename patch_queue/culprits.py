@@ -201,8 +201,9 @@ def annotate(
         return 0
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
     cache: dict[tuple[str, str], list[dict[str, object]]] = {}
-    # the answer depends only on immutable commits, the texts and this code: kept in the download cache
-    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+    # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
+    here = Path(__file__).parent
+    code = hashlib.sha256((here / "culprits.py").read_bytes() + (here / "git" / "remote.py").read_bytes()).hexdigest()
     named = 0
     for entry in found:
         sides = entry.sides or {}
