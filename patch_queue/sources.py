@@ -931,6 +931,7 @@ class MethodCache:
         self._texts: dict[str, str] = {}
         self._blobs: dict[str, dict[str, str]] = {}
         self._dirty = False
+        self._known: dict[str, str] | None = None
         try:
             digest, _nl, body = self.path.read_bytes().partition(b"\n")
             if hashlib.sha256(body).hexdigest().encode() == digest:
@@ -950,10 +951,14 @@ class MethodCache:
             return None
 
     def put(self, blob: str, methods: dict[str, str]) -> None:
+        if self._known is None:  # text -> key: most methods repeat from revision to revision, hash them once
+            self._known = {text: key for key, text in self._texts.items()}
         names: dict[str, str] = {}
         for name, text in methods.items():
-            key = hashlib.sha1(text.encode("utf-8")).hexdigest()
-            self._texts.setdefault(key, text)
+            key = self._known.get(text)
+            if key is None:
+                key = self._known[text] = hashlib.sha1(text.encode("utf-8")).hexdigest()
+                self._texts[key] = text
             names[name] = key
         self._blobs[blob] = names
         self._dirty = True
@@ -1006,3 +1011,4 @@ def derived_put(kind: str, key: str, data: bytes) -> None:
         atomic_write(_derived_path(kind, key), hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
     except OSError:
         pass
+
