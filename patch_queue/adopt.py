@@ -45,6 +45,7 @@ class _Matcher:
     def __init__(self) -> None:
         self._cache: dict[tuple[str, str], tuple[int, float]] = {}
         self._counts: dict[str, Counter[str]] = {}
+        self._bounds: dict[tuple[str, str], int] = {}
 
     def bound(self, a: str, b: str) -> int:
         """An upper bound of ``score(a, b)[0]``: the lines the two texts share, with multiplicity (each
@@ -52,10 +53,13 @@ class _Matcher:
         hit = self._cache.get((a, b))
         if hit is not None:
             return hit[0]
-        ca, cb = (self._counts.get(t) or self._counts.setdefault(t, Counter(_lines(t))) for t in (a, b))
-        if len(ca) > len(cb):
-            ca, cb = cb, ca
-        return sum(min(n, cb[line]) for line, n in ca.items() if line in cb)
+        known = self._bounds.get((a, b))
+        if known is None:
+            ca, cb = (self._counts.get(t) or self._counts.setdefault(t, Counter(_lines(t))) for t in (a, b))
+            if len(ca) > len(cb):
+                ca, cb = cb, ca
+            known = self._bounds[(a, b)] = sum(min(n, cb[line]) for line, n in ca.items() if line in cb)
+        return known
 
     def score(self, a: str, b: str) -> tuple[int, float]:
         key = (a, b)

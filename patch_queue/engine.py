@@ -120,6 +120,10 @@ def do_adopt(
         _say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
 
         scans = sources.MethodCache(adopt_mod.UPSTREAM_CLASS)
+        # the revisions not scanned before, read in one stream (history order: neighbours share deltas)
+        unscanned = [b for b in dict.fromkeys(git.blob_id(c, upath) for c in history) if b and not scans.has(b)]
+        for blob, data in git.read_blobs(unscanned):
+            scans.put(blob, symbols.scan_methods(data.decode("utf-8", errors="replace"), adopt_mod.UPSTREAM_CLASS))
 
         def methods(commit: str, blob: str) -> dict[str, str]:
             found = scans.get(blob)

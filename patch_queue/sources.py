@@ -950,6 +950,9 @@ class MethodCache:
         except KeyError:
             return None
 
+    def has(self, blob: str) -> bool:
+        return blob in self._blobs
+
     def put(self, blob: str, methods: dict[str, str]) -> None:
         if self._known is None:  # text -> key: most methods repeat from revision to revision, hash them once
             self._known = {text: key for key, text in self._texts.items()}

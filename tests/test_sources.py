@@ -144,6 +144,19 @@ def test_bundle_is_mirrored_into_the_cache(upstream: UpstreamGit, bundle: str, s
     assert not [p for p in upstream.path.parent.iterdir() if p.name.startswith(".tmp-")]
 
 
+def test_read_blobs_streams_what_read_gives(upstream: UpstreamGit) -> None:
+    path = "vllm_ascend/worker/model_runner_v1.py"
+    commits = upstream.commits_touching(path)[:40]
+    blobs = list(dict.fromkeys(b for c in commits if (b := upstream.blob_id(c, path)) is not None))
+    first = {blob: c for c in reversed(commits) if (blob := upstream.blob_id(c, path)) is not None}
+    got = list(upstream.read_blobs(blobs))
+    assert [b for b, _ in got] == blobs and len(blobs) > 20
+    assert all(data == upstream.read(first[b], path) for b, data in got)
+    assert list(upstream.read_blobs([])) == []
+    with pytest.raises(SourceError, match=r"cannot read blob 0{40} from .*missing"):
+        list(upstream.read_blobs([blobs[0], "0" * 40]))
+
+
 def test_resolve_tag_branch_and_abbreviated_sha(upstream: UpstreamGit) -> None:
     tag = upstream.resolve("v0.25.1rc1")
     assert len(tag) == 40 and all(c in "0123456789abcdef" for c in tag)

@@ -14,11 +14,13 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +295,39 @@ class UpstreamGit:
         if not isinstance(entry, pygit2.Blob):
             return None
         return bytes(entry.data)
+
+    def read_blobs(self, blobs: list[str]) -> Iterator[tuple[str, bytes]]:
+        """The contents of many blobs, in the order given, from one ``git cat-file --batch``: git's
+        delta-base cache reads a run of revisions of one file 3x faster than libgit2 lookups."""
+        if not blobs:
+            return
+        proc = subprocess.Popen(["git", "-C", str(self.path), "cat-file", "--batch"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **_GIT_ENV})
+        assert proc.stdin is not None and proc.stdout is not None
+        stdin, stdout = proc.stdin, proc.stdout
+
+        def feed() -> None:
+            try:
+                stdin.write("".join(f"{b}\n" for b in blobs).encode())
+                stdin.close()
+            except OSError:
+                pass  # git stopped early: its output says why
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        try:
+            for blob in blobs:
+                header = stdout.readline().decode("utf-8", "replace").split()
+                if len(header) != 3 or header[0] != blob or header[1] != "blob":
+                    raise SourceError(f"cannot read blob {blob} from {self.path} ({' '.join(header) or 'no output'})")
+                data = stdout.read(int(header[2]))
+                stdout.read(1)  # the newline after the contents
+                yield blob, data
+        finally:
+            stdout.close()
+            proc.kill()
+            proc.wait()
+            writer.join()
 
     def blob_id(self, commit: str, path: str) -> str | None:
         """The blob sha of ``path`` at ``commit``: equal ids mean equal content, so it keys caches."""
