@@ -19,7 +19,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pygit2
@@ -202,8 +201,7 @@ def annotate(
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
     cache: dict[tuple[str, str], list[dict[str, object]]] = {}
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
-    here = Path(__file__).parent
-    code = hashlib.sha256((here / "culprits.py").read_bytes() + (here / "git" / "remote.py").read_bytes()).hexdigest()
+    code = sources.code_stamp("culprits.py", "git/remote.py")
     named = 0
     for entry in found:
         sides = entry.sides or {}

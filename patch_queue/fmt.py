@@ -150,15 +150,13 @@ def format_carried_many(
 @lru_cache(maxsize=1)
 def tool_stamp() -> str:
     """What a derived layout depends on besides its inputs: the formatter binary and pq's own code."""
-    import hashlib
     import os
-    from pathlib import Path
+
+    from patch_queue.sources import code_stamp
 
     try:
         st = os.stat(_ruff_bin())
         binary = f"{_ruff_bin()} {st.st_size} {st.st_mtime_ns}"
     except (OSError, PqError):
         binary = "no ruff"
-    here = Path(__file__).parent
-    code = b"".join((here / name).read_bytes() for name in ("fmt.py", "symbols.py", "stack.py"))
-    return binary + " " + hashlib.sha256(code).hexdigest()
+    return binary + " " + code_stamp("fmt.py", "symbols.py", "stack.py")

@@ -924,21 +924,18 @@ class MethodCache:
     FORMAT = 1
 
     def __init__(self, cls: str) -> None:
-        from patch_queue import symbols
-
         self.path = cache_dir() / "methods" / f"{cls}.json"
-        self._scanner = hashlib.sha256(Path(symbols.__file__).read_bytes()).hexdigest()[:16]
+        self._scanner = code_stamp("symbols.py")[:16]
         self._texts: dict[str, str] = {}
         self._blobs: dict[str, dict[str, str]] = {}
         self._dirty = False
         self._known: dict[str, str] | None = None
+        body = _read_sealed(self.path)
         try:
-            digest, _nl, body = self.path.read_bytes().partition(b"\n")
-            if hashlib.sha256(body).hexdigest().encode() == digest:
-                data = json.loads(body)
-                if data.get("format") == self.FORMAT and data.get("scanner") == self._scanner:
-                    self._texts, self._blobs = dict(data["texts"]), dict(data["blobs"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            data = json.loads(body) if body is not None else {}
+            if data.get("format") == self.FORMAT and data.get("scanner") == self._scanner:
+                self._texts, self._blobs = dict(data["texts"]), dict(data["blobs"])
+        except (ValueError, KeyError, TypeError, AttributeError):
             self._texts, self._blobs = {}, {}
 
     def get(self, blob: str) -> dict[str, str] | None:
@@ -970,15 +967,9 @@ class MethodCache:
         """Write the cache if anything was added (atomically; a read-only cache is only slower)."""
         if not self._dirty:
             return
-        from patch_queue.fsutil import atomic_write
-
         body = json.dumps({"format": self.FORMAT, "scanner": self._scanner, "texts": self._texts,
                            "blobs": self._blobs}, sort_keys=True).encode("utf-8")
-        try:
-            atomic_write(self.path, hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
-        except OSError:
-            return
-        self._dirty = False
+        self._dirty = not _write_sealed(self.path, body)
 
 
 # -- derived results ---------------------------------------------------------------------------
@@ -999,19 +990,38 @@ def _derived_path(kind: str, key: str) -> Path:
 
 def derived_get(kind: str, key: str) -> bytes | None:
     """A result computed earlier from the inputs ``key`` names, or None (absent or damaged)."""
+    return _read_sealed(_derived_path(kind, key))
+
+
+def derived_put(kind: str, key: str, data: bytes) -> None:
+    """Keep a result for :func:`derived_get`."""
+    _write_sealed(_derived_path(kind, key), data)
+
+
+def code_stamp(*modules: str) -> str:
+    """A sha256 of pq's own source files (``"fmt.py"``, ``"git/remote.py"``): derived results name the
+    code that made them, so a changed pq never reads a stale one."""
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join((here / name).read_bytes() for name in modules)).hexdigest()
+
+
+def _read_sealed(path: Path) -> bytes | None:
+    """The body of a cache file written by :func:`_write_sealed`; None when absent or damaged."""
     try:
-        digest, _nl, body = _derived_path(kind, key).read_bytes().partition(b"\n")
+        digest, _nl, body = path.read_bytes().partition(b"\n")
     except OSError:
         return None
     return body if hashlib.sha256(body).hexdigest().encode() == digest else None
 
 
-def derived_put(kind: str, key: str, data: bytes) -> None:
-    """Keep a result for :func:`derived_get` (atomically; a read-only cache is only slower)."""
+def _write_sealed(path: Path, body: bytes) -> bool:
+    """Write a cache file as its sha256, a newline and ``body``, atomically; False when it cannot be
+    written (a read-only cache is only slower)."""
     from patch_queue.fsutil import atomic_write
 
     try:
-        atomic_write(_derived_path(kind, key), hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+        atomic_write(path, hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
     except OSError:
-        pass
+        return False
+    return True
 

@@ -824,25 +824,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("== culprit search")
         speed["culprits"] = culprit_search(good, location)
         speed["culprits_ok"] = all(c["max_reads"] <= c["bound"] for c in speed["culprits"])
-        if speed["ratio"] > 2 and real:
-            worst = max(real, key=lambda r: r["ratio"])
-            notes.append(
-                f"Goal missed: pq refresh takes {f2(speed['ratio'])}x git rebase (median over upgrades;"
-                f" worst {f2(worst['ratio'])}x on {worst['title']}); profile below."
-            )
+        # (cold, median ratio, a row's ratio, the note, the profile's name)
+        refresh_cases: list[tuple[bool, float, Callable[[Json], float], str, str]] = [
+            (False, speed["ratio"], lambda r: r["ratio"],
+             "Goal missed: pq refresh takes {ratio}x git rebase (median over upgrades; worst {worst}x on {title});"
+             " profile below.", "warm cache"),
+            (True, speed["ratio_cold"], lambda r: r["pq_cold_seconds"] / r["rebase_seconds"],
+             "Goal missed with the derived cache empty: pq refresh takes {ratio}x git rebase (median; the first"
+             " refresh of an upgrade on a machine); profile below.", "derived cache empty"),
+        ]
+        for cold, ratio, of_row, note, label in refresh_cases:
+            if ratio <= 2 or not real:
+                continue
+            worst = max(real, key=of_row)
+            notes.append(note.format(ratio=f2(ratio), worst=f2(of_row(worst)), title=worst["title"]))
             if not args.quick:
-                speed["profiles"][f"pq refresh --no-check on {worst['title']}, warm cache"] = profile_refresh(
-                    root, rows.index(worst), worst["target_spec"], cold=False
-                )
-        if speed["ratio_cold"] > 2 and real:
-            worst = max(real, key=lambda r: r["pq_cold_seconds"] / r["rebase_seconds"])
-            notes.append(
-                f"Goal missed with the derived cache empty: pq refresh takes {f2(speed['ratio_cold'])}x git rebase"
-                f" (median; the first refresh of an upgrade on a machine); profile below."
-            )
-            if not args.quick:
-                speed["profiles"][f"pq refresh --no-check on {worst['title']}, derived cache empty"] = profile_refresh(
-                    root, rows.index(worst), worst["target_spec"], cold=True
+                speed["profiles"][f"pq refresh --no-check on {worst['title']}, {label}"] = profile_refresh(
+                    root, rows.index(worst), worst["target_spec"], cold=cold
                 )
         if adopt_by and (median(speed["adopt"]) >= 2 or speed["adopt_cold"] >= 2):
             notes.append(

@@ -554,28 +554,71 @@ def test_render_refuses_what_git_am_would_misread(modified: tuple[Repo, str, byt
 _FUZZ_SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def _parse_or_patch_error(data: bytes) -> None:
+def parse_or_one_line_error(data: bytes, path: str = "fuzz.patch") -> PatchFile | None:
+    """Parse ``data``: it parses, or raises PatchError with one line naming ``path``; what parses, render,
+    files_touched and apply handle too (a one-line PatchError at worst).  Shared with test_properties."""
+
+    def one_line(e: PatchError) -> None:
+        assert "\n" not in str(e) and str(e).startswith(path + ":"), str(e)
+
     try:
-        p = parse(data, path="fuzz.patch")
+        p = parse(data, path=path)
     except PatchError as e:
-        assert "\n" not in str(e) and str(e).startswith("fuzz.patch:")
-        return
-    # What parse accepts, the other functions handle without crashing either.
-    for call in (
-        lambda: render(p, commit_id="0" * 40),
-        lambda: files_touched(p.diff),
-        lambda: apply(p.diff, {}, patch_path="fuzz.patch", first_line=p.diff_line),
-    ):
-        try:
-            call()
-        except PatchError:
-            pass
+        one_line(e)
+        return None
+    try:
+        render(p, commit_id="0" * 40)
+    except PatchError:
+        pass
+    try:
+        touched = files_touched(p.diff)
+        apply(p.diff, {f: b"" for f in touched}, patch_path=path, first_line=p.diff_line)
+    except PatchError as e:
+        one_line(e)
+    return p
+
+
+def mutate(patch: bytes, data: st.DataObject, rounds: int) -> bytes:
+    """``patch`` after up to ``rounds`` random edits: truncation, a line deleted, duplicated or swapped, a
+    byte replaced or flipped, bytes inserted, CR LF line ends."""
+    kinds = ["truncate", "delete line", "duplicate line", "swap lines", "replace byte", "flip byte", "insert",
+             "crlf"]
+    for _ in range(data.draw(st.integers(1, rounds))):
+        kind = data.draw(st.sampled_from(kinds))
+        lines = patch.split(b"\n")
+        if kind == "truncate":
+            patch = patch[: data.draw(st.integers(0, len(patch)))]
+        elif kind == "delete line" and lines:
+            del lines[data.draw(st.integers(0, len(lines) - 1))]
+            patch = b"\n".join(lines)
+        elif kind == "duplicate line" and lines:
+            i = data.draw(st.integers(0, len(lines) - 1))
+            lines.insert(i, lines[i])
+            patch = b"\n".join(lines)
+        elif kind == "swap lines" and len(lines) > 1:
+            i = data.draw(st.integers(0, len(lines) - 2))
+            lines[i], lines[i + 1] = lines[i + 1], lines[i]
+            patch = b"\n".join(lines)
+        elif kind == "replace byte" and patch:
+            i = data.draw(st.integers(0, len(patch) - 1))
+            patch = patch[:i] + bytes([data.draw(st.integers(0, 255))]) + patch[i + 1 :]
+        elif kind == "flip byte" and patch:
+            i = data.draw(st.integers(0, len(patch) - 1))
+            patch = patch[:i] + bytes([patch[i] ^ (1 << data.draw(st.integers(0, 7)))]) + patch[i + 1 :]
+        elif kind == "insert":
+            i = data.draw(st.integers(0, len(patch)))
+            chunk = data.draw(st.one_of(st.binary(min_size=1, max_size=8), st.sampled_from(
+                [b"\n", b"\r\n", b"@@ -1 +1 @@\n", b"\\ No newline at end of file\n", b"-- \n", b" "])))
+            patch = patch[:i] + chunk + patch[i:]
+        elif kind == "crlf":
+            patch = patch.replace(b"\n", b"\r\n")
+    return patch
 
 
 @_FUZZ_SETTINGS
 @given(st.binary(max_size=2000))
 def test_parse_random_bytes(data: bytes) -> None:
-    _parse_or_patch_error(data)
+    parse_or_one_line_error(data)
 
 
 @pytest.fixture(scope="module")
@@ -599,38 +642,7 @@ def real_patch(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 @_FUZZ_SETTINGS
 @given(data=st.data())
 def test_parse_mutated_real_patch(real_patch: bytes, data: st.DataObject) -> None:
-    patch = real_patch
-    for _ in range(data.draw(st.integers(1, 3))):
-        kind = data.draw(st.sampled_from(["truncate", "drop line", "dup line", "byte", "insert", "swap lines"]))
-        lines = patch.split(b"\n")
-        if kind == "truncate":
-            patch = patch[: data.draw(st.integers(0, len(patch)))]
-        elif kind == "drop line" and lines:
-            del lines[data.draw(st.integers(0, len(lines) - 1))]
-            patch = b"\n".join(lines)
-        elif kind == "dup line" and lines:
-            i = data.draw(st.integers(0, len(lines) - 1))
-            lines.insert(i, lines[i])
-            patch = b"\n".join(lines)
-        elif kind == "swap lines" and len(lines) > 1:
-            i = data.draw(st.integers(0, len(lines) - 2))
-            lines[i], lines[i + 1] = lines[i + 1], lines[i]
-            patch = b"\n".join(lines)
-        elif kind == "byte" and patch:
-            i = data.draw(st.integers(0, len(patch) - 1))
-            patch = patch[:i] + bytes([data.draw(st.integers(0, 255))]) + patch[i + 1 :]
-        elif kind == "insert":
-            i = data.draw(st.integers(0, len(patch)))
-            chunk = data.draw(
-                st.one_of(
-                    st.binary(max_size=8),
-                    st.sampled_from(
-                        [b"\n", b"\r\n", b"@@ -1 +1 @@\n", b"\\ No newline at end of file\n", b"-- \n", b" "]
-                    ),
-                )
-            )
-            patch = patch[:i] + chunk + patch[i:]
-    _parse_or_patch_error(patch)
+    parse_or_one_line_error(mutate(real_patch, data, 3))
 
 
 @settings(max_examples=200, deadline=None)

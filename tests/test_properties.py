@@ -15,34 +15,17 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from test_patchfile import mutate, parse_or_one_line_error
 
-from patch_queue import engine, patchfile
-from patch_queue.errors import PatchError, PqError
+from patch_queue import engine
+from patch_queue.errors import PqError
 from patch_queue.workspace import open_workspace
 
 # ---------------------------------------------------------------------------------------------
-# (a) the parser: it parses, or raises PatchError with one line that names the file
+# (a) the parser: it parses, or raises PatchError with one line that names the file (the oracle and
+# the mutations are test_patchfile's, here on the real series and on patch-like token soup)
 
-
-def parse_or_one_line_error(data: bytes, path: str = "patches/fuzz.patch", *, record: bool = True
-                            ) -> patchfile.PatchFile | None:
-    try:
-        p = patchfile.parse(data, path=path)
-    except PatchError as exc:
-        message = str(exc)
-        assert "\n" not in message and message.startswith(path + ":"), message
-        if record:
-            event("PatchError")
-        return None
-    if record:
-        event("parsed")
-    # what parse accepts, files_touched and apply handle too (PatchError at worst)
-    try:
-        touched = patchfile.files_touched(p.diff)
-        patchfile.apply(p.diff, {f: b"" for f in touched}, patch_path=path, first_line=p.diff_line)
-    except PatchError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith(path + ":"), str(exc)
-    return p
+PATH = "patches/fuzz.patch"
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +44,7 @@ def real_patches(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     out = [p.read_bytes() for p in sorted((proj / "patches").glob("*.patch"))]
     assert len(out) > 10
     for data in out:  # the seeds themselves parse
-        assert parse_or_one_line_error(data, record=False) is not None
+        assert parse_or_one_line_error(data, PATH) is not None
     return out
 
 
@@ -86,35 +69,13 @@ _PATCHLIKE = st.lists(
 @settings(max_examples=4000, deadline=None)
 @given(st.one_of(st.binary(max_size=3000), _PATCHLIKE))
 def test_parser_on_random_bytes(data: bytes) -> None:
-    parse_or_one_line_error(data)
+    parse_or_one_line_error(data, PATH)
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_parser_on_mutated_real_patches(real_patches: list[bytes], data: st.DataObject) -> None:
-    patch = data.draw(st.sampled_from(real_patches))
-    for _ in range(data.draw(st.integers(1, 4))):
-        kind = data.draw(st.sampled_from(["truncate", "delete line", "flip byte", "duplicate line", "insert bytes",
-                                          "crlf"]))
-        lines = patch.split(b"\n")
-        if kind == "truncate":
-            patch = patch[: data.draw(st.integers(0, len(patch)))]
-        elif kind == "delete line" and lines:
-            del lines[data.draw(st.integers(0, len(lines) - 1))]
-            patch = b"\n".join(lines)
-        elif kind == "duplicate line" and lines:
-            i = data.draw(st.integers(0, len(lines) - 1))
-            lines.insert(i, lines[i])
-            patch = b"\n".join(lines)
-        elif kind == "flip byte" and patch:
-            i = data.draw(st.integers(0, len(patch) - 1))
-            patch = patch[:i] + bytes([patch[i] ^ (1 << data.draw(st.integers(0, 7)))]) + patch[i + 1 :]
-        elif kind == "insert bytes":
-            i = data.draw(st.integers(0, len(patch)))
-            patch = patch[:i] + data.draw(st.binary(min_size=1, max_size=6)) + patch[i:]
-        elif kind == "crlf":
-            patch = patch.replace(b"\n", b"\r\n")
-    parse_or_one_line_error(patch)
+    parse_or_one_line_error(mutate(data.draw(st.sampled_from(real_patches)), data, 4), PATH)
 
 
 # ---------------------------------------------------------------------------------------------
