@@ -25,6 +25,9 @@ UpstreamOpt = Annotated[
     str | None,
     typer.Option("--upstream", help="upstream git repository (URL, path or bundle); default $PQ_UPSTREAM_GIT"),
 ]
+DiscardOpt = Annotated[
+    bool, typer.Option("--discard", help="drop the edits in the output folder that no patch holds (they are lost)")
+]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -98,6 +101,7 @@ def adopt(
     upstream: UpstreamOpt = None,
     at: Annotated[str | None, typer.Option("--at", help="upstream commit, ref or release instead of searching")] = None,
     force: Annotated[bool, typer.Option("--force", help="replace an existing series")] = False,
+    discard: DiscardOpt = False,
 ) -> None:
     """Derive the patch series from a hand-maintained release and write patches/ and npu_worker/."""
 
@@ -106,7 +110,10 @@ def adopt(
 
         ws = _ws()
         with _locked(ws, "adopt"):
-            res = engine.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, progress=say)
+            res = engine.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard,
+                                  progress=say)
+        if res.discarded:
+            typer.echo(res.discarded)
         if res.searched_auto:
             typer.echo(
                 f"upstream base: {res.commit_label} (public {res.public_commit[:12]}), score {res.matched}/{res.total}"
@@ -133,6 +140,7 @@ def build(
                            "(default dist/); npu_worker/ is not touched")
     ] = False,
     upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
 ) -> None:
     """Write the top of the stack as the npu_worker package (or, with --wheel, as a wheel of it)."""
 
@@ -148,7 +156,10 @@ def build(
             typer.echo(ws.rel(built.path))
             return
         with _locked(ws, "build"):
-            files = engine.do_build(ws, out=out, standalone_pkg=standalone, upstream_git=upstream, progress=say)
+            files, dropped = engine.do_build(ws, out=out, standalone_pkg=standalone, upstream_git=upstream,
+                                             discard=discard, progress=say)
+        if dropped:
+            typer.echo(dropped)
         where = ws.rel(out.resolve() if out else ws.out)
         for problem in engine.fence_problems(files):  # built all the same: the fences are the patches' business
             typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
@@ -163,6 +174,9 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
     by_file: dict[str, int] = {}
     for c in outcome.conflicts:
         by_file[c.file] = by_file.get(c.file, 0) + 1
+    if outcome.discarded:
+        typer.echo(outcome.discarded)
+    _print_placements(ws, outcome.placements)
     for sym in outcome.removed_symbols:
         typer.echo(f"warning: carried symbol removed upstream: {sym}")
     for f in outcome.flags:
@@ -188,6 +202,12 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
         typer.echo(f"all patches replayed; resolve the markers in {ws.rel(ws.out)}/, then `pq continue`"
                    " (or `pq abort`)")
     return EXIT_CONFLICT
+
+
+def _print_placements(ws: Any, placements: Any) -> None:
+    for p in placements:
+        moved = f" (it does not merge into {p.moved_from}, which owns its lines)" if p.moved_from else ""
+        typer.echo(f"recorded: {ws.rel(ws.out / p.file)}:{p.line} +{p.added} -{p.removed} into patches/{p.patch}{moved}")
 
 
 def _print_check(ws: Any, result: Any) -> None:
@@ -235,6 +255,7 @@ def refresh(
     no_check: Annotated[bool, typer.Option("--no-check", help="do not run pq check on the result")] = False,
     no_sources: NoSourcesOpt = False,
     upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
 ) -> None:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
 
@@ -244,7 +265,8 @@ def refresh(
         ws = _ws()
         with _locked(ws, "refresh"):
             outcome = engine.do_refresh(ws, to=to, no_stop=no_stop, upstream_git=upstream, progress=say,
-                                        on_patch=_on_patch, check=not no_check, check_sources=not no_sources)
+                                        on_patch=_on_patch, check=not no_check, check_sources=not no_sources,
+                                        discard=discard)
         _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
 
@@ -363,6 +385,8 @@ def status(upstream: UpstreamOpt = None) -> None:
             typer.echo(f"  {state:10} {name}")
         for c in st.conflicts:
             typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} in {c.symbol or '<module>'} (patch {c.patch})")
+        for e in st.edits:
+            typer.echo(f"unrecorded: {ws.rel(ws.out / e.file)} +{e.added} -{e.removed} lines (`pq record` takes them)")
         if st.in_progress:
             typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
             return EXIT_CONFLICT if st.conflicts else 0
@@ -408,42 +432,88 @@ def new(
 
 
 @app.command()
-def record(upstream: UpstreamOpt = None) -> None:
-    """Fold the edits of npu_worker/ into the top applied patch."""
+def record(
+    patch: Annotated[str | None, typer.Option("--patch", "-p", help="put every edit into this applied patch")] = None,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
 
     def body() -> None:
         from patch_queue import engine
 
         ws = _ws()
         with _locked(ws, "record"):
-            name = engine.do_record(ws, upstream_git=upstream)
-        typer.echo(f"recorded into patches/{name}" if name else "nothing to record")
+            placements = engine.do_record(ws, upstream_git=upstream, into=patch)
+        _print_placements(ws, placements)
+        if not placements:
+            typer.echo("nothing to record")
 
     run(body)
 
 
-def _move(push: bool, all_: bool, upstream: str | None) -> None:
+@app.command()
+def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
+    """Rebuild the patch bodies from the lineage in queue.toml (adopt, refreshes, recorded edits), hash-checked."""
+
+    def body() -> None:
+        from patch_queue import reproduce as reproduce_mod
+
+        ws = _ws()
+        with _locked(ws, "reproduce"):
+            res = reproduce_mod.do_reproduce(ws, upstream_git=upstream, discard=discard, progress=say)
+        if res.discarded:
+            typer.echo(res.discarded)
+        if res.already:
+            typer.echo(f"patches/ already holds the {res.patches} bodies the lineage records")
+        else:
+            typer.echo(f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
+                       f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/")
+
+    run(body)
+
+
+@app.command()
+def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
+    """Take hand edits of patches/*.patch into the lineage (as a step that needs the bodies to reproduce)."""
+
+    def body() -> None:
+        from patch_queue import engine
+
+        ws = _ws()
+        with _locked(ws, "accept"):
+            changed = engine.do_accept(ws, upstream_git=upstream, discard=discard)
+        typer.echo(f"accepted the series as it is in patches/ ({changed} body/bodies changed)")
+
+    run(body)
+
+
+def _move(push: bool, all_: bool, upstream: str | None, discard: bool) -> None:
     def body() -> None:
         from patch_queue import engine
 
         ws = _ws()
         with _locked(ws, "push" if push else "pop"):
-            before, after = engine.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream)
+            before, after, dropped = engine.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream,
+                                                        discard=discard)
+        if dropped:
+            typer.echo(dropped)
         typer.echo(f"applied {after} of the series (was {before})")
 
     run(body)
 
 
 @app.command()
-def push(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None) -> None:
+def push(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None,
+         discard: DiscardOpt = False) -> None:
     """Apply the next patch (or all)."""
-    _move(True, all_, upstream)
+    _move(True, all_, upstream, discard)
 
 
 @app.command()
-def pop(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None) -> None:
+def pop(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None,
+        discard: DiscardOpt = False) -> None:
     """Unapply the top patch (or all)."""
-    _move(False, all_, upstream)
+    _move(False, all_, upstream, discard)
 
 
 def main() -> None:

@@ -17,9 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from patch_queue import absorb, anchors, culprits, fmt, lineage, merge, output, patchfile, replay, rerere, sources
 from patch_queue import adopt as adopt_mod
-from patch_queue import anchors, culprits, fmt, merge, patchfile, replay, rerere, sources, stack, symbols
 from patch_queue import journal as journal_mod
+from patch_queue import stack, symbols
 from patch_queue.errors import PqError, QueueError
 from patch_queue.findings import ERROR, WARNING, Finding
 from patch_queue.fsutil import atomic_write, kill_point, read_folder
@@ -29,6 +30,7 @@ from patch_queue.queue import Queue, UpstreamPin, render_queue, render_series
 from patch_queue.workspace import (
     REF_JOURNAL,
     LoadedStack,
+    base_for_queue,
     Progress,
     Workspace,
     applied_count,
@@ -68,6 +70,8 @@ class AdoptResult:
     patches: list[str]
     carried: list[adopt_mod.Carried]
     searched_auto: bool
+    downstream: str = ""  # "name==version" of an adopted release
+    discarded: str = ""  # what --discard dropped from the output folder
 
 
 def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict[str, bytes], str, str]:
@@ -98,12 +102,34 @@ def do_adopt(
     upstream_git: str | None,
     at: str | None,
     force: bool,
+    discard: bool = False,
     progress: Progress | None = None,
 ) -> AdoptResult:
     if read_state(ws, STATE_FILE) is not None:
         raise QueueError("a refresh is in progress; finish it with `pq continue` or `pq abort` first")
     if not force and _existing_patch_files(ws):
         raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
+    if not force and ws.queue_dir.exists():
+        steps = ws.queue_dir.load_queue().lineage
+        if steps:
+            raise QueueError(f"records a lineage of {len(steps)} step(s) (the last: {steps[-1].kind}); "
+                             "`pq reproduce` rebuilds its patches, --force starts a new series",
+                             path=ws.rel(ws.queue_dir.queue_path))
+    dropped = output.discarded(refuse_out_edits(ws, discard=discard))
+    loaded, result = plan_adopt(ws, source, upstream_git=upstream_git, at=at, progress=progress)
+    result = replace(result, discarded=dropped)
+    writes = Writes(ws, "adopt")
+    _write_series(ws, loaded, old_names=_existing_patch_files(ws), writes=writes,
+                  step=StepInfo("adopt", "adopt", loaded.queue.upstream, result.downstream))
+    writes.move_refs(stack_ref_updates(ws, loaded, len(loaded.patches)))
+    build_top(ws, loaded, writes=writes, applied=len(loaded.patches))
+    writes.commit()
+    return result
+
+
+def plan_adopt(ws: Workspace, source: str, *, upstream_git: str | None, at: str | None,
+               progress: Progress | None = None) -> tuple[LoadedStack, AdoptResult]:
+    """The adopted stack as unreferenced commits (nothing written), and what the search found."""
     modules, down_name, down_release = read_downstream(source, progress)
     texts = {}
     for k, v in modules.items():
@@ -169,13 +195,8 @@ def do_adopt(
         parent = ws.repo.commit(ws.repo.write_tree(files), [parent], message, person, person)
         commits.append((f"{i:04d}-{step.name}.patch", parent))
     loaded = LoadedStack(queue, base, commits)
-    writes = Writes(ws, "adopt")
-    _write_series(ws, loaded, old_names=_existing_patch_files(ws), writes=writes)
-    writes.move_refs(stack_ref_updates(ws, loaded, len(commits)))
-    build_top(ws, loaded, writes=writes, applied=len(commits))
-    writes.commit()
     best = searched.best if searched else None
-    return AdoptResult(
+    return loaded, AdoptResult(
         commit_label=label,
         public_commit=pin.public_commit,
         matched=best.matched if best else 0,
@@ -185,6 +206,7 @@ def do_adopt(
         patches=[n for n, _ in commits],
         carried=carried,
         searched_auto=searched is not None,
+        downstream=f"{down_name}=={down_release}" if down_release else "",
     )
 
 
@@ -200,22 +222,41 @@ def _existing_patch_files(ws: Workspace) -> set[str]:
     return {p.name for p in root.glob("*.patch")} if root.is_dir() else set()
 
 
-def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes) -> None:
-    """Export every patch, then series and queue.toml; drop old patch files no longer in the series."""
+@dataclass(frozen=True)
+class StepInfo:
+    """What a write of patches/ adds to the lineage (see patch_queue/lineage.py)."""
+
+    kind: str
+    command: str
+    upstream: UpstreamPin | None = None
+    downstream: str = ""
+    edited: tuple[str, ...] = ()
+
+
+def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes, step: StepInfo
+                  ) -> Queue:
+    """Export every patch, then series and queue.toml (its lineage one step on); drop old patch files no
+    longer in the series.  Returns the queue written."""
     exported = {name: stack.export_patch(ws.repo, commit) for name, commit in loaded.patches}
     root = ws.queue_dir.root
     # only files the old series listed are pq's to drop; an unlisted one is a maintainer's work in progress
     try:
-        listed = set(ws.queue_dir.load_series()) if ws.queue_dir.series_path.is_file() else set()
+        listed = ws.queue_dir.load_series() if ws.queue_dir.series_path.is_file() else []
     except QueueError:
-        listed = set()
-    old_names = old_names & listed
+        listed = []
+    previous = [(n, (root / n).read_bytes()) for n in listed if (root / n).is_file()]
+    old_names = old_names & set(listed)
     for name, data in exported.items():
         writes.write(root / name, data, group="patches")
     writes.write(ws.queue_dir.series_path, render_series(loaded.names).encode(), group="patches")
-    writes.write(ws.queue_dir.queue_path, render_queue(loaded.queue).encode(), group="patches")
+    top = module_files(ws, loaded.patches[-1][1] if loaded.patches else loaded.base)
+    made = lineage.step_of(step.kind, step.command, list(exported.items()), upstream=step.upstream,
+                           downstream=step.downstream, edited=step.edited)
+    queue = lineage.with_step(loaded.queue, made, top, previous=previous)
+    writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")
     for name in sorted(old_names - set(exported)):
         writes.write(root / name, None, group="patches")
+    return queue
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,24 +287,26 @@ def build_files(ws: Workspace, commit: str, *, out: Path, standalone_pkg: bool, 
         files = standalone(files, out.name)
     own = writes is None
     writes = writes or Writes(ws, "build")
-    _sync_out(ws, out, files, writes)
+    output.sync(out, files, writes)
     if own:
         writes.commit()
     return files
 
 
-def _sync_out(ws: Workspace, out: Path, files: dict[str, bytes], writes: Writes) -> None:
-    """Make ``out`` hold ``files``; files of an earlier build no longer there go, files pq never wrote stay."""
-    manifest = out / ".pq-build"
-    owned: set[str] = set()
-    if manifest.is_file():
-        owned = {line for line in manifest.read_text().splitlines() if line and not line.startswith("#")}
-    for rel, data in sorted(files.items()):
-        writes.write(out / rel, data, group="out")
-    for rel in sorted(owned - set(files)):
-        writes.write(out / rel, None, group="out")
-    writes.write(manifest, ("# files written by pq build\n" + "".join(f + "\n" for f in sorted(files))).encode(),
-                 group="out")
+def _built_top(ws: Workspace) -> dict[str, bytes]:
+    top = ws.repo.ref(stack.REF_TOP)
+    return module_files(ws, top) if top is not None and ws.repo.has_object(top) else {}
+
+
+def refuse_out_edits(ws: Workspace, *, discard: bool, out: Path | None = None) -> list[output.Edited]:
+    """Refuse to overwrite edits in the output folder that no patch holds (unless ``discard``)."""
+    out = out or ws.out
+    return output.refuse_edits(out, _built_top(ws), shown=ws.rel(out), discard=discard)
+
+
+def out_edits(ws: Workspace) -> list[output.Edited]:
+    """The edits in the output folder that no patch holds (for `pq status`)."""
+    return output.edits(ws.out, _built_top(ws))
 
 
 def build_top(ws: Workspace, loaded: LoadedStack, *, out: Path | None = None, standalone_pkg: bool = False,
@@ -276,12 +319,14 @@ def build_top(ws: Workspace, loaded: LoadedStack, *, out: Path | None = None, st
 
 
 def do_build(ws: Workspace, *, out: Path | None, standalone_pkg: bool, upstream_git: str | None,
-             progress: Progress | None = None) -> dict[str, bytes]:
+             discard: bool = False, progress: Progress | None = None) -> tuple[dict[str, bytes], str]:
+    """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
     if read_state(ws, STATE_FILE) is not None:
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
     _refuse_links(ws, (out or ws.out).resolve(), patches=False)
+    dropped = refuse_out_edits(ws, discard=discard, out=(out or ws.out).resolve())
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
-    return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg)
+    return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg), output.discarded(dropped)
 
 
 def sync_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
@@ -313,6 +358,8 @@ class RefreshOutcome:
     downstream: tuple[str, str] = ("", "")
     out: str = "npu_worker"
     check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
+    placements: list[absorb.Placement] = field(default_factory=list)  # where `pq continue` put edits
+    discarded: str = ""  # what --discard dropped from the output folder
 
 
 def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stack.Projection]:
@@ -326,8 +373,13 @@ def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stac
         public_commit=snapshot.public_commit or "",
         files=files,
     )
+    return target_queue(queue, pin, snapshot.read)
+
+
+def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
+    """``queue`` moved onto ``pin`` and its projection; carried symbols gone upstream leave the layout."""
     target = replace(queue, upstream=pin)
-    projection = stack.project_modules(target, snapshot.read, label=snapshot.label)
+    projection = stack.project_modules(target, read, label=pin.label)
     if projection.missing:
         gone = set(projection.missing)
         modules = tuple(
@@ -347,11 +399,12 @@ def do_refresh(
     on_patch: Callable[[replay.PatchResult], None] | None = None,
     check: bool = True,
     check_sources: bool = True,
+    discard: bool = False,
 ) -> RefreshOutcome:
     if read_state(ws, STATE_FILE) is not None:
         raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
-    _check_clean_out(ws)
     _refuse_links(ws, ws.out, patches=True)
+    dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     _say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
     snapshot = sources.resolve_upstream(to, upstream_git=upstream_git, progress=progress)
@@ -362,7 +415,7 @@ def do_refresh(
     store = rerere.Store(ws.repo)
     results = replay.replay(ws.repo, loaded.patches, new_base, labels=labels, stop=not no_stop,
                             progress=_killable(on_patch), normalize=normalizer(target, ws.repo, loaded.patches),
-                            recorded=store.lookup)
+                            recorded=store.lookup, edited=edit_lookup(ws, store, target))
     removed = list(projection.missing)
     orig = {k: v for k, v in ws.repo.refs().items()
             if not k.startswith(REF_REFRESH) and k not in (rerere.REF, REF_JOURNAL)}
@@ -391,8 +444,11 @@ def do_refresh(
         "check_sources": check_sources,
         "upstream_git": upstream_git,
         "upstream_commits": [loaded.queue.upstream.public_commit, target.upstream.public_commit],
+        # recorded regions or edits were applied: the finished refresh records its edits (see _merge_edits)
+        "recorded": any(f.kind in ("reused", "recorded-edits") for r in results for f in r.flags),
+        "discarded": output.discarded(dropped),
     }
-    return _advance(ws, state, target, results, progress=progress)
+    return _advance(ws, state, target, results, progress=progress, store=store)
 
 
 def _mark_removed(found: list[replay.Conflict], removed: list[str]) -> None:
@@ -492,27 +548,6 @@ def _refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
                              "replace the link with a copy of its file", path=shown)
 
 
-def _check_clean_out(ws: Workspace) -> None:
-    """Refuse to overwrite hand edits in the output folder that no patch holds."""
-    manifest = ws.out / ".pq-build"
-    if not ws.out.is_dir() or not manifest.is_file():
-        return
-    top = ws.repo.ref(stack.REF_TOP)
-    if top is None:
-        return
-    built = module_files(ws, top)
-    for rel, data in sorted(read_folder(ws.out).items()):
-        if rel == ".pq-build":
-            continue
-        if rel in built and built[rel] != data and stack.VENDOR not in rel:
-            if data == standalone({rel: built[rel]}, ws.out.name)[rel]:
-                continue
-            raise QueueError(
-                "has edits that no patch holds; `pq record` them into the top patch or discard them first",
-                path=ws.rel(ws.out / rel),
-            )
-
-
 def _advance(
     ws: Workspace,
     state: dict[str, object],
@@ -521,16 +556,16 @@ def _advance(
     *,
     progress: Progress | None,
     command: str = "refresh",
-    resolutions: dict[str, tuple[str | None, str | None]] | None = None,
+    store: rerere.Store,
+    placements: list[absorb.Placement] | None = None,
 ) -> RefreshOutcome:
     """Finish the refresh if the series is through, else record the stop.
 
-    Every file and ref (and ``resolutions``, the move of refs/pq/resolutions) is written once,
-    through one journaled :class:`Writes`: a kill at any point leaves the old state or, after
-    ``pq continue``, the new one (``pq abort`` puts the old one back).
+    Every file and ref (refs/pq/resolutions, where ``store`` recorded resolutions and edits,
+    included) is written once, through one journaled :class:`Writes`: a kill at any point leaves
+    the old state or, after ``pq continue``, the new one (``pq abort`` puts the old one back).
     """
     writes = Writes(ws, command)
-    writes.move_refs(resolutions or {})
     patches: list[list[str]] = state["patches"]  # type: ignore[assignment]
     done: list[list[str]] = state["done"]  # type: ignore[assignment]
     conflicts = [replay.Conflict(**c) for c in state["conflicts"]]  # type: ignore[attr-defined]
@@ -552,10 +587,20 @@ def _advance(
         upstream_commits=tuple(state.get("upstream_commits", ["", ""])),  # type: ignore[arg-type]
         downstream=(target.downstream_name, target.downstream_release),
         out=ws.rel(ws.out),
+        placements=placements or [],
+        discarded=str(state.get("discarded", "")),
     )
     if finished and not conflicts:
         loaded = LoadedStack(target, str(state["new_base"]), new_patches)
-        _write_series(ws, loaded, old_names=_existing_patch_files(ws), writes=writes)
+        edited: list[str] = []
+        if command == "continue" or state.get("recorded"):
+            edits = _merge_edits(ws, target, [(n, c) for n, c in patches], new_patches, str(state["new_base"]),
+                                 (str(state["labels"][0]), str(state["labels"][1])))  # type: ignore[index]
+            store.record_edits(edits, f"pq {command}: edits recorded\n")
+            edited = [n for n, _b, _a in edits]
+        writes.move_refs(store.ref_update())
+        _write_series(ws, loaded, old_names=_existing_patch_files(ws), writes=writes,
+                      step=StepInfo("refresh", command, target.upstream, edited=tuple(edited)))
         updates = stack_ref_updates(ws, loaded, len(new_patches))
         old_top = patches[-1][1] if patches else None
         if old_top is not None and old_top != new_patches[-1][1]:
@@ -589,14 +634,51 @@ def _advance(
     for ref, value in wanted.items():
         keep[ref] = (ws.repo.ref(ref), value)
     writes.move_refs(keep)
+    writes.move_refs(store.ref_update())
     writes.write(ws.state_dir / STATE_FILE, state_bytes(state), group="state")
-    _sync_out(ws, ws.out, module_files(ws, top), writes)
+    output.sync(ws.out, module_files(ws, top), writes)
     writes.commit()
     outcome.stopped_at = done[-1][0] if last_conflicted and not finished else None
     return outcome
 
 
 _PQ = Person(stack.BASE_PERSON_NAME, stack.BASE_PERSON_EMAIL, 0, 0)
+
+
+def edit_lookup(ws: Workspace, store: rerere.Store, queue: Queue) -> replay.Edited | None:
+    """Recorded edits of a patch's merge result, as the commit they make (see rerere.Store.lookup_edit)."""
+    if not store.has_edits():
+        return None
+
+    def edited(name: str, merged: str) -> str | None:
+        after = store.lookup_edit(name, stack.export_patch(ws.repo, merged))
+        if after is None:
+            return None
+        shown = f"patches/{name}"
+        parent = ws.repo.commit_info(merged).parents[0]
+        return stack.commit_patch(ws.repo, parent, patchfile.parse(after, path=shown), queue, path=shown)
+
+    return edited
+
+
+def _merge_edits(ws: Workspace, target: Queue, old: list[tuple[str, str]], final: list[tuple[str, str]],
+                 new_base: str, labels: tuple[str, str]) -> list[tuple[str, bytes, bytes]]:
+    """(patch, merged body, final body) for every patch whose final body is not its plain merge.
+
+    The plain merge is the one a later refresh from the same inputs computes before it looks for
+    recorded edits: each old patch merged onto the final patch below it, no recorded regions.
+    """
+    normalize = normalizer(target, ws.repo, old)
+    out = []
+    parent = new_base
+    for (name, old_commit), (_name, commit) in zip(old, final, strict=True):
+        merged = replay.replay_patch(ws.repo, name, old_commit, parent, labels=labels, normalize=normalize)
+        if merged.commit != commit:
+            before, after = stack.export_patch(ws.repo, merged.commit), stack.export_patch(ws.repo, commit)
+            if before != after:
+                out.append((name, before, after))
+        parent = commit
+    return out
 
 
 def _require_state(ws: Workspace) -> dict[str, object]:
@@ -683,6 +765,16 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
         parent = res.commit
         if res.conflicts and stop:
             break
+    # the maintainer's edits outside the conflict regions go into the patches that own their lines
+    placements: list[absorb.Placement] = []
+    if len(new_done) == len(done) and not stale_conflicts:
+        chain = [(n, c) for n, c, _s in new_done]
+        absorbed, placements = absorb.absorb(ws.repo, str(state["new_base"]), chain, resolved)
+        for i, ((n, c), (_n, moved)) in enumerate(zip(chain, absorbed, strict=True)):
+            if moved != c:
+                new_done[i] = [n, moved, "modified"]
+                results[i] = replay.PatchResult(n, "modified", moved, results[i].conflicts, results[i].flags)
+        parent = absorbed[-1][1]
     # then the patches not replayed yet
     remaining = patches[len(new_done):]
     if not (new_done and new_done[-1][2] == "conflict"):
@@ -690,28 +782,20 @@ def do_continue(ws: Workspace, *, progress: Progress | None = None,
             store.record(recorded, "pq continue: resolutions recorded\n", move=False)
             recorded = []
         more = replay.replay(ws.repo, [(n, c) for n, c in remaining], parent, labels=labels,
-                             stop=stop, progress=on_patch, normalize=normalize, recorded=store.lookup)
+                             stop=stop, progress=on_patch, normalize=normalize, recorded=store.lookup,
+                             edited=edit_lookup(ws, store, target))
         replayed.update(r.name for r in more)
         new_flags += [c.as_json() for r in more for c in r.flags]
         results += more
         new_done += [[r.name, r.commit, r.status] for r in more]
         stale_conflicts += [c.as_json() for r in more for c in r.conflicts]
-    finished = len(new_done) == len(patches) and not stale_conflicts
-    if finished and new_done:
-        # edits the maintainer made outside the conflict regions land in the last patch
-        last = ws.repo.commit_info(new_done[-1][1])
-        top_files = ws.repo.read_tree(last.tree)
-        want = {**top_files, **{k: v for k, v in resolved.items() if k in top_files}}
-        if want != top_files:
-            amended = stack.commit_files(ws.repo, last.parents[0], want, last)
-            new_done[-1] = [new_done[-1][0], amended, "modified"]
     if recorded:
         store.record(recorded, "pq continue: resolutions recorded\n", move=False)
     state["done"] = new_done
     state["conflicts"] = stale_conflicts
     state["flags"] = [f for f in state.get("flags", []) if f["patch"] not in replayed] + new_flags  # type: ignore[attr-defined]
-    return _advance(ws, state, target, results, progress=progress, command="continue",
-                    resolutions=store.ref_update())
+    return _advance(ws, state, target, results, progress=progress, command="continue", store=store,
+                    placements=placements)
 
 
 def _resolved_regions(state: dict[str, object], patch: str, path: str, top_marked: bytes, resolved: bytes,
@@ -776,6 +860,8 @@ class Status:
     target: str | None
     patches: list[tuple[str, str]]  # (name, state)
     conflicts: list[replay.Conflict]
+    edits: list[output.Edited] = field(default_factory=list)  # in the output folder, held by no patch
+    steps: int = 0  # of the lineage
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -790,7 +876,36 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
-    return Status(False, loaded.queue.upstream.label, None, rows, [])
+    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(loaded.queue.lineage))
+
+
+def do_accept(ws: Workspace, *, upstream_git: str | None, discard: bool = False) -> int:
+    """Take the patch bodies in patches/ as they are (hand edits included) as a lineage step of their own.
+
+    Returns how many bodies differ from the last step.  Such a step cannot be reproduced without
+    the bodies: a fork that commits them is where it belongs.
+    """
+    _no_refresh(ws)
+    queue = ws.queue_dir.load_queue()
+    names = ws.queue_dir.load_series()
+    bodies = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
+    last = dict(queue.lineage[-1].patches) if queue.lineage else {}
+    changed = sum(1 for n, b in bodies if last.get(n) != stack.sha256(b)) + len(set(last) - set(names))
+    refuse_out_edits(ws, discard=discard)
+    base, missing = base_for_queue(ws, queue, upstream_git=upstream_git)
+    if missing:
+        raise QueueError("carried symbols missing at the pinned upstream: " + "; ".join(missing),
+                         path=ws.rel(ws.queue_dir.queue_path))
+    loaded = LoadedStack(queue, base, stack.import_series(ws.repo, queue, base, bodies))
+    top = module_files(ws, loaded.patches[-1][1] if loaded.patches else base)
+    step = lineage.step_of("import", "accept", bodies, upstream=queue.upstream)
+    new_queue = lineage.with_step(queue, step, top)
+    writes = Writes(ws, "accept")
+    writes.write(ws.queue_dir.queue_path, render_queue(new_queue).encode(), group="patches")
+    writes.move_refs(stack_ref_updates(ws, loaded, len(loaded.patches)))
+    build_top(ws, loaded, writes=writes, applied=len(loaded.patches))
+    writes.commit()
+    return changed
 
 
 def report_json(outcome: RefreshOutcome) -> dict[str, object]:
@@ -846,38 +961,56 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
     filename = f"{len(loaded.patches) + 1:04d}-{slug}.patch"
     parent = loaded.patches[applied - 1][1] if applied else loaded.base
     info = ws.repo.commit_info(parent)
-    files = _work_edits(ws, loaded, parent)
-    if files is None:
+    work = _work_edits(ws, loaded, parent)
+    if not work:
         raise QueueError(f"nothing to put in a new patch: edit {ws.rel(ws.out)}/ first, then `pq new {name}`")
+    files = {**ws.repo.read_tree(info.tree), **work}
     person = Person("pq user", "pq@localhost", info.author.time, 0)
     commit = ws.repo.commit(ws.repo.write_tree(files), [parent], (message or slug) + "\n", person, person)
     # the new patch goes right above the applied ones; unapplied ones stay after it
     names = loaded.patches[:applied] + [(filename, commit)] + loaded.patches[applied:]
     rebuilt = _rechain(ws, loaded, names, applied)
-    new = LoadedStack(loaded.queue, loaded.base, rebuilt)
-    writes = Writes(ws, "new")
-    _write_series(ws, new, old_names=_existing_patch_files(ws), writes=writes)
-    writes.move_refs(stack_ref_updates(ws, new, applied + 1))
-    writes.commit()
+    _write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied + 1, "new")
     return filename
 
 
-def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes] | None:
-    """The tree files of ``top`` with the output folder's edits applied; None when there is none."""
-    current = module_files(ws, top)
-    files = ws.repo.read_tree(ws.repo.commit_info(top).tree)
-    changed = False
+def _write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int, command: str) -> None:
+    """Write an edited series: bodies, refs, the output folder, and a lineage step whose changed bodies
+    are recorded edits (so the step is reproducible without the bodies)."""
+    old_bodies = {n: stack.export_patch(ws.repo, c) for n, c in old.patches}
+    changes = [(n, old_bodies.get(n, b""), stack.export_patch(ws.repo, c)) for n, c in new.patches]
+    changes = [(n, before, after) for n, before, after in changes if before != after]
+    store = rerere.Store(ws.repo)
+    store.record_edits(changes, f"pq {command}: edits recorded\n")
+    writes = Writes(ws, command)
+    writes.move_refs(store.ref_update())
+    _write_series(ws, new, old_names=_existing_patch_files(ws), writes=writes,
+                  step=StepInfo("edit", command, edited=tuple(n for n, _b, _a in changes)))
+    writes.move_refs(stack_ref_updates(ws, new, applied))
+    build_top(ws, new, writes=writes, applied=applied)
+    writes.commit()
+
+
+def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes]:
+    """The module files of the output folder that differ from what pq wrote there (the maintainer's edits)."""
+    built = module_files(ws, top)
+    written = output.manifest(ws.out)
+    changed = {e.file for e in output.edits(ws.out, built)}
+    out: dict[str, bytes] = {}
     for rel, data in sorted(read_folder(ws.out).items()):
-        if rel == ".pq-build" or current.get(rel) == data:
+        if rel == output.MANIFEST or (rel in written and rel not in changed) or built.get(rel) == data:
             continue
         line = replay.has_markers(data)
         if line is not None:
             raise QueueError("conflict markers remain", path=ws.rel(ws.out / rel), line=line)
         if loaded.queue.module(rel) is None:
             raise QueueError("is not an output module listed in queue.toml", path=ws.rel(ws.out / rel))
-        files[rel] = data
-        changed = True
-    return files if changed else None
+        out[rel] = data
+    for rel in sorted(changed - set(out)):
+        if not (ws.out / rel).is_file():
+            raise QueueError("was deleted; pq records edits, not deletions of modules (`pq build` puts it back)",
+                             path=ws.rel(ws.out / rel))
+    return out
 
 
 def _rechain(ws: Workspace, loaded: LoadedStack, patches: list[tuple[str, str]], applied: int
@@ -895,31 +1028,30 @@ def _rechain(ws: Workspace, loaded: LoadedStack, patches: list[tuple[str, str]],
     return out
 
 
-def do_record(ws: Workspace, *, upstream_git: str | None) -> str | None:
-    """Fold the maintainer's edits of the output files into the top applied patch."""
+def do_record(ws: Workspace, *, upstream_git: str | None, into: str | None = None) -> list[absorb.Placement]:
+    """Put the maintainer's edits of the output files into the applied patches that own their lines
+    (all into ``into`` when given); returns where each edit went ([] when there was none)."""
     _no_refresh(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     if not applied:
         raise QueueError("no patch is applied; `pq push` or `pq new NAME` first")
-    name, top = loaded.patches[applied - 1]
-    files = _work_edits(ws, loaded, top)
-    if files is None:
-        return None
-    info = ws.repo.commit_info(top)
-    commit = ws.repo.commit(ws.repo.write_tree(files), list(info.parents), info.message, info.author, info.author)
-    patches = loaded.patches[: applied - 1] + [(name, commit)] + loaded.patches[applied:]
-    rebuilt = _rechain(ws, loaded, patches, applied - 1)
-    new = LoadedStack(loaded.queue, loaded.base, rebuilt)
-    writes = Writes(ws, "record")
-    _write_series(ws, new, old_names=_existing_patch_files(ws), writes=writes)
-    writes.move_refs(stack_ref_updates(ws, new, applied))
-    writes.commit()
-    return name
+    if into is not None and into not in loaded.names:
+        into = next((n for n in loaded.names if replay.patch_key(n) == replay.patch_key(into)), into)
+    work = _work_edits(ws, loaded, loaded.patches[applied - 1][1])
+    if not work:
+        return []
+    absorbed, placements = absorb.absorb(ws.repo, loaded.base, loaded.patches[:applied], work, into=into)
+    rebuilt = _rechain(ws, loaded, absorbed + loaded.patches[applied:], applied - 1)
+    _write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied, "record")
+    return placements
 
 
-def do_push_pop(ws: Workspace, *, push: bool, all_: bool, upstream_git: str | None) -> tuple[int, int]:
+def do_push_pop(ws: Workspace, *, push: bool, all_: bool, upstream_git: str | None, discard: bool = False
+                ) -> tuple[int, int, str]:
+    """Apply or unapply patches; returns (applied before, after, what --discard dropped)."""
     _no_refresh(ws)
+    dropped = output.discarded(refuse_out_edits(ws, discard=discard))
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     if push:
@@ -934,7 +1066,7 @@ def do_push_pop(ws: Workspace, *, push: bool, all_: bool, upstream_git: str | No
     writes.move_refs(stack_ref_updates(ws, loaded, target))
     build_top(ws, loaded, writes=writes, applied=target)
     writes.commit()
-    return applied, target
+    return applied, target, dropped
 
 
 def _no_refresh(ws: Workspace) -> None:

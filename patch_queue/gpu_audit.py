@@ -487,6 +487,8 @@ def audit(gpu_files: Mapping[str, str], vllm_runner: str, npu_files: Mapping[str
 
     out: list[GpuChange] = []
     for carry in carried:
+        if "." not in carry.downstream:
+            continue  # a module-level function of a GPU runner (vllm-omni 0.18.0 has one): the audit is of methods
         gpu_cls, method = carry.downstream.split(".", 1)
         gsym = symbols.symbols_ast(gpu_files[carry.module], path=carry.module)[carry.downstream]
         older = [s[carry.upstream].text for s in old_syms if carry.upstream in s]

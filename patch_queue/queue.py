@@ -1,8 +1,8 @@
 """The queue on disk: ``patches/queue.toml``, ``patches/series`` and the ``NNNN-name.patch`` files.
 
-``queue.toml`` (format 2)::
+``queue.toml`` (format 3)::
 
-    format = 2
+    format = 3
 
     [upstream]                       # the pin the series applies to
     name = "vllm-ascend"
@@ -29,11 +29,30 @@
     upstream = "vllm_ascend/worker/model_runner_v1.py"   # "" for omni-only modules
     symbols = ["NPUModelRunner._update_states", "NPUModelRunner._dummy_run"]  # carried, module order
 
+    [build]                          # sha256 of every module at the top of the whole series
+    "npu_model_runner.py" = "<hex>"
+
+    [[lineage]]                      # how the series came to be, oldest first; the first is its origin
+    kind = "adopt"                   # "adopt" | "refresh" | "edit" | "import"
+    command = "adopt"                # the pq command that made the step
+    downstream = "vllm-omni==0.30.0" # adopt: the hand-maintained release
+    edited = []                      # patches whose bodies carry recorded edits (refs/pq/resolutions)
+    patches = ["<sha256> 0001-init.patch", ...]   # the series after the step, with each body's sha256
+    [lineage.upstream]               # adopt: the upstream it was adopted at; refresh: the target
+    kind = "git"                     # same keys as [upstream], files included
+    ...
+
+The lineage is the recipe of the patch bodies: ``pq reproduce`` adopts the origin, then replays
+every step (a refresh onto its pinned target, the recorded edits of ``edited`` patches) and
+stops at the first body whose sha256 differs.  The bodies in ``patches/``, when present, must
+have the sha256 of the last step (a hand edit is refused; ``pq accept`` takes it as an
+``import`` step).  An ``import`` step takes bodies as they were, not reproducible without them.
 ``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
 ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
 
 Format 1 (no ``[projection]`` table) is still read: its projection is the upstream text unchanged.
-The format version is checked first: a newer version is refused, never half-read.  Writes go
+Formats 1 and 2 have no lineage: pq adds one (an ``import`` step of the bodies in ``patches/``)
+at its next write, and ``pq reproduce`` refuses them.  The format version is checked first: a newer version is refused, never half-read.  Writes go
 through :func:`patch_queue.fsutil.atomic_write`.
 """
 
@@ -46,7 +65,7 @@ from pathlib import Path
 
 from patch_queue.errors import QueueError
 
-FORMAT = 2
+FORMAT = 3
 QUEUE_FILE = "queue.toml"
 SERIES_FILE = "series"
 
@@ -70,6 +89,25 @@ class UpstreamPin:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step of the lineage."""
+
+    kind: str  # "adopt" | "refresh" | "edit" | "import"
+    command: str
+    patches: tuple[tuple[str, str], ...]  # (name, sha256 of the body) after the step, series order
+    upstream: UpstreamPin | None = None  # adopt: where; refresh: the target
+    downstream: str = ""  # adopt: "name==version" ("" when adopted from a folder)
+    edited: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _h in self.patches]
+
+
+STEP_KINDS = ("adopt", "refresh", "edit", "import")
+
+
+@dataclass(frozen=True)
 class Queue:
     upstream: UpstreamPin
     downstream_name: str
@@ -78,6 +116,9 @@ class Queue:
     modules: tuple[Module, ...]
     formatter: str = ""  # see patch_queue.fmt
     line_length: int = 120
+    lineage: tuple[Step, ...] = ()  # () for formats 1 and 2
+    build: dict[str, str] = field(default_factory=dict)  # module -> sha256 at the top of the series
+    format: int = FORMAT  # the format the file was read in
 
     def module(self, path: str) -> Module | None:
         for m in self.modules:
@@ -96,13 +137,9 @@ def _q(value: str) -> str:
     return f'"{out}"'
 
 
-def render_queue(q: Queue) -> str:
-    up = q.upstream
-    lines = [
-        "# pq patch queue; the format is documented in patch_queue/queue.py.",
-        f"format = {FORMAT}",
-        "",
-        "[upstream]",
+def _pin_lines(table: str, up: UpstreamPin) -> list[str]:
+    return [
+        f"[{table}]",
         f"name = {_q(up.name)}",
         f"kind = {_q(up.kind)}",
         f"spec = {_q(up.spec)}",
@@ -110,8 +147,23 @@ def render_queue(q: Queue) -> str:
         f"label = {_q(up.label)}",
         f"public_commit = {_q(up.public_commit)}",
         "",
-        "[upstream.files]",
+        f"[{table}.files]",
         *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(up.files.items())),
+    ]
+
+
+def _list(key: str, values: list[str]) -> list[str]:
+    if not values:
+        return [f"{key} = []"]
+    return [f"{key} = [", *(f"    {_q(v)}," for v in values), "]"]
+
+
+def render_queue(q: Queue) -> str:
+    lines = [
+        "# pq patch queue; the format is documented in patch_queue/queue.py.",
+        f"format = {FORMAT}",
+        "",
+        *_pin_lines("upstream", q.upstream),
         "",
         "[downstream]",
         f"name = {_q(q.downstream_name)}",
@@ -130,6 +182,13 @@ def render_queue(q: Queue) -> str:
             lines.append("]")
         else:
             lines.append("symbols = []")
+    lines += ["", "[build]", *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(q.build.items()))]
+    for step in q.lineage:
+        lines += ["", "[[lineage]]", f"kind = {_q(step.kind)}", f"command = {_q(step.command)}",
+                  f"downstream = {_q(step.downstream)}", *_list("edited", list(step.edited)),
+                  *_list("patches", [f"{digest} {name}" for name, digest in step.patches])]
+        if step.upstream is not None:
+            lines += ["", *_pin_lines("lineage.upstream", step.upstream)]
     return "\n".join(lines) + "\n"
 
 
@@ -157,18 +216,8 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
     if fmt < 1:
         raise QueueError(f"unknown format {fmt}", path=path)
     try:
-        up = data["upstream"]
         down = data["downstream"]
-        files = up.get("files", {})
-        pin = UpstreamPin(
-            name=_str(up, "name", "upstream"),
-            kind=_str(up, "kind", "upstream"),
-            spec=_str(up, "spec", "upstream"),
-            pin=_str(up, "pin", "upstream"),
-            label=_str(up, "label", "upstream"),
-            public_commit=_str(up, "public_commit", "upstream"),
-            files={str(k): str(v) for k, v in files.items()},
-        )
+        pin = _parse_pin(data["upstream"], "upstream", path)
         modules = []
         for i, m in enumerate(data.get("module", [])):
             symbols = m.get("symbols", [])
@@ -183,6 +232,12 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
         line_length = proj.get("line_length", 120)
         if not isinstance(line_length, int) or not 40 <= line_length <= 400:
             raise QueueError("projection.line_length must be an integer from 40 to 400", path=path)
+        build = data.get("build", {}) if fmt >= 3 else {}
+        if not isinstance(build, dict) or not all(isinstance(v, str) for v in build.values()):
+            raise QueueError("[build] must map module paths to sha256 strings", path=path)
+        lineage = _parse_lineage(data.get("lineage", []) if fmt >= 3 else [], path)
+        if fmt >= 3 and not lineage:
+            raise QueueError("format 3 needs a [[lineage]] (where the series came from)", path=path)
         return Queue(
             formatter=formatter,
             line_length=line_length,
@@ -191,11 +246,69 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
             downstream_release=_str(down, "release", "downstream"),
             package=_str(down, "package", "downstream"),
             modules=tuple(modules),
+            lineage=lineage,
+            build={str(k): v for k, v in build.items()},
+            format=fmt,
         )
     except KeyError as exc:
         raise QueueError(f"missing table or key {exc.args[0]!r}", path=path) from None
     except AttributeError:
         raise QueueError("a table has the wrong type", path=path) from None
+
+
+def _parse_pin(up: dict[str, object], where: str, path: str) -> UpstreamPin:
+    files = up.get("files", {})
+    if not isinstance(files, dict):
+        raise QueueError(f"{where}.files must be a table", path=path)
+    return UpstreamPin(
+        name=_str(up, "name", where),
+        kind=_str(up, "kind", where),
+        spec=_str(up, "spec", where),
+        pin=_str(up, "pin", where),
+        label=_str(up, "label", where),
+        public_commit=_str(up, "public_commit", where),
+        files={str(k): str(v) for k, v in files.items()},
+    )
+
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
+    if not isinstance(raw, list):
+        raise QueueError("lineage must be an array of tables ([[lineage]])", path=path)
+    steps = []
+    for i, item in enumerate(raw):
+        where = f"lineage[{i}]"
+        if not isinstance(item, dict):
+            raise QueueError(f"{where} must be a table", path=path)
+        kind = _str(item, "kind", where)
+        if kind not in STEP_KINDS:
+            raise QueueError(f"{where}.kind {kind!r} is not one of {', '.join(STEP_KINDS)}", path=path)
+        if (i == 0 and kind not in ("adopt", "import")) or (i > 0 and kind == "adopt"):
+            raise QueueError(f"{where}: a lineage starts with an adopt or import step, and an adopt step "
+                             "stands only there", path=path)
+        patches = []
+        rows = item.get("patches", [])
+        if not isinstance(rows, list):
+            raise QueueError(f"{where}.patches must be a list of strings", path=path)
+        for row in rows:
+            digest, _, name = str(row).partition(" ")
+            if not _DIGEST.match(digest) or not _NAME.match(name):
+                raise QueueError(f"{where}.patches: {row!r} is not '<sha256> <name>.patch'", path=path)
+            patches.append((name, digest))
+        edited = item.get("edited", [])
+        if not isinstance(edited, list) or not all(isinstance(e, str) for e in edited):
+            raise QueueError(f"{where}.edited must be a list of strings", path=path)
+        if set(edited) - {n for n, _d in patches}:
+            raise QueueError(f"{where}.edited names a patch the step does not list", path=path)
+        up = item.get("upstream")
+        if up is not None and not isinstance(up, dict):
+            raise QueueError(f"{where}.upstream must be a table", path=path)
+        steps.append(Step(kind, _str(item, "command", where), tuple(patches),
+                          _parse_pin(up, f"{where}.upstream", path) if up is not None else None,
+                          _str(item, "downstream", where), tuple(edited)))
+    return tuple(steps)
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")

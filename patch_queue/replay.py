@@ -116,6 +116,7 @@ def has_markers(data: bytes) -> int | None:
 
 Normalize = Callable[[str, bytes], bytes]
 Recorded = Callable[[str], "str | None"]
+Edited = Callable[[str, str], "str | None"]  # (patch, merged commit) -> the commit with its recorded edits
 
 
 def patch_key(name: str) -> str:
@@ -227,12 +228,24 @@ def replay(
     progress: Callable[[PatchResult], None] | None = None,
     normalize: Normalize | None = None,
     recorded: Recorded | None = None,
+    edited: Edited | None = None,
 ) -> list[PatchResult]:
-    """Replay ``patches`` (name, old commit) on ``new_base``; stops after the first conflict if ``stop``."""
+    """Replay ``patches`` (name, old commit) on ``new_base``; stops after the first conflict if ``stop``.
+
+    ``edited`` gives the maintainer's recorded edits of a patch's merge result (see
+    :meth:`patch_queue.rerere.Store.lookup_edit`); they are looked up on the plain merge, before
+    the recorded regions (``recorded``), so the same inputs always meet the same record.
+    """
     results: list[PatchResult] = []
     parent = new_base
     for name, old in patches:
-        res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded)
+        res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize,
+                           recorded=None if edited is not None else recorded)
+        final = edited(name, res.commit) if edited is not None else None
+        if final is not None:
+            res = _with_edits(repo, res, final)
+        elif edited is not None and res.conflicts and recorded is not None:
+            res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded)
         follow_lines(repo, [f for r in results for f in r.conflicts + r.flags], parent, res.commit)
         results.append(res)
         if progress is not None:
@@ -241,6 +254,25 @@ def replay(
         if res.conflicts and stop:
             break
     return results
+
+
+def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResult:
+    """The result of a patch whose merge met recorded edits: one review flag per file they changed."""
+    before = repo.read_tree(repo.commit_info(merged.commit).tree)
+    after = repo.read_tree(repo.commit_info(final).tree)
+    flags = list(merged.flags)
+    follow_lines(repo, flags, merged.commit, final)
+    for path in sorted(set(before) | set(after)):
+        if before.get(path) == after.get(path):
+            continue
+        hunks = repo.line_hunks(before.get(path) or b"", after.get(path) or b"")
+        resolved = sum(1 for c in merged.conflicts if c.file == path)
+        tail = f", resolving {resolved} conflict region(s)" if resolved else ""
+        flags.append(Conflict(
+            merged.name, path, hunks[0][2] + 1, "", "recorded-edits",
+            f"the maintainer's recorded edits of this merge were applied (+{sum(h[3] for h in hunks)} "
+            f"-{sum(h[1] for h in hunks)} lines{tail})", conflict=False))
+    return PatchResult(merged.name, "modified", final, [], flags)
 
 
 def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, new_commit: str) -> None:

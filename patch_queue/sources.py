@@ -834,7 +834,7 @@ def git_snapshot(repo: UpstreamGit, ref: str) -> Snapshot:
     """A commit of the upstream repository, by any ref :meth:`UpstreamGit.resolve` accepts."""
     sha = repo.resolve(ref)
     public = repo.public_commit(sha)
-    label = f"git {sha[:12]}" + (f" (upstream {public[:12]})" if public != sha else "")
+    label = f"git {public[:12]}"  # the public commit: the same label (and patch text) from every mirror
     return Snapshot(
         kind="git",
         spec=f"git:{repo.location}@{sha}",

@@ -264,15 +264,21 @@ class LoadedStack:
 
 
 def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
+    from patch_queue import lineage
+
     queue = ws.queue_dir.load_queue()
+    if queue.lineage and not lineage.present_bodies(ws.queue_dir, queue.lineage[-1].names):
+        raise QueueError("holds no patch bodies; `pq reproduce` rebuilds them from the lineage in queue.toml",
+                         path=ws.rel(ws.queue_dir.root))
     names = ws.queue_dir.load_series()
+    data = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
     base, missing = base_for_queue(ws, queue, upstream_git=upstream_git, progress=progress)
     if missing:
         raise QueueError(
             "carried symbols missing at the pinned upstream: " + "; ".join(missing), path=str(ws.queue_dir.queue_path)
         )
-    data = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
-    commits = stack.import_series(ws.repo, queue, base, data)
+    commits = stack.import_series(ws.repo, queue, base, data)  # a malformed body: the parser names its line
+    lineage.check_bodies(ws.queue_dir, queue, names, [d for _n, d in data])
     return LoadedStack(queue, base, commits)
 
 

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# The main job: set up, adopt the pinned vllm-omni release when patches/ holds no patch bodies,
-# refresh onto the newest vllm-ascend release, build npu_worker/, print a summary.
-# Exit code: that of `pq refresh` (0 clean, 3 conflicts left for a maintainer).
+# The main job: set up, reproduce the series from the lineage in patches/queue.toml when patches/
+# holds no patch bodies (fetching the recorded edits, refs/pq/resolutions, from origin), refresh
+# onto the newest vllm-ascend release, build npu_worker/, print a summary.
+# Exit code: that of `pq reproduce` when it fails (1), else that of `pq refresh` (0 clean, 3 conflicts).
+# PQ=<command> uses that pq instead of setting up .venv (the tests run this script that way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+if [ -z "${PQ:-}" ]; then
+  bash scripts/setup.sh
+  PQ=.venv/bin/pq
+fi
 if [ -z "${PQ_UPSTREAM_GIT:-}" ] && [ -f ../shared/corpus/vllm-ascend.bundle ]; then
   export PQ_UPSTREAM_GIT="$(cd ../shared/corpus && pwd)/vllm-ascend.bundle"
 fi
 [ -d .git ] || git init -q
-pq=.venv/bin/pq
-release=$(.venv/bin/python -c 'import tomllib; print(tomllib.load(open("patches/queue.toml","rb"))["downstream"]["release"])')
-base=$(.venv/bin/python -c 'import tomllib; print(tomllib.load(open("patches/queue.toml","rb"))["upstream"]["public_commit"])')
-if ! ls patches/*.patch >/dev/null 2>&1; then
-  echo "== adopting vllm-omni==$release at the pinned upstream $base"
-  "$pq" adopt "vllm-omni==$release" --at "$base" --force
+if git remote get-url origin >/dev/null 2>&1 && ! git rev-parse -q --verify refs/pq/resolutions >/dev/null; then
+  git fetch -q origin refs/pq/resolutions:refs/pq/resolutions 2>/dev/null \
+    || echo "== no refs/pq/resolutions fetched from origin (it has none): recorded edits come only from this clone"
 fi
+echo "== reproducing the series from the lineage in patches/queue.toml"
+$PQ reproduce
 mkdir -p reports
 status=0
-"$pq" refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md || status=$?
-"$pq" status || true
+$PQ refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md || status=$?
+$PQ status || true
 echo "== summary: refresh exit $status; reports in reports/refresh.json and reports/refresh.md; package in npu_worker/"
 exit "$status"

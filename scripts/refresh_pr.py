@@ -41,6 +41,7 @@ TRAILER = "Pq-Refresh"
 LABEL = "needs-resolution"
 BUNDLE_REF = "refs/heads/pq-refresh-commit"
 COMMENT_MARKER = "<!-- pq-refresh: maintainer commits -->"
+RESOLUTIONS = "refs/pq/resolutions"  # recorded resolutions and edits: the lineage's other half
 TARGETS = {"release": None, "main": "main"}  # name -> the --to spec (None: the newest release)
 
 
@@ -137,26 +138,30 @@ def message(target_label: str, report: dict[str, object], check: dict[str, objec
 # prepare
 
 
-def materialize(root: Path, pq: list[str]) -> None:
-    """Reproduce the patch bodies from the pinned release when the repository does not commit them.
+def materialize(root: Path, pq: list[str], remote: str = "origin") -> None:
+    """Reproduce the patch bodies from the lineage in ``queue.toml`` when the repository does not commit them.
 
     This repository commits only ``queue.toml`` and ``series`` (the bodies are third-party code);
-    ``pq adopt`` of the pinned downstream release at the pinned upstream commit gives them back
-    byte for byte, as ``scripts/main.sh`` does.
+    ``pq reproduce`` rebuilds them byte for byte (hash-checked) from the pinned releases and the
+    recorded edits under ``refs/pq/resolutions``, which it fetches from ``remote`` first.
     """
-    import tomllib
+    fetch_resolutions(root, remote)
+    run([*pq, "reproduce"], cwd=root)
 
-    patches = root / "patches"
-    names = [n for n in (patches / "series").read_text().split() if n.endswith(".patch")] \
-        if (patches / "series").is_file() else []
-    if all((patches / n).is_file() for n in names):
+
+def fetch_resolutions(root: Path, remote: str) -> None:
+    """Fetch ``refs/pq/resolutions`` from ``remote`` (fast-forward only; a remote without it is fine)."""
+    if not git(root, "ls-remote", remote, RESOLUTIONS):
         return
-    queue = tomllib.loads((patches / "queue.toml").read_text())
-    down, up = queue["downstream"], queue["upstream"]
-    if not down.get("release"):
-        raise ScriptError("patches/ holds no patch bodies and queue.toml names no downstream release to adopt")
-    at = up.get("public_commit") or up["spec"]
-    run([*pq, "adopt", f"{down['name']}=={down['release']}", "--at", at, "--force"], cwd=root)
+    if git(root, "rev-parse", "-q", "--verify", RESOLUTIONS, ok=(0, 1)):
+        git(root, "fetch", "--quiet", remote, f"{RESOLUTIONS}:refs/pq/remote-resolutions")
+        local, theirs = git(root, "rev-parse", RESOLUTIONS), git(root, "rev-parse", "refs/pq/remote-resolutions")
+        behind = run(["git", "merge-base", "--is-ancestor", local, theirs], cwd=root, ok=(0, 1)).returncode == 0
+        if behind and local != theirs:
+            git(root, "update-ref", RESOLUTIONS, theirs, local)
+        git(root, "update-ref", "-d", "refs/pq/remote-resolutions")
+        return
+    git(root, "fetch", "--quiet", remote, f"{RESOLUTIONS}:{RESOLUTIONS}")
 
 
 @dataclass
@@ -167,6 +172,8 @@ class Decision:
     reason: str
     commit: str = ""
     expected_remote: str = ""  # the branch head prepare saw ("" = no branch yet)
+    resolutions: str = ""  # refs/pq/resolutions to push with the branch ("" = unchanged)
+    expected_resolutions: str = ""  # its value on the remote when prepare ran
     title: str = ""
     draft: bool = False
     labels: tuple[str, ...] = ()
@@ -218,7 +225,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
             (workdir / "report.md").write_text(f"## NPU runners: {branch}\n\n{decision.reason}.\n")
             return decision
     pq = pq_command(root)
-    materialize(root, pq)
+    materialize(root, pq, remote)
     args = [*pq, "refresh", "--no-stop", "--report", str(workdir / "report.json"),
             "--markdown", str(workdir / "report.md"), "--annotations"]
     if spec:
@@ -243,8 +250,9 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         pending = root / "patches" / "pending-refresh.toml"
         resolved = spec or "vllm-ascend==" + target_label.split()[-1]
         pending.write_text(
-            "# A scheduled refresh left conflicts: run the two commands below, resolve the markers in\n"
-            "# npu_worker/, then `pq continue`, delete this file and push to this branch.\n"
+            "# A scheduled refresh left conflicts.  On this branch: `pq reproduce`, then the command below;\n"
+            "# resolve the markers in npu_worker/, `pq continue`, delete this file, commit patches/, and\n"
+            "# push the branch with the recorded edits: git push origin HEAD refs/pq/resolutions\n"
             f'target = "{resolved}"\n'
             f"conflicts = {len(report.get('conflicts', []))}\n"
             f'command = "pq refresh --to {resolved}"\n'
@@ -272,12 +280,17 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         decision.write(workdir)
         return decision
     git(root, "update-ref", BUNDLE_REF, commit)
-    git(root, "bundle", "create", "--quiet", str(workdir / "branch.bundle"), BUNDLE_REF)
+    # the recorded edits the new lineage names travel with the branch
+    resolutions = git(root, "rev-parse", "-q", "--verify", RESOLUTIONS, ok=(0, 1))
+    remote_resolutions = (git(root, "ls-remote", remote, RESOLUTIONS).split() or [""])[0]
+    bundled = [BUNDLE_REF] + ([RESOLUTIONS] if resolutions and resolutions != remote_resolutions else [])
+    git(root, "bundle", "create", "--quiet", str(workdir / "branch.bundle"), *bundled)
     git(root, "update-ref", "-d", BUNDLE_REF)
     decision = Decision(
         "update", branch, target,
         f"{len(report.get('conflicts', []))} conflict(s), {len(report.get('flags', []))} review flag(s)",
         commit=commit, expected_remote=remote_sha,
+        resolutions=resolutions if RESOLUTIONS in bundled else "", expected_resolutions=remote_resolutions,
         title=message(target_label, report, check, target).splitlines()[0], draft=conflicted,
         labels=(LABEL,) if conflicted else (),
     )
@@ -348,9 +361,16 @@ def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "orig
         return f"{decision.branch}: left to the maintainers ({decision.reason})"
     git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{BUNDLE_REF}:{BUNDLE_REF}")
     lease = f"refs/heads/{decision.branch}:{decision.expected_remote}"
-    git(root, "push", "--quiet", f"--force-with-lease={lease}", remote,
-        f"{decision.commit}:refs/heads/{decision.branch}")
+    refspecs = [f"{decision.commit}:refs/heads/{decision.branch}"]
+    leases = [f"--force-with-lease={lease}"]
+    if decision.resolutions:
+        git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{RESOLUTIONS}:refs/pq/bundled-resolutions")
+        refspecs.append(f"{decision.resolutions}:{RESOLUTIONS}")
+        leases.append(f"--force-with-lease={RESOLUTIONS}:{decision.expected_resolutions}")
+    git(root, "push", "--quiet", "--atomic", *leases, remote, *refspecs)
     git(root, "update-ref", "-d", BUNDLE_REF)
+    if decision.resolutions:
+        git(root, "update-ref", "-d", "refs/pq/bundled-resolutions")
     body_file = workdir / "report.md"
     body = body_file.read_text() if body_file.is_file() else decision.reason
     number = prs.find(decision.branch)

@@ -277,8 +277,8 @@ def test_sha256_mismatch_of_vendored_file_names_queue_pin(proj: Path) -> None:  
     queue.write_text(text.replace(digest, "0" * 64))
     git(proj, "update-ref", "-d", "refs/pq/base")
     line = refused(proj, "build")
-    assert line == (f"pq: error: sha256 mismatch for vendored file {RUNNER} from git 8ed18bd39420 "
-                    f"(upstream cf0baa38dfb2): queue.toml pins {'0' * 64}, got {digest}"), line
+    assert line == (f"pq: error: sha256 mismatch for vendored file {RUNNER} from git cf0baa38dfb2: "
+                    f"queue.toml pins {'0' * 64}, got {digest}"), line
 
 
 # -- queue.toml, series, work tree ---------------------------------------------------------------------------
@@ -289,8 +289,8 @@ def test_sha256_mismatch_of_vendored_file_names_queue_pin(proj: Path) -> None:  
     [
         ("[downstream]", "[downstream", "patches/queue.toml:{line}: not valid TOML: Expected ']' at the end of a table "
                                         "declaration"),
-        ("format = 2", "format = 3", "patches/queue.toml: format 3 is newer than this pq understands (2); upgrade pq"),
-        ("format = 2", 'format = "2"', "patches/queue.toml: missing integer 'format'"),
+        ("format = 3", "format = 4", "patches/queue.toml: format 4 is newer than this pq understands (3); upgrade pq"),
+        ("format = 3", 'format = "3"', "patches/queue.toml: missing integer 'format'"),
         ('name = "vllm-omni"', 'name = "vllm-\xe9mni"', None),  # written below as Latin-1
     ],
     ids=["corrupt", "newer", "format-not-int", "not-utf8"],
@@ -320,6 +320,8 @@ def test_unbalanced_fences_build_and_warn(proj: Path) -> None:  # noqa: F811
     """An Omni-new fence lost from a patch: not an error (the code is still right), a warning with file and line."""
     before = pq(proj, "build").stdout
     mutate(proj / "patches" / P5, FENCE, b"+        # (the fence line was deleted by hand)\n")
+    assert "edited by hand" in refused(proj, "build")  # the lineage's hash names the hand-edited body
+    pq(proj, "accept")  # a fork takes its hand edit into the lineage
     proc = pq(proj, "build")
     assert "Traceback" not in proc.stderr
     new_warnings = [w for w in proc.stdout.splitlines() if w.startswith("warning: ") and w not in before]
@@ -346,8 +348,8 @@ def test_hand_edit_where_refresh_writes(proj: Path) -> None:  # noqa: F811
     target = proj / "npu_worker" / "npu_ar_model_runner.py"
     mutate(target, b"import ", b"import  ")
     assert refused(proj, "refresh", "--to", CLEAN_TARGET) == (
-        "pq: error: npu_worker/npu_ar_model_runner.py: has edits that no patch holds; "
-        "`pq record` them into the top patch or discard them first")
+        "pq: error: npu_worker/npu_ar_model_runner.py: has edits no patch holds (+1 -1 lines); "
+        "`pq record` them into the series, or pass --discard to drop them")
 
 
 # -- determinism (item 5) ------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import subprocess
 from pathlib import Path
 
@@ -79,8 +81,17 @@ def test_queue_round_trip_and_errors() -> None:
         downstream_release="0.30.0",
         package="vllm_omni/platforms/npu/worker",
         modules=(queue.Module("m.py", "a/b.py", ("C.f", "C.g")), queue.Module("w.py", "", ())),
+        lineage=(queue.Step("adopt", "adopt", (("0001-a.patch", "0" * 64),), None, "vllm-omni==0.30.0"),
+                 queue.Step("refresh", "continue", (("0001-a.patch", "1" * 64),),
+                            queue.UpstreamPin("vllm-ascend", "release", "x==1", "p", "x 1", "", {"a/b.py": "11"}),
+                            edited=("0001-a.patch",))),
+        build={"m.py": "2" * 64},
     )
     assert queue.parse_queue(queue.render_queue(q)) == q
+    with pytest.raises(QueueError, match="needs a \\[\\[lineage\\]\\]"):
+        queue.parse_queue(queue.render_queue(replace(q, lineage=())))
+    with pytest.raises(QueueError, match="edited names a patch the step does not list"):
+        queue.parse_queue(queue.render_queue(q).replace('    "0001-a.patch",\n]', '    "0002-b.patch",\n]'))
     with pytest.raises(QueueError, match="format 9 is newer"):
         queue.parse_queue("format = 9\n")
     with pytest.raises(QueueError, match="must be a plain file name"):

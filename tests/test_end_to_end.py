@@ -24,7 +24,7 @@ def test_round_trip(corpus: Path, tmp_path: Path, release: str) -> None:
     proj = new_project(tmp_path / "p")
     npu = corpus / f"vllm-omni-{release}" / "npu"
     out = pq(proj, "adopt", str(npu)).stdout
-    assert re.search(r"upstream base: git [0-9a-f]{12} \(upstream [0-9a-f]{12}\).*score \d+/\d+", out), out
+    assert re.search(r"upstream base: git [0-9a-f]{12} \(public [0-9a-f]{12}\).*score \d+/\d+", out), out
     series = [s for s in (proj / "patches" / "series").read_text().split() if s.endswith(".patch")]
     assert len(series) >= len(list(npu.glob("*.py")))
     # a fresh build from the exported patch files alone (refs dropped) gives the same bytes
@@ -268,15 +268,20 @@ def test_resolution_recorded_once_is_reused(corpus: Path, tmp_path: Path) -> Non
     for path in (first / "npu_worker").glob("*.py"):
         path.write_text(_take_patch_side(path.read_text()))
     pq(first, "continue")
-    assert git(first, "ls-tree", "-r", "--name-only", "refs/pq/resolutions").count(".json") == len(conflicts)
+    stored = git(first, "ls-tree", "-r", "--name-only", "refs/pq/resolutions").split()
+    regions = [p for p in stored if not p.startswith("edits/")]
+    edits = [p for p in stored if p.startswith("edits/")]
+    assert len(regions) == len(conflicts)
+    conflicted = {c["patch"] for c in conflicts}
+    assert len(edits) == len(conflicted)  # one recorded edit per patch the maintainer changed
     # share the recorded resolutions the way a team would: fetch the ref
     git(second, "fetch", "-q", str(first), "refs/pq/resolutions:refs/pq/resolutions")
     report2 = tmp_path / "r2.json"
     pq(second, "refresh", "--no-stop", "--to", BASES["0.20.0"], "--report", str(report2))
     data = json.loads(report2.read_text())
     assert not data["conflicts"]
-    reused = [f for f in data["flags"] if f["reused"]]
-    assert len(reused) == len(conflicts) and all(f["kind"] == "reused" for f in reused)
+    recorded = [f for f in data["flags"] if f["kind"] == "recorded-edits"]
+    assert {f["patch"] for f in recorded} == conflicted, recorded
     for path in (first / "npu_worker").glob("*.py"):
         assert (second / "npu_worker" / path.name).read_bytes() == path.read_bytes(), path.name
     for path in (first / "patches").glob("*.patch"):

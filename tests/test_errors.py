@@ -115,9 +115,9 @@ def test_corrupt_and_newer_queue(proj: Path) -> None:
     queue.write_text(good.replace("[downstream]", "[downstream"))
     line = one_error_line(pq(proj, "build", check=1))
     assert "patches/queue.toml:" in line and "not valid TOML" in line, line
-    queue.write_text(good.replace("format = 2", "format = 3"))
+    queue.write_text(good.replace("format = 3", "format = 4"))
     line = one_error_line(pq(proj, "build", check=1))
-    assert "format 3 is newer than this pq understands" in line, line
+    assert "format 4 is newer than this pq understands" in line, line
 
 
 def test_not_a_git_repository(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_hand_edits_in_output_block_refresh(proj: Path) -> None:
     target.write_text(target.read_text() + "\n# a maintainer's unrecorded edit\n")
     before = state(proj)
     line = one_error_line(pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=1))
-    assert "npu_worker/npu_model_runner.py: has edits that no patch holds" in line, line
+    assert "npu_worker/npu_model_runner.py: has edits no patch holds (+2 -0 lines)" in line, line
     assert state(proj) == before
 
 
@@ -152,17 +152,25 @@ def test_lock_held_by_a_live_process_and_stale_lock(proj: Path) -> None:
     assert os.path.isdir(proj / "npu_worker")
 
 
-def test_record_folds_edits_into_top_patch(proj: Path) -> None:
+def test_record_puts_edits_into_the_patch_that_owns_the_lines(proj: Path) -> None:
     target = proj / "npu_worker" / "npu_model_runner.py"
     target.write_text(target.read_text() + "\n# recorded edit\n")
     out = pq(proj, "record").stdout
-    top = (proj / "patches" / "series").read_text().split()[-1]
-    assert f"recorded into patches/{top}" in out
-    assert "+# recorded edit" in (proj / "patches" / top).read_text()
+    names = (proj / "patches" / "series").read_text().split()
+    owner = "0013-npu-model-runner.patch"  # the module's skeleton writes its last lines, not the top patch
+    assert f"recorded: npu_worker/npu_model_runner.py:{len(target.read_text().splitlines()) - 1} +2 -0 into " \
+           f"patches/{owner}" in out, out
+    assert "+# recorded edit" in (proj / "patches" / owner).read_text()
+    assert "# recorded edit" not in (proj / "patches" / names[-1]).read_text()
+    assert "unrecorded" not in pq(proj, "status").stdout
     pq(proj, "pop")
-    assert "# recorded edit" not in target.read_text()
+    assert target.read_text().endswith("# recorded edit\n")  # 0013 is still applied
     pq(proj, "push")
     assert target.read_text().endswith("# recorded edit\n")
+    target.write_text(target.read_text() + "# forced into the top patch\n")
+    out = pq(proj, "record", "--patch", names[-1]).stdout
+    assert f"into patches/{names[-1]}" in out, out
+    assert "+# forced into the top patch" in (proj / "patches" / names[-1]).read_text()
     assert "nothing to put in a new patch" in one_error_line(pq(proj, "new", "extra-fix", check=1))
     target.write_text(target.read_text() + "# another edit\n")
     out = pq(proj, "new", "extra-fix", "-m", "npu: an extra fix").stdout

@@ -1,0 +1,242 @@
+"""A committed refresh is reproduced exactly, and nothing a maintainer writes is lost (issue 12).
+
+Real git (bare remotes, fresh clones), the real corpus bundle and registry releases, the real
+``scripts/main.sh`` and ``scripts/refresh_pr.py``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import git, new_project, pq, state
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import refresh_pr  # noqa: E402
+from test_refresh_pr import CONFLICTED, Recorder, checkout, seed  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE_030 = "cf0baa38dfb2"
+IMPORT = "import itertools  # a maintainer's import, outside every conflict region\n"
+
+
+def resolve(out: Path) -> None:
+    """What a maintainer does: take the patch side of every conflict region, add an import to each runner."""
+    for f in sorted(out.glob("*.py")):
+        kept, side = [], None
+        for line in f.read_text().splitlines(keepends=True):
+            if line.startswith("<<<<<<<"):
+                side = "ours"
+            elif line.startswith("|||||||") and side:
+                side = "base"
+            elif line.startswith("=======") and side:
+                side = "theirs"
+            elif line.startswith(">>>>>>>") and side:
+                side = None
+            elif side in (None, "theirs"):
+                kept.append(line)
+        if f.name.endswith("model_runner.py"):
+            at = next(i for i, line in enumerate(kept) if line.startswith("import "))
+            kept.insert(at + 1, IMPORT)
+        f.write_text("".join(kept))
+
+
+def main_sh(proj: Path, *, check: int) -> subprocess.CompletedProcess[str]:
+    """The README's main command, on a project, with the pq under test."""
+    proc = subprocess.run(["bash", "scripts/main.sh"], cwd=proj, capture_output=True, text=True,
+                          env={**__import__("os").environ, "PQ": f"{sys.executable} -m patch_queue"})
+    assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def modules(proj: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((proj / "npu_worker").glob("*.py"))}
+
+
+@pytest.fixture
+def origin(corpus: Path, tmp_path: Path) -> Path:
+    """A project as this repository is: queue.toml, series and main.sh committed, no patch bodies."""
+    proj = new_project(tmp_path / "seed")
+    (proj / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "main.sh", proj / "scripts" / "main.sh")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    git(proj, "add", "-A")
+    git(proj, "commit", "-qm", "adopt vllm-omni 0.30.0")
+    bare = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(proj, "push", "-q", str(bare), "main")
+    return bare
+
+
+def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_path: Path) -> None:
+    # the maintainer: main.sh stops on conflicts; resolve, add imports, continue, commit, push with the edits
+    mine = checkout(origin, tmp_path / "maintainer")
+    out = main_sh(mine, check=3).stdout
+    assert "== reproducing the series" in out and "conflict region(s)" in out
+    resolve(mine / "npu_worker")
+    done = pq(mine, "continue").stdout
+    for skeleton in ("0003-npu-ar-model-runner", "0008-npu-generation-model-runner", "0013-npu-model-runner"):
+        assert f"+1 -0 into patches/{skeleton}.patch" in done, done  # the imports went to the module skeletons
+    assert IMPORT.strip() not in (mine / "patches" / "0016-npu-model-runner-model-forward.patch").read_text()
+    assert git(mine, "status", "--porcelain").split() == ["M", "patches/queue.toml"]
+    git(mine, "commit", "-qam", "[NPU] upgrade to vllm-ascend 0.30.0rc2")
+    git(mine, "push", "-q", "origin", "main", "refs/pq/resolutions")
+    wanted = modules(mine)
+    assert all(IMPORT in wanted[m].decode() for m in wanted if m.endswith("model_runner.py"))
+
+    # anyone: a fresh clone, main.sh fetches the recorded edits and ends on the maintainer's bytes, exit 0
+    fresh = checkout(origin, tmp_path / "fresh")
+    out = main_sh(fresh, check=0).stdout
+    assert "recorded edit(s) applied" in out and "no conflicts" in out
+    assert modules(fresh) == wanted
+    for name in (mine / "patches" / "series").read_text().split():
+        if name.endswith(".patch"):
+            assert (fresh / "patches" / name).read_bytes() == (mine / "patches" / name).read_bytes(), name
+    assert git(fresh, "status", "--porcelain").strip() == ""  # a refresh onto the same target adds nothing
+
+    # a recorded edit missing: exit 1, one line naming the patch, nothing written
+    broken = checkout(origin, tmp_path / "broken")
+    git(broken, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    stored = git(broken, "ls-tree", "-r", "--name-only", "refs/pq/resolutions").split()
+    victim = sorted(p for p in stored if p.startswith("edits/"))[0]
+    index = tmp_path / "index"
+    env_git = ["git", "-C", str(broken)]
+    subprocess.run([*env_git, "read-tree", "refs/pq/resolutions"], env={"GIT_INDEX_FILE": str(index)}, check=True)
+    subprocess.run([*env_git, "rm", "-q", "--cached", victim], env={"GIT_INDEX_FILE": str(index)}, check=True)
+    tree = subprocess.run([*env_git, "write-tree"], env={"GIT_INDEX_FILE": str(index)}, check=True,
+                          capture_output=True, text=True).stdout.strip()
+    commit = git(broken, "commit-tree", tree, "-m", "a store without one edit").strip()
+    git(broken, "update-ref", "refs/pq/resolutions", commit)
+    before = state(broken)
+    proc = main_sh(broken, check=1)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("pq:")]
+    assert len(errors) == 1 and "are not in refs/pq/resolutions" in errors[0], proc.stderr
+    assert errors[0].startswith("pq: error: patches/0") and "git fetch origin refs/pq/resolutions" in errors[0]
+    assert state(broken) == before
+
+
+def test_an_old_queue_without_lineage_is_refused_not_readopted(origin: Path, tmp_path: Path) -> None:
+    work = checkout(origin, tmp_path / "old")
+    queue = work / "patches" / "queue.toml"
+    text = queue.read_text()
+    queue.write_text(text.replace("format = 3", "format = 2").split("\n[build]")[0] + "\n")
+    before = state(work)
+    line = pq(work, "reproduce", check=1).stderr.strip()
+    assert line.startswith("pq: error: patches/queue.toml: format 2 records no lineage"), line
+    assert state(work) == before
+
+
+def test_the_bots_branch_resolved_by_a_maintainer_is_reproduced_by_anyone(corpus: Path, tmp_path: Path) -> None:
+    origin = seed(tmp_path, corpus, fork=False)
+    bot = checkout(origin, tmp_path / "bot")
+    decision = refresh_pr.prepare(CONFLICTED, tmp_path / "wd", root=bot)
+    assert decision.draft
+    refresh_pr.publish(tmp_path / "wd", root=bot, prs=Recorder())
+    branch = refresh_pr.branch_of(CONFLICTED)
+    # the maintainer follows patches/pending-refresh.toml on the bot's branch
+    human = checkout(origin, tmp_path / "human")
+    git(human, "checkout", "-q", branch)
+    pending = (human / "patches" / "pending-refresh.toml").read_text()
+    assert "pq reproduce" in pending and "git push origin HEAD refs/pq/resolutions" in pending
+    pq(human, "reproduce")
+    pq(human, "refresh", "--no-stop", "--to", CONFLICTED, check=3)
+    resolve(human / "npu_worker")
+    pq(human, "continue")
+    (human / "patches" / "pending-refresh.toml").unlink()
+    git(human, "add", "-A", "patches")
+    git(human, "commit", "-qm", "resolve the refresh")
+    git(human, "push", "-q", "origin", "HEAD", "refs/pq/resolutions")
+    # anyone, from the branch alone plus the refs: the bot's materialize (fetch the edits, reproduce)
+    other = checkout(origin, tmp_path / "other")
+    git(other, "checkout", "-q", branch)
+    refresh_pr.materialize(other, [sys.executable, "-m", "patch_queue"])
+    assert modules(other) == modules(human)
+    # and the bot's next run leaves the maintainer's branch alone
+    decision = refresh_pr.prepare(CONFLICTED, tmp_path / "wd2", root=checkout(origin, tmp_path / "bot2"))
+    assert decision.action == "comment"
+
+
+def test_a_clean_bot_refresh_pushes_a_reproducible_lineage(corpus: Path, tmp_path: Path) -> None:
+    from test_refresh_pr import CLEAN
+
+    origin = seed(tmp_path, corpus, fork=False)
+    bot = checkout(origin, tmp_path / "bot")
+    refresh_pr.prepare(CLEAN, tmp_path / "wd", root=bot)
+    refresh_pr.publish(tmp_path / "wd", root=bot, prs=Recorder())
+    fresh = checkout(origin, tmp_path / "fresh")
+    git(fresh, "checkout", "-q", refresh_pr.branch_of(CLEAN))
+    queue = (fresh / "patches" / "queue.toml").read_text()
+    assert queue.count("[[lineage]]") == 2 and 'kind = "refresh"' in queue
+    refresh_pr.materialize(fresh, [sys.executable, "-m", "patch_queue"])
+    for f in (tmp_path / "wd" / "npu_worker").glob("*.py"):
+        assert (fresh / "npu_worker" / f.name).read_bytes() == f.read_bytes(), f.name
+
+
+# -- no silent loss -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def edited(corpus: Path, tmp_path: Path) -> Path:
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    runner = proj / "npu_worker" / "npu_model_runner.py"
+    runner.write_text(runner.read_text().replace("import ", "import  ", 1) + "# unrecorded\n")
+    return proj
+
+
+@pytest.mark.parametrize("args", [("pop",), ("pop", "--all"), ("build",), ("refresh", "--to", BASE_030),
+                                  ("adopt", "vllm-omni==0.30.0", "--at", BASE_030, "--force")],
+                         ids=["pop", "pop-all", "build", "refresh", "adopt-force"])
+def test_unrecorded_edits_are_never_overwritten(edited: Path, args: tuple[str, ...]) -> None:
+    before = state(edited)
+    proc = pq(edited, *args, check=1)
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["pq: error: npu_worker/npu_model_runner.py: has edits no patch holds (+2 -1 lines); "
+                     "`pq record` them into the series, or pass --discard to drop them"], proc.stderr
+    assert state(edited) == before
+    assert "unrecorded: npu_worker/npu_model_runner.py +2 -1 lines" in pq(edited, "status").stdout
+
+
+def test_discard_says_what_it_dropped(edited: Path) -> None:
+    out = pq(edited, "pop", "--discard").stdout
+    assert "discarded 3 edited line(s) in 1 file(s): npu_model_runner.py" in out, out
+    pq(edited, "push")
+    assert "# unrecorded" not in (edited / "npu_worker" / "npu_model_runner.py").read_text()
+
+
+def test_a_fork_catches_a_hand_edited_patch_body(corpus: Path, tmp_path: Path) -> None:
+    origin = seed(tmp_path, corpus, fork=True)
+    fork = checkout(origin, tmp_path / "fork")
+    name = [n for n in (fork / "patches" / "series").read_text().split() if n.endswith(".patch")][4]
+    body = fork / "patches" / name
+    lines = body.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("+    ") and line.strip() != "+")
+    lines[at] = lines[at].rstrip("\n") + "  # hand edit\n"  # same line counts: a valid patch, edited by hand
+    body.write_text("".join(lines))
+    before = state(fork)
+    for command in ("build", "status", "refresh"):
+        proc = pq(fork, command, check=1)
+        assert proc.stderr.strip() == (f"pq: error: patches/{name}: sha256 {_sha(body)[:12]} is not the "
+                                       f"{_recorded(fork, name)[:12]} queue.toml records: the body was edited by "
+                                       "hand; restore it (git checkout), or take the edit with `pq accept`")
+        assert state(fork) == before
+    pq(fork, "accept")
+    assert 'kind = "import"' in (fork / "patches" / "queue.toml").read_text()
+    pq(fork, "build")
+    assert "# hand edit" in "".join(p.read_text() for p in (fork / "npu_worker").glob("*.py"))
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _recorded(proj: Path, name: str) -> str:
+    import tomllib
+
+    steps = tomllib.loads((proj / "patches" / "queue.toml").read_text())["lineage"]
+    return next(row.split()[0] for row in steps[-1]["patches"] if row.endswith(" " + name))
