@@ -234,9 +234,9 @@ class StepInfo:
 
 
 def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes, step: StepInfo
-                  ) -> Queue:
+                  ) -> None:
     """Export every patch, then series and queue.toml (its lineage one step on); drop old patch files no
-    longer in the series.  Returns the queue written."""
+    longer in the series."""
     exported = {name: stack.export_patch(ws.repo, commit) for name, commit in loaded.patches}
     root = ws.queue_dir.root
     # only files the old series listed are pq's to drop; an unlisted one is a maintainer's work in progress
@@ -256,7 +256,6 @@ def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], wr
     writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")
     for name in sorted(old_names - set(exported)):
         writes.write(root / name, None, group="patches")
-    return queue
 
 
 # ---------------------------------------------------------------------------------------------

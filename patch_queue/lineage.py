@@ -29,13 +29,16 @@ def with_step(queue: Queue, step: Step, top_modules: dict[str, bytes], *,
     """``queue`` with ``step`` appended (not when the bodies are those of the last step) and ``[build]`` set.
 
     A queue of format 1 or 2 has no lineage: it starts with an ``import`` step of ``previous``
-    (the bodies it had), unless ``step`` is an adoption.
+    (the bodies it had at its pin), unless ``step`` is an adoption.
     """
     lineage = queue.lineage
-    if not lineage and step.kind != "adopt" and previous:
-        lineage = (step_of("import", "migrate", previous),)
-    if not lineage or step.kind == "adopt" or lineage[-1].patches != step.patches:
-        lineage = (step,) if step.kind == "adopt" else lineage + (step,)
+    if step.kind == "adopt":
+        lineage = (step,)
+    else:
+        if not lineage:
+            lineage = (step_of("import", "migrate", previous, upstream=queue.upstream),)
+        if lineage[-1].patches != step.patches:
+            lineage += (step,)
     build = {path: sha256(data) for path, data in sorted(top_modules.items())}
     return replace(queue, lineage=lineage, build=build)
 

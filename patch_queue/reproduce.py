@@ -42,11 +42,14 @@ def do_reproduce(ws: Workspace, *, upstream_git: str | None, discard: bool = Fal
                          "reproduced; restore patches/*.patch, or start again with `pq adopt ... --force`", path=shown)
     final = queue.lineage[-1]
     present = lineage.present_bodies(ws.queue_dir, final.names)
+    if len(present) == len(final.names):
+        lineage.check_bodies(ws.queue_dir, queue, final.names, [present[n] for n in final.names])
+        return Reproduced(len(queue.lineage), len(final.names), 0, True)
     for name, digest in final.patches:
         if name in present and stack.sha256(present[name]) != digest:
-            lineage.check_bodies(ws.queue_dir, queue, final.names, [present.get(n, b"") for n in final.names])
-    if len(present) == len(final.names):
-        return Reproduced(len(queue.lineage), len(final.names), 0, True)
+            raise QueueError(f"differs from the body queue.toml records (sha256 {digest[:12]}) and reproducing "
+                             "would replace it: restore it (git checkout), or move it away first",
+                             path=ws.queue_dir.shown(name))
     for i, step in enumerate(queue.lineage, 1):
         if step.kind == "import":
             raise QueueError(f"lineage step {i} took the patch bodies as they were (`pq {step.command}`), so the "
@@ -134,7 +137,7 @@ def _refresh(ws: Workspace, loaded: LoadedStack, step: Step, where: str, store: 
     labels = (f"base {loaded.queue.upstream.label}", f"upstream {pin.label}")
     results = replay.replay(ws.repo, loaded.patches, new_base, labels=labels, stop=False,
                             normalize=engine.normalizer(target, ws.repo, loaded.patches),
-                            edited=engine.edit_lookup(ws, store, target) or (lambda _n, _c: None))
+                            edited=engine.edit_lookup(ws, store, target))
     for r in results:
         took = any(f.kind == "recorded-edits" for f in r.flags)
         if r.name in step.edited and not took:

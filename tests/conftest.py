@@ -85,6 +85,16 @@ def project(tmp_path: Path) -> Path:
     return new_project(tmp_path / "project")
 
 
+def push_to_bare(proj: Path, message: str) -> Path:
+    """Commit everything in ``proj``, push main to a new bare ``origin.git`` beside it and return that."""
+    git(proj, "add", "-A")
+    git(proj, "commit", "-qm", message)
+    origin = proj.parent / "origin.git"
+    git(proj.parent, "init", "-q", "--bare", "-b", "main", str(origin))
+    git(proj, "push", "-q", str(origin), "main")
+    return origin
+
+
 def copy_project(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True)
     return dst

@@ -6,13 +6,14 @@ Real git (bare remotes, fresh clones), the real corpus bundle and registry relea
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import git, new_project, pq, state
+from conftest import git, new_project, pq, push_to_bare, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -47,7 +48,7 @@ def resolve(out: Path) -> None:
 def main_sh(proj: Path, *, check: int) -> subprocess.CompletedProcess[str]:
     """The README's main command, on a project, with the pq under test."""
     proc = subprocess.run(["bash", "scripts/main.sh"], cwd=proj, capture_output=True, text=True,
-                          env={**__import__("os").environ, "PQ": f"{sys.executable} -m patch_queue"})
+                          env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"})
     assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -63,12 +64,7 @@ def origin(corpus: Path, tmp_path: Path) -> Path:
     (proj / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "main.sh", proj / "scripts" / "main.sh")
     pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
-    git(proj, "add", "-A")
-    git(proj, "commit", "-qm", "adopt vllm-omni 0.30.0")
-    bare = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
-    git(proj, "push", "-q", str(bare), "main")
-    return bare
+    return push_to_bare(proj, "adopt vllm-omni 0.30.0")
 
 
 def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_path: Path) -> None:
@@ -102,11 +98,10 @@ def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_
     git(broken, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
     stored = git(broken, "ls-tree", "-r", "--name-only", "refs/pq/resolutions").split()
     victim = sorted(p for p in stored if p.startswith("edits/"))[0]
-    index = tmp_path / "index"
-    env_git = ["git", "-C", str(broken)]
-    subprocess.run([*env_git, "read-tree", "refs/pq/resolutions"], env={"GIT_INDEX_FILE": str(index)}, check=True)
-    subprocess.run([*env_git, "rm", "-q", "--cached", victim], env={"GIT_INDEX_FILE": str(index)}, check=True)
-    tree = subprocess.run([*env_git, "write-tree"], env={"GIT_INDEX_FILE": str(index)}, check=True,
+    index_env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / "index")}  # a scratch index: the clone's stays
+    for args in (["read-tree", "refs/pq/resolutions"], ["rm", "-q", "--cached", victim]):
+        subprocess.run(["git", "-C", str(broken), *args], env=index_env, check=True)
+    tree = subprocess.run(["git", "-C", str(broken), "write-tree"], env=index_env, check=True,
                           capture_output=True, text=True).stdout.strip()
     commit = git(broken, "commit-tree", tree, "-m", "a store without one edit").strip()
     git(broken, "update-ref", "refs/pq/resolutions", commit)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from conftest import git, new_project, pq
+from conftest import git, new_project, pq, push_to_bare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -57,12 +57,7 @@ def seed(tmp: Path, corpus: Path, *, fork: bool) -> Path:
         pq(proj, "adopt", str(corpus / "vllm-omni-0.18.0" / "npu"), "--at", BASE_018)
     else:  # as this repository: queue.toml and series only, the bodies come back from the registry release
         pq(proj, "adopt", "vllm-omni==0.18.0", "--at", BASE_018)
-    git(proj, "add", "-A")
-    git(proj, "commit", "-qm", "adopt vllm-omni 0.18.0")
-    origin = tmp / "origin.git"
-    git(tmp, "init", "-q", "--bare", "-b", "main", str(origin))
-    git(proj, "push", "-q", str(origin), "main")
-    return origin
+    return push_to_bare(proj, "adopt vllm-omni 0.18.0")
 
 
 def checkout(origin: Path, dst: Path) -> Path:
