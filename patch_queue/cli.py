@@ -66,7 +66,7 @@ def run(body: Callable[[], int | None]) -> None:
 def _crash_log() -> str:
     text = traceback.format_exc()
     try:
-        from patch_queue.workspace import open_workspace
+        from patch_queue.project.workspace import open_workspace
 
         path = open_workspace().state_dir / "crash.log"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,13 +77,13 @@ def _crash_log() -> str:
 
 
 def _ws(out: Path | None = None) -> Any:
-    from patch_queue.workspace import open_workspace
+    from patch_queue.project.workspace import open_workspace
 
     return open_workspace(out=out)
 
 
 def _locked(ws: Any, name: str) -> Any:
-    from patch_queue.workspace import locked
+    from patch_queue.project.workspace import locked
 
     return locked(ws, name)
 
@@ -106,12 +106,11 @@ def adopt(
     """Derive the patch series from a hand-maintained release and write patches/ and npu_worker/."""
 
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "adopt"):
-            res = engine.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard,
-                                  progress=say)
+            res = engine.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say)
         if res.discarded:
             typer.echo(res.discarded)
         if res.searched_auto:
@@ -136,8 +135,12 @@ def build(
         bool, typer.Option("--standalone", help="point vllm_omni.platforms.npu.worker imports into the package")
     ] = False,
     wheel: Annotated[
-        bool, typer.Option("--wheel", help="build an installable wheel of the standalone package into --out "
-                           "(default dist/); npu_worker/ is not touched")
+        bool,
+        typer.Option(
+            "--wheel",
+            help="build an installable wheel of the standalone package into --out "
+            "(default dist/); npu_worker/ is not touched",
+        ),
     ] = False,
     upstream: UpstreamOpt = None,
     discard: DiscardOpt = False,
@@ -145,19 +148,20 @@ def build(
     """Write the top of the stack as the npu_worker package (or, with --wheel, as a wheel of it)."""
 
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         if wheel:
-            from patch_queue import wheel as wheel_mod
+            from patch_queue.outputs import wheel as wheel_mod
 
             with _locked(ws, "build"):
                 built = wheel_mod.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
             typer.echo(ws.rel(built.path))
             return
         with _locked(ws, "build"):
-            files, dropped = engine.do_build(ws, out=out, standalone_pkg=standalone, upstream_git=upstream,
-                                             discard=discard, progress=say)
+            files, dropped = engine.do_build(
+                ws, out=out, standalone_pkg=standalone, upstream_git=upstream, discard=discard, progress=say
+            )
         if dropped:
             typer.echo(dropped)
         where = ws.rel(out.resolve() if out else ws.out)
@@ -191,30 +195,38 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
         typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
         return EXIT_OK
     for c in outcome.conflicts:
-        typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} {c.kind} in {c.symbol or '<module>'} "
-                   f"(patch {c.patch})")
+        typer.echo(
+            f"conflict: {ws.rel(ws.out / c.file)}:{c.line} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})"
+        )
     summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
     typer.echo(f"{len(outcome.conflicts)} conflict region(s) ({summary})")
     if outcome.stopped_at:
-        typer.echo(f"stopped at {outcome.stopped_at}: resolve the markers in {ws.rel(ws.out)}/, then `pq continue`"
-                   " (or `pq abort`)")
+        typer.echo(
+            f"stopped at {outcome.stopped_at}: resolve the markers in {ws.rel(ws.out)}/, then `pq continue`"
+            " (or `pq abort`)"
+        )
     else:
-        typer.echo(f"all patches replayed; resolve the markers in {ws.rel(ws.out)}/, then `pq continue`"
-                   " (or `pq abort`)")
+        typer.echo(
+            f"all patches replayed; resolve the markers in {ws.rel(ws.out)}/, then `pq continue` (or `pq abort`)"
+        )
     return EXIT_CONFLICT
 
 
 def _print_placements(ws: Any, placements: Any) -> None:
     for p in placements:
         moved = f" (it does not merge into {p.moved_from}, which owns its lines)" if p.moved_from else ""
-        typer.echo(f"recorded: {ws.rel(ws.out / p.file)}:{p.line} +{p.added} -{p.removed} into patches/{p.patch}{moved}")
+        typer.echo(
+            f"recorded: {ws.rel(ws.out / p.file)}:{p.line} +{p.added} -{p.removed} into patches/{p.patch}{moved}"
+        )
 
 
 def _print_check(ws: Any, result: Any) -> None:
     for f in result.findings:
         typer.echo(f.render(prefix=ws.rel(ws.out) + "/" if f.file else ""))
-    typer.echo(f"pq check: {result.errors} error(s), {len(result.findings) - result.errors} warning(s) "
-               f"in {len(result.files)} modules (omni blocks compared with {result.reference})")
+    typer.echo(
+        f"pq check: {result.errors} error(s), {len(result.findings) - result.errors} warning(s) "
+        f"in {len(result.files)} modules (omni blocks compared with {result.reference})"
+    )
 
 
 NoSourcesOpt = Annotated[
@@ -228,14 +240,14 @@ AnnotationsOpt = Annotated[
 
 
 def _write_reports(outcome: Any, report: Path | None, markdown: Path | None, annotations: bool) -> None:
-    from patch_queue import engine
-    from patch_queue import report as render
+    from patch_queue.commands import engine
+    from patch_queue.outputs import report as render
 
     data = engine.report_json(outcome)
     if report is not None:
         engine.write_report(report, data)
     if markdown is not None:
-        from patch_queue.fsutil import atomic_write
+        from patch_queue.project.fsutil import atomic_write
 
         atomic_write(markdown, render.markdown(data).encode("utf-8"))
     if annotations:
@@ -260,13 +272,21 @@ def refresh(
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
 
     def body() -> int:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "refresh"):
-            outcome = engine.do_refresh(ws, to=to, no_stop=no_stop, upstream_git=upstream, progress=say,
-                                        on_patch=_on_patch, check=not no_check, check_sources=not no_sources,
-                                        discard=discard)
+            outcome = engine.do_refresh(
+                ws,
+                to=to,
+                no_stop=no_stop,
+                upstream_git=upstream,
+                progress=say,
+                on_patch=_on_patch,
+                check=not no_check,
+                check_sources=not no_sources,
+                discard=discard,
+            )
         _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
 
@@ -278,7 +298,7 @@ def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotation
     """Take the resolved files in npu_worker/ and go on with the refresh."""
 
     def body() -> int:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "continue"):
@@ -304,9 +324,9 @@ def check(
     def body() -> int:
         import json
 
-        from patch_queue import engine
+        from patch_queue.commands import engine
         from patch_queue.errors import EXIT_ERROR, EXIT_OK
-        from patch_queue.fsutil import atomic_write
+        from patch_queue.project.fsutil import atomic_write
 
         ws = _ws()
         with _locked(ws, "check"):
@@ -327,8 +347,9 @@ def blocks(
     """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
 
     def body() -> None:
-        from patch_queue import engine, inventory
-        from patch_queue.fsutil import atomic_write
+        from patch_queue.commands import engine
+        from patch_queue.outputs import inventory
+        from patch_queue.project.fsutil import atomic_write
 
         ws = _ws()
         with _locked(ws, "blocks"):
@@ -337,8 +358,9 @@ def blocks(
         for e in entries:
             where = f"{ws.rel(ws.out / e.file)}:{e.line}"
             label = f"block {e.index}" if e.index is not None else "unfenced"
-            typer.echo(f"{where}  {label:9} {e.kind:8} {e.symbol or '<module>'}  [{e.patch}]  "
-                       f"{e.lines[0] if e.lines else ''}")
+            typer.echo(
+                f"{where}  {label:9} {e.kind:8} {e.symbol or '<module>'}  [{e.patch}]  {e.lines[0] if e.lines else ''}"
+            )
         counts = inventory.summary(entries)
         typer.echo(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no omni blocks")
         if markdown is not None:
@@ -353,7 +375,7 @@ def abort() -> None:
     """Put every file and ref back as it was before the refresh."""
 
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "abort"):
@@ -361,8 +383,10 @@ def abort() -> None:
             if interrupted is None:
                 engine.do_abort(ws)
         if interrupted is not None:
-            typer.echo(f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
-                       "refs/pq/ are as before it (see `pq status`)")
+            typer.echo(
+                f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
+                "refs/pq/ are as before it (see `pq status`)"
+            )
             return
         typer.echo("refresh aborted; patches/, npu_worker/ and refs/pq/ are as before")
 
@@ -374,7 +398,7 @@ def status(upstream: UpstreamOpt = None) -> None:
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
 
     def body() -> int:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         st = engine.do_status(ws, upstream_git=upstream)
@@ -400,13 +424,14 @@ def series(upstream: UpstreamOpt = None) -> None:
     """List the patches in order, applied ones marked with +."""
 
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         st = engine.do_status(ws, upstream_git=upstream)
         for name, state in st.patches:
-            mark = "+" if state in ("applied", "modified", "unchanged", "empty") else (
-                "!" if state == "conflict" else "-")
+            mark = (
+                "+" if state in ("applied", "modified", "unchanged", "empty") else ("!" if state == "conflict" else "-")
+            )
             typer.echo(f"{mark} {name}  {engine.patch_subject(ws, name)}")
 
     run(body)
@@ -421,7 +446,7 @@ def new(
     """Start a new empty patch above the applied ones."""
 
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "new"):
@@ -439,7 +464,7 @@ def record(
     """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
 
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "record"):
@@ -456,7 +481,7 @@ def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None
     """Rebuild the patch bodies from the lineage in queue.toml (adopt, refreshes, recorded edits), hash-checked."""
 
     def body() -> None:
-        from patch_queue import reproduce as reproduce_mod
+        from patch_queue.commands import reproduce as reproduce_mod
 
         ws = _ws()
         with _locked(ws, "reproduce"):
@@ -466,8 +491,10 @@ def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None
         if res.already:
             typer.echo(f"patches/ already holds the {res.patches} bodies the lineage records")
         else:
-            typer.echo(f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
-                       f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/")
+            typer.echo(
+                f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
+                f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/"
+            )
 
     run(body)
 
@@ -477,7 +504,7 @@ def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
     """Take hand edits of patches/*.patch into the lineage (as a step that needs the bodies to reproduce)."""
 
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "accept"):
@@ -489,12 +516,13 @@ def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
 
 def _move(push: bool, all_: bool, upstream: str | None, discard: bool) -> None:
     def body() -> None:
-        from patch_queue import engine
+        from patch_queue.commands import engine
 
         ws = _ws()
         with _locked(ws, "push" if push else "pop"):
-            before, after, dropped = engine.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream,
-                                                        discard=discard)
+            before, after, dropped = engine.do_push_pop(
+                ws, push=push, all_=all_, upstream_git=upstream, discard=discard
+            )
         if dropped:
             typer.echo(dropped)
         typer.echo(f"applied {after} of the series (was {before})")
@@ -503,15 +531,21 @@ def _move(push: bool, all_: bool, upstream: str | None, discard: bool) -> None:
 
 
 @app.command()
-def push(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None,
-         discard: DiscardOpt = False) -> None:
+def push(
+    all_: Annotated[bool, typer.Option("--all", "-a")] = False,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> None:
     """Apply the next patch (or all)."""
     _move(True, all_, upstream, discard)
 
 
 @app.command()
-def pop(all_: Annotated[bool, typer.Option("--all", "-a")] = False, upstream: UpstreamOpt = None,
-        discard: DiscardOpt = False) -> None:
+def pop(
+    all_: Annotated[bool, typer.Option("--all", "-a")] = False,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> None:
     """Unapply the top patch (or all)."""
     _move(False, all_, upstream, discard)
 

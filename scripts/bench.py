@@ -56,8 +56,9 @@ import bench_scale  # noqa: E402
 import conflict_metrics as cm  # noqa: E402
 from conflict_table import corpus_dir, say  # noqa: E402
 
-from patch_queue import sources, symbols  # noqa: E402
-from patch_queue.queue import Queue, QueueDir  # noqa: E402
+from patch_queue import sources  # noqa: E402
+from patch_queue.merge import symbols  # noqa: E402
+from patch_queue.series.queue import Queue, QueueDir  # noqa: E402
 
 REPO = HERE.parent
 RUNNER = "vllm_ascend/worker/model_runner_v1.py"
@@ -327,7 +328,7 @@ def measure_upgrade(
 
 
 def culprit_search(rows: Sequence[Json], location: str) -> list[Json]:
-    from patch_queue.culprits import CulpritFinder
+    from patch_queue.sources.culprits import CulpritFinder
 
     git_up = sources.open_git(location)
     out: list[Json] = []
@@ -375,8 +376,10 @@ def startup(repeats: int) -> float:
 def stats_text(stats: pstats.Stats) -> str:
     """Where the time goes: pq's own functions by cumulative time, then everything by own time."""
     out = []
-    for sort, restrict, title in (("cumulative", ("patch_queue|bench_scale", 22), "pq's functions, cumulative"),
-                                  ("tottime", (12,), "all functions, own time")):
+    for sort, restrict, title in (
+        ("cumulative", ("patch_queue|bench_scale", 22), "pq's functions, cumulative"),
+        ("tottime", (12,), "all functions, own time"),
+    ):
         buf = io.StringIO()
         stats.stream = buf  # type: ignore[attr-defined]
         stats.sort_stats(sort).print_stats(*restrict)
@@ -528,8 +531,11 @@ def machine() -> list[str]:
         f"- git: {git_version}",
         f"- pygit2: {getattr(pygit2, '__version__', '?')} (libgit2 {pygit2.LIBGIT2_VERSION})",
         "- pq's modules are byte-compiled before the timings, as `pip install` does"
-        + (" (`PYTHONDONTWRITEBYTECODE` is set here: without it every run would compile them again, ~0.1 s)"
-           if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""),
+        + (
+            " (`PYTHONDONTWRITEBYTECODE` is set here: without it every run would compile them again, ~0.1 s)"
+            if os.environ.get("PYTHONDONTWRITEBYTECODE")
+            else ""
+        ),
     ]
 
 
@@ -656,12 +662,25 @@ def render(
         "",
     ]
     md += table(
-        ["upgrade", "pq refresh s", "git rebase s", "ratio pq/rebase (goal ≤ 2)", "derived cache empty s",
-         "ratio, derived cache empty", "pq refresh with check s"],
         [
-            [r["title"], f2(r["pq_seconds"]), f2(r["rebase_seconds"]), f2(r["ratio"]), f2(r["pq_cold_seconds"]),
-             f2(r["pq_cold_seconds"] / r["rebase_seconds"]) if r["rebase_seconds"] else "n/a",
-             f2(r["refresh_check_seconds"])]
+            "upgrade",
+            "pq refresh s",
+            "git rebase s",
+            "ratio pq/rebase (goal ≤ 2)",
+            "derived cache empty s",
+            "ratio, derived cache empty",
+            "pq refresh with check s",
+        ],
+        [
+            [
+                r["title"],
+                f2(r["pq_seconds"]),
+                f2(r["rebase_seconds"]),
+                f2(r["ratio"]),
+                f2(r["pq_cold_seconds"]),
+                f2(r["pq_cold_seconds"] / r["rebase_seconds"]) if r["rebase_seconds"] else "n/a",
+                f2(r["refresh_check_seconds"]),
+            ]
             for r in good
         ],
     )
@@ -826,12 +845,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         speed["culprits_ok"] = all(c["max_reads"] <= c["bound"] for c in speed["culprits"])
         # (cold, median ratio, a row's ratio, the note, the profile's name)
         refresh_cases: list[tuple[bool, float, Callable[[Json], float], str, str]] = [
-            (False, speed["ratio"], lambda r: r["ratio"],
-             "Goal missed: pq refresh takes {ratio}x git rebase (median over upgrades; worst {worst}x on {title});"
-             " profile below.", "warm cache"),
-            (True, speed["ratio_cold"], lambda r: r["pq_cold_seconds"] / r["rebase_seconds"],
-             "Goal missed with the derived cache empty: pq refresh takes {ratio}x git rebase (median; the first"
-             " refresh of an upgrade on a machine); profile below.", "derived cache empty"),
+            (
+                False,
+                speed["ratio"],
+                lambda r: r["ratio"],
+                "Goal missed: pq refresh takes {ratio}x git rebase (median over upgrades; worst {worst}x on {title});"
+                " profile below.",
+                "warm cache",
+            ),
+            (
+                True,
+                speed["ratio_cold"],
+                lambda r: r["pq_cold_seconds"] / r["rebase_seconds"],
+                "Goal missed with the derived cache empty: pq refresh takes {ratio}x git rebase (median; the first"
+                " refresh of an upgrade on a machine); profile below.",
+                "derived cache empty",
+            ),
         ]
         for cold, ratio, of_row, note, label in refresh_cases:
             if ratio <= 2 or not real:

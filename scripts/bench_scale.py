@@ -7,7 +7,7 @@ methods).  Patches and revisions never touch the same method, so both replays ar
 
 For every (N, M) the same commits are replayed from revision 0 onto revision M by
 
-- pq: :func:`patch_queue.replay.replay` on a temporary repository, each run in a fresh
+- pq: :func:`patch_queue.series.replay.replay` on a temporary repository, each run in a fresh
   ``python`` child process that reports its wall time and its peak RSS (``ru_maxrss``), and
 - git: ``git rebase --merge --onto <rev M> <rev 0> <branch>`` (the merge backend) in a real
   repository with a work tree, same machine, same run.
@@ -37,9 +37,12 @@ MODULE = "model_runner.py"
 METHOD_LINES = 10  # every generated method: 9 lines and a blank one
 FENCE = "# ---- Omni-new ----"
 _GIT_ENV = {
-    "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
-    "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@localhost",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@localhost",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
 }
 
 
@@ -109,8 +112,12 @@ def generate(patches: int, revisions: int, *, lines: int = 10_000, seed: int = 0
         body = mine[k]
         kind = rng.random()
         if kind < 0.4:  # a fenced omni block after the first statement
-            block = [f"        {FENCE}\n", "        if self.omni_enabled:\n",
-                     f"            a = self.omni_hook_{i}(a, x)\n", f"        {FENCE}\n"]
+            block = [
+                f"        {FENCE}\n",
+                "        if self.omni_enabled:\n",
+                f"            a = self.omni_hook_{i}(a, x)\n",
+                f"        {FENCE}\n",
+            ]
             body[3:3] = block
         elif kind < 0.8:  # a changed line and a tagged one
             body[7] = body[7].replace("\n", f" + self.omni_offset({i})\n")
@@ -185,8 +192,8 @@ def _child_pq(args: dict[str, object]) -> dict[str, float]:
     The peak is ``VmHWM`` of ``/proc/self/status`` (reset by exec; ``ru_maxrss`` is not: on Linux
     it keeps the parent's size at fork), ``ru_maxrss`` where there is no ``/proc``.
     """
-    from patch_queue import replay
     from patch_queue.git.repo import ProjectRepo
+    from patch_queue.series import replay
 
     repo = ProjectRepo(Path(str(args["path"])))
     patches = [(str(n), str(c)) for n, c in args["patches"]]  # type: ignore[attr-defined]
@@ -203,16 +210,27 @@ def _child_pq(args: dict[str, object]) -> dict[str, float]:
 def time_pq(fixture: Fixture, repeats: int = 3) -> tuple[float, float, float]:
     """(median seconds, peak MiB, MiB before the replay) of pq's replay, each run in a fresh child process."""
     payload = json.dumps({"path": str(fixture.path), "patches": fixture.patches, "new_base": fixture.new_base})
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import bench_scale; "
-            "print(json.dumps(bench_scale._child_pq(json.loads(sys.stdin.read()))))")
+    code = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_scale; "
+        "print(json.dumps(bench_scale._child_pq(json.loads(sys.stdin.read()))))"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
     runs = []
     for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", code, str(Path(__file__).resolve().parent)], input=payload,
-                              capture_output=True, text=True, check=True, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(Path(__file__).resolve().parent)],
+            input=payload,
+            capture_output=True,
+            text=True,
+            check=True,
+            env=env,
+        )
         runs.append(json.loads(done.stdout))
-    return (statistics.median(r["seconds"] for r in runs), max(r["peak_mib"] for r in runs),
-            min(r["start_mib"] for r in runs))
+    return (
+        statistics.median(r["seconds"] for r in runs),
+        max(r["peak_mib"] for r in runs),
+        min(r["start_mib"] for r in runs),
+    )
 
 
 def time_rebase(fixture: Fixture, repeats: int = 3) -> float:
@@ -223,8 +241,20 @@ def time_rebase(fixture: Fixture, repeats: int = 3) -> float:
         branch = f"bench-{r}"
         _git(fixture.path, "checkout", "-q", "-B", branch, tip)
         start = time.perf_counter()
-        _git(fixture.path, "-c", "rebase.backend=merge", "rebase", "-q", "--merge", "--no-autosquash",
-             "--no-update-refs", "--onto", fixture.new_base, fixture.old_base, branch)
+        _git(
+            fixture.path,
+            "-c",
+            "rebase.backend=merge",
+            "rebase",
+            "-q",
+            "--merge",
+            "--no-autosquash",
+            "--no-update-refs",
+            "--onto",
+            fixture.new_base,
+            fixture.old_base,
+            branch,
+        )
         runs.append(time.perf_counter() - start)
         if _git(fixture.path, "rev-list", "--count", f"{fixture.new_base}..HEAD") != str(len(fixture.patches)):
             raise RuntimeError("git rebase did not replay every commit")
@@ -233,13 +263,14 @@ def time_rebase(fixture: Fixture, repeats: int = 3) -> float:
 
 def replay_once(patches: int, revisions: int) -> None:
     """One replay of a generated case, in this process (for a profile)."""
-    from patch_queue import replay
     from patch_queue.git.repo import ProjectRepo
+    from patch_queue.series import replay
 
     with tempfile.TemporaryDirectory(prefix="pq-bench-scale-") as tmp:
         fixture = build_fixture(Path(tmp) / "pq", generate(patches, revisions))
-        replay.replay(ProjectRepo(fixture.path), list(fixture.patches), fixture.new_base, labels=("old", "new"),
-                      stop=False)
+        replay.replay(
+            ProjectRepo(fixture.path), list(fixture.patches), fixture.new_base, labels=("old", "new"), stop=False
+        )
 
 
 def run_scale(
@@ -264,11 +295,18 @@ def run_scale(
                 git_fixture = Fixture(git_dir, fixture.old_base, fixture.new_base, fixture.patches)
                 pq_s, pq_mib, start_mib = time_pq(fixture, repeats)
                 rebase_s = time_rebase(git_fixture, repeats)
-                rows.append({
-                    "patches": n, "revisions": m, "lines": series.lines, "pq_seconds": round(pq_s, 4),
-                    "pq_peak_mib": round(pq_mib, 1), "pq_start_mib": round(start_mib, 1),
-                    "rebase_seconds": round(rebase_s, 4), "ratio": round(rebase_s / pq_s, 2) if pq_s else 0.0,
-                })
+                rows.append(
+                    {
+                        "patches": n,
+                        "revisions": m,
+                        "lines": series.lines,
+                        "pq_seconds": round(pq_s, 4),
+                        "pq_peak_mib": round(pq_mib, 1),
+                        "pq_start_mib": round(start_mib, 1),
+                        "rebase_seconds": round(rebase_s, 4),
+                        "ratio": round(rebase_s / pq_s, 2) if pq_s else 0.0,
+                    }
+                )
                 shutil.rmtree(pq_dir)
                 shutil.rmtree(git_dir)
     return rows
@@ -278,9 +316,11 @@ def format_table(rows: Sequence[dict[str, float | int]]) -> str:
     head = "| patches | revisions | lines | pq s | pq peak MiB (start) | git rebase s | rebase / pq |"
     out = [head, "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r['patches']} | {r['revisions']} | {r['lines']} | {r['pq_seconds']:.3f} | "
-                   f"{r['pq_peak_mib']:.1f} ({r['pq_start_mib']:.1f}) | {r['rebase_seconds']:.3f} | "
-                   f"{r['ratio']:.1f}x |")
+        out.append(
+            f"| {r['patches']} | {r['revisions']} | {r['lines']} | {r['pq_seconds']:.3f} | "
+            f"{r['pq_peak_mib']:.1f} ({r['pq_start_mib']:.1f}) | {r['rebase_seconds']:.3f} | "
+            f"{r['ratio']:.1f}x |"
+        )
     return "\n".join(out)
 
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patch_queue import symbols
+from patch_queue.merge import symbols
 
 UPSTREAM_CLASS = "NPUModelRunner"
 FENCE_WORD = "Omni-new"
@@ -243,7 +243,6 @@ def code_lines(text: str) -> list[str]:
     return out
 
 
-
 def _code_index(text: str) -> tuple[list[str], list[int]]:
     """Code lines of ``text`` and, for each, its 0-based line number in ``text``."""
     code: list[str] = []
@@ -269,7 +268,7 @@ def _alignment(
 
 
 def decision_agrees(flag: Mapping[str, object], output: str, maintainers: str) -> str:
-    """"agree", "disagree" or "n/a": does the maintainers' next release take the same decision?
+    """ "agree", "disagree" or "n/a": does the maintainers' next release take the same decision?
 
     Judged on code (comments, blank lines and layout ignored).  The output and the maintainers'
     file are aligned line by line (longest common subsequence).  Judged are the first and last

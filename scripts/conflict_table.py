@@ -40,9 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import conflict_metrics as cm  # noqa: E402
 
-from patch_queue import sources, symbols  # noqa: E402
+from patch_queue import sources
 from patch_queue.errors import PqError  # noqa: E402
-from patch_queue.queue import Queue, QueueDir  # noqa: E402
+from patch_queue.merge import symbols
+from patch_queue.series.queue import Queue, QueueDir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LIST_LIMIT = 10

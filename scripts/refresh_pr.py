@@ -60,10 +60,12 @@ def branch_of(target: str) -> str:
     return f"pq/refresh/{slug(target)}"
 
 
-def run(cmd: Sequence[str], *, cwd: Path, ok: Sequence[int] = (0,), env: dict[str, str] | None = None,
-        capture: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(cmd), cwd=cwd, text=True, capture_output=capture,
-                          env={**os.environ, **(env or {})}, check=False)
+def run(
+    cmd: Sequence[str], *, cwd: Path, ok: Sequence[int] = (0,), env: dict[str, str] | None = None, capture: bool = True
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        list(cmd), cwd=cwd, text=True, capture_output=capture, env={**os.environ, **(env or {})}, check=False
+    )
     if proc.returncode not in ok:
         detail = (proc.stderr or proc.stdout or "").strip().splitlines()
         raise ScriptError(f"{' '.join(cmd[:3])} ... exited {proc.returncode}: {detail[-1] if detail else ''}")
@@ -124,8 +126,9 @@ def message(target_label: str, report: dict[str, object], check: dict[str, objec
     lines += ["", "Omni blocks:"]
     if conflicts:
         lines.append(f"- {len(conflicts)} conflict(s) need resolution:")
-        lines += [f"  - {c.get('file')}:{c.get('line')} {c.get('kind')} in {c.get('symbol') or '<module>'}"
-                  for c in conflicts]
+        lines += [
+            f"  - {c.get('file')}:{c.get('line')} {c.get('kind')} in {c.get('symbol') or '<module>'}" for c in conflicts
+        ]
     elif before == after:
         lines.append(f"- all {after} omni blocks preserved; {len(flags)} review flag(s) in the pull request")
     else:
@@ -218,16 +221,29 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         git(root, "fetch", "--quiet", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
         humans = _human_commits(root, remote_sha, head)
         if humans:
-            decision = Decision("comment", branch, target, f"maintainers pushed {len(humans)} commit(s) to {branch} "
-                                f"({', '.join(h[:12] for h in humans)}); the bot leaves the branch to them",
-                                expected_remote=remote_sha)
+            decision = Decision(
+                "comment",
+                branch,
+                target,
+                f"maintainers pushed {len(humans)} commit(s) to {branch} "
+                f"({', '.join(h[:12] for h in humans)}); the bot leaves the branch to them",
+                expected_remote=remote_sha,
+            )
             decision.write(workdir)
             (workdir / "report.md").write_text(f"## NPU runners: {branch}\n\n{decision.reason}.\n")
             return decision
     pq = pq_command(root)
     materialize(root, pq, remote)
-    args = [*pq, "refresh", "--no-stop", "--report", str(workdir / "report.json"),
-            "--markdown", str(workdir / "report.md"), "--annotations"]
+    args = [
+        *pq,
+        "refresh",
+        "--no-stop",
+        "--report",
+        str(workdir / "report.json"),
+        "--markdown",
+        str(workdir / "report.md"),
+        "--annotations",
+    ]
     if spec:
         args += ["--to", spec]
     proc = run(args, cwd=root, ok=(0, 3), capture=True)
@@ -241,8 +257,9 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         (workdir / "check.json").write_text(json.dumps(check, indent=2, sort_keys=True) + "\n")
     out = root / "npu_worker"
     if out.is_dir():
-        shutil.copytree(out, workdir / "npu_worker", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", ".pq-build"))
+        shutil.copytree(
+            out, workdir / "npu_worker", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", ".pq-build")
+        )
     upstream = report.get("upstream")
     target_label = str(upstream.get("target", target)) if isinstance(upstream, dict) else target
     if conflicted:
@@ -264,8 +281,12 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         decision.write(workdir)
         return decision
     git(root, "add", "--all", "--", "patches")
-    env = {"GIT_AUTHOR_NAME": BOT_NAME, "GIT_AUTHOR_EMAIL": BOT_EMAIL, "GIT_COMMITTER_NAME": BOT_NAME,
-           "GIT_COMMITTER_EMAIL": BOT_EMAIL}
+    env = {
+        "GIT_AUTHOR_NAME": BOT_NAME,
+        "GIT_AUTHOR_EMAIL": BOT_EMAIL,
+        "GIT_COMMITTER_NAME": BOT_NAME,
+        "GIT_COMMITTER_EMAIL": BOT_EMAIL,
+    }
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
         handle.write(message(target_label, report, check, target))
         msg_file = handle.name
@@ -287,11 +308,16 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     git(root, "bundle", "create", "--quiet", str(workdir / "branch.bundle"), *bundled)
     git(root, "update-ref", "-d", BUNDLE_REF)
     decision = Decision(
-        "update", branch, target,
+        "update",
+        branch,
+        target,
         f"{len(report.get('conflicts', []))} conflict(s), {len(report.get('flags', []))} review flag(s)",
-        commit=commit, expected_remote=remote_sha,
-        resolutions=resolutions if RESOLUTIONS in bundled else "", expected_resolutions=remote_resolutions,
-        title=message(target_label, report, check, target).splitlines()[0], draft=conflicted,
+        commit=commit,
+        expected_remote=remote_sha,
+        resolutions=resolutions if RESOLUTIONS in bundled else "",
+        expected_resolutions=remote_resolutions,
+        title=message(target_label, report, check, target).splitlines()[0],
+        draft=conflicted,
         labels=(LABEL,) if conflicted else (),
     )
     decision.write(workdir)
@@ -356,8 +382,11 @@ def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "orig
     if decision.action == "comment":
         number = prs.find(decision.branch)
         if number is not None:
-            prs.comment_once(number, COMMENT_MARKER, f"{COMMENT_MARKER}\nThe scheduled refresh did not update this "
-                                                     f"branch: {decision.reason}.")
+            prs.comment_once(
+                number,
+                COMMENT_MARKER,
+                f"{COMMENT_MARKER}\nThe scheduled refresh did not update this branch: {decision.reason}.",
+            )
         return f"{decision.branch}: left to the maintainers ({decision.reason})"
     git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{BUNDLE_REF}:{BUNDLE_REF}")
     lease = f"refs/heads/{decision.branch}:{decision.expected_remote}"

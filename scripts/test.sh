@@ -7,4 +7,8 @@ if [ -z "${PQ_CORPUS:-}" ] && [ -d ../shared/corpus ]; then
   export PQ_CORPUS="$(cd ../shared/corpus && pwd)"
 fi
 export PQ_CACHE="${PQ_CACHE:-$PWD/.venv/pq-cache}"
+# the formatter, the linter and the type checker are part of the test: CI fails on any of them
+.venv/bin/ruff format --check --quiet patch_queue tests scripts
+.venv/bin/ruff check --quiet patch_queue tests scripts
+.venv/bin/mypy patch_queue
 .venv/bin/python -m pytest -q "$@"

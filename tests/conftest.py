@@ -66,8 +66,10 @@ def pq(cwd: Path, *args: str, check: int | None = 0) -> subprocess.CompletedProc
     """Run the real command line in a subprocess, as a maintainer would."""
     proc = subprocess.run([sys.executable, "-m", "patch_queue", *args], cwd=cwd, capture_output=True, text=True)
     if check is not None and proc.returncode != check:
-        raise AssertionError(f"pq {' '.join(args)} exited {proc.returncode}, expected {check}\n"
-                             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        raise AssertionError(
+            f"pq {' '.join(args)} exited {proc.returncode}, expected {check}\n"
+            f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        )
     return proc
 
 

@@ -1,20 +1,32 @@
-"""Unit tests of :mod:`patch_queue.anchors` on small synthetic runner snippets with the real fence lines."""
+"""Unit tests of :mod:`patch_queue.merge.anchors` on small synthetic runner snippets with the real fence lines."""
 
 from __future__ import annotations
 
 import pytest
 
-from patch_queue import anchors
-from patch_queue.anchors import Block, FenceProblem, parse_blocks
+from patch_queue.merge import anchors
+from patch_queue.merge.anchors import Block, FenceProblem, parse_blocks
 
 # The fence variants the published runners use, verbatim (indentation included).
-FENCE_SPACED_8 = "        #  -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
-FENCE_SPACED_12 = "            # -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
-FENCE_TIGHT_8 = "        # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
-FENCE_TIGHT_12 = "            # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
-FENCE_SPACED_4 = "    #  -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
+FENCE_SPACED_8 = (
+    "        #  -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
+)
+FENCE_SPACED_12 = (
+    "            # -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
+)
+FENCE_TIGHT_8 = (
+    "        # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
+)
+FENCE_TIGHT_12 = (
+    "            # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
+)
+FENCE_SPACED_4 = (
+    "    #  -------------------------------------- Omni-new -------------------------------------------------"  # noqa: E501
+)
 PLAIN_8 = "        # -------------------------------------------------------------------------------------------------"
-PLAIN_12 = "            # -------------------------------------------------------------------------------------------------"  # noqa: E501
+PLAIN_12 = (
+    "            # -------------------------------------------------------------------------------------------------"  # noqa: E501
+)
 
 
 def src(*lines: str) -> str:

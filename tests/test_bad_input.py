@@ -36,7 +36,7 @@ def line_of(data: bytes, needle: bytes) -> int:
     return data.count(b"\n", 0, at) + 1
 
 
-def refused(proj: Path, *args: str) -> str:  # noqa: F811
+def refused(proj: Path, *args: str) -> str:
     """Run pq, expect exit 1 with one error line and no traceback, and nothing changed; return the line."""
     before = state(proj)
     proc = pq(proj, *args, check=1)
@@ -55,10 +55,11 @@ def mutate(path: Path, old: bytes, new: bytes) -> int:
 
 
 @pytest.fixture(scope="module")
-def vendored(adopted_030: Path) -> bytes:  # noqa: F811
+def vendored(adopted_030: Path) -> bytes:
     """The upstream runner the 0.30.0 series is pinned to, as the base commit holds it."""
-    return subprocess.run(["git", "show", f"refs/pq/base:.pq-upstream/{RUNNER}"], cwd=adopted_030, check=True,
-                          capture_output=True).stdout
+    return subprocess.run(
+        ["git", "show", f"refs/pq/base:.pq-upstream/{RUNNER}"], cwd=adopted_030, check=True, capture_output=True
+    ).stdout
 
 
 def upstream_folder(root: Path, runner: bytes) -> Path:
@@ -75,44 +76,48 @@ def upstream_folder(root: Path, runner: bytes) -> Path:
     [
         (b"\n@@ -", b"\n@@ -x", "malformed hunk header for npu_ar_model_runner.py"),
         (b"From ", b"Frob ", "not an mbox patch: it does not start with a 'From ' line"),
-        (b"--- a/npu_ar_model_runner.py\n+++ b/npu_ar_model_runner.py\n",
-         b"GIT binary patch\nliteral 0\nHcmV?d00001\n\n",
-         "binary patch for npu_ar_model_runner.py is not supported (pq keeps text changes only)"),
+        (
+            b"--- a/npu_ar_model_runner.py\n+++ b/npu_ar_model_runner.py\n",
+            b"GIT binary patch\nliteral 0\nHcmV?d00001\n\n",
+            "binary patch for npu_ar_model_runner.py is not supported (pq keeps text changes only)",
+        ),
         (ADDED, ADDED[:-2] + b"\0,\n", "binary content (a NUL byte) in the diff; pq keeps text changes only"),
         (ADDED, ADDED[:-2] + b"\xff,\n", "not valid UTF-8 (byte 0xff at column 43)"),
         (ADDED, ADDED[:-2] + b"\xe9,\n", "not valid UTF-8 (byte 0xe9 at column 43)"),  # a Latin-1 editor
     ],
     ids=["hunk-header", "no-from-line", "git-binary", "nul-byte", "non-utf8", "latin1"],
 )
-def test_malformed_binary_and_non_utf8_patch(proj: Path, old: bytes, new: bytes, message: str) -> None:  # noqa: F811
+def test_malformed_binary_and_non_utf8_patch(proj: Path, old: bytes, new: bytes, message: str) -> None:
     victim = proj / "patches" / P5
     line = mutate(victim, old, new) + (1 if old.startswith(b"\n") else 0)
     assert refused(proj, "build") == f"pq: error: patches/{P5}:{line}: {message}"
 
 
-def test_crlf_patch(proj: Path) -> None:  # noqa: F811
+def test_crlf_patch(proj: Path) -> None:
     """A patch checked out with CR LF line ends (core.autocrlf): refused at its first line, not half-applied."""
     victim = proj / "patches" / P5
     victim.write_bytes(victim.read_bytes().replace(b"\n", b"\r\n"))
     assert refused(proj, "build") == f"pq: error: patches/{P5}:1: mail header line ends with CR LF (DOS line ends)"
 
 
-def test_crlf_in_a_context_line_does_not_apply(proj: Path) -> None:  # noqa: F811
+def test_crlf_in_a_context_line_does_not_apply(proj: Path) -> None:
     victim = proj / "patches" / P5
     mutate(victim, b"\n     @torch.inference_mode()\n", b"\n     @torch.inference_mode()\r\n")
     hunk = line_of(victim.read_bytes(), b"\n@@ ") + 1
     assert refused(proj, "build") == f"pq: error: patches/{P5}:{hunk}: hunk 1 for npu_ar_model_runner.py does not apply"
 
 
-def test_truncated_patch_exact_line(proj: Path) -> None:  # noqa: F811
+def test_truncated_patch_exact_line(proj: Path) -> None:
     victim = proj / "patches" / P5
     data = victim.read_bytes()
     cut = data[: data.index(b"\n", len(data) // 2)]  # a whole number of lines, the last one without its newline
     victim.write_bytes(cut)
     hunk = cut.count(b"\n@@ ")  # the hunk the cut falls in, and its header line
     header = cut.count(b"\n", 0, cut.rindex(b"\n@@ ")) + 2
-    assert refused(proj, "build") == (f"pq: error: patches/{P5}:{header}: hunk {hunk} for npu_ar_model_runner.py "
-                                      "does not match its header's line counts (truncated patch?)")
+    assert refused(proj, "build") == (
+        f"pq: error: patches/{P5}:{header}: hunk {hunk} for npu_ar_model_runner.py "
+        "does not match its header's line counts (truncated patch?)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -124,13 +129,13 @@ def test_truncated_patch_exact_line(proj: Path) -> None:  # noqa: F811
     ],
     ids=["absolute", "dotdot", "dot-git"],
 )
-def test_patch_paths_escaping_the_output_folder(proj: Path, name: str, message: str) -> None:  # noqa: F811
+def test_patch_paths_escaping_the_output_folder(proj: Path, name: str, message: str) -> None:
     victim = proj / "patches" / "0001-init.patch"
     line = mutate(victim, b"diff --git a/__init__.py b/__init__.py\n", f"diff --git a/__init__.py {name}\n".encode())
     assert refused(proj, "build") == f"pq: error: patches/0001-init.patch:{line}: {message}"
 
 
-def test_symlink_in_the_output_folder(proj: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_symlink_in_the_output_folder(proj: Path, tmp_path: Path) -> None:
     """A link in npu_worker/ pointing outside: pq neither writes through it nor replaces it."""
     outside = tmp_path / "outside.py"
     outside.write_text("# somebody else's file\n")
@@ -138,13 +143,15 @@ def test_symlink_in_the_output_folder(proj: Path, tmp_path: Path) -> None:  # no
     link.unlink()
     link.symlink_to(outside)
     for args in (("build",), ("refresh", "--to", CLEAN_TARGET)):
-        assert refused(proj, *args) == (f"pq: error: npu_worker/base.py: is a symbolic link (to {outside}); "
-                                        "pq writes regular files only: replace the link with a copy of its file")
+        assert refused(proj, *args) == (
+            f"pq: error: npu_worker/base.py: is a symbolic link (to {outside}); "
+            "pq writes regular files only: replace the link with a copy of its file"
+        )
     assert outside.read_text() == "# somebody else's file\n" and link.is_symlink()
 
 
 @pytest.mark.parametrize("name", ["0001-init.patch", "series"])
-def test_symlink_in_patches_is_not_rewritten(proj: Path, tmp_path: Path, name: str) -> None:  # noqa: F811
+def test_symlink_in_patches_is_not_rewritten(proj: Path, tmp_path: Path, name: str) -> None:
     outside = tmp_path / name
     link = proj / "patches" / name
     shutil.move(link, outside)
@@ -153,45 +160,49 @@ def test_symlink_in_patches_is_not_rewritten(proj: Path, tmp_path: Path, name: s
     pq(proj, "build")  # reading through the link is fine
     assert refused(proj, "refresh", "--to", CLEAN_TARGET) == (
         f"pq: error: patches/{name}: is a symbolic link (to {outside}); "
-        "pq writes regular files only: replace the link with a copy of its file")
+        "pq writes regular files only: replace the link with a copy of its file"
+    )
     assert outside.read_bytes() == kept
 
 
 # -- upstream sources ----------------------------------------------------------------------------------------
 
 
-def test_upstream_file_that_no_longer_parses(proj: Path, tmp_path: Path, vendored: bytes) -> None:  # noqa: F811
+def test_upstream_file_that_no_longer_parses(proj: Path, tmp_path: Path, vendored: bytes) -> None:
     broken = vendored.replace(b"class NPUModelRunner", b"class NPUModelRunner(((", 1)
     folder = upstream_folder(tmp_path / "up", broken)
     line = line_of(broken, b"class NPUModelRunner(((")
     assert refused(proj, "refresh", "--to", str(folder)) == (
-        f"pq: error: {RUNNER}:{line}: does not parse: invalid syntax (dir {folder})")
+        f"pq: error: {RUNNER}:{line}: does not parse: invalid syntax (dir {folder})"
+    )
 
 
-def test_upstream_file_without_the_class(proj: Path, tmp_path: Path, vendored: bytes) -> None:  # noqa: F811
+def test_upstream_file_without_the_class(proj: Path, tmp_path: Path, vendored: bytes) -> None:
     folder = upstream_folder(tmp_path / "up", vendored.replace(b"class NPUModelRunner", b"class RenamedRunner"))
     assert refused(proj, "refresh", "--to", str(folder)) == (
         f"pq: error: {RUNNER}: has no class NPUModelRunner, whose methods npu_ar_model_runner.py carries "
-        f"(dir {folder}); point --to at a vllm-ascend that has it, or edit the [[module]] in queue.toml")
+        f"(dir {folder}); point --to at a vllm-ascend that has it, or edit the [[module]] in queue.toml"
+    )
 
 
-def test_upstream_file_not_utf8(proj: Path, tmp_path: Path, vendored: bytes) -> None:  # noqa: F811
+def test_upstream_file_not_utf8(proj: Path, tmp_path: Path, vendored: bytes) -> None:
     bad = vendored.replace(b"class NPUModelRunner", b"# \xff\nclass NPUModelRunner", 1)
     folder = upstream_folder(tmp_path / "up", bad)
     at = bad.index(b"\xff")
     line = bad.count(b"\n", 0, at) + 1
     assert refused(proj, "refresh", "--to", str(folder)) == (
-        f"pq: error: {RUNNER}:{line}: upstream file is not UTF-8 at byte {at} (dir {folder})")
+        f"pq: error: {RUNNER}:{line}: upstream file is not UTF-8 at byte {at} (dir {folder})"
+    )
 
 
-def test_upstream_folder_without_the_runner(proj: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_upstream_folder_without_the_runner(proj: Path, tmp_path: Path) -> None:
     folder = tmp_path / "up"
     (folder / "vllm_ascend").mkdir(parents=True)
     assert refused(proj, "refresh", "--to", str(folder)) == f"pq: error: {RUNNER}: no such file in dir:{folder}"
 
 
 @pytest.mark.parametrize("location", ["/nonexistent/vllm-ascend", "file:///nonexistent/vllm-ascend.git"])
-def test_unreachable_git_source(proj: Path, monkeypatch: pytest.MonkeyPatch, location: str) -> None:  # noqa: F811
+def test_unreachable_git_source(proj: Path, monkeypatch: pytest.MonkeyPatch, location: str) -> None:
     monkeypatch.setenv("PQ_UPSTREAM_GIT", location)
     expected = f"pq: error: cannot read upstream git repository {location}: no such file or directory"
     assert refused(proj, "refresh", "--to", "main") == expected
@@ -212,7 +223,7 @@ def private_cache(tmp_path: Path, pq_cache: Path, monkeypatch: pytest.MonkeyPatc
     return cache
 
 
-def test_unreachable_registry(proj: Path, private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_unreachable_registry(proj: Path, private_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     for args in (("refresh", "--to", "vllm-ascend==0.30.0rc2"), ("refresh",)):
         line = refused(proj, *args)
@@ -221,13 +232,18 @@ def test_unreachable_registry(proj: Path, private_cache: Path, monkeypatch: pyte
     assert not (private_cache / "dist").exists() or not any((private_cache / "dist").iterdir())
 
 
-def test_unknown_release_in_a_file_index(proj: Path, private_cache: Path, tmp_path: Path,  # noqa: F811
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_release_in_a_file_index(
+    proj: Path,
+    private_cache: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     archives = {"vllm_ascend-99.0-py3-none-any.whl": _wheel("vllm_ascend", "99.0", {})}
     _file_index(tmp_path / "index", "vllm-ascend", archives, yanked=set(), bad=set())
     monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path / 'index' / 'simple'}")
     assert refused(proj, "refresh", "--to", "vllm-ascend==98.0") == (
-        "pq: error: unknown release vllm-ascend==98.0 (newest on the registry: 99.0)")
+        "pq: error: unknown release vllm-ascend==98.0 (newest on the registry: 99.0)"
+    )
 
 
 @pytest.fixture
@@ -240,16 +256,21 @@ def file_index(tmp_path: Path, private_cache: Path, vendored: bytes, monkeypatch
     return tmp_path / "index"
 
 
-def test_download_sha256_mismatch(proj: Path, file_index: Path, private_cache: Path) -> None:  # noqa: F811
+def test_download_sha256_mismatch(proj: Path, file_index: Path, private_cache: Path) -> None:
     data = (file_index / "files" / "vllm_ascend-99.1-py3-none-any.whl").read_bytes()
     good, listed = hashlib.sha256(data).hexdigest(), hashlib.sha256(data + b"x").hexdigest()
     assert refused(proj, "refresh", "--to", "vllm-ascend==99.1") == (
-        f"pq: error: sha256 mismatch for vllm_ascend-99.1-py3-none-any.whl: the index says {listed}, downloaded {good}")
+        f"pq: error: sha256 mismatch for vllm_ascend-99.1-py3-none-any.whl: the index says {listed}, downloaded {good}"
+    )
     assert [p.name for p in (private_cache / "dist").iterdir() if "99.1" in p.name] == []  # nothing cached
 
 
-def test_corrupted_download_cache(adopted_030: Path, tmp_path: Path, file_index: Path,  # noqa: F811
-                                  private_cache: Path) -> None:
+def test_corrupted_download_cache(
+    adopted_030: Path,
+    tmp_path: Path,
+    file_index: Path,
+    private_cache: Path,
+) -> None:
     """A cached archive that fails its sha256 is fetched again (and said so); if it cannot be, a clear error."""
     first = copy_project(adopted_030, tmp_path / "first")
     pq(first, "refresh", "--to", "vllm-ascend==99.0", "--no-check")
@@ -266,19 +287,22 @@ def test_corrupted_download_cache(adopted_030: Path, tmp_path: Path, file_index:
     (file_index / "files" / archive.name).unlink()
     third = copy_project(adopted_030, tmp_path / "third")
     line = refused(third, "refresh", "--to", "vllm-ascend==99.0")
-    assert line.startswith(f"pq: error: cannot download {archive.name} from file://{file_index}/files/{archive.name}: "
-                           ), line
+    assert line.startswith(
+        f"pq: error: cannot download {archive.name} from file://{file_index}/files/{archive.name}: "
+    ), line
 
 
-def test_sha256_mismatch_of_vendored_file_names_queue_pin(proj: Path) -> None:  # noqa: F811
+def test_sha256_mismatch_of_vendored_file_names_queue_pin(proj: Path) -> None:
     queue = proj / "patches" / "queue.toml"
     text = queue.read_text()
     digest = text.split(f'"{RUNNER}" = "', 1)[1][:64]
     queue.write_text(text.replace(digest, "0" * 64))
     git(proj, "update-ref", "-d", "refs/pq/base")
     line = refused(proj, "build")
-    assert line == (f"pq: error: sha256 mismatch for vendored file {RUNNER} from git cf0baa38dfb2: "
-                    f"queue.toml pins {'0' * 64}, got {digest}"), line
+    assert line == (
+        f"pq: error: sha256 mismatch for vendored file {RUNNER} from git cf0baa38dfb2: "
+        f"queue.toml pins {'0' * 64}, got {digest}"
+    ), line
 
 
 # -- queue.toml, series, work tree ---------------------------------------------------------------------------
@@ -287,15 +311,18 @@ def test_sha256_mismatch_of_vendored_file_names_queue_pin(proj: Path) -> None:  
 @pytest.mark.parametrize(
     ("old", "new", "message"),
     [
-        ("[downstream]", "[downstream", "patches/queue.toml:{line}: not valid TOML: Expected ']' at the end of a table "
-                                        "declaration"),
+        (
+            "[downstream]",
+            "[downstream",
+            "patches/queue.toml:{line}: not valid TOML: Expected ']' at the end of a table declaration",
+        ),
         ("format = 3", "format = 4", "patches/queue.toml: format 4 is newer than this pq understands (3); upgrade pq"),
         ("format = 3", 'format = "3"', "patches/queue.toml: missing integer 'format'"),
         ('name = "vllm-omni"', 'name = "vllm-\xe9mni"', None),  # written below as Latin-1
     ],
     ids=["corrupt", "newer", "format-not-int", "not-utf8"],
 )
-def test_bad_queue_toml(proj: Path, old: str, new: str, message: str | None) -> None:  # noqa: F811
+def test_bad_queue_toml(proj: Path, old: str, new: str, message: str | None) -> None:
     queue = proj / "patches" / "queue.toml"
     text = queue.read_text()
     assert old in text
@@ -309,14 +336,14 @@ def test_bad_queue_toml(proj: Path, old: str, new: str, message: str | None) -> 
         assert refused(proj, *args) == "pq: error: " + message.format(line=line), args
 
 
-def test_series_not_utf8(proj: Path) -> None:  # noqa: F811
+def test_series_not_utf8(proj: Path) -> None:
     series = proj / "patches" / "series"
     series.write_bytes(series.read_bytes() + b"# caf\xe9\n")
     line = series.read_bytes().count(b"\n")
     assert refused(proj, "build") == f"pq: error: patches/series:{line}: not UTF-8 (byte 0xe9)"
 
 
-def test_unbalanced_fences_build_and_warn(proj: Path) -> None:  # noqa: F811
+def test_unbalanced_fences_build_and_warn(proj: Path) -> None:
     """An Omni-new fence lost from a patch: not an error (the code is still right), a warning with file and line."""
     before = pq(proj, "build").stdout
     mutate(proj / "patches" / P5, FENCE, b"+        # (the fence line was deleted by hand)\n")
@@ -334,7 +361,7 @@ def test_unbalanced_fences_build_and_warn(proj: Path) -> None:  # noqa: F811
     assert "[fence]" in check.stdout
 
 
-def test_unlisted_patch_file_survives_refresh(proj: Path) -> None:  # noqa: F811
+def test_unlisted_patch_file_survives_refresh(proj: Path) -> None:
     """A maintainer's work-in-progress patch that series does not name is theirs: a refresh leaves it alone."""
     wip = proj / "patches" / "0099-my-wip.patch"
     wip.write_text("half-written, not in series yet\n")
@@ -343,21 +370,25 @@ def test_unlisted_patch_file_survives_refresh(proj: Path) -> None:  # noqa: F811
     assert "0099-my-wip.patch" not in (proj / "patches" / "series").read_text()
 
 
-def test_hand_edit_where_refresh_writes(proj: Path) -> None:  # noqa: F811
+def test_hand_edit_where_refresh_writes(proj: Path) -> None:
     """A dirty npu_worker/ (a module edited, not recorded): refresh and its state are refused up front."""
     target = proj / "npu_worker" / "npu_ar_model_runner.py"
     mutate(target, b"import ", b"import  ")
     assert refused(proj, "refresh", "--to", CLEAN_TARGET) == (
         "pq: error: npu_worker/npu_ar_model_runner.py: has edits no patch holds (+1 -1 lines); "
-        "`pq record` them into the series, or pass --discard to drop them")
+        "`pq record` them into the series, or pass --discard to drop them"
+    )
 
 
 # -- determinism (item 5) ------------------------------------------------------------------------------------
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
 def test_same_inputs_same_bytes(corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -370,16 +401,26 @@ def test_same_inputs_same_bytes(corpus: Path, tmp_path: Path, monkeypatch: pytes
         project = new_project(where / "p")
         pq(project, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
         reports = where / "reports"
-        pq(project, "refresh", "--to", CLEAN_TARGET, "--report", str(reports / "r.json"), "--markdown",
-           str(reports / "r.md"))
+        pq(
+            project,
+            "refresh",
+            "--to",
+            CLEAN_TARGET,
+            "--report",
+            str(reports / "r.json"),
+            "--markdown",
+            str(reports / "r.md"),
+        )
         pq(project, "build", "--wheel")
-        results.append({
-            "patches": _tree(project / "patches"),
-            "npu_worker": _tree(project / "npu_worker"),
-            "reports": _tree(reports),
-            "dist": _tree(project / "dist"),
-            "refs": git(project, "for-each-ref", "--format=%(refname) %(objectname)", "refs/pq/"),
-        })
+        results.append(
+            {
+                "patches": _tree(project / "patches"),
+                "npu_worker": _tree(project / "npu_worker"),
+                "reports": _tree(reports),
+                "dist": _tree(project / "dist"),
+                "refs": git(project, "for-each-ref", "--format=%(refname) %(objectname)", "refs/pq/"),
+            }
+        )
     first, second = results
     assert first["patches"] and first["reports"].keys() == {"r.json", "r.md"} and len(first["dist"]) == 1
     assert b"c9e95ba32421" in first["reports"]["r.json"]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import new_project, pq
 
-from patch_queue import check, sources
+from patch_queue import sources
+from patch_queue.checks import rules as check
 from patch_queue.errors import QueueError
 
 RUNNER_030 = "npu_ar_model_runner.py"
@@ -81,8 +82,9 @@ def test_a_doubled_block_fires_similar_calls_do_not(corpus: Path) -> None:
     assert only_rules({"npu_model_runner.py": text}) == []
     ar = runners(corpus, "0.30.0")[RUNNER_030]
     lines = ar.splitlines(keepends=True)
-    start = next(i for i, line in enumerate(lines)
-                 if "hidden_states, multimodal_outputs = self.extract_multimodal" in line)
+    start = next(
+        i for i, line in enumerate(lines) if "hidden_states, multimodal_outputs = self.extract_multimodal" in line
+    )
     block = lines[start : start + 11]
     doubled = "".join(lines[: start + 11] + block + lines[start + 11 :])
     found = only_rules({RUNNER_030: doubled})
@@ -143,8 +145,10 @@ def test_omni_blocks_missing_duplicated_changed(corpus: Path) -> None:
     doubled = "".join(lines[: start + 2] + lines[start - 2 : start + 2] + lines[start + 2 :])
     found = check.check_blocks(ref, {**ref, RUNNER_030: doubled}, what="0.30.0")
     assert [f.rule for f in found] == ["omni-block-duplicated"]
-    changed = text.replace("self.model.on_requests_finished(scheduler_output.finished_req_ids)",
-                           "self.model.on_requests_finished(list(scheduler_output.finished_req_ids))")
+    changed = text.replace(
+        "self.model.on_requests_finished(scheduler_output.finished_req_ids)",
+        "self.model.on_requests_finished(list(scheduler_output.finished_req_ids))",
+    )
     found = check.check_blocks(ref, {**ref, RUNNER_030: changed}, what="0.30.0")
     assert [(f.rule, f.severity) for f in found] == [("omni-block-changed", "warning")]
 
@@ -197,7 +201,8 @@ def test_pq_check_and_pq_blocks_on_the_adopted_030(corpus: Path, tmp_path: Path)
     proc = pq(proj, "check", "--no-sources", "--json", str(out), check=1)
     data = json.loads(out.read_text())
     assert data["errors"] == 1 and [f["rule"] for f in data["findings"] if f["severity"] == "error"] == [
-        "omni-block-missing"]
+        "omni-block-missing"
+    ]
     assert "[omni-block-missing]" in proc.stdout
     md = tmp_path / "blocks.md"
     listing = pq(proj, "blocks", "--markdown", str(md)).stdout

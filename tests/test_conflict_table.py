@@ -50,8 +50,12 @@ def test_agreement_uses_context_and_ignores_whitespace() -> None:
 
 
 def _flag(kind: str, line: int, resolution: str, upstream: str, patch: str) -> dict[str, object]:
-    return {"kind": kind, "line": line, "resolution": resolution,
-            "sides": {"base": "", "upstream": upstream, "patch": patch}}
+    return {
+        "kind": kind,
+        "line": line,
+        "resolution": resolution,
+        "sides": {"base": "", "upstream": upstream, "patch": patch},
+    }
 
 
 def test_decision_agreement_judges_where_the_omni_lines_go() -> None:
@@ -62,8 +66,13 @@ def test_decision_agreement_judges_where_the_omni_lines_go() -> None:
         "            hidden, mm = self.extract(hidden)  # omni\n"
         "        return hidden\n"
     )
-    flag = _flag("both-inserted", 3, "            aux = None\n            hidden, mm = self.extract(hidden)\n",
-                 "            aux = None\n", "            hidden, mm = self.extract(hidden)\n")
+    flag = _flag(
+        "both-inserted",
+        3,
+        "            aux = None\n            hidden, mm = self.extract(hidden)\n",
+        "            aux = None\n",
+        "            hidden, mm = self.extract(hidden)\n",
+    )
     same = output.replace("  # upstream", "").replace("  # omni", "")
     assert cm.decision_agrees(flag, output, same) == "agree"
     omni_first = (
@@ -82,8 +91,13 @@ def test_decision_agreement_judges_where_the_omni_lines_go() -> None:
 
 def test_decision_agreement_on_a_kept_replacement() -> None:
     output = "    def g(self):\n        out = omni_build(x)\n        return out\n"
-    flag = _flag("kept-replacement", 2, "        out = omni_build(x)\n",
-                 "        out = build(x, new_flag=True)\n", "        out = omni_build(x)\n")
+    flag = _flag(
+        "kept-replacement",
+        2,
+        "        out = omni_build(x)\n",
+        "        out = build(x, new_flag=True)\n",
+        "        out = omni_build(x)\n",
+    )
     assert cm.decision_agrees(flag, output, output) == "agree"
     ported = (
         "    def g(self):\n        out = omni_build(x)\n        out = build(x, new_flag=True)\n        return out\n"

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from patch_queue import adopt, queue, replay, symbols
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import ProjectRepo
+from patch_queue.merge import symbols
+from patch_queue.series import adopt, queue, replay
 
 SOURCE = '''import x
 
@@ -76,15 +76,21 @@ def test_classify_skips_overrides_that_call_super() -> None:
 
 def test_queue_round_trip_and_errors() -> None:
     q = queue.Queue(
-        upstream=queue.UpstreamPin("vllm-ascend", "git", "abc", "def", "label \"q\"", "abc", {"a/b.py": "00"}),
+        upstream=queue.UpstreamPin("vllm-ascend", "git", "abc", "def", 'label "q"', "abc", {"a/b.py": "00"}),
         downstream_name="vllm-omni",
         downstream_release="0.30.0",
         package="vllm_omni/platforms/npu/worker",
         modules=(queue.Module("m.py", "a/b.py", ("C.f", "C.g")), queue.Module("w.py", "", ())),
-        lineage=(queue.Step("adopt", "adopt", (("0001-a.patch", "0" * 64),), None, "vllm-omni==0.30.0"),
-                 queue.Step("refresh", "continue", (("0001-a.patch", "1" * 64),),
-                            queue.UpstreamPin("vllm-ascend", "release", "x==1", "p", "x 1", "", {"a/b.py": "11"}),
-                            edited=("0001-a.patch",))),
+        lineage=(
+            queue.Step("adopt", "adopt", (("0001-a.patch", "0" * 64),), None, "vllm-omni==0.30.0"),
+            queue.Step(
+                "refresh",
+                "continue",
+                (("0001-a.patch", "1" * 64),),
+                queue.UpstreamPin("vllm-ascend", "release", "x==1", "p", "x 1", "", {"a/b.py": "11"}),
+                edited=("0001-a.patch",),
+            ),
+        ),
         build={"m.py": "2" * 64},
     )
     assert queue.parse_queue(queue.render_queue(q)) == q
@@ -129,17 +135,23 @@ def test_carry_resolutions_places_each_region() -> None:
 def test_merge_file_in_memory(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     repo = ProjectRepo(tmp_path)
-    clean = repo.merge_file(b"1\n2\n3\n4\n5\n6\n", b"one\n2\n3\n4\n5\n6\n", b"1\n2\n3\n4\n5\nsix\n",
-                            labels=("base", "ours", "theirs"), path="f.py")
+    clean = repo.merge_file(
+        b"1\n2\n3\n4\n5\n6\n",
+        b"one\n2\n3\n4\n5\n6\n",
+        b"1\n2\n3\n4\n5\nsix\n",
+        labels=("base", "ours", "theirs"),
+        path="f.py",
+    )
     assert clean.clean and clean.text == b"one\n2\n3\n4\n5\nsix\n"
-    conflict = repo.merge_file(b"a\nb\nc\n", b"a\nB\nc\n", b"a\nb2\nc\n", labels=("base", "ours", "theirs"),
-                               path="f.py")
+    conflict = repo.merge_file(
+        b"a\nb\nc\n", b"a\nB\nc\n", b"a\nb2\nc\n", labels=("base", "ours", "theirs"), path="f.py"
+    )
     assert not conflict.clean
     assert conflict.text == b"a\n<<<<<<< ours\nB\n||||||| base\nb\n=======\nb2\n>>>>>>> theirs\nc\n"
 
 
 def test_layout_of_carried_symbols_is_cached_by_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from patch_queue import fmt
+    from patch_queue.merge import fmt
 
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
     text = "class Runner(Base):\n    def first(self, a,\n              b):\n        return f(a,\n                 b)\n"
@@ -157,8 +169,9 @@ def test_layout_of_carried_symbols_is_cached_by_its_inputs(tmp_path: Path, monke
     # the same inputs again: from the cache, no formatter run; other inputs: one run for the new text only
     assert fmt.format_carried_many([(text, ["Runner.first"])], formatter="ruff", line_length=120) == first
     assert len(runs) == 1
-    both = fmt.format_carried_many([(text, ["Runner.first"]), (other, ["Runner.first"])], formatter="ruff",
-                                   line_length=120)
+    both = fmt.format_carried_many(
+        [(text, ["Runner.first"]), (other, ["Runner.first"])], formatter="ruff", line_length=120
+    )
     assert both[0] == first[0] and both[1].endswith("return 1 + f(a, b)\n") and len(runs) == 2
     assert fmt.format_carried_many([(text, ["Runner.first"])], formatter="ruff", line_length=20) != first
     # a damaged entry is not used
@@ -169,13 +182,15 @@ def test_layout_of_carried_symbols_is_cached_by_its_inputs(tmp_path: Path, monke
 
 
 def test_projection_is_cached_by_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from patch_queue import stack
+    from patch_queue.series import stack
 
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
     upstream = SOURCE.replace("class Runner(Base)", "class NPUModelRunner(Base)").encode()
     q = queue.Queue(
         upstream=queue.UpstreamPin("vllm-ascend", "git", "abc", "def", "label", "abc", {"a/b.py": "00"}),
-        downstream_name="vllm-omni", downstream_release="0.30.0", package="pkg",
+        downstream_name="vllm-omni",
+        downstream_release="0.30.0",
+        package="pkg",
         modules=(queue.Module("m.py", "a/b.py", ("NPUModelRunner.second", "NPUModelRunner.first", "gone")),),
         formatter="ruff",
     )

@@ -21,8 +21,8 @@ import pygit2
 import pytest
 
 from patch_queue import sources
-from patch_queue.culprits import Culprit, CulpritFinder, normalize, parse_pr
 from patch_queue.git.remote import UpstreamGit
+from patch_queue.sources.culprits import Culprit, CulpritFinder, normalize, parse_pr
 
 PATH = "vllm_ascend/worker/model_runner_v1.py"
 # Public shas of main on 2025-09-01 / 2025-10-01 (upstream still formatted with yapf) and on
@@ -260,12 +260,13 @@ def _reformat(text: str) -> str:
     return re.sub(r"(\w)\)", r"\1,)", joined) + "\n"
 
 
-def test_annotate_keeps_its_answers_in_the_cache(upstream: UpstreamGit, pq_cache: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_annotate_keeps_its_answers_in_the_cache(
+    upstream: UpstreamGit, pq_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from types import SimpleNamespace
 
-    from patch_queue import culprits
-    from patch_queue.queue import UpstreamPin
+    from patch_queue.series.queue import UpstreamPin
+    from patch_queue.sources import culprits
 
     shutil.rmtree(pq_cache / "derived" / "culprits", ignore_errors=True)
     old, new = RANGES["2026-03"]

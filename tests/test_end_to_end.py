@@ -74,8 +74,11 @@ def test_git_am_reads_the_patches(adopted_030: Path, tmp_path: Path) -> None:
     git(tmp_path, "clone", "-q", str(adopted_030), str(work))
     git(work, "fetch", "-q", str(adopted_030), "refs/pq/base:refs/heads/base")
     git(work, "checkout", "-q", "base")
-    patches = [str(adopted_030 / "patches" / n) for n in (adopted_030 / "patches" / "series").read_text().split()
-               if n.endswith(".patch")]
+    patches = [
+        str(adopted_030 / "patches" / n)
+        for n in (adopted_030 / "patches" / "series").read_text().split()
+        if n.endswith(".patch")
+    ]
     git(work, "am", "-q", *patches)
     top = git(adopted_030, "rev-parse", "refs/pq/top^{tree}").strip()
     assert git(work, "rev-parse", "HEAD^{tree}").strip() == top
@@ -86,8 +89,19 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     proj = copy_project(adopted_030, tmp_path / "p")
     report = tmp_path / "report.json"
     md = tmp_path / "report.md"
-    proc = pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(report),
-              "--markdown", str(md), "--annotations", check=3)
+    proc = pq(
+        proj,
+        "refresh",
+        "--no-stop",
+        "--to",
+        "vllm-ascend==0.30.0rc2",
+        "--report",
+        str(report),
+        "--markdown",
+        str(md),
+        "--annotations",
+        check=3,
+    )
     data = json.loads(report.read_text())
     assert data["format"] == 2
     assert data["upstream"]["target"] == "vllm-ascend 0.30.0rc2"
@@ -122,7 +136,8 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     assert "Omni-new fence problems" in md.read_text()
     body = md.read_text()
     assert body.startswith("## NPU runners: ") and body.count("<details>") == len(data["conflicts"]) + len(
-        data["flags"])
+        data["flags"]
+    )
     notes = [line for line in proc.stdout.splitlines() if line.startswith("::")]
     assert len([n for n in notes if n.startswith("::error file=npu_worker/")]) == len(data["conflicts"])
     assert len([n for n in notes if n.startswith("::warning file=npu_worker/")]) == len(data["flags"])

@@ -26,7 +26,7 @@ def first_patch(proj: Path) -> Path:
 
 
 @pytest.fixture
-def proj(adopted_030: Path, tmp_path: Path) -> Path:  # noqa: F811
+def proj(adopted_030: Path, tmp_path: Path) -> Path:
     return copy_project(adopted_030, tmp_path / "p")
 
 
@@ -75,8 +75,9 @@ def test_bad_series(proj: Path, series: str, message: str) -> None:
 
 def test_patch_touching_a_path_outside_the_modules(proj: Path) -> None:
     victim = first_patch(proj)
-    victim.write_text(victim.read_text().replace("b/__init__.py", "b/../escape.py").replace("a/__init__.py",
-                                                                                            "a/../escape.py"))
+    victim.write_text(
+        victim.read_text().replace("b/__init__.py", "b/../escape.py").replace("a/__init__.py", "a/../escape.py")
+    )
     before = state(proj)
     line = one_error_line(pq(proj, "build", check=1))
     assert f"patches/{victim.name}" in line, line
@@ -158,8 +159,10 @@ def test_record_puts_edits_into_the_patch_that_owns_the_lines(proj: Path) -> Non
     out = pq(proj, "record").stdout
     names = (proj / "patches" / "series").read_text().split()
     owner = "0013-npu-model-runner.patch"  # the module's skeleton writes its last lines, not the top patch
-    assert f"recorded: npu_worker/npu_model_runner.py:{len(target.read_text().splitlines()) - 1} +2 -0 into " \
-           f"patches/{owner}" in out, out
+    assert (
+        f"recorded: npu_worker/npu_model_runner.py:{len(target.read_text().splitlines()) - 1} +2 -0 into "
+        f"patches/{owner}" in out
+    ), out
     assert "+# recorded edit" in (proj / "patches" / owner).read_text()
     assert "# recorded edit" not in (proj / "patches" / names[-1]).read_text()
     assert "unrecorded" not in pq(proj, "status").stdout

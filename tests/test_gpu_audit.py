@@ -18,14 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from patch_queue import gpu_audit, sources
+from patch_queue import sources
+from patch_queue.checks import gpu_audit
+from patch_queue.checks.findings import WARNING
+from patch_queue.checks.gpu_audit import GpuChange, audit, findings
 from patch_queue.errors import SourceError
-from patch_queue.findings import WARNING
-from patch_queue.gpu_audit import GpuChange, audit, findings
 
 # -- synthetic runners -----------------------------------------------------------------------
 
-VLLM = '''
+VLLM = """
 class GPUModelRunner:
     def execute_model(self, scheduler_output, intermediate_tensors=None) -> "ModelRunnerOutput":
         num_reqs = self.input_batch.num_reqs
@@ -57,9 +58,9 @@ class GPUModelRunner:
         hook = getattr(self.model, "post_load", None)
         if callable(hook):
             hook()
-'''
+"""
 
-ASCEND = '''
+ASCEND = """
 class NPUModelRunner(GPUModelRunner):
     def execute_model(self, scheduler_output, intermediate_tensors=None):
         num_reqs = self.input_batch.num_reqs
@@ -79,9 +80,9 @@ class NPUModelRunner(GPUModelRunner):
     def _update_states(self, scheduler_output):
         self._apply_npu_corrections(scheduler_output)
         return super()._update_states(scheduler_output)
-'''
+"""
 
-GPU_BASE = '''
+GPU_BASE = """
 class OmniGPUModelRunner(GPUModelRunner):
     def _dummy_run(self, num_tokens):
         hidden_states = self._model_forward(self.input_ids.gpu[:num_tokens])
@@ -94,9 +95,9 @@ class OmniGPUModelRunner(GPUModelRunner):
             self.requests.pop(req_id, None)
             self.model_intermediate_buffer.pop(req_id, None)
         self.input_batch.refresh_metadata()
-'''
+"""
 
-GPU_AR = '''
+GPU_AR = """
 class GPUARModelRunner(OmniGPUModelRunner):
     def execute_model(self, scheduler_output, intermediate_tensors=None) -> "OmniModelRunnerOutput":
         num_reqs = self.input_batch.num_reqs
@@ -122,9 +123,9 @@ class GPUARModelRunner(OmniGPUModelRunner):
         output = ModelRunnerOutput(req_ids=self.input_batch.req_ids, sampled_token_ids=valid_ids)
         self.attach_omni_connector_output(output)
         return output
-'''
+"""
 
-NPU_BASE = '''
+NPU_BASE = """
 class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):
     def load_model(self):
         NPUModelRunner.load_model(self)
@@ -132,9 +133,9 @@ class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):
     def _update_states(self, scheduler_output):
         self._apply_npu_corrections(scheduler_output)
         return OmniGPUModelRunner._update_states(self, scheduler_output)
-'''
+"""
 
-NPU_AR = '''
+NPU_AR = """
 class NPUARModelRunner(OmniNPUModelRunner):
     @torch.inference_mode()
     def execute_model(self, scheduler_output, intermediate_tensors=None):
@@ -147,7 +148,7 @@ class NPUARModelRunner(OmniNPUModelRunner):
         logits = self.model.compute_logits(hidden_states)
         self.execute_model_state = ExecuteModelState(scheduler_output, logits)
         return None
-'''
+"""
 
 
 def _files(**texts: str) -> dict[str, str]:
@@ -217,20 +218,22 @@ def test_synthetic_changes_and_verdicts() -> None:
 
 
 def test_layout_and_comment_only_copies_have_no_change() -> None:
-    wrapped = GPU_AR.replace(
-        "        self.attach_omni_connector_output(output)\n", ""
-    ).replace(
-        "        self._omni_talker_mtp_step(hidden_states, num_reqs=num_reqs)\n", ""
-    ).replace(
-        '''        prepare_runner_inputs = getattr(self.model, "prepare_runner_inputs", None)
+    wrapped = (
+        GPU_AR.replace("        self.attach_omni_connector_output(output)\n", "")
+        .replace("        self._omni_talker_mtp_step(hidden_states, num_reqs=num_reqs)\n", "")
+        .replace(
+            """        prepare_runner_inputs = getattr(self.model, "prepare_runner_inputs", None)
         if callable(prepare_runner_inputs):
             inputs = prepare_runner_inputs(inputs, req_ids=self.input_batch.req_ids)
 
-''', ""
-    ).replace(
-        "        num_reqs = self.input_batch.num_reqs\n",
-        '        """Omni: run the model."""\n        num_reqs = (  # the batch size\n'
-        "            self.input_batch.num_reqs\n        )\n",
+""",
+            "",
+        )
+        .replace(
+            "        num_reqs = self.input_batch.num_reqs\n",
+            '        """Omni: run the model."""\n        num_reqs = (  # the batch size\n'
+            "            self.input_batch.num_reqs\n        )\n",
+        )
     )
     changes = [c for c in _run(gpu_ar=wrapped) if c.gpu_file == "gpu_ar_model_runner.py"]
     assert changes == []
@@ -239,16 +242,18 @@ def test_layout_and_comment_only_copies_have_no_change() -> None:
 def test_missing_npu_method_and_delegation_through_super() -> None:
     # the NPU class overrides execute_model but delegates to super(): the chain ends in
     # NPUModelRunner.execute_model, and the GPU change is not there
-    npu_ar = '''
+    npu_ar = """
     class NPUARModelRunner(OmniNPUModelRunner):
         def execute_model(self, scheduler_output, intermediate_tensors=None):
             self._npu_only_setup()
             return super().execute_model(scheduler_output, intermediate_tensors)
-    '''
+    """
     changes = [c for c in _run(npu_ar=npu_ar) if c.method == "execute_model"]
     assert [c.ported for c in changes] == [False, False]
-    assert {c.reason for c in changes} == {"not found in NPUARModelRunner.execute_model (0/3 lines)",
-                                           "not found in NPUARModelRunner.execute_model (0/1 lines)"}
+    assert {c.reason for c in changes} == {
+        "not found in NPUARModelRunner.execute_model (0/3 lines)",
+        "not found in NPUARModelRunner.execute_model (0/1 lines)",
+    }
     # without an NPU module for the AR runner every change of it is reported
     gpu = _files(gpu_model_runner=GPU_BASE, gpu_ar_model_runner=GPU_AR)
     npu = _files(npu_model_runner=NPU_BASE)
@@ -259,12 +264,13 @@ def test_missing_npu_method_and_delegation_through_super() -> None:
 
 def test_change_found_elsewhere_in_the_npu_modules() -> None:
     # the talker step was ported into a helper the NPU execute_model calls
-    npu_ar = NPU_AR.replace("        return None\n",
-                            "        self._npu_post(hidden_states, num_reqs)\n        return None\n")
-    npu_ar += '''
+    npu_ar = NPU_AR.replace(
+        "        return None\n", "        self._npu_post(hidden_states, num_reqs)\n        return None\n"
+    )
+    npu_ar += """
     def _npu_post(self, hidden_states, num_reqs):
         self._omni_talker_mtp_step(hidden_states, num_reqs=num_reqs)
-'''
+"""
     change = _one(_run(npu_ar=npu_ar), "execute_model", "self._omni_talker_mtp_step")
     assert change.ported
     assert change.reason == (
@@ -275,9 +281,11 @@ def test_change_found_elsewhere_in_the_npu_modules() -> None:
 
 def test_history_marks_stale_upstream_code() -> None:
     # the GPU copy still holds a line an older vLLM had: with that release given, it is upstream
-    old = VLLM.replace("        hidden_states = self._model_forward(inputs)\n",
-                       "        hidden_states = self._model_forward(inputs)\n"
-                       "        self._omni_talker_mtp_step(hidden_states, num_reqs=num_reqs)\n")
+    old = VLLM.replace(
+        "        hidden_states = self._model_forward(inputs)\n",
+        "        hidden_states = self._model_forward(inputs)\n"
+        "        self._omni_talker_mtp_step(hidden_states, num_reqs=num_reqs)\n",
+    )
     assert any(c.first.startswith("self._omni_talker_mtp_step") for c in _run())
     changes = _run(history=(textwrap.dedent(old),))
     assert not any(c.first.startswith("self._omni_talker_mtp_step") for c in changes)
@@ -303,18 +311,21 @@ def test_findings() -> None:
 
 
 def test_code_lines_normalisation() -> None:
-    code = gpu_audit.code_lines(textwrap.dedent('''
+    code = gpu_audit.code_lines(
+        textwrap.dedent('''
         def f(a, b):
             """A docstring."""
             x = g(a,  # a comment
                   b)
             return {"k": 'v'}
-    ''')).code
+    ''')
+    ).code
     assert code == {2: "deffab:", 4: "x=ga", 5: "b", 6: "return{k:v}"}
     # a method's signature is its parameters: annotations and wrapping do not count
     one = gpu_audit.method_code("    def m(self, x: int = 1) -> str:\n        return x\n").code
-    two = gpu_audit.method_code("    def m(\n        self,\n        x: float = 1,\n    ) -> None:\n"
-                                "        return x\n").code
+    two = gpu_audit.method_code(
+        "    def m(\n        self,\n        x: float = 1,\n    ) -> None:\n        return x\n"
+    ).code
     assert list(one.values()) == list(two.values()) == ["defmselfx=1:", "returnx"]
 
 
@@ -344,8 +355,9 @@ def real(corpus: Path, pq_cache: Path) -> Iterator[RealRun]:
         except SourceError as exc:
             pytest.skip(f"vLLM {RELEASE} not available from the registry: {exc}")
         pin = json.loads((sources.cache_dir() / "dist" / f"vllm=={RELEASE}.json").read_text())
-        snap = sources.resolve_upstream(ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"),
-                                        progress=lambda _: None)
+        snap = sources.resolve_upstream(
+            ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None
+        )
         ascend = snap.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8")
     gpu = {name: (omni / "gpu" / name).read_text() for name in RUNNERS}
     npu = {name.replace("gpu_", "npu_"): (omni / "npu" / name.replace("gpu_", "npu_")).read_text() for name in RUNNERS}
@@ -378,9 +390,13 @@ def test_real_counts(real: RealRun) -> None:
         ("gpu_model_runner.py", "_preprocess", True): 26,
     }
     kinds = Counter(
-        "runs-gpu" if c.reason.startswith("runs on NPU") else
-        "elsewhere" if "found elsewhere" in c.reason else
-        "found" if c.ported else "unported"
+        "runs-gpu"
+        if c.reason.startswith("runs on NPU")
+        else "elsewhere"
+        if "found elsewhere" in c.reason
+        else "found"
+        if c.ported
+        else "unported"
         for c in changes
     )
     assert kinds == {"runs-gpu": 34, "found": 55, "elsewhere": 3, "unported": 38}
@@ -406,9 +422,41 @@ def test_real_scores_leave_a_gap_at_the_threshold(real: RealRun) -> None:
 def test_real_unported_list(real: RealRun) -> None:
     unported = [(c.gpu_file.removesuffix("_model_runner.py"), c.gpu_line) for c in real.changes if not c.ported]
     assert unported == [
-        *(("gpu_ar", line) for line in (855, 1007, 1010, 1035, 1057, 1064, 1068, 1078, 1080, 1113, 1128, 1134, 1151,
-                                        1169, 1184, 1235, 1285, 1943, 2012, 2042, 2047, 2062, 2071, 2098, 2109,
-                                        2129, 2132, 2160, 2165, 2175)),
+        *(
+            ("gpu_ar", line)
+            for line in (
+                855,
+                1007,
+                1010,
+                1035,
+                1057,
+                1064,
+                1068,
+                1078,
+                1080,
+                1113,
+                1128,
+                1134,
+                1151,
+                1169,
+                1184,
+                1235,
+                1285,
+                1943,
+                2012,
+                2042,
+                2047,
+                2062,
+                2071,
+                2098,
+                2109,
+                2129,
+                2132,
+                2160,
+                2165,
+                2175,
+            )
+        ),
         *(("gpu_generation", line) for line in (106, 183, 290, 335, 761)),
         *(("gpu", line) for line in (1124, 1224, 1282)),
     ]
@@ -438,8 +486,9 @@ def test_real_findings(real: RealRun) -> None:
     assert all("\n" not in f.message and f.message.startswith("omni GPU change gpu_") for f in found)
 
 
-def test_real_runs_without_the_registry_when_cached(real: RealRun, monkeypatch: pytest.MonkeyPatch,
-                                                     pq_cache: Path) -> None:
+def test_real_runs_without_the_registry_when_cached(
+    real: RealRun, monkeypatch: pytest.MonkeyPatch, pq_cache: Path
+) -> None:
     # the pinned, cached sdist is read again without asking the index
     def offline(name: str) -> list[sources.DistFile]:
         raise AssertionError(f"the index was asked for {name}")

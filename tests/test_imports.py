@@ -1,4 +1,4 @@
-"""Static import resolution (:mod:`patch_queue.imports`): small synthetic trees for each way a
+"""Static import resolution (:mod:`patch_queue.checks.imports`): small synthetic trees for each way a
 module binds a name, each with one import that resolves and one that does not; then the real
 vllm-omni 0.30.0 runners against the sources they were released with."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from patch_queue import sources
+from patch_queue.checks.findings import ERROR, Finding
+from patch_queue.checks.imports import SourceTree, check_imports, tree_from_release, tree_from_snapshot
 from patch_queue.errors import SourceError
-from patch_queue.findings import ERROR, Finding
-from patch_queue.imports import SourceTree, check_imports, tree_from_release, tree_from_snapshot
 
 WORKER = "vllm_omni.platforms.npu.worker"
 

@@ -1,7 +1,7 @@
 """Interruption: a command SIGKILLed at any point leaves the old state or the new one, never a mix.
 
 Each test runs the real command line in a subprocess with ``PQ_TEST_KILL_AT=<point>``
-(:func:`patch_queue.fsutil.kill_point`), checks that it died there (exit -9), and then compares
+(:func:`patch_queue.project.fsutil.kill_point`), checks that it died there (exit -9), and then compares
 everything a command may touch (every file of the project, every ref, ``git status``, the files of
 ``.git/pq/``) with snapshots of an uninterrupted run: before the killed command (after `pq abort`,
 or untouched when it died before writing) and after it (after `pq continue`, or after running it
@@ -31,14 +31,16 @@ KILLED = -signal.SIGKILL
 RECOVERY = "run `pq continue` to finish its writes or `pq abort` to undo them"
 
 
-def run(proj: Path, *args: str, kill: str | None = None, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
+def run(
+    proj: Path, *args: str, kill: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     environ = dict(os.environ, **(env or {}))
     environ.pop("PQ_TEST_KILL_AT", None)
     if kill is not None:
         environ["PQ_TEST_KILL_AT"] = kill
-    return subprocess.run([sys.executable, "-m", "patch_queue", *args], cwd=proj, capture_output=True, text=True,
-                          env=environ)
+    return subprocess.run(
+        [sys.executable, "-m", "patch_queue", *args], cwd=proj, capture_output=True, text=True, env=environ
+    )
 
 
 def expect(proc: subprocess.CompletedProcess[str], code: int) -> subprocess.CompletedProcess[str]:
@@ -50,8 +52,11 @@ def snap(proj: Path, *, lock: bool = True) -> dict[str, object]:
     """conftest.state (every file, refs, git status) plus the files of .git/pq/."""
     out = state(proj)
     pq_dir = proj / ".git" / "pq"
-    out["pq"] = {p.name: p.read_bytes() for p in sorted(pq_dir.iterdir())
-                 if p.is_file() and (lock or p.name != "lock")} if pq_dir.is_dir() else {}
+    out["pq"] = (
+        {p.name: p.read_bytes() for p in sorted(pq_dir.iterdir()) if p.is_file() and (lock or p.name != "lock")}
+        if pq_dir.is_dir()
+        else {}
+    )
     return out
 
 
@@ -72,8 +77,9 @@ def assert_same(got: dict[str, object], want: dict[str, object], what: str) -> N
             raise AssertionError(f"{what}: {key} differ:\n{got[key]}\n---- want ----\n{want[key]}")
 
 
-def uninterrupted(template: Path, work: Path, args: list[str], code: int
-                  ) -> tuple[dict[str, object], dict[str, object]]:
+def uninterrupted(
+    template: Path, work: Path, args: list[str], code: int
+) -> tuple[dict[str, object], dict[str, object]]:
     """Snapshots of ``template`` before and after ``pq args`` runs to the end (in a copy), exiting ``code``."""
     before = snap(template)
     done = copy_project(template, work / "uninterrupted")
@@ -87,13 +93,24 @@ def recovery_line(proj: Path, command: str) -> None:
     for args in (["status"], ["build"], ["refresh", "--to", RC2]):
         proc = expect(run(proj, *args), 1)
         lines = [line for line in proc.stderr.splitlines() if line.startswith("pq: ")]
-        assert lines == [f"pq: error: .git/pq/journal.json: `pq {command}` was interrupted while writing "
-                         f"patches/, npu_worker/ and refs/pq/; {RECOVERY}"], proc.stderr
+        assert lines == [
+            f"pq: error: .git/pq/journal.json: `pq {command}` was interrupted while writing "
+            f"patches/, npu_worker/ and refs/pq/; {RECOVERY}"
+        ], proc.stderr
     assert_same(snap(proj, lock=False), before, "a refused command")
 
 
-def killed(template: Path, work: Path, point: str, args: list[str], *, command: str,
-           before: dict[str, object], after: dict[str, object], after_code: int) -> str:
+def killed(
+    template: Path,
+    work: Path,
+    point: str,
+    args: list[str],
+    *,
+    command: str,
+    before: dict[str, object],
+    after: dict[str, object],
+    after_code: int,
+) -> str:
     """Kill ``pq args`` at ``point`` in a copy of ``template``; check recovery both ways. Returns how it recovered."""
     proj = copy_project(template, work / f"{point}-killed")
     expect(run(proj, *args, kill=point), KILLED)
@@ -111,8 +128,7 @@ def killed(template: Path, work: Path, point: str, args: list[str], *, command: 
         assert_same(snap(back), before, f"killed at {point}, then pq abort")
         return "journal"
     # died before it wrote anything: the old state, only the dead process's lock is left
-    assert_same(snap(proj, lock=False), without_lock(before),
-                f"killed at {point}")
+    assert_same(snap(proj, lock=False), without_lock(before), f"killed at {point}")
     holder = json.loads((proj / ".git" / "pq" / "lock").read_text())
     assert holder["command"] == command and isinstance(holder["start"], int)
     expect(run(proj, *args), after_code)  # the stale lock is taken over; running it again gets the new state
@@ -129,8 +145,12 @@ FENCE = "        # ------------------ Omni-new ------------------\n"
 def _methods(n: int, tweak: dict[int, str] | None = None) -> list[str]:
     out = []
     for i in range(n):
-        body = [f"        x = self.a{i} + 1\n", f"        y = x * {i + 2}\n", f"        z = y - {i}\n",
-                "        return z\n"]
+        body = [
+            f"        x = self.a{i} + 1\n",
+            f"        y = x * {i + 2}\n",
+            f"        z = y - {i}\n",
+            "        return z\n",
+        ]
         if tweak and i in tweak:
             body.insert(3, tweak[i])
         out.append(f"    def step{i}(self, a):\n" + "".join(body))
@@ -140,8 +160,9 @@ def _methods(n: int, tweak: dict[int, str] | None = None) -> list[str]:
 def _upstream(root: Path, methods: list[str]) -> Path:
     path = root / "vllm_ascend" / "worker" / "model_runner_v1.py"
     path.parent.mkdir(parents=True)
-    path.write_text("import os\n\n\nclass NPUModelRunner:\n    def __init__(self):\n        self.a = 1\n\n"
-                    + "\n".join(methods))
+    path.write_text(
+        "import os\n\n\nclass NPUModelRunner:\n    def __init__(self):\n        self.a = 1\n\n" + "\n".join(methods)
+    )
     return root
 
 
@@ -149,8 +170,10 @@ def _upstream(root: Path, methods: list[str]) -> Path:
 def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("synthetic")
     up1 = _upstream(root / "up1", _methods(6))
-    up2 = _upstream(root / "up2", _methods(6, {0: "        z = z + 0  # upstream edit\n",
-                                               4: "        z = z * 1  # another upstream edit\n"}))
+    up2 = _upstream(
+        root / "up2",
+        _methods(6, {0: "        z = z + 0  # upstream edit\n", 4: "        z = z * 1  # another upstream edit\n"}),
+    )
     down = []
     for i, m in enumerate(_methods(6)):
         lines = m.splitlines(keepends=True)
@@ -160,15 +183,22 @@ def synthetic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (root / "down").mkdir()
     (root / "down" / "npu_model_runner.py").write_text(
         "import os\n\nfrom vllm_ascend.worker.model_runner_v1 import NPUModelRunner\n\n\n"
-        "class OmniNPUModelRunner(NPUModelRunner):\n    omni = 3\n\n" + "\n".join(down))
+        "class OmniNPUModelRunner(NPUModelRunner):\n    omni = 3\n\n" + "\n".join(down)
+    )
     (root / "down" / "npu_omni_helpers.py").write_text("def helper():\n    return 'omni'\n")
     proj = new_project(root / "p")
     expect(run(proj, "adopt", str(root / "down"), "--at", str(up1)), 0)
     return {"proj": proj, "up1": up1, "up2": up2, "down": root / "down"}
 
 
-CLEAN_POINTS = ["after-download", "between-patches", "after-journal", "mid-write-patches", "after-refs",
-                "mid-write-out"]
+CLEAN_POINTS = [
+    "after-download",
+    "between-patches",
+    "after-journal",
+    "mid-write-patches",
+    "after-refs",
+    "mid-write-out",
+]
 
 
 def test_kill_a_clean_refresh(synthetic: dict[str, Path], tmp_path: Path) -> None:
@@ -176,13 +206,21 @@ def test_kill_a_clean_refresh(synthetic: dict[str, Path], tmp_path: Path) -> Non
     args = ["refresh", "--to", str(synthetic["up2"]), "--no-sources"]
     before, after = uninterrupted(template, tmp_path, args, 0)
     assert after["files"] != before["files"] and after["refs"] != before["refs"]  # the refresh changes both
-    how = {p: killed(template, tmp_path, p, args, command="refresh", before=before, after=after, after_code=0)
-           for p in CLEAN_POINTS}
+    how = {
+        p: killed(template, tmp_path, p, args, command="refresh", before=before, after=after, after_code=0)
+        for p in CLEAN_POINTS
+    }
     assert how == {p: "untouched" if p in ("after-download", "between-patches") else "journal" for p in CLEAN_POINTS}
 
 
-@pytest.mark.parametrize(("args", "point"), [(["pop", "--all"], "mid-write-out"), (["pop"], "after-refs"),
-                                             (["adopt", "--force", "DOWN", "--at", "UP1"], "mid-write-patches")])
+@pytest.mark.parametrize(
+    ("args", "point"),
+    [
+        (["pop", "--all"], "mid-write-out"),
+        (["pop"], "after-refs"),
+        (["adopt", "--force", "DOWN", "--at", "UP1"], "mid-write-patches"),
+    ],
+)
 def test_kill_other_writing_commands(synthetic: dict[str, Path], tmp_path: Path, args: list[str], point: str) -> None:
     """pop and adopt write through the same journal: killed, they recover to the state before or after."""
     template = copy_project(synthetic["proj"], tmp_path / "template")
@@ -194,8 +232,9 @@ def test_kill_other_writing_commands(synthetic: dict[str, Path], tmp_path: Path,
     command = args[0]
     before, after = uninterrupted(template, tmp_path, args, 0)
     assert after["files"] != before["files"] and after["refs"] != before["refs"]
-    assert killed(template, tmp_path, point, args, command=command, before=before, after=after,
-                  after_code=0) == "journal"
+    assert (
+        killed(template, tmp_path, point, args, command=command, before=before, after=after, after_code=0) == "journal"
+    )
 
 
 def test_kill_the_recovery_itself(synthetic: dict[str, Path], tmp_path: Path) -> None:
@@ -223,26 +262,27 @@ def test_recovery_refuses_a_file_changed_since(synthetic: dict[str, Path], tmp_p
     before = snap(proj)
     for command in ("continue", "abort"):
         proc = expect(run(proj, command), 1)
-        assert proc.stderr.startswith("pq: error: npu_worker/npu_model_runner.py: changed since the interrupted pq "
-                                      "command started writing"), proc.stderr
+        assert proc.stderr.startswith(
+            "pq: error: npu_worker/npu_model_runner.py: changed since the interrupted pq command started writing"
+        ), proc.stderr
         assert len(proc.stderr.splitlines()) == 1
-        assert_same(snap(proj, lock=False), without_lock(before),
-                    f"refused {command}")
+        assert_same(snap(proj, lock=False), without_lock(before), f"refused {command}")
 
 
 # ---------------------------------------------------------------------------------------------
 # the real corpus: vllm-omni 0.30.0's series onto vllm-ascend 0.30.0rc2 (stops on conflicts)
 
-STOP_POINTS = ["after-download", "between-patches", "after-journal", "after-refs", "mid-write-out",
-               "mid-write-state"]
+STOP_POINTS = ["after-download", "between-patches", "after-journal", "after-refs", "mid-write-out", "mid-write-state"]
 
 
-def test_kill_a_refresh_that_stops_on_conflicts(adopted_030: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_kill_a_refresh_that_stops_on_conflicts(adopted_030: Path, tmp_path: Path) -> None:
     args = ["refresh", "--no-stop", "--to", RC2, "--no-sources"]
     before, after = uninterrupted(adopted_030, tmp_path, args, 3)
     assert "refresh.json" in after["pq"]  # type: ignore[operator]
-    how = {p: killed(adopted_030, tmp_path, p, args, command="refresh", before=before, after=after, after_code=3)
-           for p in STOP_POINTS}
+    how = {
+        p: killed(adopted_030, tmp_path, p, args, command="refresh", before=before, after=after, after_code=3)
+        for p in STOP_POINTS
+    }
     assert how == {p: "untouched" if p in ("after-download", "between-patches") else "journal" for p in STOP_POINTS}
     # the journal's recovery leaves a refresh that goes on as an uninterrupted one does
     proj = copy_project(adopted_030, tmp_path / "goes-on")
@@ -254,7 +294,7 @@ def test_kill_a_refresh_that_stops_on_conflicts(adopted_030: Path, tmp_path: Pat
 
 
 @pytest.fixture(scope="module")
-def resolved_030(adopted_030: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def resolved_030(adopted_030: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """0.30.0 refreshed onto 0.30.0rc2 with --no-stop, every conflict resolved in npu_worker/ (patch side)."""
     proj = copy_project(adopted_030, tmp_path_factory.mktemp("resolved") / "p")
     expect(run(proj, "refresh", "--no-stop", "--to", RC2, "--no-sources"), 3)
@@ -273,15 +313,17 @@ def test_kill_the_continue_that_finishes_a_refresh(resolved_030: Path, tmp_path:
     before, after = uninterrupted(resolved_030, tmp_path, ["continue"], 0)
     assert "refresh.json" not in after["pq"] and after["refs"] != before["refs"]  # type: ignore[operator]
     assert "refs/pq/resolutions " in str(after["refs"])  # the resolutions were recorded too
-    how = {p: killed(resolved_030, tmp_path, p, ["continue"], command="continue", before=before, after=after,
-                     after_code=0) for p in CONTINUE_POINTS}
+    how = {
+        p: killed(resolved_030, tmp_path, p, ["continue"], command="continue", before=before, after=after, after_code=0)
+        for p in CONTINUE_POINTS
+    }
     assert how == {p: "untouched" if p == "between-patches" else "journal" for p in CONTINUE_POINTS}
 
 
 ABORT_POINTS = ["after-journal", "mid-write-state", "mid-write-out", "after-refs"]
 
 
-def test_kill_an_abort(resolved_030: Path, adopted_030: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_kill_an_abort(resolved_030: Path, adopted_030: Path, tmp_path: Path) -> None:
     """A killed `pq abort`: `pq continue` finishes the abort, `pq abort` undoes it (the refresh stays open)."""
     stopped = snap(resolved_030)
     original = snap(adopted_030)
@@ -339,8 +381,12 @@ def stalling_server(pq_cache: Path) -> Iterator[tuple[str, threading.Event, list
         server.server_close()
 
 
-def test_kill_during_the_download(adopted_030: Path, tmp_path: Path, pq_cache: Path,  # noqa: F811
-                                  stalling_server: tuple[str, threading.Event, list[int]]) -> None:
+def test_kill_during_the_download(
+    adopted_030: Path,
+    tmp_path: Path,
+    pq_cache: Path,
+    stalling_server: tuple[str, threading.Event, list[int]],
+) -> None:
     url, release, stall = stalling_server
     pin = json.loads((pq_cache / "dist" / f"{RC2}.json").read_text())
     cache = tmp_path / "cold-cache"
@@ -353,8 +399,13 @@ def test_kill_during_the_download(adopted_030: Path, tmp_path: Path, pq_cache: P
     proj = copy_project(adopted_030, tmp_path / "p")
     environ = dict(os.environ, PQ_CACHE=str(cache))
     environ.pop("PQ_TEST_KILL_AT", None)
-    proc = subprocess.Popen([sys.executable, "-m", "patch_queue", *args], cwd=proj, env=environ,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "patch_queue", *args],
+        cwd=proj,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 60
         while not any(p.stat().st_size > 0 for p in (cache / "dist").glob(".part-*")):
@@ -368,8 +419,7 @@ def test_kill_during_the_download(adopted_030: Path, tmp_path: Path, pq_cache: P
     assert proc.returncode == KILLED
     # half an archive never reaches its cache name, and nothing in the project changed
     assert not (cache / "dist" / pin["filename"]).exists()
-    assert_same(snap(proj, lock=False), without_lock(before),
-                "killed mid-download")
+    assert_same(snap(proj, lock=False), without_lock(before), "killed mid-download")
     expect(run(proj, *args, env={"PQ_CACHE": str(cache)}), 3)  # downloads it again, verified
     assert (cache / "dist" / pin["filename"]).read_bytes() == (pq_cache / "dist" / pin["filename"]).read_bytes()
     assert_same(snap(proj), after, "killed mid-download, then run again")
@@ -379,8 +429,12 @@ def test_kill_during_the_download(adopted_030: Path, tmp_path: Path, pq_cache: P
 # concurrency: one mutating command at a time
 
 
-def test_two_refreshes_at_once(adopted_030: Path, tmp_path: Path, pq_cache: Path,  # noqa: F811
-                               stalling_server: tuple[str, threading.Event, list[int]]) -> None:
+def test_two_refreshes_at_once(
+    adopted_030: Path,
+    tmp_path: Path,
+    pq_cache: Path,
+    stalling_server: tuple[str, threading.Event, list[int]],
+) -> None:
     """Start two real refreshes together: one takes the lock (and stalls in its download), the other stops."""
     url, release, stall = stalling_server
     pin = json.loads((pq_cache / "dist" / f"{RC2}.json").read_text())
@@ -393,8 +447,17 @@ def test_two_refreshes_at_once(adopted_030: Path, tmp_path: Path, pq_cache: Path
     proj = copy_project(adopted_030, tmp_path / "p")
     environ = dict(os.environ, PQ_CACHE=str(cache))
     environ.pop("PQ_TEST_KILL_AT", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "patch_queue", *args], cwd=proj, env=environ,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "patch_queue", *args],
+            cwd=proj,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     try:
         deadline = time.monotonic() + 60
         while all(p.poll() is None for p in procs):  # the one without the lock stops at once
@@ -408,18 +471,32 @@ def test_two_refreshes_at_once(adopted_030: Path, tmp_path: Path, pq_cache: Path
         release.set()
     out, err = loser.communicate(timeout=60)
     assert loser.returncode == 1, err
-    assert err == (f"pq: error: {proj.resolve() / '.git' / 'pq' / 'lock'}: another pq command (refresh, pid "
-                   f"{winner.pid}) is running in this repository; wait for it to finish\n"), err
+    assert err == (
+        f"pq: error: {proj.resolve() / '.git' / 'pq' / 'lock'}: another pq command (refresh, pid "
+        f"{winner.pid}) is running in this repository; wait for it to finish\n"
+    ), err
     winner.communicate(timeout=120)
     assert winner.returncode == 3
     assert_same(snap(proj), after, "the refresh that ran")
 
 
-MUTATING = [["adopt", "vllm-omni==0.30.0", "--force"], ["refresh", "--to", RC2], ["continue"], ["abort"],
-            ["new", "x"], ["record"], ["push"], ["pop"], ["build"], ["build", "--wheel"], ["check"], ["blocks"]]
+MUTATING = [
+    ["adopt", "vllm-omni==0.30.0", "--force"],
+    ["refresh", "--to", RC2],
+    ["continue"],
+    ["abort"],
+    ["new", "x"],
+    ["record"],
+    ["push"],
+    ["pop"],
+    ["build"],
+    ["build", "--wheel"],
+    ["check"],
+    ["blocks"],
+]
 
 
-def test_every_mutating_command_takes_the_lock(adopted_030: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_every_mutating_command_takes_the_lock(adopted_030: Path, tmp_path: Path) -> None:
     """A lock held (flock) by a live process stops each of them with one line, and nothing changes."""
     import fcntl
 
@@ -433,8 +510,10 @@ def test_every_mutating_command_takes_the_lock(adopted_030: Path, tmp_path: Path
         os.write(fd, json.dumps({"pid": os.getpid(), "command": "test-holder"}).encode())
         for args in MUTATING:
             proc = expect(run(proj, *args), 1)
-            assert proc.stderr == (f"pq: error: {lock.resolve()}: another pq command (test-holder, pid {os.getpid()}) "
-                                   "is running in this repository; wait for it to finish\n"), (args, proc.stderr)
+            assert proc.stderr == (
+                f"pq: error: {lock.resolve()}: another pq command (test-holder, pid {os.getpid()}) "
+                "is running in this repository; wait for it to finish\n"
+            ), (args, proc.stderr)
         assert_same(snap(proj), {**before, "pq": {"lock": lock.read_bytes()}}, "refused commands")
     finally:
         os.close(fd)  # lets go of the flock
@@ -443,7 +522,7 @@ def test_every_mutating_command_takes_the_lock(adopted_030: Path, tmp_path: Path
     assert not lock.exists()
 
 
-def test_stale_locks(adopted_030: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_stale_locks(adopted_030: Path, tmp_path: Path) -> None:
     """A lock file of a dead process, or of a pid now used by another process, is taken over with the ref
     locks a killed pq left; a live holder with the same start time is not."""
     proj = copy_project(adopted_030, tmp_path / "p")

@@ -47,8 +47,13 @@ def resolve(out: Path) -> None:
 
 def main_sh(proj: Path, *, check: int) -> subprocess.CompletedProcess[str]:
     """The README's main command, on a project, with the pq under test."""
-    proc = subprocess.run(["bash", "scripts/main.sh"], cwd=proj, capture_output=True, text=True,
-                          env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"})
+    proc = subprocess.run(
+        ["bash", "scripts/main.sh"],
+        cwd=proj,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"},
+    )
     assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -101,8 +106,9 @@ def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_
     index_env = {**os.environ, "GIT_INDEX_FILE": str(tmp_path / "index")}  # a scratch index: the clone's stays
     for args in (["read-tree", "refs/pq/resolutions"], ["rm", "-q", "--cached", victim]):
         subprocess.run(["git", "-C", str(broken), *args], env=index_env, check=True)
-    tree = subprocess.run(["git", "-C", str(broken), "write-tree"], env=index_env, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    tree = subprocess.run(
+        ["git", "-C", str(broken), "write-tree"], env=index_env, check=True, capture_output=True, text=True
+    ).stdout.strip()
     commit = git(broken, "commit-tree", tree, "-m", "a store without one edit").strip()
     git(broken, "update-ref", "refs/pq/resolutions", commit)
     before = state(broken)
@@ -182,15 +188,25 @@ def edited(corpus: Path, tmp_path: Path) -> Path:
     return proj
 
 
-@pytest.mark.parametrize("args", [("pop",), ("pop", "--all"), ("build",), ("refresh", "--to", BASE_030),
-                                  ("adopt", "vllm-omni==0.30.0", "--at", BASE_030, "--force")],
-                         ids=["pop", "pop-all", "build", "refresh", "adopt-force"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("pop",),
+        ("pop", "--all"),
+        ("build",),
+        ("refresh", "--to", BASE_030),
+        ("adopt", "vllm-omni==0.30.0", "--at", BASE_030, "--force"),
+    ],
+    ids=["pop", "pop-all", "build", "refresh", "adopt-force"],
+)
 def test_unrecorded_edits_are_never_overwritten(edited: Path, args: tuple[str, ...]) -> None:
     before = state(edited)
     proc = pq(edited, *args, check=1)
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["pq: error: npu_worker/npu_model_runner.py: has edits no patch holds (+2 -1 lines); "
-                     "`pq record` them into the series, or pass --discard to drop them"], proc.stderr
+    assert lines == [
+        "pq: error: npu_worker/npu_model_runner.py: has edits no patch holds (+2 -1 lines); "
+        "`pq record` them into the series, or pass --discard to drop them"
+    ], proc.stderr
     assert state(edited) == before
     assert "unrecorded: npu_worker/npu_model_runner.py +2 -1 lines" in pq(edited, "status").stdout
 
@@ -214,9 +230,11 @@ def test_a_fork_catches_a_hand_edited_patch_body(corpus: Path, tmp_path: Path) -
     before = state(fork)
     for command in ("build", "status", "refresh"):
         proc = pq(fork, command, check=1)
-        assert proc.stderr.strip() == (f"pq: error: patches/{name}: sha256 {_sha(body)[:12]} is not the "
-                                       f"{_recorded(fork, name)[:12]} queue.toml records: the body was edited by "
-                                       "hand; restore it (git checkout), or take the edit with `pq accept`")
+        assert proc.stderr.strip() == (
+            f"pq: error: patches/{name}: sha256 {_sha(body)[:12]} is not the "
+            f"{_recorded(fork, name)[:12]} queue.toml records: the body was edited by "
+            "hand; restore it (git checkout), or take the edit with `pq accept`"
+        )
         assert state(fork) == before
     pq(fork, "accept")
     assert 'kind = "import"' in (fork / "patches" / "queue.toml").read_text()

@@ -1,4 +1,4 @@
-"""Unit tests of the anchor-aware three-way merge (:mod:`patch_queue.merge`) on small runner-like snippets.
+"""Unit tests of the anchor-aware three-way merge (:mod:`patch_queue.merge.three_way`) on small runner-like snippets.
 
 ``ours`` is always the new upstream side, ``theirs`` the omni patch, ``base`` the old upstream parent.
 """
@@ -9,12 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from patch_queue import merge
-from patch_queue.merge import MergeResult, Region, merge3
+from patch_queue.merge import three_way as merge
+from patch_queue.merge.three_way import MergeResult, Region, merge3
 
 FENCE = "        #  -------------------------------------- Omni-new -------------------------------------------------"
-FENCE_TIGHT = "            # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
-PLAIN = "            # -------------------------------------------------------------------------------------------------"  # noqa: E501
+FENCE_TIGHT = (
+    "            # ---------------------------------------Omni-new----------------------------------------------"  # noqa: E501
+)
+PLAIN = (
+    "            # -------------------------------------------------------------------------------------------------"  # noqa: E501
+)
 
 
 def src(*lines: str) -> str:
@@ -145,8 +149,9 @@ def test_far_apart_changes_merge_cleanly_without_flags() -> None:
     ours = src(*replaced(EXEC, "return self._postprocess(logits)", "return self._postprocess(logits, hidden_states)"))
     theirs = src(*with_block_after(EXEC, 3, KV_BLOCK))
     result = merge3(base, ours, theirs)
-    assert result.text == src(*with_block_after(EXEC[:-1], 3, KV_BLOCK),
-                              "        return self._postprocess(logits, hidden_states)")
+    assert result.text == src(
+        *with_block_after(EXEC[:-1], 3, KV_BLOCK), "        return self._postprocess(logits, hidden_states)"
+    )
     assert result.regions == []
 
 
@@ -158,8 +163,9 @@ def test_block_follows_upstreams_new_line_above() -> None:
     """Upstream rewrote the line above the omni insertion: the block goes before the line below it."""
     base = src(*EXEC)
     new_above = "        self._update_states(scheduler_output, self.input_batch)"
-    ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, "
-                                                                          "self.input_batch)")
+    ours_lines = replaced(
+        EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, self.input_batch)"
+    )
     theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
     result = merge3(base, src(*ours_lines), theirs)
     assert result.clean
@@ -209,8 +215,9 @@ def test_block_closed_by_a_plain_dashed_line_moves_whole() -> None:
         "            dummy_compute_logits(hidden_states)",
     ]
     blk = [FENCE_TIGHT, "            hidden_states, _ = self.extract_multimodal_outputs(hidden_states)", PLAIN]
-    ours = replaced(base, "hidden_states = outputs", "hidden_states = outputs[0] if isinstance(outputs, tuple) "
-                                                     "else outputs")
+    ours = replaced(
+        base, "hidden_states = outputs", "hidden_states = outputs[0] if isinstance(outputs, tuple) else outputs"
+    )
     theirs = with_block_after(base, 4, blk)
     result = merge3(src(*base), src(*ours), src(*theirs))
     assert result.clean
@@ -228,8 +235,9 @@ def test_upstream_insertion_follows_its_anchor_next_to_an_omni_change() -> None:
     theirs_lines = replaced(EXEC, "self._update_states(scheduler_output)", "self._omni_update_states(scheduler_output)")
     result = merge3(base, src(*ours_lines), src(*theirs_lines))
     assert result.clean
-    assert result.text == src(*with_block_after(theirs_lines, 4, ["        self._sync_metadata_across_dp("
-                                                                    "scheduler_output)"]))
+    assert result.text == src(
+        *with_block_after(theirs_lines, 4, ["        self._sync_metadata_across_dp(scheduler_output)"])
+    )
     assert only(result).kind == "block-moved"
     check_regions(result)
 
@@ -238,8 +246,11 @@ def test_both_anchors_gone_is_an_anchor_lost_conflict_with_the_block_whole() -> 
     base = src(*EXEC)
     # upstream rewrote both anchor lines into something else (not a word-level edit of them)
     ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "with self.synchronize_input_prep():")
-    ours_lines = replaced(ours_lines, "num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
-                          "self._update_persistent_batch(scheduler_output, defer=True)")
+    ours_lines = replaced(
+        ours_lines,
+        "num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
+        "self._update_persistent_batch(scheduler_output, defer=True)",
+    )
     theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
     result = merge3(base, src(*ours_lines), theirs, labels=("v0.14.0", "v0.16.0", "0002-omni-kv.patch"))
     assert not result.clean
@@ -330,10 +341,12 @@ def test_words_at_both_ends_of_a_line_merge() -> None:
 
 def test_overlapping_words_do_not_merge() -> None:
     base = ["    def load_model(self):", "        self.model = get_model(vllm_config=self.vllm_config)"]
-    ours = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
-                                                                       "prefix='model')")
-    theirs = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
-                                                                         "omni=True)")
+    ours = replaced(
+        base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, prefix='model')"
+    )
+    theirs = replaced(
+        base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, omni=True)"
+    )
     result = merge3(src(*base), src(*ours), src(*theirs))
     assert only(result).kind == "both-changed"
 
@@ -345,8 +358,9 @@ def test_upstream_edited_lines_the_patch_deleted_keeps_the_replacement() -> None
         "        sampler_output = self.sampler(logits=logits, sampling_metadata=sampling_metadata)",
         "        return sampler_output",
     ]
-    ours = replaced(base, "sampling_metadata=sampling_metadata)", "sampling_metadata=sampling_metadata, "
-                                                                   "predict_bonus_token=True)")
+    ours = replaced(
+        base, "sampling_metadata=sampling_metadata)", "sampling_metadata=sampling_metadata, predict_bonus_token=True)"
+    )
     theirs = [
         base[0],
         base[1],
@@ -373,10 +387,12 @@ def test_real_overlapping_edit_is_a_diff3_conflict() -> None:
         "            self.model.eval()",
         "        logger.info('Loading model weights took %.4f GB', m.consumed_memory / GiB_bytes)",
     ]
-    ours = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
-                                                                       "prefix='model')")
-    theirs = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
-                                                                         "omni=True)")
+    ours = replaced(
+        base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, prefix='model')"
+    )
+    theirs = replaced(
+        base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, omni=True)"
+    )
     labels = ("v0.14.0", "v0.16.0", "0003-omni-talker.patch")
     result = merge3(src(*base), src(*ours), src(*theirs), labels=labels)
     assert not result.clean
@@ -409,8 +425,11 @@ def test_conflict_line_counts_expanded_blocks_above_it() -> None:
     """Blocks above a conflict are folded while merging; the reported line is in the expanded text."""
     base = list(EXEC)
     ours = replaced(base, "return self._postprocess(logits)", "return self._postprocess(logits, None)")
-    theirs = with_block_after(replaced(base, "return self._postprocess(logits)", "return self._postprocess(logits, "
-                                                                                 "self.talker_outputs)"), 4, KV_BLOCK)
+    theirs = with_block_after(
+        replaced(base, "return self._postprocess(logits)", "return self._postprocess(logits, self.talker_outputs)"),
+        4,
+        KV_BLOCK,
+    )
     result = merge3(src(*base), src(*ours), src(*theirs))
     region = only(result)
     assert region.conflict
@@ -458,12 +477,17 @@ def test_clean_upstream_edit_far_from_omni_changes_is_not_flagged() -> None:
 
 
 def _conflicting() -> tuple[str, str, str]:
-    base = ["    def load_model(self):", "        self.model = get_model(vllm_config=self.vllm_config)",
-            "        self.model.eval()"]
-    ours = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
-                                                                       "prefix='model')")
-    theirs = replaced(base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, "
-                                                                         "omni=True)")
+    base = [
+        "    def load_model(self):",
+        "        self.model = get_model(vllm_config=self.vllm_config)",
+        "        self.model.eval()",
+    ]
+    ours = replaced(
+        base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, prefix='model')"
+    )
+    theirs = replaced(
+        base, "get_model(vllm_config=self.vllm_config)", "get_model(vllm_config=self.vllm_config, omni=True)"
+    )
     return src(*base), src(*ours), src(*theirs)
 
 
@@ -491,9 +515,11 @@ def test_recorded_resolution_is_reused() -> None:
     assert not reused.conflict
     assert reused.key == key
     assert reused.resolution == store[key]
-    assert second.text == src("    def load_model(self):",
-                              "        self.model = get_model(vllm_config=self.vllm_config, prefix='model', omni=True)",
-                              "        self.model.eval()")
+    assert second.text == src(
+        "    def load_model(self):",
+        "        self.model = get_model(vllm_config=self.vllm_config, prefix='model', omni=True)",
+        "        self.model.eval()",
+    )
     assert "<<<<<<<" not in second.text
     check_regions(second)
 
@@ -548,8 +574,11 @@ def test_recorded_resolution_for_an_anchor_lost_conflict() -> None:
     base = src(*EXEC)
     # upstream rewrote both anchor lines into something else (not a word-level edit of them)
     ours_lines = replaced(EXEC, "self._update_states(scheduler_output)", "with self.synchronize_input_prep():")
-    ours_lines = replaced(ours_lines, "num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
-                          "self._update_persistent_batch(scheduler_output, defer=True)")
+    ours_lines = replaced(
+        ours_lines,
+        "num_scheduled_tokens = scheduler_output.total_num_scheduled_tokens",
+        "self._update_persistent_batch(scheduler_output, defer=True)",
+    )
     theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
     first = merge3(base, src(*ours_lines), theirs)
     key = only(first).key
@@ -564,10 +593,16 @@ def test_recorded_resolution_for_an_anchor_lost_conflict() -> None:
 # never drop or duplicate an omni block
 
 
-@pytest.mark.parametrize("ours", [DUMMY_BASE, DUMMY_UPSTREAM, DUMMY_WRAPPED,
-                                  replaced(DUMMY_WRAPPED, "positions=positions,", "positions=positions, "
-                                                                                  "inputs_embeds=inputs_embeds,")],
-                         ids=["unchanged", "upstream-edit", "upstream-rewrap", "upstream-rewrap-and-edit"])
+@pytest.mark.parametrize(
+    "ours",
+    [
+        DUMMY_BASE,
+        DUMMY_UPSTREAM,
+        DUMMY_WRAPPED,
+        replaced(DUMMY_WRAPPED, "positions=positions,", "positions=positions, inputs_embeds=inputs_embeds,"),
+    ],
+    ids=["unchanged", "upstream-edit", "upstream-rewrap", "upstream-rewrap-and-edit"],
+)
 @pytest.mark.parametrize("where", ["after", "around"])
 def test_patch_adding_a_block_plus_rewrapping_keeps_the_block_once(ours: list[str], where: str) -> None:
     extract = "        hidden_states, _ = self.extract_multimodal_outputs(hidden_states)"
@@ -618,7 +653,9 @@ def test_block_both_sides_inserted_is_not_doubled() -> None:
     theirs = src(*with_block_after(EXEC, 4, KV_BLOCK))
     ours_lines = with_block_after(
         replaced(EXEC, "self._update_states(scheduler_output)", "self._update_states(scheduler_output, None)"),
-        4, KV_BLOCK)
+        4,
+        KV_BLOCK,
+    )
     result = merge3(base, src(*ours_lines), theirs)
     assert count_seq(result.text, KV_BLOCK) == 1
 
@@ -630,8 +667,11 @@ def test_line_wrapped_verbatim_into_a_block_is_not_replaced_code() -> None:
         "        return hidden_states",
     ]
     ours = replaced(base, "positions=positions)", "positions=positions, inputs_embeds=inputs_embeds)")
-    theirs = base[:1] + block(base[1], "        hidden_states, _ = self.extract_multimodal_outputs(hidden_states)") \
+    theirs = (
+        base[:1]
+        + block(base[1], "        hidden_states, _ = self.extract_multimodal_outputs(hidden_states)")
         + base[2:]
+    )
     result = merge3(src(*base), src(*ours), src(*theirs))
     assert all(r.kind != "kept-replacement" for r in result.regions)
     assert "inputs_embeds=inputs_embeds" in result.text
@@ -667,11 +707,16 @@ _UPSTREAM = [
     "        return self._postprocess(sampler_output)",
 ]
 _BLOCKS = [
-    ["        # [Omni] Handle KV transfer BEFORE updating states",
-     "        self.kv_extractor.extract(scheduler_output)"],
+    [
+        "        # [Omni] Handle KV transfer BEFORE updating states",
+        "        self.kv_extractor.extract(scheduler_output)",
+    ],
     ["        hidden_states, multimodal_outputs = self.extract_multimodal_outputs(hidden_states)"],
-    ["        if self.has_talker_mtp:", "            self._talker_mtp_forward(hidden_states)",
-     "        self.omni_connector.flush()"],
+    [
+        "        if self.has_talker_mtp:",
+        "            self._talker_mtp_forward(hidden_states)",
+        "        self.omni_connector.flush()",
+    ],
 ]
 
 _edit = st.tuples(st.sampled_from(["insert", "delete", "replace"]), st.integers(0, 40), st.sampled_from(_UPSTREAM))
@@ -682,8 +727,15 @@ def _scenario(draw: st.DrawFn) -> tuple[list[str], list[str], list[str], list[li
     body = draw(st.lists(st.sampled_from(_BODY), min_size=3, max_size=14))
     base = ["class NPUModelRunner(GPUModelRunner):", "    def execute_model(self, scheduler_output):", *body]
     n_blocks = draw(st.integers(1, 3))
-    fence = draw(st.sampled_from([FENCE, FENCE.replace("#  --", "# --"),
-                                  "        # ---------------------------------------Omni-new------------------------"]))
+    fence = draw(
+        st.sampled_from(
+            [
+                FENCE,
+                FENCE.replace("#  --", "# --"),
+                "        # ---------------------------------------Omni-new------------------------",
+            ]
+        )
+    )
     chosen = draw(st.permutations(range(len(_BLOCKS))))[:n_blocks]
     blocks = [[fence, *_BLOCKS[i], fence] for i in chosen]
     positions = sorted(draw(st.lists(st.integers(2, len(base)), min_size=n_blocks, max_size=n_blocks)))
@@ -758,17 +810,30 @@ def test_upstream_branch_added_to_code_the_patch_deleted_is_kept_replacement() -
 def test_a_resolution_that_does_not_compile_becomes_a_conflict() -> None:
     """Both sides add a branch at one place: upstream's `else` first, then the omni `elif`, is not Python."""
     base = src("    def f(self, a):", "        if a:", "            self.x()", "        self.y()")
-    ours = src("    def f(self, a):", "        if a:", "            self.x()", "        else:",
-               "            self.z()", "        self.y()")
-    theirs = src("    def f(self, a):", "        if a:", "            self.x()", "        elif self.c:",
-                 "            self.q()", "        self.y()")
+    ours = src(
+        "    def f(self, a):",
+        "        if a:",
+        "            self.x()",
+        "        else:",
+        "            self.z()",
+        "        self.y()",
+    )
+    theirs = src(
+        "    def f(self, a):",
+        "        if a:",
+        "            self.x()",
+        "        elif self.c:",
+        "            self.q()",
+        "        self.y()",
+    )
     plain = merge3(base, ours, theirs)
     assert plain.clean and [r.kind for r in plain.regions] == ["both-inserted"]
     with pytest.raises(SyntaxError):
         compile("class R:\n" + plain.text, "r.py", "exec")
     wrapped = ["class R:"]
-    checked = merge.merge3_checked("\n".join(wrapped) + "\n" + base, "\n".join(wrapped) + "\n" + ours,
-                                   "\n".join(wrapped) + "\n" + theirs)
+    checked = merge.merge3_checked(
+        "\n".join(wrapped) + "\n" + base, "\n".join(wrapped) + "\n" + ours, "\n".join(wrapped) + "\n" + theirs
+    )
     assert not checked.clean
     (region,) = checked.conflicts
     assert "did not compile" in region.message

@@ -1,4 +1,4 @@
-"""patch_queue.patchfile against real git: render() must write what ``git format-patch`` writes,
+"""patch_queue.series.patchfile against real git: render() must write what ``git format-patch`` writes,
 parse() must read it back, apply() must produce what git committed, and ``git am`` must accept the
 rendered files.  Every repository is a sealed temporary one (fixed HOME, no system config, fixed
 names, e-mails and dates)."""
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patch_queue.errors import PatchError
-from patch_queue.patchfile import PatchFile, apply, files_touched, parse, render, split_message
+from patch_queue.series.patchfile import PatchFile, apply, files_touched, parse, render, split_message
 
 CORPUS = Path(os.environ.get("PQ_CORPUS", "/work/shared/corpus"))
 NPU_RUNNER = CORPUS / "vllm-omni-0.30.0" / "npu" / "npu_ar_model_runner.py"
@@ -581,8 +581,7 @@ def parse_or_one_line_error(data: bytes, path: str = "fuzz.patch") -> PatchFile 
 def mutate(patch: bytes, data: st.DataObject, rounds: int) -> bytes:
     """``patch`` after up to ``rounds`` random edits: truncation, a line deleted, duplicated or swapped, a
     byte replaced or flipped, bytes inserted, CR LF line ends."""
-    kinds = ["truncate", "delete line", "duplicate line", "swap lines", "replace byte", "flip byte", "insert",
-             "crlf"]
+    kinds = ["truncate", "delete line", "duplicate line", "swap lines", "replace byte", "flip byte", "insert", "crlf"]
     for _ in range(data.draw(st.integers(1, rounds))):
         kind = data.draw(st.sampled_from(kinds))
         lines = patch.split(b"\n")
@@ -607,8 +606,14 @@ def mutate(patch: bytes, data: st.DataObject, rounds: int) -> bytes:
             patch = patch[:i] + bytes([patch[i] ^ (1 << data.draw(st.integers(0, 7)))]) + patch[i + 1 :]
         elif kind == "insert":
             i = data.draw(st.integers(0, len(patch)))
-            chunk = data.draw(st.one_of(st.binary(min_size=1, max_size=8), st.sampled_from(
-                [b"\n", b"\r\n", b"@@ -1 +1 @@\n", b"\\ No newline at end of file\n", b"-- \n", b" "])))
+            chunk = data.draw(
+                st.one_of(
+                    st.binary(min_size=1, max_size=8),
+                    st.sampled_from(
+                        [b"\n", b"\r\n", b"@@ -1 +1 @@\n", b"\\ No newline at end of file\n", b"-- \n", b" "]
+                    ),
+                )
+            )
             patch = patch[:i] + chunk + patch[i:]
         elif kind == "crlf":
             patch = patch.replace(b"\n", b"\r\n")

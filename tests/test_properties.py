@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_patchfile import mutate, parse_or_one_line_error
 
-from patch_queue import engine
+from patch_queue.commands import engine
 from patch_queue.errors import PqError
-from patch_queue.workspace import open_workspace
+from patch_queue.project.workspace import open_workspace
 
 # ---------------------------------------------------------------------------------------------
 # (a) the parser: it parses, or raises PatchError with one line that names the file (the oracle and
@@ -50,16 +50,39 @@ def real_patches(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
 
 _PATCHLIKE = st.lists(
     st.one_of(
-        st.sampled_from([
-            b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n", b"From: A <a@b.c>\n",
-            b"Date: Thu, 1 Jan 1970 00:00:00 +0000\n", b"Subject: [PATCH] x\n", b"\n", b"---\n",
-            b"diff --git a/m.py b/m.py\n", b"index 1111111..2222222 100644\n", b"--- a/m.py\n", b"+++ b/m.py\n",
-            b"--- /dev/null\n", b"new file mode 100644\n", b"deleted file mode 100644\n", b"@@ -1 +1 @@\n",
-            b"@@ -1,2 +1,3 @@\n", b"@@ -0,0 +1 @@\n", b" ctx\n", b"-old\n", b"+new\n",
-            b"\\ No newline at end of file\n",
-            b"-- \n", b"2.39.5\n", b"rename from a\n", b"rename to b\n", b"GIT binary patch\n", b"literal 0\n",
-            b"Binary files a/x and b/x differ\n", b"\r\n", b"=?utf-8?q?=C3=BC?=\n",
-        ]),
+        st.sampled_from(
+            [
+                b"From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n",
+                b"From: A <a@b.c>\n",
+                b"Date: Thu, 1 Jan 1970 00:00:00 +0000\n",
+                b"Subject: [PATCH] x\n",
+                b"\n",
+                b"---\n",
+                b"diff --git a/m.py b/m.py\n",
+                b"index 1111111..2222222 100644\n",
+                b"--- a/m.py\n",
+                b"+++ b/m.py\n",
+                b"--- /dev/null\n",
+                b"new file mode 100644\n",
+                b"deleted file mode 100644\n",
+                b"@@ -1 +1 @@\n",
+                b"@@ -1,2 +1,3 @@\n",
+                b"@@ -0,0 +1 @@\n",
+                b" ctx\n",
+                b"-old\n",
+                b"+new\n",
+                b"\\ No newline at end of file\n",
+                b"-- \n",
+                b"2.39.5\n",
+                b"rename from a\n",
+                b"rename to b\n",
+                b"GIT binary patch\n",
+                b"literal 0\n",
+                b"Binary files a/x and b/x differ\n",
+                b"\r\n",
+                b"=?utf-8?q?=C3=BC?=\n",
+            ]
+        ),
         st.binary(max_size=12),
     ),
     max_size=40,
@@ -81,8 +104,10 @@ def test_parser_on_mutated_real_patches(real_patches: list[bytes], data: st.Data
 # ---------------------------------------------------------------------------------------------
 # (b) adopt then build is the identity on random runner-like modules
 
-_FENCES = ["# -------------------------------------- Omni-new -------------------------------------------------",
-           "# ---------------------------------------Omni-new----------------------------------------------"]
+_FENCES = [
+    "# -------------------------------------- Omni-new -------------------------------------------------",
+    "# ---------------------------------------Omni-new----------------------------------------------",
+]
 
 
 @st.composite
@@ -112,8 +137,9 @@ def _runner(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
         body = "".join("        " + line + "\n" for stmt in stmts for line in stmt)
         return f"    def {name}(self, batch{extra}):\n" + body + "        return batch\n"
 
-    upstream = ("import torch\n\n\nclass NPUModelRunner:\n    def __init__(self):\n        self.a = 1\n\n"
-                + "\n".join(render(n, s) for n, s in methods))
+    upstream = "import torch\n\n\nclass NPUModelRunner:\n    def __init__(self):\n        self.a = 1\n\n" + "\n".join(
+        render(n, s) for n, s in methods
+    )
     carried = draw(st.lists(st.sampled_from(range(n_methods)), min_size=1, max_size=n_methods, unique=True))
     down_methods: list[str] = []
     for m in carried:
@@ -135,10 +161,13 @@ def _runner(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
                 stmts[i] = [stmts[i][0] + " * self.omni_scale  # Omni-new"]
         down_methods.append(render(name, stmts))
     if draw(st.booleans()):
-        down_methods.insert(draw(st.integers(0, len(down_methods))),
-                            "    def omni_only(self):\n        return self.omni_hook(0)\n")
-    down = ("import torch\n\nfrom vllm_ascend.worker.model_runner_v1 import NPUModelRunner\n\n\n"
-            "class OmniNPUModelRunner(NPUModelRunner):\n" + "\n".join(down_methods))
+        down_methods.insert(
+            draw(st.integers(0, len(down_methods))), "    def omni_only(self):\n        return self.omni_hook(0)\n"
+        )
+    down = (
+        "import torch\n\nfrom vllm_ascend.worker.model_runner_v1 import NPUModelRunner\n\n\n"
+        "class OmniNPUModelRunner(NPUModelRunner):\n" + "\n".join(down_methods)
+    )
     modules = {"npu_model_runner.py": down}
     if draw(st.booleans()):
         modules["npu_omni_worker.py"] = "class OmniWorker:\n    pass\n"

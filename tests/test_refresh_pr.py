@@ -32,8 +32,15 @@ class Recorder:
 
     def create(self, branch: str, base: str, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> int:
         number = len(self.prs) + 1
-        self.prs[number] = {"branch": branch, "base": base, "title": title, "body": body, "draft": draft,
-                            "labels": list(labels), "comments": []}
+        self.prs[number] = {
+            "branch": branch,
+            "base": base,
+            "title": title,
+            "body": body,
+            "draft": draft,
+            "labels": list(labels),
+            "comments": [],
+        }
         self.calls.append(("create", number))
         return number
 

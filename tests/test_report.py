@@ -1,4 +1,4 @@
-"""patch_queue.report: the pull-request body, the workflow commands and the terminal line of a refresh report."""
+"""outputs/report.py: the pull-request body, the workflow commands and the terminal line of a refresh report."""
 
 # no ``from __future__ import annotations``: report.annotations is imported by that name
 import copy
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from patch_queue import report
-from patch_queue.report import GITHUB_BODY_LIMIT, TRUNCATED_NOTE, annotations, markdown, summary_line
+from patch_queue.outputs import report
+from patch_queue.outputs.report import GITHUB_BODY_LIMIT, TRUNCATED_NOTE, annotations, markdown, summary_line
 
 URL = "https://github.com/vllm-project/vllm-ascend"
 SHA_A = "3f2c9e1d8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d"
@@ -60,8 +60,9 @@ def conflict(**over: object) -> dict[str, object]:
         "kind": "both-changed",
         "message": "upstream wrapped _update_states in a profiling context where the omni block sits",
         "anchor": {"index": 3, "line": 329, "text": "if self.execute_model_state is not None:"},
-        "culprits": [{"commit": SHA_A, "subject": "[Perf] profile input preparation", "pr": 4321,
-                      "date": "2026-05-02"}],
+        "culprits": [
+            {"commit": SHA_A, "subject": "[Perf] profile input preparation", "pr": 4321, "date": "2026-05-02"}
+        ],
         "sides": {"base": BASE_EXECUTE, "upstream": UPSTREAM_EXECUTE, "patch": PATCH_EXECUTE},
         "reused": False,
     }
@@ -87,12 +88,17 @@ def flag(**over: object) -> dict[str, object]:
     return entry
 
 
-def make_report(conflicts: list[dict[str, object]] | None = None, flags: list[dict[str, object]] | None = None,
-                **over: object) -> dict[str, object]:
+def make_report(
+    conflicts: list[dict[str, object]] | None = None, flags: list[dict[str, object]] | None = None, **over: object
+) -> dict[str, object]:
     data: dict[str, object] = {
         "format": 2,
-        "upstream": {"base": "v0.18.0rc1", "target": "v0.20.0rc1", "base_commit": SHA_BASE,
-                     "target_commit": SHA_TARGET},
+        "upstream": {
+            "base": "v0.18.0rc1",
+            "target": "v0.20.0rc1",
+            "base_commit": SHA_BASE,
+            "target_commit": SHA_TARGET,
+        },
         "downstream": {"name": "vllm-omni", "release": "0.30.0"},
         "out": "npu_worker",
         "patches": [
@@ -116,16 +122,29 @@ def full_report() -> dict[str, object]:
     return make_report(
         conflicts=[
             conflict(),
-            conflict(patch="0014-npu-model-runner-update-states.patch", file="npu_model_runner.py", line=104,
-                     symbol="NPUModelRunner._update_states", kind="anchor-lost",
-                     message="the line omni block 1 followed is gone upstream", anchor=None,
-                     sides={"base": DIFF_SIDE, "upstream": "", "patch": OMNI_REGISTER}),
+            conflict(
+                patch="0014-npu-model-runner-update-states.patch",
+                file="npu_model_runner.py",
+                line=104,
+                symbol="NPUModelRunner._update_states",
+                kind="anchor-lost",
+                message="the line omni block 1 followed is gone upstream",
+                anchor=None,
+                sides={"base": DIFF_SIDE, "upstream": "", "patch": OMNI_REGISTER},
+            ),
         ],
         flags=[
             flag(),
-            flag(patch="0014-npu-model-runner-update-states.patch", file="npu_model_runner.py", line=120,
-                 symbol="NPUModelRunner._update_states", kind="reused", reused=True,
-                 message="applied the recorded resolution of 2026-04-30", culprits=[]),
+            flag(
+                patch="0014-npu-model-runner-update-states.patch",
+                file="npu_model_runner.py",
+                line=120,
+                symbol="NPUModelRunner._update_states",
+                kind="reused",
+                reused=True,
+                message="applied the recorded resolution of 2026-04-30",
+                culprits=[],
+            ),
             flag(kind="near-block", line=402, culprits=[], anchor=None),
         ],
         removed_symbols=["npu_model_runner.py: NPUModelRunner._foo"],
@@ -141,7 +160,7 @@ def table(body: str, header: str) -> list[list[str]]:
     lines = body.splitlines()
     start = lines.index(header)
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([cell.strip() for cell in line.strip("|").split(" | ")])
@@ -178,8 +197,9 @@ def test_clean_status() -> None:
 
 
 def test_stopped_refresh_is_said() -> None:
-    body = markdown(make_report([conflict()], finished=False,
-                                stopped_at="0005-npu-ar-model-runner-execute-model.patch"))
+    body = markdown(
+        make_report([conflict()], finished=False, stopped_at="0005-npu-ar-model-runner-execute-model.patch")
+    )
     assert "**1 conflict needs resolution:**" in body
     assert "stopped at `0005-npu-ar-model-runner-execute-model.patch`" in body
 
@@ -239,8 +259,9 @@ def test_details_sections() -> None:
 
 def test_culprit_links() -> None:
     first = sections(markdown(full_report()))[0]
-    assert (f"- [3f2c9e1]({URL}/commit/{SHA_A}) [#4321]({URL}/pull/4321) "
-            "[Perf] profile input preparation (2026-05-02)") in first
+    assert (
+        f"- [3f2c9e1]({URL}/commit/{SHA_A}) [#4321]({URL}/pull/4321) [Perf] profile input preparation (2026-05-02)"
+    ) in first
     # no PR: only the commit link
     moved = sections(markdown(full_report()))[2]
     assert f"- [a1b2c3d]({URL}/commit/{SHA_B}) Refactor KV transfer hand-off (2026-04-28)" in moved
@@ -270,8 +291,7 @@ def test_diff_sides_empty_sides_and_flag_resolution() -> None:
 
 
 def test_html_in_text_is_escaped() -> None:
-    body = markdown(make_report([conflict(message="markers <<<<<<< and </details> & more",
-                                          symbol="Runner.<lambda>")]))
+    body = markdown(make_report([conflict(message="markers <<<<<<< and </details> & more", symbol="Runner.<lambda>")]))
     assert "markers &lt;&lt;&lt;&lt;&lt;&lt;&lt; and &lt;/details&gt; &amp; more" in body
     assert "<code>Runner.&lt;lambda&gt;</code>" in body
     assert body.count("</details>") == 1
@@ -300,8 +320,14 @@ def test_format_1_report_renders() -> None:
         "format": 1,
         "upstream": {"base": "v0.18.0rc1", "target": "v0.20.0rc1"},
         "patches": [{"name": "0005-npu-ar-model-runner-execute-model.patch", "status": "conflict"}],
-        "conflicts": [{"patch": "0005-npu-ar-model-runner-execute-model.patch", "file": "npu_ar_model_runner.py",
-                       "line": 331, "symbol": "NPUARModelRunner.execute_model"}],
+        "conflicts": [
+            {
+                "patch": "0005-npu-ar-model-runner-execute-model.patch",
+                "file": "npu_ar_model_runner.py",
+                "line": 331,
+                "symbol": "NPUARModelRunner.execute_model",
+            }
+        ],
         "removed_symbols": [],
         "finished": False,
         "stopped_at": "0005-npu-ar-model-runner-execute-model.patch",
@@ -334,8 +360,9 @@ def test_bad_report_names_the_key(data: dict[str, object], message: str) -> None
 
 
 def big_report(n_conflicts: int, n_flags: int, side_lines: int) -> dict[str, object]:
-    side = "".join(f"        self.omni_state_{i} = compute_state(scheduler_output, index={i})\n"
-                   for i in range(side_lines))
+    side = "".join(
+        f"        self.omni_state_{i} = compute_state(scheduler_output, index={i})\n" for i in range(side_lines)
+    )
     sides = {"base": side, "upstream": side.replace("compute_state", "compute_state_v2"), "patch": side}
     return make_report(
         conflicts=[conflict(line=100 + i, sides=sides) for i in range(n_conflicts)],
@@ -417,10 +444,16 @@ def test_annotations_one_per_entry() -> None:
 
 
 def test_annotation_escaping() -> None:
-    entry = conflict(file="odd:dir,x/npu_model_runner.py", kind="both-changed", symbol="",
-                     message="100% of a,b: line one\r\nline two\n",
-                     culprits=[{"commit": SHA_A, "subject": "", "pr": 7, "date": ""},
-                               {"commit": SHA_B, "subject": "", "pr": None, "date": ""}])
+    entry = conflict(
+        file="odd:dir,x/npu_model_runner.py",
+        kind="both-changed",
+        symbol="",
+        message="100% of a,b: line one\r\nline two\n",
+        culprits=[
+            {"commit": SHA_A, "subject": "", "pr": 7, "date": ""},
+            {"commit": SHA_B, "subject": "", "pr": None, "date": ""},
+        ],
+    )
     (line,) = annotations(make_report([entry], out="out%dir"))
     assert line == (
         "::error file=out%25dir/odd%3Adir%2Cx/npu_model_runner.py,line=331,title=both-changed::"
@@ -430,8 +463,20 @@ def test_annotation_escaping() -> None:
 
 
 def test_annotation_without_file_or_details() -> None:
-    (line,) = annotations(make_report(flags=[flag(file="", line=None, symbol="", culprits=[], kind="merged-words",
-                                                  message="merged the argument lists word by word")]))
+    (line,) = annotations(
+        make_report(
+            flags=[
+                flag(
+                    file="",
+                    line=None,
+                    symbol="",
+                    culprits=[],
+                    kind="merged-words",
+                    message="merged the argument lists word by word",
+                )
+            ]
+        )
+    )
     assert line == "::warning title=merged-words::merged the argument lists word by word"
 
 

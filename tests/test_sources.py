@@ -477,8 +477,11 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     digest = hashlib.sha256(archives["pq_fixture_pkg-0.9.tar.gz"]).hexdigest()
     unpacked = tmp_path / "cache" / "unpacked" / f"{digest}.zip"
     assert zipfile.ZipFile(unpacked).namelist() == ["PKG-INFO", *sorted(module)]
-    for damage in (lambda b: b.replace(b"VALUE = 1", b"VALUE = 7"), lambda b: b[:40], lambda b: b.replace(
-            digest.encode(), b"0" * 64)):
+    for damage in (
+        lambda b: b.replace(b"VALUE = 1", b"VALUE = 7"),
+        lambda b: b[:40],
+        lambda b: b.replace(digest.encode(), b"0" * 64),
+    ):
         unpacked.write_bytes(damage(unpacked.read_bytes()))
         assert sources.release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None) == module
         unpacked.write_bytes(damage(unpacked.read_bytes()))

@@ -13,10 +13,10 @@ import pytest
 from conftest import copy_project, new_project, pq
 from test_end_to_end import BASE_030, adopted_030  # noqa: F401  (shared module fixture)
 
-from patch_queue import wheel
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import read_folder
-from patch_queue.queue import Queue, UpstreamPin
+from patch_queue.outputs import wheel
+from patch_queue.project.fsutil import read_folder
+from patch_queue.series.queue import Queue, UpstreamPin
 
 PUBLIC_030 = "cf0baa38dfb2aef4faf6baaaa97beb4ac974ae35"  # the public commit of BASE_030
 PACKAGE = "npu_worker"
@@ -47,14 +47,30 @@ def standalone_build(proj: Path, tmp: Path) -> dict[str, bytes]:
 
 
 def pip_install(whl: Path, target: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check",
-                    "--quiet", "--target", str(target), str(whl)], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--disable-pip-version-check",
+            "--quiet",
+            "--target",
+            str(target),
+            str(whl),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 # -- the real 0.30.0 adopts -----------------------------------------------------------------------
 
 
-def test_wheel_of_the_folder_adopt(adopted_030: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_wheel_of_the_folder_adopt(adopted_030: Path, tmp_path: Path) -> None:
     """A folder adopt records no downstream release: the public version is 0, the omni extra is unpinned."""
     proj = copy_project(adopted_030, tmp_path / "p")
     queue = (proj / "patches" / "queue.toml").read_text()
@@ -70,7 +86,8 @@ def test_wheel_of_the_folder_adopt(adopted_030: Path, tmp_path: Path) -> None:  
     assert meta.get_all("Requires-Dist") == ["torch-npu", 'vllm-omni; extra == "omni"']
     assert meta.get_all("Provides-Extra") == ["omni"]
     assert meta.get_all("Project-URL") == [
-        f"vllm-ascend commit, https://github.com/vllm-project/vllm-ascend/commit/{PUBLIC_030}"]
+        f"vllm-ascend commit, https://github.com/vllm-project/vllm-ascend/commit/{PUBLIC_030}"
+    ]
     assert PUBLIC_030 in meta.get_payload()
     # the package is the --standalone build, byte for byte; npu_worker/ is not touched
     files = package_files(whl)
@@ -117,7 +134,7 @@ def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_refresh_in_progress_or_nothing_built(adopted_030: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_refresh_in_progress_or_nothing_built(adopted_030: Path, tmp_path: Path) -> None:
     proj = copy_project(adopted_030, tmp_path / "p")
     state = proj / ".git" / "pq" / "refresh.json"
     state.parent.mkdir(parents=True, exist_ok=True)
@@ -140,8 +157,9 @@ def test_refresh_in_progress_or_nothing_built(adopted_030: Path, tmp_path: Path)
 # -- version and metadata, without the corpus -----------------------------------------------------
 
 
-def make_queue(kind: str, spec: str, *, release: str = "0.30.0", public_commit: str = "",
-               files: dict[str, str] | None = None) -> Queue:
+def make_queue(
+    kind: str, spec: str, *, release: str = "0.30.0", public_commit: str = "", files: dict[str, str] | None = None
+) -> Queue:
     pin = UpstreamPin("vllm-ascend", kind, spec, "", "label", public_commit, files or {})
     return Queue(pin, "vllm-omni", release, "vllm_omni/platforms/npu/worker", ())
 
@@ -177,7 +195,10 @@ def test_release_pin_wheel_requires_the_release(tmp_path: Path) -> None:
     whl.write_bytes(data)
     meta_file = metadata(whl)
     assert meta_file.get_all("Requires-Dist") == [
-        "vllm-ascend==0.30.0rc2", "torch-npu", 'vllm-omni==0.30.0; extra == "omni"']
+        "vllm-ascend==0.30.0rc2",
+        "torch-npu",
+        'vllm-omni==0.30.0; extra == "omni"',
+    ]
     assert meta_file.get_all("Provides-Extra") == ["omni"] and meta_file.get_all("Project-URL") is None
     assert package_files(whl) == files
     with zipfile.ZipFile(whl) as zf:

@@ -301,8 +301,13 @@ class UpstreamGit:
         delta-base cache reads a run of revisions of one file 3x faster than libgit2 lookups."""
         if not blobs:
             return
-        proc = subprocess.Popen(["git", "-C", str(self.path), "cat-file", "--batch"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, **_GIT_ENV})
+        proc = subprocess.Popen(
+            ["git", "-C", str(self.path), "cat-file", "--batch"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **_GIT_ENV},
+        )
         assert proc.stdin is not None and proc.stdout is not None
         stdin, stdout = proc.stdin, proc.stdout
 

@@ -194,9 +194,7 @@ class ProjectRepo:
             return None
 
     def refs(self, prefix: str = REF_PREFIX) -> dict[str, str]:
-        return {
-            r: str(self._repo.references[r].target) for r in sorted(self._repo.references) if r.startswith(prefix)
-        }
+        return {r: str(self._repo.references[r].target) for r in sorted(self._repo.references) if r.startswith(prefix)}
 
     def update_refs(self, updates: dict[str, tuple[str | None, str | None]], message: str) -> None:
         """Move refs from their expected old values to new ones (None: absent / delete).

@@ -1,0 +1,30 @@
+"""One finding of ``pq check``: a rule, a severity, a place and a one-line message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ERROR = "error"
+WARNING = "warning"
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    file: str  # path relative to the checked folder (e.g. "npu_ar_model_runner.py")
+    line: int  # 1-based; 0 when the finding is about the whole file
+    rule: str  # e.g. "import-unresolved"
+    severity: str  # ERROR | WARNING
+    message: str  # one line, no trailing period needed
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "file": self.file,
+            "line": self.line,
+            "message": self.message,
+        }
+
+    def render(self, prefix: str = "") -> str:
+        where = f"{prefix}{self.file}:{self.line}" if self.line else f"{prefix}{self.file}"
+        return f"{where}: {self.severity}: [{self.rule}] {self.message}"

@@ -1,0 +1,434 @@
+"""``pq check``: the maintainers' upgrade checklist, run on the built runner package.
+
+Each check is a pure function of module texts (and, for some, upstream sources) returning
+:class:`~patch_queue.checks.findings.Finding` objects:
+
+- ``parse``: every module parses and compiles;
+- ``fence``: ``Omni-new`` fences are balanced (see :mod:`patch_queue.merge.anchors`);
+- ``omni-block-missing`` / ``omni-block-duplicated`` / ``omni-block-changed``: every omni block
+  of a reference build (the previous build, or the adopted release) is present exactly once;
+- the NPU rules of ``rules.toml`` (and a project's ``patches/check-rules.toml``): data, so a
+  maintainer adds a rule without touching this code;
+- ``signature-drift``: a method the runners override or carry whose parameters differ from the
+  method of the same name in the upstream base class at the target version;
+- import resolution (:mod:`patch_queue.checks.imports`) and the GPU-side audit
+  (:mod:`patch_queue.checks.gpu_audit`) are wired in by the engine, which knows where the sources are.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import fnmatch
+import io
+import re
+import tokenize
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from patch_queue.checks.findings import ERROR, WARNING, Finding
+from patch_queue.errors import QueueError
+from patch_queue.merge import anchors
+
+USER_RULES = "check-rules.toml"
+
+
+# ---------------------------------------------------------------------------------------------
+# parse and fences
+
+
+def check_parse(files: Mapping[str, str]) -> list[Finding]:
+    out: list[Finding] = []
+    for path, text in sorted(files.items()):
+        try:
+            compile(text, path, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            out.append(Finding(path, exc.lineno or 0, "parse", ERROR, f"does not compile: {exc.msg}"))
+    return out
+
+
+def check_fences(files: Mapping[str, str]) -> list[Finding]:
+    out: list[Finding] = []
+    for path, text in sorted(files.items()):
+        _blocks, problems = anchors.parse_blocks(text)
+        out += [Finding(path, p.line, "fence", WARNING, p.message) for p in problems]
+    return out
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _block_texts(text: str) -> list[tuple[anchors.Block, str]]:
+    lines = text.splitlines(keepends=True)
+    blocks, _problems = anchors.parse_blocks(text)
+    return [(b, "".join(lines[b.start - 1 : b.end])) for b in blocks]
+
+
+def check_blocks(reference: Mapping[str, str], files: Mapping[str, str], *, what: str) -> list[Finding]:
+    """Every omni block of ``reference`` is in ``files`` exactly once (compared without whitespace).
+
+    A block whose text changed but whose first line is still there, once, is ``omni-block-changed``
+    (a warning: a merge or a maintainer edited it); gone entirely is ``omni-block-missing``; more
+    copies than the reference has is ``omni-block-duplicated``.
+    """
+    out: list[Finding] = []
+    for path in sorted(reference):
+        ref_blocks = _block_texts(reference[path])
+        if not ref_blocks:
+            continue
+        text = files.get(path)
+        if text is None:
+            out.append(
+                Finding(
+                    path,
+                    0,
+                    "omni-block-missing",
+                    ERROR,
+                    f"the module with {len(ref_blocks)} omni blocks of {what} is gone",
+                )
+            )
+            continue
+        now = _block_texts(text)
+        unmatched = list(range(len(now)))  # blocks of the checked text no reference block accounts for
+        lost: list[anchors.Block] = []
+        ref_keys = [_squash(t) for _b, t in ref_blocks]
+        for (block, _body), key in zip(ref_blocks, ref_keys, strict=True):
+            hit = next((i for i in unmatched if _squash(now[i][1]) == key), None)
+            if hit is None:
+                lost.append(block)
+            else:
+                unmatched.remove(hit)
+        for i in list(unmatched):
+            key = _squash(now[i][1])
+            if key in ref_keys:  # one more copy of a block the reference has
+                out.append(
+                    Finding(
+                        path,
+                        now[i][0].start,
+                        "omni-block-duplicated",
+                        ERROR,
+                        f"omni block {now[i][0].first!r} of {what} appears more often than there",
+                    )
+                )
+                unmatched.remove(i)
+        for block in lost:
+            body = _squash(next(t for b, t in ref_blocks if b is block))
+            similar = [
+                i
+                for i in unmatched
+                if now[i][0].first == block.first
+                or difflib.SequenceMatcher(None, _squash(now[i][1]), body, autojunk=False).ratio() >= 0.6
+            ]
+            if similar:
+                unmatched.remove(similar[0])
+                out.append(
+                    Finding(
+                        path,
+                        now[similar[0]][0].start,
+                        "omni-block-changed",
+                        WARNING,
+                        f"omni block {block.index} of {what} ({block.first!r}) was changed",
+                    )
+                )
+            else:
+                out.append(
+                    Finding(
+                        path,
+                        0,
+                        "omni-block-missing",
+                        ERROR,
+                        f"omni block {block.index} of {what} (line {block.start}: {block.first!r}) is gone",
+                    )
+                )
+    return sorted(set(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# data-driven NPU rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    kind: str
+    severity: str
+    message: str
+    options: Mapping[str, object]
+    files: tuple[str, ...] = ()
+
+    def applies(self, path: str) -> bool:
+        return not self.files or any(fnmatch.fnmatch(Path(path).name, g) for g in self.files)
+
+
+_KINDS = {"regex", "call-keyword", "assign-call", "duplicate"}
+
+
+def parse_rules(text: str, *, path: str) -> list[Rule]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise QueueError(f"not valid TOML: {exc}", path=path, line=getattr(exc, "lineno", None)) from None
+    rules: list[Rule] = []
+    for i, raw in enumerate(data.get("rule", [])):
+        where = f"rule[{i}]"
+        if not isinstance(raw, dict):
+            raise QueueError(f"{where} must be a table", path=path)
+        for key in ("id", "kind", "severity", "message"):
+            if not isinstance(raw.get(key), str) or not raw[key]:
+                raise QueueError(f"{where}.{key} must be a non-empty string", path=path)
+        if raw["kind"] not in _KINDS:
+            raise QueueError(f"{where}.kind {raw['kind']!r} is not one of {', '.join(sorted(_KINDS))}", path=path)
+        if raw["severity"] not in (ERROR, WARNING):
+            raise QueueError(f"{where}.severity must be 'error' or 'warning'", path=path)
+        need = {
+            "regex": ("pattern",),
+            "call-keyword": ("call", "keyword"),
+            "assign-call": ("attribute", "allowed"),
+            "duplicate": (),
+        }[raw["kind"]]
+        for key in need:
+            if key not in raw:
+                raise QueueError(f"{where} ({raw['id']}) needs {key!r}", path=path)
+        if raw["kind"] == "regex":
+            try:
+                re.compile(str(raw["pattern"]))
+            except re.error as exc:
+                raise QueueError(f"{where} ({raw['id']}): bad pattern: {exc}", path=path) from None
+        files = raw.get("files", [])
+        options = {k: v for k, v in raw.items() if k not in ("id", "kind", "severity", "message", "files")}
+        rules.append(Rule(raw["id"], raw["kind"], raw["severity"], raw["message"], options, tuple(files)))
+    return rules
+
+
+def load_rules(project_patches: Path | None = None) -> list[Rule]:
+    """The built-in rules, with a project's ``patches/check-rules.toml`` added (same id replaces)."""
+    builtin = resources.files("patch_queue.checks").joinpath("rules.toml").read_text(encoding="utf-8")
+    rules = {r.id: r for r in parse_rules(builtin, path="patch_queue/checks/rules.toml")}
+    if project_patches is not None and (project_patches / USER_RULES).is_file():
+        user = project_patches / USER_RULES
+        for r in parse_rules(user.read_text(encoding="utf-8"), path=str(user)):
+            rules[r.id] = r
+    return list(rules.values())
+
+
+def code_only(text: str) -> str:
+    """``text`` with comments and string literals blanked (line and column numbers kept)."""
+    lines = text.splitlines(keepends=True)
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return text
+    out = [list(line) for line in lines]
+    for tok in tokens:
+        if tok.type not in (tokenize.COMMENT, tokenize.STRING):
+            continue
+        (sr, sc), (er, ec) = tok.start, tok.end
+        for row in range(sr, er + 1):
+            if row - 1 >= len(out):
+                break
+            line = out[row - 1]
+            lo = sc if row == sr else 0
+            hi = ec if row == er else len(line)
+            for col in range(lo, min(hi, len(line))):
+                if line[col] != "\n":
+                    line[col] = " "
+    return "".join("".join(line) for line in out)
+
+
+def _call_name(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+_TRIVIAL = re.compile(r"^(\)|\]|\}|\)\:|else:|try:|pass|return|continue|break|\)\)|\),|\],)$")
+
+
+def _duplicates(tree: ast.AST, lines: list[str], min_lines: int) -> list[tuple[int, int, str]]:
+    """(line of the second copy, line of the first, name) for repeated runs of meaningful lines in a function."""
+    found: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        end = node.end_lineno or node.lineno
+        body: list[tuple[int, str]] = []
+        for number in range(node.lineno, end + 1):
+            squashed = _squash(lines[number - 1]) if number - 1 < len(lines) else ""
+            if not squashed or squashed.startswith("#") or _TRIVIAL.match(squashed):
+                continue
+            body.append((number, squashed))
+        starts = {n.lineno for n in ast.walk(node) if isinstance(n, ast.stmt)}
+        seen: dict[tuple[str, ...], int] = {}
+        last_hit = -min_lines
+        for i in range(len(body) - min_lines + 1):
+            window = tuple(s for _n, s in body[i : i + min_lines])
+            # a repeated run must hold statements, not just the arguments of two similar calls
+            if sum(1 for n, _s in body[i : i + min_lines] if n in starts) < 3:
+                continue
+            first = seen.get(window)
+            if first is None:
+                seen[window] = i
+            elif i - first >= min_lines and i - last_hit >= min_lines:
+                found.append((body[i][0], body[first][0], node.name))
+                last_hit = i
+    return found
+
+
+def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding]:
+    out: list[Finding] = []
+    for path, text in sorted(files.items()):
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue  # reported by check_parse
+        code = code_only(text)
+        lines = text.splitlines()
+        for rule in rules:
+            if not rule.applies(path):
+                continue
+            if rule.kind == "regex":
+                haystack = text if rule.options.get("scope") == "all" else code
+                for m in re.finditer(str(rule.options["pattern"]), haystack):
+                    out.append(
+                        Finding(path, haystack.count("\n", 0, m.start()) + 1, rule.id, rule.severity, rule.message)
+                    )
+            elif rule.kind == "call-keyword":
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Call) and _call_name(node.func) == rule.options["call"]:
+                        for kw in node.keywords:
+                            if kw.arg == rule.options["keyword"]:
+                                out.append(Finding(path, kw.value.lineno, rule.id, rule.severity, rule.message))
+            elif rule.kind == "assign-call":
+                allowed = {str(a) for a in rule.options["allowed"]}  # type: ignore[attr-defined]
+                for node in ast.walk(tree):
+                    if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
+                        continue
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    hit = any(
+                        isinstance(t, ast.Attribute)
+                        and t.attr == rule.options["attribute"]
+                        and isinstance(t.value, ast.Name)
+                        and t.value.id == "self"
+                        for t in targets
+                    )
+                    if hit and isinstance(node.value, ast.Call):
+                        callee = _call_name(node.value.func)
+                        if callee not in allowed:
+                            out.append(
+                                Finding(
+                                    path,
+                                    node.lineno,
+                                    rule.id,
+                                    rule.severity,
+                                    f"{rule.message} (found {callee or 'a call'})",
+                                )
+                            )
+            elif rule.kind == "duplicate":
+                min_lines = int(rule.options.get("min_lines", 6))  # type: ignore[call-overload]
+                for line, first, name in _duplicates(tree, lines, min_lines):
+                    out.append(
+                        Finding(
+                            path,
+                            line,
+                            rule.id,
+                            rule.severity,
+                            f"{rule.message}: {name} repeats lines from line {first}",
+                        )
+                    )
+    return sorted(set(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# signature drift
+
+
+def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str, bool], ...]:
+    """(name, kind, has default) of every parameter, in order."""
+    a = fn.args
+    out: list[tuple[str, str, bool]] = []
+    positional = a.posonlyargs + a.args
+    first_default = len(positional) - len(a.defaults)
+    for i, arg in enumerate(positional):
+        out.append((arg.arg, "positional", i >= first_default))
+    if a.vararg:
+        out.append((a.vararg.arg, "*args", False))
+    for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+        out.append((arg.arg, "keyword", default is not None))
+    if a.kwarg:
+        out.append((a.kwarg.arg, "**kwargs", False))
+    return tuple(out)
+
+
+def _drift(mine: tuple[tuple[str, str, bool], ...], theirs: tuple[tuple[str, str, bool], ...]) -> str:
+    """What differs, in words: extra and missing parameters, changed kinds or defaults, order."""
+    a = {n: (k, d) for n, k, d in mine}
+    b = {n: (k, d) for n, k, d in theirs}
+    parts = []
+    extra = [n for n in a if n not in b]
+    missing = [n for n in b if n not in a]
+    if extra:
+        parts.append("extra " + ", ".join(extra))
+    if missing:
+        parts.append("missing " + ", ".join(missing))
+    for n in a:
+        if n in b and a[n] != b[n]:
+            (k1, d1), (k2, d2) = a[n], b[n]
+            parts.append(f"{n} is {k1}{' with default' if d1 else ''} here, {k2}{' with default' if d2 else ''} there")
+    if not parts:
+        parts.append("parameter order differs")
+    return "; ".join(parts)
+
+
+def _methods(tree: ast.Module) -> dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    out: dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            out[node.name] = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return out
+
+
+def check_signatures(
+    files: Mapping[str, str], upstream: str, *, base_class: str = "NPUModelRunner", label: str = "upstream"
+) -> list[Finding]:
+    """Methods of the runner classes whose parameters differ from ``base_class``'s method of that name.
+
+    A method that takes ``*args, **kwargs`` and hands them on is compatible with any signature
+    and is not reported.
+    """
+    try:
+        up = _methods(ast.parse(upstream)).get(base_class, {})
+    except SyntaxError:
+        return []
+    out: list[Finding] = []
+    for path, text in sorted(files.items()):
+        try:
+            classes = _methods(ast.parse(text))
+        except SyntaxError:
+            continue
+        for cls, methods in classes.items():
+            for name, fn in methods.items():
+                base = up.get(name)
+                if base is None or name.startswith("__") and name != "__init__":
+                    continue
+                mine, theirs = _params(fn), _params(base)
+                if mine == theirs:
+                    continue
+                kinds = {k for _n, k, _d in mine}
+                if "*args" in kinds and "**kwargs" in kinds:
+                    continue
+                out.append(
+                    Finding(
+                        path,
+                        fn.lineno,
+                        "signature-drift",
+                        WARNING,
+                        f"{cls}.{name} vs {base_class}.{name} at {label}: {_drift(mine, theirs)}",
+                    )
+                )
+    return out

@@ -1,0 +1,162 @@
+"""The downstream's formatter, applied to the carried upstream symbols of a projection.
+
+The vllm-omni runners are exactly what ``ruff format --line-length 120`` makes of their code,
+while vllm-ascend used yapf (narrower, other wrapping rules) until early 2026.  A projection of
+raw upstream text makes every omni patch carry that reformatting and every upgrade conflict on
+it.  Formatting the carried symbols with the downstream's formatter first leaves the patches
+holding only omni edits, and the merges only real changes.
+
+All symbols of one projection go through a single ``ruff format`` process: each method is
+wrapped in a dummy class (so its indentation, and so its line width, is the real one), each
+item is preceded by a marker comment, and the output is split at the markers.  The ruff version
+is pinned by the package, so the result is byte-stable.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import lru_cache
+
+from patch_queue.errors import PqError
+from patch_queue.merge.symbols import Symbol
+
+RUFF = "ruff"
+_MARK = "# pq-format-item-{}"
+_MARK_RE = re.compile(r"^# pq-format-item-(\d+)\n", re.MULTILINE)
+_WRAP = "class _PqFormatItem:\n"
+
+
+@lru_cache(maxsize=1)
+def _ruff_bin() -> str:
+    try:
+        from ruff.__main__ import find_ruff_bin
+    except ImportError:  # pragma: no cover - ruff is a declared dependency
+        raise PqError("the ruff formatter is not installed; reinstall pq with its dependencies") from None
+    return str(find_ruff_bin())
+
+
+def _run(source: str, line_length: int) -> str | None:
+    proc = subprocess.run(
+        [_ruff_bin(), "format", "--isolated", "--line-length", str(line_length), "--stdin-filename", "p.py", "-"],
+        input=source.encode("utf-8"),
+        capture_output=True,
+        check=False,
+    )
+    return proc.stdout.decode("utf-8") if proc.returncode == 0 else None
+
+
+def _wrap(sym: Symbol) -> str:
+    text = sym.text if sym.text.endswith("\n") else sym.text + "\n"
+    return (_WRAP + text) if sym.is_method else text
+
+
+def _unwrap(sym: Symbol, text: str) -> str:
+    if sym.is_method:
+        if not text.startswith(_WRAP):
+            raise ValueError("wrapper lost")
+        text = text[len(_WRAP) :]
+    return text.strip("\n") + "\n"
+
+
+def _batch(items: Sequence[Symbol], line_length: int) -> list[str] | None:
+    source = "".join(f"{_MARK.format(i)}\n{_wrap(s)}\n\n" for i, s in enumerate(items))
+    out = _run(source, line_length)
+    if out is None:
+        return None
+    parts = _MARK_RE.split(out)
+    # parts: [prefix, "0", text0, "1", text1, ...]
+    if len(parts) != 1 + 2 * len(items) or parts[0].strip():
+        return None
+    try:
+        return [_unwrap(s, parts[2 + 2 * i]) for i, s in enumerate(items)]
+    except ValueError:
+        return None
+
+
+def format_symbols(syms: Sequence[Symbol], *, formatter: str, line_length: int) -> list[Symbol]:
+    """``syms`` with their text formatted; a symbol the formatter refuses keeps its own text."""
+    if formatter == "" or not syms:
+        return list(syms)
+    if formatter != RUFF:
+        raise PqError(f"unknown projection formatter {formatter!r} (known: {RUFF})")
+    texts = _batch(syms, line_length)
+    if texts is None:  # one symbol spoiled the batch: format them one by one
+        texts = []
+        for s in syms:
+            one = _batch([s], line_length)
+            texts.append(one[0] if one is not None else s.text)
+    return [replace(s, text=t) for s, t in zip(syms, texts, strict=True)]
+
+
+def downstream_names(module_symbols: dict[str, Symbol], carried: Sequence[str]) -> list[str]:
+    """The downstream names of the carried upstream symbols ``Cls.meth`` (the omni class renames ``Cls``)."""
+    classes = [n for n, s in module_symbols.items() if not s.is_method]
+    out: list[str] = []
+    for name in carried:
+        if "." not in name:
+            if name in module_symbols:
+                out.append(name)
+            continue
+        cls, meth = name.split(".", 1)
+        candidates = [f"{c}.{meth}" for c in classes if f"{c}.{meth}" in module_symbols]
+        if f"{cls}.{meth}" in candidates:
+            out.append(f"{cls}.{meth}")
+        elif len(candidates) == 1:
+            out.append(candidates[0])
+    return out
+
+
+def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter: str, line_length: int) -> list[str]:
+    """Each module text (with the names of its carried symbols) with those symbols formatted; a text that
+    does not parse stays as it is.  One formatter run for all; results are kept in the download
+    cache by their inputs (text, names, formatter settings, the formatter binary, this code)."""
+    if formatter == "" or not items:
+        return [text for text, _carried in items]
+    from patch_queue import sources
+    from patch_queue.merge.symbols import symbols_ast
+
+    keys = [
+        sources.derived_key(tool_stamp(), formatter, str(line_length), "\0".join(carried), text)
+        for text, carried in items
+    ]
+    out: list[str | None] = []
+    for key in keys:
+        hit = sources.derived_get("layout", key)
+        out.append(hit.decode("utf-8") if hit is not None else None)
+    chosen: list[list[Symbol]] = []
+    for (text, carried), known in zip(items, out, strict=True):
+        try:
+            syms = symbols_ast(text, path="module") if carried and known is None else {}
+        except PqError:
+            syms = {}
+        chosen.append([syms[n] for n in downstream_names(syms, carried)] if syms else [])
+    done = iter(format_symbols([s for group in chosen for s in group], formatter=formatter, line_length=line_length))
+    for i, ((text, _carried), group) in enumerate(zip(items, chosen, strict=True)):
+        if out[i] is not None:
+            continue
+        lines = text.splitlines(keepends=True)
+        pairs = [(old, next(done)) for old in group]
+        for old, new in sorted(pairs, key=lambda pair: -pair[0].start):
+            lines[old.start - 1 : old.end] = [new.text]
+        out[i] = "".join(lines)
+        sources.derived_put("layout", keys[i], out[i].encode("utf-8"))  # type: ignore[union-attr]
+    assert all(text is not None for text in out)
+    return [text or "" for text in out]
+
+
+@lru_cache(maxsize=1)
+def tool_stamp() -> str:
+    """What a derived layout depends on besides its inputs: the formatter binary and pq's own code."""
+    import os
+
+    from patch_queue.sources import code_stamp
+
+    try:
+        st = os.stat(_ruff_bin())
+        binary = f"{_ruff_bin()} {st.st_size} {st.st_mtime_ns}"
+    except (OSError, PqError):
+        binary = "no ruff"
+    return binary + " " + code_stamp("merge/fmt.py", "merge/symbols.py", "series/stack.py")

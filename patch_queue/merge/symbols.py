@@ -1,0 +1,252 @@
+"""Exact source text of Python symbols, and the projection of carried symbols.
+
+A *symbol* is a top-level class or function (``ExecuteModelState``) or a method of a top-level
+class (``NPUModelRunner.execute_model``).  Its text is the exact lines of the source, from the
+first decorator (or the comment block glued above it) to the last line of its body, including
+comment lines that trail the body at a deeper indent.  Nothing is reformatted: the projection of
+a snapshot is byte-for-byte the upstream text, so a three-way merge sees upstream's real edits.
+
+Two extractors share these rules:
+- :func:`symbols_ast` parses with :mod:`ast` (exact, used for projections and for the
+  downstream runners);
+- :func:`scan_methods` is a line scanner about 20x faster, used only to score the hundreds of
+  upstream revisions during the adopt search, where an approximate extent is good enough.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from patch_queue.errors import PqError
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """One symbol: ``name`` is ``Class.method`` or a top-level name; lines are 1-based, inclusive."""
+
+    name: str
+    start: int
+    end: int
+    text: str  # the lines start..end joined, each ending in "\n"
+    indent: int
+
+    @property
+    def is_method(self) -> bool:
+        return "." in self.name
+
+
+def _is_comment(line: str) -> bool:
+    return line.lstrip().startswith("#")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int) -> tuple[int, int]:
+    """Widen [first, last] (0-based) over the glued comment block above and trailing comments below.
+
+    ``floor`` is the first line that may belong to the symbol (the line after the previous
+    sibling's last statement), so a comment is never claimed by two symbols.
+    """
+    start = first
+    while start - 1 >= floor and _is_comment(lines[start - 1]) and _indent(lines[start - 1]) == indent:
+        start -= 1
+    end = last
+    probe = last + 1
+    while probe < len(lines):
+        line = lines[probe]
+        if not line.strip():
+            probe += 1
+            continue
+        if _is_comment(line) and _indent(line) > indent:
+            end = probe
+            probe += 1
+            continue
+        break
+    return start, end
+
+
+def symbols_ast(source: str, *, path: str = "<source>") -> dict[str, Symbol]:
+    """All top-level classes and functions and the methods of top-level classes, by name."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise PqError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
+    lines = source.splitlines(keepends=True)
+    found: dict[str, Symbol] = {}
+
+    def collect(body: Iterable[ast.stmt], prefix: str, indent: int, floor: int) -> None:
+        for node in body:
+            kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            if isinstance(node, kinds):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+                last = (node.end_lineno or node.lineno) - 1
+                start, end = _extent(lines, first, last, indent, floor)
+                name = prefix + node.name
+                # First definition wins, as Python's last-wins would hide the copy a human reads first;
+                # duplicates are rare (conditional definitions) and reported by callers if they matter.
+                if name not in found:
+                    found[name] = Symbol(name, start + 1, end + 1, "".join(lines[start : end + 1]), indent)
+                if isinstance(node, ast.ClassDef) and not prefix:
+                    collect(node.body, node.name + ".", indent + 4, first + 1)
+                floor = end + 1
+            else:
+                floor = node.end_lineno or node.lineno
+
+    collect(tree.body, "", 0, 0)
+    return found
+
+
+_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
+_CLASS = re.compile(r"^class\s+(\w+)")
+
+
+_SHALLOW = re.compile(r"\n[ \t]{0,4}[^ \t\n]")  # after the newline: a line indented 4 or less
+_OTHER_BREAKS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def _trim_blank_tail(text: str) -> str:
+    """``text`` without its trailing blank lines (lines end in "\n" only)."""
+    while text:
+        k = text.rfind("\n", 0, len(text) - 1) + 1
+        if text[k:].strip():
+            break
+        text = text[:k]
+    return text
+
+
+def scan_methods(source: str, class_name: str) -> dict[str, str]:
+    """Approximate method texts of one top-level class by indentation alone (adopt search only)."""
+    if any(ch in source for ch in _OTHER_BREAKS):
+        return _scan_methods_lines(source, class_name)
+    # the same scan, visiting only the lines indented 4 or less: deeper and blank lines only
+    # ever go to the current method, so they are taken as whole slices between those lines
+    out: dict[str, str] = {}
+    pos = 0
+    body = -1
+    while pos < len(source):
+        end = source.find("\n", pos) + 1 or len(source)
+        m = _CLASS.match(source[pos:end])
+        pos = end
+        if m and m.group(1) == class_name:
+            body = end
+            break
+    if body < 0:
+        return out
+    current: str | None = None
+    buf: list[str] = []
+    pending: list[str] = []
+    prev = body
+
+    def flush() -> None:
+        nonlocal current, buf
+        if current is not None and current not in out:
+            out[current] = _trim_blank_tail("".join(buf))
+        current, buf = None, []
+
+    for found in _SHALLOW.finditer(source, body - 1):
+        start = found.start() + 1
+        end = source.find("\n", start) + 1 or len(source)
+        line = source[start:end]
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if current is not None:
+            buf.append(source[prev:start])
+        prev = end
+        ind = _indent(line)
+        if ind == 0 and not stripped.startswith("#"):
+            flush()
+            return out
+        m = _DEF.match(line)
+        if m and ind == 4:
+            flush()
+            current = m.group(2)
+            buf = pending + [line]
+            pending = []
+        elif current is not None and stripped[0] in ")]}":
+            buf.append(line)
+        elif ind == 4 and stripped.startswith(("@", "#")):
+            flush()
+            pending.append(line)
+        else:
+            flush()
+            pending = []
+    if current is not None:
+        buf.append(source[prev:])
+    flush()
+    return out
+
+
+def _scan_methods_lines(source: str, class_name: str) -> dict[str, str]:
+    lines = source.splitlines(keepends=True)
+    out: dict[str, str] = {}
+    in_class = False
+    current: str | None = None
+    buf: list[str] = []
+    pending: list[str] = []  # decorators/comments seen before the next def
+
+    def flush() -> None:
+        nonlocal current, buf
+        if current is not None and current not in out:
+            while buf and not buf[-1].strip():
+                buf.pop()
+            out[current] = "".join(buf)
+        current, buf = None, []
+
+    for line in lines:
+        if not in_class:
+            m = _CLASS.match(line)
+            if m and m.group(1) == class_name:
+                in_class = True
+            continue
+        stripped = line.strip()
+        if not stripped:
+            if current is not None:
+                buf.append(line)
+            continue
+        ind = _indent(line)
+        if ind == 0 and not stripped.startswith("#"):
+            break
+        if ind <= 4:
+            m = _DEF.match(line)
+            if m and ind == 4:
+                flush()
+                current = m.group(2)
+                buf = pending + [line]
+                pending = []
+            elif current is not None and stripped[0] in ")]}":
+                buf.append(line)  # the closing line of a multi-line signature
+            elif ind == 4 and stripped.startswith(("@", "#")):
+                flush()
+                pending.append(line)
+            else:
+                flush()
+                pending = []
+            continue
+        if current is not None:
+            buf.append(line)
+    flush()
+    return out
+
+
+def project(texts: Sequence[Symbol]) -> str:
+    """The projected base text of one output module: the carried symbols in the given order.
+
+    Methods are separated by one blank line and top-level symbols by two, as the downstream
+    modules lay them out, so diff hunks against the downstream file stay small and readable.
+    """
+    parts: list[str] = []
+    previous: Symbol | None = None
+    for sym in texts:
+        if previous is not None:
+            blank = 1 if (sym.is_method and previous.is_method) else 2
+            parts.append("\n" * blank)
+        text = sym.text if sym.text.endswith("\n") else sym.text + "\n"
+        parts.append(text)
+        previous = sym
+    return "".join(parts)

@@ -1,0 +1,712 @@
+"""The anchor-aware three-way merge of one file: base (old parent), ours (upstream side), theirs (patch).
+
+Plain diff3 turns every change of one side that overlaps or touches a change of the other into a
+conflict.  Replaying an omni patch onto new upstream code, most such regions have an answer that
+follows from what the omni change is:
+
+- **Omni blocks are atomic.**  Every ``Omni-new`` fenced block is replaced by one token line
+  before diffing, so a block is inserted, moved or kept whole, never split, dropped or doubled.
+- **An insertion follows its anchor.**  When one side inserts lines (an omni block, or new
+  upstream code) next to lines the other side changed, the insertion is placed by the base line
+  above it, or else by the one below it, where that line now is.  With both anchors gone the
+  region is a conflict (``anchor-lost``); when both sides insert at the same place, upstream's
+  lines go first (``both-inserted``).
+- **Already upstream.**  Upstream now has the very lines the patch inserts: they are kept once.
+- **Layout-only changes yield.**  A side whose change is only layout (whitespace, line breaks,
+  trailing commas, comment wrapping) gives way to the other side's real change.
+- **Comment edits yield to code edits.**  The patch only changed comments where upstream changed
+  code: upstream's code is taken and the dropped comment edit is listed (``comment-only``).
+- **Words merge.**  Both sides edited the same lines in different places of them: a word-level
+  three-way merge of the region, accepted only when it is clean.
+- **Replaced code keeps its replacement.**  Upstream changed only lines the omni patch deleted
+  or rewrote beyond recognition: the omni text stays, the upstream change is listed
+  (``kept-replacement``) for a human to port.
+- Anything else is a conflict with diff3 markers (``both-changed``).
+
+Every decision the merge takes on its own is returned as a flag region, and so is every clean
+upstream change within a few lines of an omni change (``near-block``), so none is silent.
+A recorded resolution for the very same region (see :mod:`patch_queue.series.rerere`) is reused.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import hashlib
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import pygit2
+
+from patch_queue.merge import anchors
+
+NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
+_TOKEN = "\u241fpq-omni-block:"  # no NUL: libgit2 would call the text binary
+_WORD = re.compile(r"\w+|\s+|[^\w\s]")
+
+
+@dataclass
+class Region:
+    """A conflict (``conflict``) or a decision the merge took (a review flag)."""
+
+    kind: str
+    message: str
+    conflict: bool
+    line: int  # 1-based first line in the merged text (the <<<<<<< marker for a conflict)
+    length: int  # lines the region spans in the merged text
+    base: str
+    ours: str
+    theirs: str
+    resolution: str | None = None
+    key: str = ""  # identifies the region for recorded resolutions
+    anchor: anchors.Block | None = None
+    reused: bool = False
+    group: int = -1  # which hunk group of the merge it is (see ``veto``)
+
+
+@dataclass
+class MergeResult:
+    text: str
+    regions: list[Region] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not any(r.conflict for r in self.regions)
+
+    @property
+    def conflicts(self) -> list[Region]:
+        return [r for r in self.regions if r.conflict]
+
+
+# ---------------------------------------------------------------------------------------------
+# atoms and diffs
+
+
+@dataclass
+class _Side:
+    lines: list[str]  # with omni blocks folded into one token line each
+    blocks: dict[str, list[str]]  # token line -> the block's lines
+    info: dict[str, anchors.Block]
+
+
+@functools.lru_cache(maxsize=8)
+def _fold(text: str) -> _Side:
+    """The text with its omni blocks folded (cached: a replay folds each patch's text twice; read-only)."""
+    lines = text.splitlines(keepends=True)
+    found, _problems = anchors.parse_blocks(text)
+    blocks: dict[str, list[str]] = {}
+    info: dict[str, anchors.Block] = {}
+    out: list[str] = []
+    pos = 0
+    for b in found:
+        if not b.fenced or b.start - 1 < pos:
+            continue
+        body = lines[b.start - 1 : b.end]
+        token = _TOKEN + hashlib.sha1("".join(body).encode()).hexdigest()[:16] + "\n"
+        out += lines[pos : b.start - 1]
+        out.append(token)
+        blocks[token] = body
+        info[token] = b
+        pos = b.end
+    out += lines[pos:]
+    return _Side(out, blocks, info)
+
+
+@dataclass(frozen=True)
+class _Hunk:
+    start: int  # base range [start, end) replaced by lines
+    end: int
+    lines: tuple[str, ...]
+    side: str  # "o" | "t"
+
+    @property
+    def insertion(self) -> bool:
+        return self.start == self.end
+
+
+def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
+    a = "".join(base).encode("utf-8", "surrogateescape")
+    b = "".join(other).encode("utf-8", "surrogateescape")
+    patch = pygit2.Patch.create_from(a, b, context_lines=0, interhunk_lines=0, flag=pygit2.enums.DiffOption.PATIENCE)
+    out: list[_Hunk] = []
+    for h in patch.hunks:
+        start = h.old_start if h.old_lines == 0 else h.old_start - 1
+        new_start = h.new_start if h.new_lines == 0 else h.new_start - 1
+        out.append(_Hunk(start, start + h.old_lines, tuple(other[new_start : new_start + h.new_lines]), side))
+    return out
+
+
+def _groups(hunks: list[_Hunk]) -> list[list[_Hunk]]:
+    """Hunks gathered where they overlap, or where an insertion touches another hunk (its anchor)."""
+    ordered = sorted(hunks, key=lambda h: (h.start, h.end, h.side))
+    groups: list[list[_Hunk]] = []
+    end = -1
+    for h in ordered:
+        if groups:
+            g = groups[-1]
+            inserted_at_end = any(x.insertion and x.start == end for x in g)
+            if h.start < end or (h.start == end and (h.insertion or inserted_at_end)):
+                g.append(h)
+                end = max(end, h.end)
+                continue
+        groups.append([h])
+        end = h.end
+    return groups
+
+
+def _apply(base: list[str], start: int, end: int, hunks: list[_Hunk]) -> list[str]:
+    out: list[str] = []
+    pos = start
+    for h in sorted(hunks, key=lambda h: (h.start, h.end)):
+        out += base[pos : h.start]
+        out += h.lines
+        pos = max(pos, h.end)
+    out += base[pos:end]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the rules
+
+
+def _squash(lines: Sequence[str]) -> str:
+    """The text without layout: whitespace, commas, backslashes, comment hashes and brackets dropped.
+
+    Omni block tokens stay in: a side that adds or drops a block never counts as layout-only.
+    """
+    text = "".join(lines)
+    return re.sub(r"[\s,\\#()\[\]]", "", text).replace("'", '"')
+
+
+_TRAILING_COMMENT = re.compile(r"\s+#[^\"']*$")
+
+
+def _code(lines: Sequence[str]) -> str:
+    """The squashed text without comments (whole comment lines and plain trailing comments)."""
+    kept = []
+    for line in lines:
+        if line.lstrip().startswith("#") and not line.startswith(_TOKEN):
+            continue
+        kept.append(_TRAILING_COMMENT.sub("", line.rstrip("\n")) + "\n")
+    return _squash(kept)
+
+
+def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str]) -> list[str] | None:
+    """A three-way merge of the region word by word; None unless it is clean."""
+    bw, ow, tw = (_WORD.findall("".join(x)) for x in (base, ours, theirs))
+
+    def ops(other: list[str], side: int) -> list[tuple[int, int, tuple[str, ...], int]]:
+        sm = difflib.SequenceMatcher(None, bw, other, autojunk=False)
+        return [(i1, i2, tuple(other[j1:j2]), side) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
+
+    mine, pat = ops(ow, 0), ops(tw, 1)
+    for s1, e1, w1, _ in mine:
+        for s2, e2, w2, _ in pat:
+            if (s1, e1, w1) == (s2, e2, w2):
+                continue
+            if s1 <= e2 and s2 <= e1:  # overlapping or touching
+                return None
+    out: list[str] = []
+    pos = 0
+    done: set[tuple[int, int, tuple[str, ...]]] = set()
+    for s, e, w, _side in sorted(mine + pat):
+        if (s, e, w) in done:
+            continue
+        done.add((s, e, w))
+        out += bw[pos:s]
+        out += w
+        pos = e
+    out += bw[pos:]
+    return "".join(out).splitlines(keepends=True)
+
+
+def _tokens_whole(merged: list[str], sources: list[str]) -> bool:
+    """Every omni block token of a word-level merge still stands alone on its own line."""
+    tokens = {line for line in sources if line.startswith(_TOKEN)}
+    text = "".join(merged)
+    return all(line in tokens for line in merged if _TOKEN in line) and text.count(_TOKEN) == sum(
+        1 for line in merged if line.startswith(_TOKEN)
+    )
+
+
+_CONTINUATION = re.compile(r"^(elif\b|else\s*:|except\b|finally\s*:)")
+
+
+def _indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _continues(lines: Sequence[str], base: list[str], k: int) -> bool:
+    """Inserted ``lines`` carry on the statement above them (``elif``/``else``/``except``/``finally``,
+    or code deeper than the line that follows), so they belong to the code before position ``k``."""
+    first = next((line for line in lines if line.strip()), "")
+    if not first:
+        return False
+    if _CONTINUATION.match(first.lstrip()):
+        return True
+    following = next((line for line in base[k:] if line.strip()), None)
+    return following is not None and _indent_of(first) > _indent_of(following)
+
+
+def _similar(a: str, b: str) -> bool:
+    return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio() >= 0.6
+
+
+def _replaced_wholesale(
+    base: list[str],
+    start: int,
+    end: int,
+    ours: list[_Hunk],
+    theirs: list[_Hunk],
+    expand: Callable[[Sequence[str]], list[str]] = list,
+) -> bool:
+    """Upstream changed only base lines the patch deleted (no look-alike of them left in its text).
+
+    The patch's text is looked at with its omni blocks unfolded: a block that wraps an upstream
+    line it kept does not replace that line.
+    """
+    gone: set[int] = set()
+    for h in theirs:
+        gone.update(range(h.start, h.end))
+    new_text = expand([line for h in theirs for line in h.lines])
+    for h in ours:
+        if h.insertion:
+            inside = h.start - 1 in gone and h.start in gone
+            if not inside and not (h.start - 1 in gone and _continues(h.lines, base, h.start)):
+                return False
+            continue
+        for j in range(h.start, h.end):
+            if j not in gone:
+                return False
+            if base[j].strip() and any(_similar(base[j], line) for line in new_text):
+                return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# the merge
+
+
+def merge3(
+    base: str,
+    ours: str,
+    theirs: str,
+    *,
+    labels: tuple[str, str, str] = ("base", "ours", "theirs"),
+    key_prefix: str = "",
+    recorded: Callable[[str], str | None] | None = None,
+    veto: frozenset[int] = frozenset(),
+) -> MergeResult:
+    """Merge ``theirs`` (the patch) into ``ours`` (the new upstream side) against ``base``.
+
+    ``labels`` are (base, ours, theirs) for the diff3 markers.  ``recorded(key)`` returns a
+    resolution a maintainer recorded for a conflict region with that key, if any.  The groups
+    in ``veto`` get no automatic resolution: they are left as conflicts (the caller found that
+    their resolution does not compile).
+    """
+    sides = [_fold(x) for x in (base, ours, theirs)]
+    blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
+    info = {**sides[0].info, **sides[1].info, **sides[2].info}
+    b_lines, o_lines, t_lines = sides[0].lines, sides[1].lines, sides[2].lines
+    hunks = _diff(b_lines, o_lines, "o") + _diff(b_lines, t_lines, "t")
+    out: list[str] = []
+    pending: list[tuple[int, Region, list[str]]] = []  # (index in out, region, folded text placed)
+    pos = 0
+    theirs_changed: list[tuple[int, int]] = [(h.start, h.end) for h in hunks if h.side == "t"]
+
+    def expand(lines: Sequence[str]) -> list[str]:
+        res: list[str] = []
+        for line in lines:
+            res += blocks.get(line, [line])
+        return res
+
+    def anchor_of(*texts: Sequence[str]) -> anchors.Block | None:
+        for text in texts:
+            for line in text:
+                if line in info:
+                    return info[line]
+        return None
+
+    def emit_region(region: Region, lines: list[str]) -> None:
+        pending.append((len(out), region, lines))
+        out.extend(lines)
+
+    for index, group in enumerate(_groups(hunks)):
+        start = min(h.start for h in group)
+        end = max(h.end for h in group)
+        out += b_lines[pos:start]
+        pos = end
+        mine = [h for h in group if h.side == "o"]
+        pat = [h for h in group if h.side == "t"]
+        b = b_lines[start:end]
+        o = _apply(b_lines, start, end, mine)
+        t = _apply(b_lines, start, end, pat)
+        if not pat:
+            near = any(s - NEAR <= end and start <= e + NEAR for s, e in theirs_changed)
+            if near:
+                region = Region(
+                    "near-block",
+                    "upstream changed lines next to an omni change; merged cleanly",
+                    False,
+                    0,
+                    0,
+                    _j(b, expand),
+                    _j(o, expand),
+                    _j(b, expand),
+                    None,
+                )
+                region.anchor = anchor_of(_near_lines(t_lines, b_lines, start, end, hunks))
+                emit_region(region, o)
+            else:
+                out += o
+            continue
+        if not mine:
+            out += t
+            continue
+        if o == t:
+            out += o
+            continue
+        decided = _decide(b_lines, start, end, mine, pat, b, o, t, expand) if index not in veto else None
+        if decided is not None and not _blocks_kept(b, o, t, decided[2]):
+            decided = None  # never drop or duplicate an omni block: leave it to a human
+        anchor = anchor_of(t, o)
+        if decided is not None:
+            kind, message, lines = decided
+            region = Region(kind, message, False, 0, 0, _j(b, expand), _j(o, expand), _j(t, expand), None)
+            region.anchor = anchor
+            region.group = index
+            emit_region(region, lines)
+            continue
+        kind = "both-changed"
+        if all(h.insertion for h in pat) or all(h.insertion for h in mine):
+            kind = "anchor-lost"
+        elif _replaced_wholesale(b_lines, start, end, mine, pat, expand):
+            kind = "upstream-changed-replaced"
+        eb, eo, et = _j(b, expand), _j(o, expand), _j(t, expand)
+        key = _key(key_prefix, anchor, eb, eo, et)
+        reuse = recorded(key) if recorded is not None else None
+        if reuse is not None:
+            region = Region(
+                "reused",
+                f"a recorded resolution of this {kind} conflict was applied",
+                False,
+                0,
+                0,
+                eb,
+                eo,
+                et,
+                None,
+                key,
+                anchor,
+                True,
+                index,
+            )
+            emit_region(region, reuse.splitlines(keepends=True))
+            continue
+        message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
+        region = Region(kind, message, True, 0, 0, eb, eo, et, None, key, anchor)
+        region.group = index
+        emit_region(region, [_MARK])
+    out += b_lines[pos:]
+    return _finish(out, pending, expand, labels)
+
+
+_MARK = "\u241fpq-conflict\n"
+_MESSAGES = {
+    "both-changed": "upstream and the omni patch changed the same lines",
+    "anchor-lost": "upstream changed the lines on both sides of an omni insertion; its anchor is gone",
+    "upstream-changed-replaced": "upstream changed lines the omni patch replaced; port the change by hand",
+}
+
+
+def _blocks_kept(b: list[str], o: list[str], t: list[str], lines: list[str]) -> bool:
+    """Every omni block either side added is in ``lines`` once, and none that a side removed came back.
+
+    A block both sides added counts once: the decision that would double it is refused.
+    """
+
+    def count(seq: list[str]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for line in seq:
+            if line.startswith(_TOKEN):
+                out[line] = out.get(line, 0) + 1
+        return out
+
+    cb, co, ct, got = count(b), count(o), count(t), count(lines)
+    for token in set(cb) | set(co) | set(ct) | set(got):
+        base = cb.get(token, 0)
+        d_o, d_t = co.get(token, 0) - base, ct.get(token, 0) - base
+        if d_o * d_t > 0:  # both sides added (or both removed) the block: once, not twice
+            want = base + (d_o if abs(d_o) >= abs(d_t) else d_t)
+        else:
+            want = base + d_o + d_t
+        if got.get(token, 0) != max(0, want):
+            return False
+    return True
+
+
+def _near_lines(t_lines: list[str], b_lines: list[str], start: int, end: int, hunks: list[_Hunk]) -> list[str]:
+    """The patch's new lines from its hunks within NEAR lines of base range [start, end)."""
+    return [
+        line for h in hunks if h.side == "t" and h.start - NEAR <= end and start <= h.end + NEAR for line in h.lines
+    ]
+
+
+def _j(lines: Sequence[str], expand: Callable[[Sequence[str]], list[str]]) -> str:
+    return "".join(expand(lines))
+
+
+def _key(prefix: str, anchor: anchors.Block | None, base: str, ours: str, theirs: str) -> str:
+    h = hashlib.sha256()
+    for part in (prefix, anchor.first if anchor else "", base, ours, theirs):
+        h.update(part.encode("utf-8", "surrogateescape") + b"\x00")
+    return h.hexdigest()
+
+
+def _decide(
+    base: list[str],
+    start: int,
+    end: int,
+    mine: list[_Hunk],
+    pat: list[_Hunk],
+    b: list[str],
+    o: list[str],
+    t: list[str],
+    expand: Callable[[Sequence[str]], list[str]],
+) -> tuple[str, str, list[str]] | None:
+    """(kind, message, lines) of an automatic resolution of a group, or None for a conflict."""
+    if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
+        return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
+    for fixed, inserts, upstream_first, moved in (
+        (mine, pat, True, "the omni insertion was placed by its anchor line next to an upstream change"),
+        (pat, mine, False, "upstream's insertion was placed by its anchor line next to an omni change"),
+    ):
+        if not all(h.insertion for h in inserts):
+            continue
+        placed = _place(base, start, end, fixed, inserts, upstream_first=upstream_first)
+        if placed is not None:
+            lines, both = placed
+            if both:
+                return "both-inserted", "both sides inserted lines at one place; upstream's go first", lines
+            return "block-moved", moved, lines
+    if _squash(t) == _squash(b):
+        return "layout-only", "the omni patch only changed the layout of these lines; upstream's change is taken", o
+    if _squash(o) == _squash(b):
+        return "layout-only", "upstream only changed the layout of these lines; the omni text is kept", t
+    if _code(t) == _code(b) and _code(o) != _code(b):
+        return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
+    words = _word_merge(b, o, t)
+    if words is not None and not _tokens_whole(words, b + o + t):
+        words = None
+    if words is not None:
+        return "merged-words", "both sides changed these lines in different words; merged word by word", words
+    if _replaced_wholesale(base, start, end, mine, pat, expand):
+        return "kept-replacement", "upstream changed lines the omni patch replaced; the omni text is kept", t
+    return None
+
+
+def _has_run(lines: list[str], run: list[str]) -> bool:
+    n = len(run)
+    return n > 0 and any(lines[i : i + n] == run for i in range(len(lines) - n + 1))
+
+
+def _place(
+    base: list[str],
+    start: int,
+    end: int,
+    fixed: list[_Hunk],
+    inserts: list[_Hunk],
+    *,
+    upstream_first: bool,
+) -> tuple[list[str], bool] | None:
+    """Apply ``fixed``, then put each pure insertion of ``inserts`` next to its surviving anchor line.
+
+    An insertion before base line k sticks to line k-1 when that line survives, else to line k.
+    Returns (lines, both sides inserted at one place) or None when an insertion lost both anchors.
+    ``upstream_first`` says whether ``fixed`` is the upstream side.  Where both sides insert at
+    one place, upstream's lines go first and the omni lines after them: on the upgrades from
+    vllm-omni 0.14.0 to 0.20.0 this agreed with the maintainers more often than the reverse.
+    """
+    changed: set[int] = set()
+    deleted: set[int] = set()  # base lines the fixed side removed without putting anything in their place
+    fixed_ins: dict[int, list[str]] = {}
+    replace_at: dict[int, _Hunk] = {}
+    for h in fixed:
+        changed.update(range(h.start, h.end))
+        if not h.lines:
+            deleted.update(range(h.start, h.end))
+        if h.insertion:
+            fixed_ins.setdefault(h.start, []).extend(h.lines)
+        else:
+            replace_at[h.start] = h
+
+    def kept(j: int) -> bool:
+        return 0 <= j < len(base) and j not in changed
+
+    slot_a: dict[int, list[str]] = {}  # right after base line k-1, before fixed insertions at k
+    slot_b: dict[int, list[str]] = {}  # right before base line k, after fixed insertions at k
+    both = False
+    for h in inserts:
+        k = h.start
+        if k in fixed_ins:
+            both = True
+            # upstream's new lines stay right under the anchor line; the omni lines follow them
+            (slot_b if upstream_first else slot_a).setdefault(k, []).extend(h.lines)
+        elif kept(k - 1) or k == 0:
+            slot_a.setdefault(k, []).extend(h.lines)
+        elif (kept(k) or k >= len(base)) and not (k - 1 in deleted and _continues(h.lines, base, k)):
+            slot_b.setdefault(k, []).extend(h.lines)
+        else:
+            return None  # both anchors gone, or the lines carry on code the other side deleted
+    out: list[str] = []
+    j = start
+    while True:
+        out += slot_a.get(j, []) + fixed_ins.get(j, []) + slot_b.get(j, [])
+        if j >= end:
+            break
+        if j in replace_at:
+            out += replace_at[j].lines
+            j = replace_at[j].end
+            continue
+        out.append(base[j])
+        j += 1
+    return out, both
+
+
+def _finish(
+    out: list[str],
+    pending: list[tuple[int, Region, list[str]]],
+    expand: Callable[[Sequence[str]], list[str]],
+    labels: tuple[str, str, str],
+) -> MergeResult:
+    """Expand tokens and conflict placeholders into the final text, filling each region's line."""
+    text: list[str] = []
+    regions: list[Region] = []
+    i = 0
+
+    def expand_into(lines: list[str]) -> None:
+        pos = 0
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
+            text.extend(lines[pos:k])
+            text.extend(expand([lines[k]]))
+            pos = k + 1
+        text.extend(lines[pos:])
+
+    for index, region, placed in pending:  # in output order; a region may place no line at all
+        expand_into(out[i:index])
+        region.line = len(text) + 1
+        body = _markers(region, labels) if region.conflict else expand(placed)
+        if not region.conflict:
+            region.resolution = "".join(body)
+        text += body
+        region.length = len(body)
+        regions.append(region)
+        i = index + len(placed)
+    expand_into(out[i:])
+    return MergeResult("".join(text), regions)
+
+
+def _markers(region: Region, labels: tuple[str, str, str]) -> list[str]:
+    def body(s: str) -> list[str]:
+        lines = s.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        return lines
+
+    return (
+        [f"<<<<<<< {labels[1]}\n"]
+        + body(region.ours)
+        + [f"||||||| {labels[0]}\n"]
+        + body(region.base)
+        + ["=======\n"]
+        + body(region.theirs)
+        + [f">>>>>>> {labels[2]}\n"]
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# validation: an automatic resolution must leave code that compiles
+
+
+def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str, list[int]]:
+    """``text`` with every diff3 conflict region reduced to one ``side`` ("ours" or "theirs"), and the line map.
+
+    The map gives, for each line of the result, its 1-based line in ``text``.  With ``blank``, the
+    lines of the other sides and the markers become empty lines, so line numbers stay as they were.
+    """
+    out: list[str] = []
+    where: list[int] = []
+    mode = ""
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        keep = False
+        if line.startswith("<<<<<<< "):
+            mode = "ours"
+        elif line.startswith("||||||| ") and mode == "ours":
+            mode = "base"
+        elif line.startswith("=======") and mode in ("ours", "base"):
+            mode = "theirs"
+        elif line.startswith(">>>>>>> ") and mode == "theirs":
+            mode = ""
+        else:
+            keep = mode in ("", side)
+        if keep or blank:
+            out.append(line if keep else "\n")
+            where.append(number)
+    return "".join(out), where
+
+
+def ours_side(text: str) -> tuple[str, list[int]]:
+    """``text`` with every conflict region reduced to its first (upstream) side, and the line map."""
+    return one_side(text, "ours")
+
+
+def syntax_error_line(text: str) -> int | None:
+    """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles."""
+    import ast
+
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return exc.lineno or 1
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _ours_side_error(text: str) -> int | None:
+    """:func:`syntax_error_line` of the upstream side of ``text`` (cached: a replay checks each text twice)."""
+    return syntax_error_line(ours_side(text)[0])
+
+
+def merge3_checked(base: str, ours: str, theirs: str, **kwargs: object) -> MergeResult:
+    """:func:`merge3` for Python modules: an automatic resolution that breaks the syntax becomes a conflict.
+
+    Only when all three sides compile (conflict regions already in ``ours`` read as their upstream
+    side): then the merged text, read the same way, must compile too.  The resolution nearest
+    before the first syntax error is vetoed and the merge redone, until it compiles.
+    """
+    result = merge3(base, ours, theirs, **kwargs)  # type: ignore[arg-type]
+    if not any(not r.conflict and r.group >= 0 and r.kind != "near-block" for r in result.regions):
+        return result  # no automatic resolution that a veto could take back: nothing to check
+    veto: set[int] = set()
+    for attempt in range(12):
+        probe, where = ours_side(result.text)
+        error = syntax_error_line(probe)
+        if error is None:
+            return result
+        # the sides are checked only now: most merges compile, and each parse of a module costs
+        if attempt == 0 and any(_ours_side_error(x) is not None for x in (base, ours, theirs)):
+            return result
+        line = where[min(error, len(where)) - 1]
+        decided = [
+            r
+            for r in result.regions
+            if not r.conflict and r.group >= 0 and r.group not in veto and r.kind != "near-block" and r.line <= line + 1
+        ]
+        if not decided:
+            return result
+        culprit = max(decided, key=lambda r: r.line)
+        veto.add(culprit.group)
+        result = merge3(base, ours, theirs, veto=frozenset(veto), **kwargs)  # type: ignore[arg-type]
+    return result

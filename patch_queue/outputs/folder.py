@@ -1,0 +1,101 @@
+"""The output folder (``npu_worker/``): what pq wrote there, and the edits a maintainer made since.
+
+Every write of the folder ends with its manifest ``.pq-build``: one ``<sha256> <path>`` line per
+file pq wrote.  A file whose bytes no longer have that sha256 (or that is gone) holds edits no
+patch holds: commands that would overwrite the folder refuse, naming the first such file, unless
+told to ``--discard`` them; ``pq record`` and ``pq new`` take them into the series.  A manifest
+of older pq (paths only) is compared with the top of the stack instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from patch_queue.errors import QueueError
+from patch_queue.git.repo import ProjectRepo
+from patch_queue.project.fsutil import read_folder
+from patch_queue.project.journal import Writes
+from patch_queue.series.stack import sha256
+
+MANIFEST = ".pq-build"
+_HEADER = "# files written by pq build: sha256 and path\n"
+
+
+@dataclass(frozen=True)
+class Edited:
+    file: str  # relative to the output folder
+    added: int
+    removed: int
+
+
+def sync(out: Path, files: dict[str, bytes], writes: Writes) -> None:
+    """Make ``out`` hold ``files``; files of an earlier build no longer there go, files pq never wrote stay."""
+    owned = set(manifest(out))
+    for rel, data in sorted(files.items()):
+        writes.write(out / rel, data, group="out")
+    for rel in sorted(owned - set(files)):
+        writes.write(out / rel, None, group="out")
+    writes.write(
+        out / MANIFEST, (_HEADER + "".join(f"{sha256(files[f])} {f}\n" for f in sorted(files))).encode(), group="out"
+    )
+
+
+def manifest(out: Path) -> dict[str, str]:
+    """path -> sha256 pq wrote ("" from a manifest of older pq); {} when pq never wrote ``out``."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return {}
+    entries = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        digest, _, rel = line.partition(" ")
+        if len(digest) == 64 and rel:
+            entries[rel] = digest
+        else:
+            entries[line] = ""
+    return entries
+
+
+def edits(out: Path, built: dict[str, bytes]) -> list[Edited]:
+    """The files of ``out`` changed since pq wrote them; ``built`` is the top of the stack (for line counts,
+    and for manifests without hashes)."""
+    written = manifest(out)
+    current = read_folder(out)
+    found = []
+    for rel, digest in sorted(written.items()):
+        data = current.get(rel)
+        reference = built.get(rel)
+        if digest:
+            if data is not None and sha256(data) == digest:
+                continue
+            if reference is not None and sha256(reference) != digest:
+                reference = None  # the top moved since (a hand-edited series): count against nothing better
+        elif data is None or reference is None or data == reference:
+            continue
+        hunks = ProjectRepo.line_hunks(reference or b"", data or b"")
+        found.append(Edited(rel, sum(h[3] for h in hunks), sum(h[1] for h in hunks)))
+    return found
+
+
+def refuse_edits(out: Path, built: dict[str, bytes], *, shown: str, discard: bool) -> list[Edited]:
+    """Refuse (one line naming the first file) when ``out`` holds edits, unless ``discard``; returns them."""
+    found = edits(out, built)
+    if found and not discard:
+        first = found[0]
+        more = f", and {len(found) - 1} more file(s)" if len(found) > 1 else ""
+        raise QueueError(
+            f"has edits no patch holds (+{first.added} -{first.removed} lines{more}); "
+            "`pq record` them into the series, or pass --discard to drop them",
+            path=f"{shown}/{first.file}",
+        )
+    return found
+
+
+def discarded(found: list[Edited]) -> str:
+    """What --discard dropped, for the command's output ("" when nothing)."""
+    if not found:
+        return ""
+    lines = sum(e.added + e.removed for e in found)
+    return f"discarded {lines} edited line(s) in {len(found)} file(s): {', '.join(e.file for e in found)}"

@@ -1,0 +1,251 @@
+"""Crash-safe writes: a command's file and ref changes go through a journal, all or nothing.
+
+A mutating command plans everything in memory, then hands its writes to a :class:`Writes`:
+files (under ``patches/``, the output folder, ``.git/pq/``) with their new bytes or a deletion,
+and ref moves with their expected old values.  :meth:`Writes.commit` then
+
+1. stores the old and the new bytes of every changed file as blobs in the project repository,
+2. writes the journal ``.git/pq/journal.json`` (atomically, fsynced): every file's old and new
+   blob id and every ref's old and new value, before it touches anything,
+3. applies it: ``patches/`` files, the refs (one compare-and-swap transaction), output files,
+   ``.git/pq/`` state files, each file by an atomic rename,
+4. removes the journal.
+
+A command killed in step 3 leaves the journal behind.  Every command then stops with one line
+naming the way out (:func:`patch_queue.project.workspace.check_no_journal`): ``pq continue`` rolls the
+writes forward (the state the interrupted command was writing), ``pq abort`` rolls them back (the
+state before it).  Both are idempotent and check before they write: each file and ref must hold
+its old or its new value, and one that holds anything else (changed by someone since) is an
+error naming it, with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from patch_queue.errors import QueueError
+from patch_queue.git.repo import Person
+from patch_queue.project.fsutil import atomic_write, kill_point
+from patch_queue.project.workspace import JOURNAL_FILE, REF_JOURNAL, Workspace
+
+VERSION = 1
+_JOURNAL_PERSON = Person("pq", "pq@localhost", 0, 0)
+# the order of the writes; the interruption tests kill a command between and inside the groups
+GROUPS = ("patches", "out", "state")
+
+
+@dataclass(frozen=True)
+class _File:
+    key: str  # "work:<path>" (below the work tree), "git:<path>" (below .git) or "abs:<path>"
+    group: str
+    old: str | None  # blob ids; None: no file
+    new: str | None
+
+
+def _key(ws: Workspace, path: Path) -> str:
+    path = path.absolute()
+    for prefix, root in (("git:", ws.repo.gitdir), ("work:", ws.root)):
+        try:
+            return prefix + path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+    return "abs:" + str(path)
+
+
+def _path(ws: Workspace, key: str) -> Path:
+    kind, _, rel = key.partition(":")
+    if kind == "git":
+        return ws.repo.gitdir / rel
+    if kind == "work":
+        return ws.root / rel
+    return Path(rel)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes() if path.is_file() else None
+    except OSError:
+        return None
+
+
+class Writes:
+    """The file writes and ref moves of one command, applied through the journal."""
+
+    def __init__(self, ws: Workspace, command: str) -> None:
+        self.ws = ws
+        self.command = command
+        self._files: dict[Path, tuple[str, bytes | None]] = {}
+        self._refs: dict[str, tuple[str | None, str | None]] = {}
+
+    def write(self, path: Path, data: bytes | None, *, group: str) -> None:
+        """Make ``path`` hold ``data`` (None: remove it); the last call for a path wins."""
+        assert group in GROUPS, group
+        self._files[path.absolute()] = (group, data)
+
+    def move_refs(self, updates: dict[str, tuple[str | None, str | None]]) -> None:
+        """Ref moves (old, new); a ref moved twice keeps its first old value."""
+        for name, (old, new) in updates.items():
+            if name == REF_JOURNAL:
+                continue  # the journal's own ref
+            if name in self._refs:
+                old = self._refs[name][0]
+            self._refs[name] = (old, new)
+
+    def pending_ref(self, name: str) -> str | None:
+        """The value ``name`` will have once committed."""
+        if name in self._refs:
+            return self._refs[name][1]
+        return self.ws.repo.ref(name)
+
+    def commit(self) -> None:
+        repo = self.ws.repo
+        files: list[_File] = []
+        for path, (group, data) in sorted(self._files.items(), key=lambda kv: (GROUPS.index(kv[1][0]), str(kv[0]))):
+            old = _read(path)
+            if old == data:
+                continue
+            files.append(
+                _File(
+                    _key(self.ws, path),
+                    group,
+                    None if old is None else repo.write_blob(old),
+                    None if data is None else repo.write_blob(data),
+                )
+            )
+        refs = {k: v for k, v in sorted(self._refs.items()) if v[0] != v[1]}
+        if not files and not refs:
+            return
+        for name, (expected, _new) in refs.items():  # before the journal, so that a moved ref changes nothing
+            current = repo.ref(name)
+            if current != expected:
+                raise QueueError(
+                    f"{name} moved underneath pq (expected {expected}, found {current}); nothing was "
+                    "written, retry the command",
+                    path=self.ws.rel(repo.gitdir / name),
+                )
+        # the saved contents are reachable from a ref while the journal lives: `git gc` keeps them
+        saved = [b for f in files for b in (f.old, f.new) if b is not None]
+        holder = repo.commit(
+            repo.tree_of_blobs(saved),
+            [],
+            f"pq journal: the saved files of `pq {self.command}`\n",
+            _JOURNAL_PERSON,
+            _JOURNAL_PERSON,
+        )
+        repo.update_refs({REF_JOURNAL: (repo.ref(REF_JOURNAL), holder)}, f"pq {self.command}: journal")
+        journal = {
+            "version": VERSION,
+            "command": self.command,
+            "pid": os.getpid(),
+            "files": [{"path": f.key, "group": f.group, "old": f.old, "new": f.new} for f in files],
+            "refs": [{"ref": k, "old": o, "new": n} for k, (o, n) in refs.items()],
+        }
+        path = self.ws.state_dir / JOURNAL_FILE
+        atomic_write(path, (json.dumps(journal, indent=1, sort_keys=True) + "\n").encode(), durable=True)
+        kill_point("after-journal")
+        _apply(self.ws, files, refs, forward=True, message=f"pq {self.command}")
+        path.unlink()
+        _drop_holder(self.ws)
+
+
+def read(ws: Workspace) -> dict[str, object] | None:
+    path = ws.state_dir / JOURNAL_FILE
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text())
+        if not isinstance(value, dict) or value.get("version") != VERSION:
+            raise ValueError("not a pq journal of format 1")
+        files = [_File(str(f["path"]), str(f["group"]), f["old"], f["new"]) for f in value["files"]]
+        refs = {str(r["ref"]): (r["old"], r["new"]) for r in value["refs"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise QueueError(
+            f"unreadable pq journal ({exc}); compare patches/ and refs/pq/ by hand, then delete it", path=ws.rel(path)
+        ) from None
+    value["files"], value["refs"] = files, refs
+    return value
+
+
+def recover(ws: Workspace, *, forward: bool) -> str | None:
+    """Finish (``forward``) or undo the writes of an interrupted command; its name, or None without a journal."""
+    journal = read(ws)
+    if journal is None:
+        return None
+    command = str(journal.get("command", "?"))
+    files: list[_File] = journal["files"]  # type: ignore[assignment]
+    refs: dict[str, tuple[str | None, str | None]] = journal["refs"]  # type: ignore[assignment]
+    _apply(ws, files, refs, forward=forward, message=f"pq {'continue' if forward else 'abort'} (interrupted {command})")
+    (ws.state_dir / JOURNAL_FILE).unlink()
+    _drop_holder(ws)
+    return command
+
+
+def _drop_holder(ws: Workspace) -> None:
+    current = ws.repo.ref(REF_JOURNAL)
+    if current is not None:
+        ws.repo.update_refs({REF_JOURNAL: (current, None)}, "pq: journal done")
+
+
+def _apply(
+    ws: Workspace, files: list[_File], refs: dict[str, tuple[str | None, str | None]], *, forward: bool, message: str
+) -> None:
+    """Move every file and ref from its old value to its new one (backwards: the other way), checking first."""
+    repo = ws.repo
+    todo: list[tuple[Path, _File, str | None]] = []
+    for f in files:
+        src, dst = (f.old, f.new) if forward else (f.new, f.old)
+        path = _path(ws, f.key)
+        data = _read(path)
+        current = None if data is None else repo.blob_id(data)
+        if current == dst:
+            continue
+        if current != src:
+            raise QueueError(
+                "changed since the interrupted pq command started writing; put it back as it was "
+                f"(or delete {ws.rel(ws.state_dir / JOURNAL_FILE)} to leave everything as it is)",
+                path=ws.rel(path),
+            )
+        if dst is not None and not repo.has_object(dst):
+            raise QueueError(
+                f"the saved contents ({dst}) are gone from the object store; restore the file by hand",
+                path=ws.rel(path),
+            )
+        todo.append((path, f, dst))
+    moves: dict[str, tuple[str | None, str | None]] = {}
+    for name, (old, new) in refs.items():
+        src, dst = (old, new) if forward else (new, old)
+        current = repo.ref(name)
+        if current == dst:
+            continue
+        if current != src:
+            raise QueueError(
+                f"{name} changed since the interrupted pq command started writing (expected {src}, "
+                f"found {current}); nothing was written",
+                path=ws.rel(ws.repo.gitdir / name),
+            )
+        moves[name] = (src, dst)
+    # patches/, then the refs, then the output folder, then .git/pq/ state; a rollback goes back the same way
+    steps = ("patches", "refs", "out", "state")
+    for step in steps if forward else tuple(reversed(steps)):
+        if step == "refs":
+            if moves:
+                repo.update_refs(moves, message)
+            kill_point("after-refs")
+            continue
+        batch = [(p, f, dst) for p, f, dst in todo if f.group == step]
+        for i, (path, _f, dst) in enumerate(batch):
+            if dst is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write(path, repo.read_blob(dst))
+            if i == 0:
+                kill_point(f"mid-write-{step}")
+    for path, _f, _dst in todo:  # an output folder left empty goes too
+        parent = path.parent
+        if path.exists() or not parent.is_dir() or any(parent.iterdir()) or parent in (ws.root, ws.state_dir):
+            continue
+        if _key(ws, parent).startswith("work:"):
+            parent.rmdir()

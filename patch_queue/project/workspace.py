@@ -1,0 +1,341 @@
+"""The project a command works on: the repository, ``patches/``, the output folder and the stack refs.
+
+Also the lock that keeps two mutating commands apart, and loading the stack from ``patches/``
+(the stack is always rebuilt from the patch files; commits are deterministic, so an unchanged
+series gives the same commit ids and moves no ref).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from patch_queue import sources
+from patch_queue.errors import QueueError, SourceError
+from patch_queue.git.repo import ProjectRepo
+from patch_queue.series import stack
+from patch_queue.series.queue import Queue, QueueDir
+
+OUT_DIR = "npu_worker"
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Workspace:
+    repo: ProjectRepo
+    root: Path
+    queue_dir: QueueDir
+    out: Path
+
+    @property
+    def state_dir(self) -> Path:
+        return self.repo.gitdir / "pq"
+
+    def rel(self, path: Path) -> str:
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+
+def open_workspace(cwd: Path | None = None, *, out: Path | None = None) -> Workspace:
+    here = (cwd or Path.cwd()).resolve()
+    repo = ProjectRepo(here)
+    root = repo.workdir
+    return Workspace(repo, root, QueueDir(root / "patches"), (out or root / OUT_DIR).resolve())
+
+
+JOURNAL_FILE = "journal.json"  # see patch_queue/project/journal.py
+REF_JOURNAL = (
+    "refs/pq/journal"  # keeps the journal's saved contents reachable; only patch_queue/project/journal.py moves it
+)
+RECOVERY_COMMANDS = ("continue", "abort")  # the commands that may run while a journal is left
+
+
+@contextmanager
+def locked(ws: Workspace, command: str) -> Iterator[None]:
+    """One mutating command at a time in a repository.
+
+    The lock is ``.git/pq/lock`` held with ``flock``: taking it is atomic, and the kernel lets go
+    of it when its process dies, however it dies.  The file names the holder (pid, the start time
+    of that pid from ``/proc/<pid>/stat``, command) for the message a second command prints, and
+    is removed on release.  A lock file left by a process that is gone, or whose pid now belongs
+    to another process (its start time differs), is stale and taken over; so are git ref locks
+    (``refs/pq/**.lock``) such a process left.  A journal of writes that a killed command left
+    behind stops every command but ``pq continue`` / ``pq abort`` (see :mod:`patch_queue.project.journal`).
+    """
+    ws.state_dir.mkdir(parents=True, exist_ok=True)
+    lock = ws.state_dir / "lock"
+    for _attempt in range(10):
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            holder = _read_holder(lock)
+            if holder is None:  # it has the lock but has not written its name yet
+                time.sleep(0.1)
+                holder = _read_holder(lock)
+            raise _held(lock, holder) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # the holder removed the file between our open and our flock: take a fresh one
+            os.close(fd)
+            continue
+        try:
+            holder = _read_holder(lock)
+            if holder is not None and holder.get("pid") != os.getpid() and _holder_alive(holder):
+                # a live process named in a lock file that is not flocked: a pq without flock
+                raise _held(lock, holder)
+            if holder is not None:
+                _clear_ref_locks(ws)  # its holder died while pq held the lock
+            me = {"pid": os.getpid(), "start": _start_time(os.getpid()), "command": command}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(me, sort_keys=True) + "\n").encode(), 0)
+            if command not in RECOVERY_COMMANDS:
+                check_no_journal(ws)
+        except BaseException:
+            _release(lock, fd)
+            raise
+        try:
+            yield
+        finally:
+            _release(lock, fd)
+        return
+    raise QueueError("could not take the pq lock (it kept changing hands)", path=str(lock))
+
+
+def _release(lock: Path, fd: int) -> None:
+    lock.unlink(missing_ok=True)  # while still flocked, so nobody takes an unlinked file's lock
+    os.close(fd)
+
+
+def _held(lock: Path, holder: dict[str, object] | None) -> QueueError:
+    what = f"{holder.get('command', '?')}, pid {holder.get('pid', '?')}" if holder else "?"
+    return QueueError(
+        f"another pq command ({what}) is running in this repository; wait for it to finish", path=str(lock)
+    )
+
+
+def _read_holder(lock: Path) -> dict[str, object] | None:
+    try:
+        value = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("pid"), int) else None
+
+
+def _holder_alive(holder: dict[str, object]) -> bool:
+    pid = holder["pid"]
+    assert isinstance(pid, int)
+    if pid <= 0 or not _alive(pid):
+        return False
+    recorded = holder.get("start")
+    if recorded is None:
+        return True  # no start time recorded: trust the pid
+    now = _start_time(pid)
+    return now is None or now == recorded  # None: no /proc here, so the pid is all we know
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot, field 22 of /proc/<pid>/stat); None without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(stat.rpartition(")")[2].split()[19])  # the command name may hold spaces and ')'
+    except (IndexError, ValueError):
+        return None
+
+
+def _clear_ref_locks(ws: Workspace) -> None:
+    """Remove the git ref locks under refs/pq/ that a killed pq left (pq is the only writer there)."""
+    refs = ws.repo.gitdir / "refs" / "pq"
+    if refs.is_dir():
+        for stale in refs.rglob("*.lock"):
+            stale.unlink(missing_ok=True)
+
+
+def check_no_journal(ws: Workspace) -> None:
+    """Refuse to run while a killed command's journal of writes is left (see patch_queue/project/journal.py)."""
+    path = ws.state_dir / JOURNAL_FILE
+    if not path.is_file():
+        return
+    try:
+        command = str(json.loads(path.read_text()).get("command", "?"))
+    except (OSError, ValueError, AttributeError):
+        command = "?"
+    raise QueueError(
+        f"`pq {command}` was interrupted while writing patches/, {OUT_DIR}/ and refs/pq/; "
+        f"run `pq continue` to finish its writes or `pq abort` to undo them",
+        path=ws.rel(path),
+    )
+
+
+def upstream_reader(
+    queue: Queue, *, upstream_git: str | None, progress: Progress | None = None
+) -> Callable[[str], bytes]:
+    """Read the pinned upstream's files, each checked against its sha256 in queue.toml."""
+    up = queue.upstream
+    snapshot: sources.Snapshot | None = None
+
+    def snap() -> sources.Snapshot:
+        nonlocal snapshot
+        if snapshot is None:
+            if up.kind == "git":
+                location = sources.upstream_git_location(upstream_git)
+                git = sources.open_git(location, progress=progress)
+                commit = up.pin if _has_commit(git, up.pin) else None
+                if commit is None and up.public_commit:
+                    commit = git.find_public(up.public_commit)
+                if commit is None:
+                    raise SourceError(
+                        f"pinned upstream commit {up.public_commit or up.pin} is not in {location}; "
+                        "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
+                    )
+                snapshot = sources.resolve_upstream(commit, upstream_git=location, progress=progress)
+            elif up.kind == "release":
+                snapshot = sources.resolve_upstream(up.spec, progress=progress)
+            else:
+                snapshot = sources.resolve_upstream(up.spec, progress=progress)
+        return snapshot
+
+    def read(path: str) -> bytes:
+        data = snap().read(path)
+        want = up.files.get(path)
+        if want is not None and stack.sha256(data) != want:
+            raise SourceError(
+                f"sha256 mismatch for vendored file {path} from {snap().label}: "
+                f"queue.toml pins {want}, got {stack.sha256(data)}"
+            )
+        return data
+
+    return read
+
+
+def _has_commit(git: sources.UpstreamGit, commit: str) -> bool:
+    if not commit:
+        return False
+    try:
+        return git.resolve(commit) == commit
+    except SourceError:
+        return False
+
+
+def base_for_queue(
+    ws: Workspace, queue: Queue, *, upstream_git: str | None, progress: Progress | None = None
+) -> tuple[str, tuple[str, ...]]:
+    """The base commit for the queue's pin: reuse refs/pq/base when its vendored files match."""
+    current = ws.repo.ref(stack.REF_BASE)
+    if current is not None:
+        files = ws.repo.read_tree(ws.repo.commit_info(current).tree)
+        vendored = {p[len(stack.VENDOR) :]: stack.sha256(d) for p, d in files.items() if p.startswith(stack.VENDOR)}
+        if vendored == queue.upstream.files:
+            projection = stack.project_modules(queue, lambda p: files[stack.VENDOR + p], label=queue.upstream.label)
+            return stack.base_commit(ws.repo, queue, projection), projection.missing
+    projection = stack.project_modules(
+        queue, upstream_reader(queue, upstream_git=upstream_git, progress=progress), label=queue.upstream.label
+    )
+    return stack.base_commit(ws.repo, queue, projection), projection.missing
+
+
+@dataclass(frozen=True)
+class LoadedStack:
+    queue: Queue
+    base: str
+    patches: list[tuple[str, str]]  # (name, commit) in series order, all of them
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self.patches]
+
+
+def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
+    from patch_queue.series import lineage
+
+    queue = ws.queue_dir.load_queue()
+    if queue.lineage and not lineage.present_bodies(ws.queue_dir, queue.lineage[-1].names):
+        raise QueueError(
+            "holds no patch bodies; `pq reproduce` rebuilds them from the lineage in queue.toml",
+            path=ws.rel(ws.queue_dir.root),
+        )
+    names = ws.queue_dir.load_series()
+    data = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
+    base, missing = base_for_queue(ws, queue, upstream_git=upstream_git, progress=progress)
+    if missing:
+        raise QueueError(
+            "carried symbols missing at the pinned upstream: " + "; ".join(missing), path=str(ws.queue_dir.queue_path)
+        )
+    commits = stack.import_series(ws.repo, queue, base, data)  # a malformed body: the parser names its line
+    lineage.check_bodies(ws.queue_dir, queue, names, [d for _n, d in data])
+    return LoadedStack(queue, base, commits)
+
+
+def applied_count(ws: Workspace, loaded: LoadedStack) -> int:
+    """How many patches are applied: the top ref's position in the series (all when unset)."""
+    top = ws.repo.ref(stack.REF_TOP)
+    if top is None:
+        return len(loaded.patches)
+    if top == loaded.base:
+        return 0
+    for i, (_n, c) in enumerate(loaded.patches):
+        if c == top:
+            return i + 1
+    return len(loaded.patches)  # patches were edited by hand: treat the whole series as applied
+
+
+def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[str, tuple[str | None, str | None]]:
+    """Ref moves that make refs/pq/ describe ``loaded`` with ``applied`` patches on."""
+    want: dict[str, str] = {stack.REF_BASE: loaded.base}
+    want[stack.REF_TOP] = loaded.patches[applied - 1][1] if applied else loaded.base
+    for name, commit in loaded.patches:
+        want[stack.REF_PATCHES + name] = commit
+    # refs/pq/resolutions (recorded resolutions) and refs/pq/previous (the build before the last
+    # refresh, the reference of `pq check`) are not part of the stack and are never moved here
+    have = {
+        k: v
+        for k, v in ws.repo.refs().items()
+        if not k.startswith("refs/pq/orig/") and k not in ("refs/pq/resolutions", "refs/pq/previous", REF_JOURNAL)
+    }
+    updates: dict[str, tuple[str | None, str | None]] = {}
+    for ref in sorted(set(want) | set(have)):
+        if have.get(ref) != want.get(ref):
+            updates[ref] = (have.get(ref), want.get(ref))
+    return updates
+
+
+def state_bytes(data: object) -> bytes:
+    """The bytes of a ``.git/pq/`` state file."""
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+
+
+def read_state(ws: Workspace, name: str) -> dict[str, object] | None:
+    path = ws.state_dir / name
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text())
+    except ValueError as exc:
+        raise QueueError(f"corrupt pq state: {exc}; run `pq abort`", path=str(path)) from None
+    if not isinstance(value, dict):
+        raise QueueError("corrupt pq state; run `pq abort`", path=str(path))
+    return value

@@ -1,0 +1,161 @@
+"""Put a maintainer's edits of the built modules into the patches that own the lines they touch.
+
+Like ``git absorb`` or StGit's ``absorb``, by blame over the stack: each line of the top of the
+stack belongs to the patch that last wrote it (0: the base, the upstream projection).  An edit
+(a hunk of top -> the maintainer's text) goes into the latest patch that wrote a line it
+changes or sits between; an edit of upstream lines only goes into the module's skeleton patch
+(the first patch that touches the module).  ``into`` forces one patch (``pq record --patch``).
+
+Patch *k* then becomes ``merge3(base = top, ours = C_k, theirs = top + the edits owned by
+patches <= k)``: the edits carry into every later patch, and the top becomes exactly the
+maintainer's text.  An edit that does not merge cleanly into its owner (a later patch changed
+the lines next to it) moves up to the next patch, and the move is said (:class:`Placement`).
+Pure: commits are written as unreferenced objects; the caller moves refs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from patch_queue.errors import QueueError
+from patch_queue.git.repo import ProjectRepo
+from patch_queue.series import stack
+
+
+@dataclass(frozen=True)
+class Placement:
+    file: str
+    line: int  # 1-based, in the maintainer's text
+    added: int
+    removed: int
+    patch: str
+    moved_from: str = ""  # the owner it could not merge into, when it moved up
+
+
+@dataclass
+class _Hunk:
+    start: int  # in the top text, 0-based
+    count: int
+    new_start: int  # in the maintainer's text
+    new_lines: list[bytes]
+    owner: int  # index into the chain, 1-based (0 never: see skeleton)
+    first_owner: int = 0
+
+
+def _lines(data: bytes | None) -> list[bytes]:
+    return data.splitlines(keepends=True) if data else []
+
+
+def blame(repo: ProjectRepo, texts: list[bytes | None]) -> list[int]:
+    """For each line of ``texts[-1]``, the index of the text that last wrote it (0: ``texts[0]``)."""
+    owners = [0] * len(_lines(texts[0]))
+    for k in range(1, len(texts)):
+        old, new = texts[k - 1] or b"", texts[k] or b""
+        if old == new:
+            continue
+        out: list[int] = []
+        pos = 0
+        for start, count, _n_start, n_count in repo.line_hunks(old, new):
+            out += owners[pos:start]
+            out += [k] * n_count
+            pos = start + count
+        owners = out + owners[pos:]
+    return owners
+
+
+def _apply(top: list[bytes], hunks: list[_Hunk]) -> bytes:
+    out = list(top)
+    for h in sorted(hunks, key=lambda h: h.start, reverse=True):
+        out[h.start : h.start + h.count] = h.new_lines
+    return b"".join(out)
+
+
+def absorb(
+    repo: ProjectRepo, base: str, chain: list[tuple[str, str]], work: dict[str, bytes], *, into: str | None = None
+) -> tuple[list[tuple[str, str]], list[Placement]]:
+    """The chain with ``work`` (module path -> the maintainer's text) absorbed; and where each edit went.
+
+    ``chain`` holds (name, commit) from the first patch up, each commit's parent being the one
+    before (``base`` for the first).  Paths of ``work`` equal to the top are left alone.
+    """
+    if not chain:
+        raise QueueError("no patch is applied to take the edits")
+    trees = [repo.read_tree(repo.commit_info(c).tree) for c in [base] + [c for _n, c in chain]]
+    top = trees[-1]
+    names = [n for n, _c in chain]
+    forced = None
+    if into is not None:
+        if into not in names:
+            raise QueueError(f"no applied patch is named {into}")
+        forced = names.index(into) + 1
+    per_file: dict[str, list[_Hunk]] = {}
+    placements: list[Placement] = []
+    for path in sorted(work):
+        old = top.get(path)
+        if old is None or old == work[path] or path.startswith(stack.VENDOR):
+            continue
+        history = [t.get(path) for t in trees]
+        owners = blame(repo, history)
+        skeleton = next(k for k in range(1, len(trees)) if history[k] != history[k - 1])
+        new = _lines(work[path])
+        hunks = []
+        for start, count, n_start, n_count in repo.line_hunks(old, work[path]):
+            touched = owners[start : start + count]
+            if not count:  # an insertion: it sits between two lines, it needs both
+                touched = owners[max(start - 1, 0) : start + 1]
+            owner = max(touched, default=0) or skeleton
+            if forced is not None:
+                if forced < owner:
+                    raise QueueError(
+                        f"this edit touches lines {names[owner - 1]} writes, which comes after "
+                        f"{into}; record it into {names[owner - 1]} or a later patch",
+                        path=path,
+                        line=n_start + 1,
+                    )
+                owner = forced
+            hunks.append(_Hunk(start, count, n_start, new[n_start : n_start + n_count], owner, owner))
+        per_file[path] = hunks
+    # each patch's new text of each file: the edits it owns (and those of earlier patches) merged in
+    new_trees = [dict(t) for t in trees]
+    for path, hunks in per_file.items():
+        old_top = _lines(top[path])
+        k = min(h.owner for h in hunks)
+        while k < len(trees):
+            mine = [h for h in hunks if h.owner <= k]
+            theirs = _apply(old_top, mine)
+            ours = trees[k].get(path) or b""
+            if k == len(trees) - 1:
+                new_trees[k][path] = theirs
+                break
+            merged = repo.merge_file(top[path], ours, theirs, labels=("top", "patch", "edit"), path=path)
+            if merged.clean:
+                new_trees[k][path] = merged.text
+                k += 1
+                continue
+            for h in hunks:  # the edits owned here do not fit this patch: they go one patch up
+                if h.owner == k:
+                    h.owner = k + 1
+            for j in range(min(h.first_owner for h in hunks), k + 1):
+                new_trees[j][path] = trees[j].get(path) or b""
+            k = min(h.owner for h in hunks)
+        for h in hunks:
+            placements.append(
+                Placement(
+                    path,
+                    h.new_start + 1,
+                    len(h.new_lines),
+                    h.count,
+                    names[h.owner - 1],
+                    names[h.first_owner - 1] if h.owner != h.first_owner else "",
+                )
+            )
+    out: list[tuple[str, str]] = []
+    parent = base
+    for k, (name, commit) in enumerate(chain, 1):
+        info = repo.commit_info(commit)
+        if parent == info.parents[0] and new_trees[k] == trees[k]:
+            out.append((name, commit))
+        else:
+            out.append((name, stack.commit_files(repo, parent, new_trees[k], info)))
+        parent = out[-1][1]
+    return out, sorted(placements, key=lambda p: (p.file, p.line))

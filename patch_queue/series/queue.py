@@ -1,0 +1,400 @@
+"""The queue on disk: ``patches/queue.toml``, ``patches/series`` and the ``NNNN-name.patch`` files.
+
+``queue.toml`` (format 3)::
+
+    format = 3
+
+    [upstream]                       # the pin the series applies to
+    name = "vllm-ascend"
+    kind = "git"                     # "git" | "release" | "dir"
+    spec = "git:/path/or/url@<sha>"  # re-resolvable source spec (see patch_queue.sources)
+    pin = "<sha>"                    # git: commit; release: "<archive>#sha256=<hex>"; dir: ""
+    label = "git 1a2b3c4d5e6f (upstream 05e095a202bd)"
+    public_commit = "<sha>"          # git only: the public vllm-ascend commit
+
+    [upstream.files]                 # sha256 of every vendored upstream file
+    "vllm_ascend/worker/model_runner_v1.py" = "<hex>"
+
+    [downstream]                     # the hand-maintained release the series was adopted from
+    name = "vllm-omni"
+    release = "0.30.0"               # or "" when adopted from a directory
+    package = "vllm_omni/platforms/npu/worker"   # where the modules live in-tree
+
+    [projection]                     # how carried upstream symbols are laid out in the base
+    formatter = "ruff"               # the downstream's formatter ("" = upstream text unchanged)
+    line_length = 120
+
+    [[module]]                       # one per output module, in file-name order
+    path = "npu_model_runner.py"
+    upstream = "vllm_ascend/worker/model_runner_v1.py"   # "" for omni-only modules
+    symbols = ["NPUModelRunner._update_states", "NPUModelRunner._dummy_run"]  # carried, module order
+
+    [build]                          # sha256 of every module at the top of the whole series
+    "npu_model_runner.py" = "<hex>"
+
+    [[lineage]]                      # how the series came to be, oldest first; the first is its origin
+    kind = "adopt"                   # "adopt" | "refresh" | "edit" | "import"
+    command = "adopt"                # the pq command that made the step
+    downstream = "vllm-omni==0.30.0" # adopt: the hand-maintained release
+    edited = []                      # patches whose bodies carry recorded edits (refs/pq/resolutions)
+    patches = ["<sha256> 0001-init.patch", ...]   # the series after the step, with each body's sha256
+    [lineage.upstream]               # adopt: the upstream it was adopted at; refresh: the target
+    kind = "git"                     # same keys as [upstream], files included
+    ...
+
+The lineage is the recipe of the patch bodies: ``pq reproduce`` adopts the origin, then replays
+every step (a refresh onto its pinned target, the recorded edits of ``edited`` patches) and
+stops at the first body whose sha256 differs.  The bodies in ``patches/``, when present, must
+have the sha256 of the last step (a hand edit is refused; ``pq accept`` takes it as an
+``import`` step).  An ``import`` step takes bodies as they were, not reproducible without them.
+``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
+ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
+
+Format 1 (no ``[projection]`` table) is still read: its projection is the upstream text unchanged.
+Formats 1 and 2 have no lineage: pq adds one (an ``import`` step of the bodies in ``patches/``)
+at its next write, and ``pq reproduce`` refuses them.  The format version is checked first: a
+newer version is refused, never half-read.  Writes go through
+:func:`patch_queue.project.fsutil.atomic_write`.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patch_queue.errors import QueueError
+
+FORMAT = 3
+QUEUE_FILE = "queue.toml"
+SERIES_FILE = "series"
+
+
+@dataclass(frozen=True)
+class Module:
+    path: str
+    upstream: str
+    symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class UpstreamPin:
+    name: str
+    kind: str
+    spec: str
+    pin: str
+    label: str
+    public_commit: str
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the lineage."""
+
+    kind: str  # "adopt" | "refresh" | "edit" | "import"
+    command: str
+    patches: tuple[tuple[str, str], ...]  # (name, sha256 of the body) after the step, series order
+    upstream: UpstreamPin | None = None  # adopt: where; refresh: the target
+    downstream: str = ""  # adopt: "name==version" ("" when adopted from a folder)
+    edited: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _h in self.patches]
+
+
+STEP_KINDS = ("adopt", "refresh", "edit", "import")
+
+
+@dataclass(frozen=True)
+class Queue:
+    upstream: UpstreamPin
+    downstream_name: str
+    downstream_release: str
+    package: str
+    modules: tuple[Module, ...]
+    formatter: str = ""  # see patch_queue.merge.fmt
+    line_length: int = 120
+    lineage: tuple[Step, ...] = ()  # () for formats 1 and 2
+    build: dict[str, str] = field(default_factory=dict)  # module -> sha256 at the top of the series
+    format: int = FORMAT  # the format the file was read in
+
+    def module(self, path: str) -> Module | None:
+        for m in self.modules:
+            if m.path == path:
+                return m
+        return None
+
+    def upstream_paths(self) -> list[str]:
+        return sorted({m.upstream for m in self.modules if m.upstream})
+
+
+def _q(value: str) -> str:
+    """A TOML basic string."""
+    out = value.replace("\\", "\\\\").replace('"', '\\"')
+    out = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", out)
+    return f'"{out}"'
+
+
+def _pin_lines(table: str, up: UpstreamPin) -> list[str]:
+    return [
+        f"[{table}]",
+        f"name = {_q(up.name)}",
+        f"kind = {_q(up.kind)}",
+        f"spec = {_q(up.spec)}",
+        f"pin = {_q(up.pin)}",
+        f"label = {_q(up.label)}",
+        f"public_commit = {_q(up.public_commit)}",
+        "",
+        f"[{table}.files]",
+        *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(up.files.items())),
+    ]
+
+
+def _list(key: str, values: list[str]) -> list[str]:
+    if not values:
+        return [f"{key} = []"]
+    return [f"{key} = [", *(f"    {_q(v)}," for v in values), "]"]
+
+
+def render_queue(q: Queue) -> str:
+    lines = [
+        "# pq patch queue; the format is documented in patch_queue/queue.py.",
+        f"format = {FORMAT}",
+        "",
+        *_pin_lines("upstream", q.upstream),
+        "",
+        "[downstream]",
+        f"name = {_q(q.downstream_name)}",
+        f"release = {_q(q.downstream_release)}",
+        f"package = {_q(q.package)}",
+        "",
+        "[projection]",
+        f"formatter = {_q(q.formatter)}",
+        f"line_length = {q.line_length}",
+    ]
+    for m in q.modules:
+        lines += ["", "[[module]]", f"path = {_q(m.path)}", f"upstream = {_q(m.upstream)}"]
+        if m.symbols:
+            lines.append("symbols = [")
+            lines += [f"    {_q(s)}," for s in m.symbols]
+            lines.append("]")
+        else:
+            lines.append("symbols = []")
+    lines += ["", "[build]", *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(q.build.items()))]
+    for step in q.lineage:
+        lines += [
+            "",
+            "[[lineage]]",
+            f"kind = {_q(step.kind)}",
+            f"command = {_q(step.command)}",
+            f"downstream = {_q(step.downstream)}",
+            *_list("edited", list(step.edited)),
+            *_list("patches", [f"{digest} {name}" for name, digest in step.patches]),
+        ]
+        if step.upstream is not None:
+            lines += ["", *_pin_lines("lineage.upstream", step.upstream)]
+    return "\n".join(lines) + "\n"
+
+
+def _str(table: dict[str, object], key: str, where: str) -> str:
+    value = table.get(key)
+    if not isinstance(value, str):
+        raise QueueError(f"{where}.{key} must be a string", path=QUEUE_FILE)
+    return value
+
+
+def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        if line is None and (at := re.search(r" \(at line (\d+), column \d+\)$", str(exc))):
+            line = int(at.group(1))  # Python < 3.14 has the position only in the text
+        msg = getattr(exc, "msg", str(exc).split(" (at ")[0])
+        raise QueueError(f"not valid TOML: {msg}", path=path, line=line) from None
+    fmt = data.get("format")
+    if not isinstance(fmt, int):
+        raise QueueError("missing integer 'format'", path=path)
+    if fmt > FORMAT:
+        raise QueueError(f"format {fmt} is newer than this pq understands ({FORMAT}); upgrade pq", path=path)
+    if fmt < 1:
+        raise QueueError(f"unknown format {fmt}", path=path)
+    try:
+        down = data["downstream"]
+        pin = _parse_pin(data["upstream"], "upstream", path)
+        modules = []
+        for i, m in enumerate(data.get("module", [])):
+            symbols = m.get("symbols", [])
+            if not isinstance(symbols, list) or not all(isinstance(s, str) for s in symbols):
+                raise QueueError(f"module[{i}].symbols must be a list of strings", path=path)
+            mpath = _str(m, "path", f"module[{i}]")
+            if "/" in mpath or "\\" in mpath or mpath in ("", ".", ".."):
+                raise QueueError(f"module path {mpath!r} must be a plain file name", path=path)
+            modules.append(Module(mpath, _str(m, "upstream", f"module[{i}]"), tuple(symbols)))
+        proj = data.get("projection", {}) if fmt >= 2 else {}
+        formatter = _str(proj, "formatter", "projection") if fmt >= 2 else ""
+        line_length = proj.get("line_length", 120)
+        if not isinstance(line_length, int) or not 40 <= line_length <= 400:
+            raise QueueError("projection.line_length must be an integer from 40 to 400", path=path)
+        build = data.get("build", {}) if fmt >= 3 else {}
+        if not isinstance(build, dict) or not all(isinstance(v, str) for v in build.values()):
+            raise QueueError("[build] must map module paths to sha256 strings", path=path)
+        lineage = _parse_lineage(data.get("lineage", []) if fmt >= 3 else [], path)
+        if fmt >= 3 and not lineage:
+            raise QueueError("format 3 needs a [[lineage]] (where the series came from)", path=path)
+        return Queue(
+            formatter=formatter,
+            line_length=line_length,
+            upstream=pin,
+            downstream_name=_str(down, "name", "downstream"),
+            downstream_release=_str(down, "release", "downstream"),
+            package=_str(down, "package", "downstream"),
+            modules=tuple(modules),
+            lineage=lineage,
+            build={str(k): v for k, v in build.items()},
+            format=fmt,
+        )
+    except KeyError as exc:
+        raise QueueError(f"missing table or key {exc.args[0]!r}", path=path) from None
+    except AttributeError:
+        raise QueueError("a table has the wrong type", path=path) from None
+
+
+def _parse_pin(up: dict[str, object], where: str, path: str) -> UpstreamPin:
+    files = up.get("files", {})
+    if not isinstance(files, dict):
+        raise QueueError(f"{where}.files must be a table", path=path)
+    return UpstreamPin(
+        name=_str(up, "name", where),
+        kind=_str(up, "kind", where),
+        spec=_str(up, "spec", where),
+        pin=_str(up, "pin", where),
+        label=_str(up, "label", where),
+        public_commit=_str(up, "public_commit", where),
+        files={str(k): str(v) for k, v in files.items()},
+    )
+
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
+    if not isinstance(raw, list):
+        raise QueueError("lineage must be an array of tables ([[lineage]])", path=path)
+    steps = []
+    for i, item in enumerate(raw):
+        where = f"lineage[{i}]"
+        if not isinstance(item, dict):
+            raise QueueError(f"{where} must be a table", path=path)
+        kind = _str(item, "kind", where)
+        if kind not in STEP_KINDS:
+            raise QueueError(f"{where}.kind {kind!r} is not one of {', '.join(STEP_KINDS)}", path=path)
+        if (i == 0 and kind not in ("adopt", "import")) or (i > 0 and kind == "adopt"):
+            raise QueueError(
+                f"{where}: a lineage starts with an adopt or import step, and an adopt step stands only there",
+                path=path,
+            )
+        patches = []
+        rows = item.get("patches", [])
+        if not isinstance(rows, list):
+            raise QueueError(f"{where}.patches must be a list of strings", path=path)
+        for row in rows:
+            digest, _, name = str(row).partition(" ")
+            if not _DIGEST.match(digest) or not _NAME.match(name):
+                raise QueueError(f"{where}.patches: {row!r} is not '<sha256> <name>.patch'", path=path)
+            patches.append((name, digest))
+        edited = item.get("edited", [])
+        if not isinstance(edited, list) or not all(isinstance(e, str) for e in edited):
+            raise QueueError(f"{where}.edited must be a list of strings", path=path)
+        if set(edited) - {n for n, _d in patches}:
+            raise QueueError(f"{where}.edited names a patch the step does not list", path=path)
+        up = item.get("upstream")
+        if up is not None and not isinstance(up, dict):
+            raise QueueError(f"{where}.upstream must be a table", path=path)
+        steps.append(
+            Step(
+                kind,
+                _str(item, "command", where),
+                tuple(patches),
+                _parse_pin(up, f"{where}.upstream", path) if up is not None else None,
+                _str(item, "downstream", where),
+                tuple(edited),
+            )
+        )
+    return tuple(steps)
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
+
+
+def parse_series(text: str, *, path: str = SERIES_FILE) -> list[str]:
+    names: list[str] = []
+    seen: dict[str, int] = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        # quilt allows options after the name (-p1); we write none and accept none
+        if not _NAME.match(line):
+            raise QueueError(f"{line!r} is not a patch file name inside patches/", path=path, line=lineno)
+        if line in seen:
+            raise QueueError(f"{line} is listed twice (first on line {seen[line]})", path=path, line=lineno)
+        seen[line] = lineno
+        names.append(line)
+    return names
+
+
+def render_series(names: list[str]) -> str:
+    return "# pq series: patch order, one file a line (quilt format)\n" + "".join(n + "\n" for n in names)
+
+
+@dataclass(frozen=True)
+class QueueDir:
+    """The ``patches/`` folder."""
+
+    root: Path
+
+    @property
+    def queue_path(self) -> Path:
+        return self.root / QUEUE_FILE
+
+    @property
+    def series_path(self) -> Path:
+        return self.root / SERIES_FILE
+
+    def exists(self) -> bool:
+        return self.queue_path.is_file()
+
+    def shown(self, name: str) -> str:
+        """How errors name a file of this folder: ``patches/<name>``, as the maintainer sees it."""
+        return f"{self.root.name}/{name}"
+
+    def _text(self, path: Path) -> str:
+        data = path.read_bytes()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise QueueError(
+                f"not UTF-8 (byte 0x{data[exc.start]:02x})",
+                path=self.shown(path.name),
+                line=data.count(b"\n", 0, exc.start) + 1,
+            ) from None
+
+    def load_queue(self) -> Queue:
+        if not self.queue_path.is_file():
+            raise QueueError("no queue here; run `pq adopt vllm-omni==VERSION` first", path=str(self.queue_path))
+        return parse_queue(self._text(self.queue_path), path=self.shown(QUEUE_FILE))
+
+    def load_series(self) -> list[str]:
+        if not self.series_path.is_file():
+            return []
+        text = self._text(self.series_path)
+        names = parse_series(text, path=self.shown(SERIES_FILE))
+        for name in names:
+            if not (self.root / name).is_file():
+                lineno = next(i for i, raw in enumerate(text.splitlines(), 1) if raw.split("#", 1)[0].strip() == name)
+                raise QueueError(f"names {name}, which does not exist", path=self.shown(SERIES_FILE), line=lineno)
+        return names

@@ -1,0 +1,434 @@
+"""Replay: rebase the stack onto a new base, one three-way merge per patch, in memory.
+
+For patch *i* with old parent P, old result C and new parent N (the replayed stack so far),
+every file is merged as base = P, ours = N (upstream side), theirs = C (the patch), the way
+``git cherry-pick`` does, with diff3 markers on conflict.  Nothing here writes files or moves
+refs: callers get commits (unreferenced objects) and a list of conflicts, then write once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from patch_queue.git.repo import ProjectRepo
+from patch_queue.merge import three_way as merge
+from patch_queue.series import stack
+
+MARKER_START = re.compile(rb"^<{7}(?: |$)", re.MULTILINE)
+MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
+
+
+@dataclass
+class Conflict:
+    """A region left for a human (``conflict``) or a decision the tool took on its own (a review flag)."""
+
+    patch: str
+    file: str
+    line: int  # 1-based: the "<<<<<<<" marker of a conflict, the first line of a flag's region
+    symbol: str  # Class.method (or top-level name) enclosing the region, "" at module level
+    kind: str = "both-changed"
+    message: str = ""
+    conflict: bool = True
+    anchor: dict[str, object] | None = None
+    sides: dict[str, str] = field(default_factory=dict)  # base, upstream, patch
+    resolution: str | None = None
+    culprits: list[dict[str, object]] = field(default_factory=list)
+    reused: bool = False
+    key: str = ""
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "patch": self.patch,
+            "file": self.file,
+            "line": self.line,
+            "symbol": self.symbol,
+            "kind": self.kind,
+            "message": self.message,
+            "conflict": self.conflict,
+            "anchor": self.anchor,
+            "sides": self.sides,
+            "resolution": self.resolution,
+            "culprits": self.culprits,
+            "reused": self.reused,
+            "key": self.key,
+        }
+
+
+@dataclass
+class PatchResult:
+    name: str
+    status: str  # "unchanged" | "modified" | "conflict" | "empty"
+    commit: str  # the replayed commit (holding markers when conflicted)
+    conflicts: list[Conflict] = field(default_factory=list)
+    flags: list[Conflict] = field(default_factory=list)
+
+
+_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)|^(\s*)class\s+(\w+)")
+
+
+def enclosing_symbol(text: str, line: int) -> str:
+    """The Class.method around 1-based ``line`` of (possibly conflicted) source, by indentation."""
+    lines = text.splitlines()
+    # the indent of the first real code line in the region tells how deep it sits
+    depth = None
+    for probe in lines[line:]:
+        if MARKER_ANY.match(probe.encode()) or not probe.strip():
+            continue
+        depth = len(probe) - len(probe.lstrip())
+        if probe.lstrip()[:1] in ")]}":
+            depth += 1  # the closing line of a signature belongs inside the def it closes
+        break
+    if depth is None:
+        depth = 0
+    names: list[str] = []
+    limit = depth
+    for probe in reversed(lines[: line - 1]):
+        if limit == 0:
+            break
+        m = _DEF.match(probe)
+        if not m:
+            continue
+        indent = len(m.group(1) if m.group(1) is not None else m.group(3))
+        if indent < limit:
+            names.append(m.group(2) or m.group(4))
+            limit = indent
+    # keep the outermost class and the method right inside it (Class.method)
+    names.reverse()
+    return ".".join(names[:2])
+
+
+def conflict_lines(data: bytes, theirs: str | None = None) -> list[int]:
+    """1-based lines of the ``<<<<<<<`` markers; only regions closed by ``>>>>>>> theirs`` when given.
+
+    Under --no-stop a later patch's merge carries the markers of earlier patches along; the
+    closing label tells which patch a region belongs to.
+    """
+    lines = data.split(b"\n")
+    out: list[int] = []
+    opened: int | None = None
+    for number, line in enumerate(lines, 1):
+        if line.startswith(b"<<<<<<<") and opened is None:
+            opened = number
+        elif line.startswith(b">>>>>>>") and opened is not None:
+            label = line[8:].decode("utf-8", errors="replace").strip()
+            if theirs is None or label == theirs:
+                out.append(opened)
+            opened = None
+    return out
+
+
+def has_markers(data: bytes) -> int | None:
+    """1-based line of the first conflict marker, or None."""
+    m = MARKER_ANY.search(data)
+    return None if m is None else data.count(b"\n", 0, m.start()) + 1
+
+
+Normalize = Callable[[str, bytes], bytes]
+Recorded = Callable[[str], "str | None"]
+Edited = Callable[[str, str], "str | None"]  # (patch, merged commit) -> the commit with its recorded edits
+
+
+def patch_key(name: str) -> str:
+    """A patch's name without its series number, so recorded resolutions survive renumbering."""
+    return re.sub(r"^\d+-", "", name).removesuffix(".patch")
+
+
+def replay_patch(
+    repo: ProjectRepo,
+    name: str,
+    old_commit: str,
+    new_parent: str,
+    *,
+    labels: tuple[str, str],
+    normalize: Normalize | None = None,
+    recorded: Recorded | None = None,
+) -> PatchResult:
+    """Cherry-pick ``old_commit`` onto ``new_parent``. ``labels`` = (old base label, new base label).
+
+    ``normalize(path, data)`` lays out the carried symbols of the old sides the way the new base
+    is laid out (the projection's formatter); ``recorded(key)`` gives recorded resolutions.
+    """
+    info = repo.commit_info(old_commit)
+    old_parent = repo.commit_info(info.parents[0])
+    p_files = repo.read_tree(old_parent.tree)
+    c_files = repo.read_tree(info.tree)
+    n_info = repo.commit_info(new_parent)
+    if old_parent.tree == n_info.tree:
+        commit = stack.commit_files(repo, new_parent, c_files, info)
+        return PatchResult(name, "unchanged", commit)
+    n_files = repo.read_tree(n_info.tree)
+    merged: dict[str, bytes] = {}
+    conflicts: list[Conflict] = []
+    flags: list[Conflict] = []
+    for path in sorted(set(p_files) | set(c_files) | set(n_files)):
+        p, c, n = p_files.get(path), c_files.get(path), n_files.get(path)
+        if p == c:
+            result = n  # the patch leaves this file alone
+        elif p == n or c == n:
+            result = c
+        elif p is None and n is None:
+            result = c
+        elif c is None or n is None:
+            # one side deleted what the other changed: keep the surviving text, marked whole
+            survivor = c if c is not None else n
+            assert survivor is not None
+            result = (
+                b"<<<<<<< "
+                + labels[1].encode()
+                + b" (deleted)\n"
+                + b"||||||| "
+                + labels[0].encode()
+                + b"\n"
+                + b"=======\n"
+                + survivor
+                + (b"" if survivor.endswith(b"\n") else b"\n")
+                + b">>>>>>> "
+                + name.encode()
+                + b"\n"
+            )
+            conflicts.append(Conflict(name, path, 1, "", "deleted-file", "one side deleted the file the other changed"))
+        else:
+            # both sides added the file (no base: merge against empty) or changed it
+            base = p if p is not None else b""
+            result = _merge_one(repo, name, path, base, n, c, labels, normalize, recorded, conflicts, flags)
+        if result is not None:
+            merged[path] = result
+    commit = stack.commit_files(repo, new_parent, merged, info)
+    status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
+    return PatchResult(name, status, commit, conflicts, flags)
+
+
+def _merge_one(
+    repo: ProjectRepo,
+    name: str,
+    path: str,
+    p: bytes,
+    n: bytes,
+    c: bytes,
+    labels: tuple[str, str],
+    normalize: Normalize | None,
+    recorded: Recorded | None,
+    conflicts: list[Conflict],
+    flags: list[Conflict],
+) -> bytes:
+    diff3_labels = (labels[0], labels[1], name)
+    if path.startswith(stack.VENDOR):
+        m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
+        if not m.clean:
+            conflicts += [Conflict(name, path, ln, "") for ln in conflict_lines(m.text, name)]
+        return m.text
+    try:
+        texts = [x.decode("utf-8") for x in (p, n, c)]
+    except UnicodeDecodeError:
+        m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
+        if not m.clean:
+            conflicts += [Conflict(name, path, ln, "") for ln in conflict_lines(m.text, name)]
+        return m.text
+    if normalize is not None:
+        norm_p = normalize(path, p).decode("utf-8")
+        norm_c = normalize(path, c).decode("utf-8")
+        if norm_c != texts[2]:
+            flags.append(
+                Conflict(
+                    name,
+                    path,
+                    1,
+                    "",
+                    "reformatted",
+                    "the patch's copy of the carried upstream code was laid out with the projection's formatter "
+                    "(the new upstream code is); check the diff of this file",
+                    conflict=False,
+                )
+            )
+        texts[0], texts[2] = norm_p, norm_c
+    do_merge = merge.merge3_checked if path.endswith(".py") else merge.merge3
+    result = do_merge(
+        texts[0], texts[1], texts[2], labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded
+    )
+    for region in result.regions:
+        found = Conflict(
+            name,
+            path,
+            region.line,
+            enclosing_symbol(result.text, region.line),
+            region.kind,
+            region.message,
+            region.conflict,
+            region.anchor.as_json() if region.anchor else None,
+            {"base": region.base, "upstream": region.ours, "patch": region.theirs},
+            region.resolution,
+            [],
+            region.reused,
+            region.key,
+        )
+        (conflicts if region.conflict else flags).append(found)
+    return result.text.encode("utf-8")
+
+
+def replay(
+    repo: ProjectRepo,
+    patches: list[tuple[str, str]],
+    new_base: str,
+    *,
+    labels: tuple[str, str],
+    stop: bool,
+    progress: Callable[[PatchResult], None] | None = None,
+    normalize: Normalize | None = None,
+    recorded: Recorded | None = None,
+    edited: Edited | None = None,
+) -> list[PatchResult]:
+    """Replay ``patches`` (name, old commit) on ``new_base``; stops after the first conflict if ``stop``.
+
+    ``edited`` gives the maintainer's recorded edits of a patch's merge result (see
+    :meth:`patch_queue.series.rerere.Store.lookup_edit`); they are looked up on the plain merge, before
+    the recorded regions (``recorded``), so the same inputs always meet the same record.
+    """
+    results: list[PatchResult] = []
+    parent = new_base
+    for name, old in patches:
+        res = replay_patch(
+            repo,
+            name,
+            old,
+            parent,
+            labels=labels,
+            normalize=normalize,
+            recorded=None if edited is not None else recorded,
+        )
+        final = edited(name, res.commit) if edited is not None else None
+        if final is not None:
+            res = _with_edits(repo, res, final)
+        elif edited is not None and res.conflicts and recorded is not None:
+            res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded)
+        follow_lines(repo, [f for r in results for f in r.conflicts + r.flags], parent, res.commit)
+        results.append(res)
+        if progress is not None:
+            progress(res)
+        parent = res.commit
+        if res.conflicts and stop:
+            break
+    return results
+
+
+def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResult:
+    """The result of a patch whose merge met recorded edits: one review flag per file they changed."""
+    before = repo.read_tree(repo.commit_info(merged.commit).tree)
+    after = repo.read_tree(repo.commit_info(final).tree)
+    flags = list(merged.flags)
+    follow_lines(repo, flags, merged.commit, final)
+    for path in sorted(set(before) | set(after)):
+        if before.get(path) == after.get(path):
+            continue
+        hunks = repo.line_hunks(before.get(path) or b"", after.get(path) or b"")
+        resolved = sum(1 for c in merged.conflicts if c.file == path)
+        tail = f", resolving {resolved} conflict region(s)" if resolved else ""
+        flags.append(
+            Conflict(
+                merged.name,
+                path,
+                hunks[0][2] + 1,
+                "",
+                "recorded-edits",
+                f"the maintainer's recorded edits of this merge were applied (+{sum(h[3] for h in hunks)} "
+                f"-{sum(h[1] for h in hunks)} lines{tail})",
+                conflict=False,
+            )
+        )
+    return PatchResult(merged.name, "modified", final, [], flags)
+
+
+def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, new_commit: str) -> None:
+    """Move the ``line`` of earlier findings to where their text is after a later patch changed the file."""
+    import pygit2
+
+    if not findings:
+        return
+    old_files = repo.read_tree(repo.commit_info(old_commit).tree)
+    new_files = repo.read_tree(repo.commit_info(new_commit).tree)
+    for path in sorted({f.file for f in findings}):
+        a, b = old_files.get(path), new_files.get(path)
+        if a is None or b is None or a == b:
+            continue
+        hunks = pygit2.Patch.create_from(a, b, context_lines=0).hunks
+        for f in findings:
+            if f.file != path:
+                continue
+            moved = f.line
+            for h in hunks:
+                first = h.old_start if h.old_lines else h.old_start + 1  # first line at or after the change
+                if f.line >= first + h.old_lines:
+                    moved += h.new_lines - h.old_lines
+                elif f.line >= first:  # the patch rewrote the finding's own line: point at what replaced it
+                    moved = h.new_start if h.new_lines else h.new_start + 1
+                    break
+            f.line = moved
+
+
+def _blocks(lines: list[bytes], theirs: str | None = None) -> list[tuple[int, int]]:
+    """(first, last) 0-based line spans of conflict regions, only those closed by ``theirs`` if given."""
+    out: list[tuple[int, int]] = []
+    opened: int | None = None
+    for i, line in enumerate(lines):
+        if line.startswith(b"<<<<<<<") and opened is None:
+            opened = i
+        elif line.startswith(b">>>>>>>") and opened is not None:
+            if theirs is None or line[8:].decode("utf-8", errors="replace").strip() == theirs:
+                out.append((opened, i))
+            opened = None
+    return out
+
+
+def _replacements(top_marked: bytes, resolved: bytes, mine: bytes) -> list[tuple[int, int, list[bytes]]] | None:
+    """For each conflict region of ``mine`` (first, last line), the lines the maintainer put in its place.
+
+    Every region of ``mine`` must appear verbatim in ``top_marked``; what replaced it in
+    ``resolved`` is found by aligning the unchanged lines around it.  None when one cannot be placed.
+    """
+    import difflib
+
+    top = top_marked.splitlines(keepends=True)
+    res = resolved.splitlines(keepends=True)
+    own = mine.splitlines(keepends=True)
+    mapping: dict[int, int] = {}
+    for block in difflib.SequenceMatcher(None, top, res, autojunk=False).get_matching_blocks():
+        for k in range(block.size):
+            mapping[block.a + k] = block.b + k
+    top_blocks = {b"".join(top[s : e + 1]): (s, e) for s, e in _blocks(top)}
+    out: list[tuple[int, int, list[bytes]]] = []
+    for s, e in _blocks(own):
+        key = b"".join(own[s : e + 1])
+        if key not in top_blocks:
+            return None
+        ts, te = top_blocks[key]
+        before = max((i for i in mapping if i < ts), default=-1)
+        after = min((i for i in mapping if i > te), default=len(top))
+        lo = mapping[before] + 1 if before >= 0 else 0
+        hi = mapping[after] if after < len(top) else len(res)
+        out.append((s, e, res[lo:hi]))
+    return out
+
+
+def carry_resolutions(top_marked: bytes, resolved: bytes, mine: bytes) -> bytes | None:
+    """Put into ``mine`` the resolution the maintainer wrote, in ``resolved``, for each region of ``top_marked``.
+
+    None when a region cannot be placed (then the caller asks for patch-by-patch resolution).
+    """
+    replacements = _replacements(top_marked, resolved, mine)
+    if replacements is None:
+        return None
+    own = mine.splitlines(keepends=True)
+    for s, e, lines in reversed(replacements):
+        own[s : e + 1] = lines
+    return b"".join(own)
+
+
+def resolutions_of(top_marked: bytes, resolved: bytes, mine: bytes, theirs: str) -> list[str] | None:
+    """The texts that replaced the regions of ``mine`` closed by ``>>>>>>> theirs``, in file order."""
+    replacements = _replacements(top_marked, resolved, mine)
+    if replacements is None:
+        return None
+    own = mine.splitlines(keepends=True)
+    own_regions = {(s, e) for s, e in _blocks(own, theirs)}
+    return [b"".join(lines).decode("utf-8", "replace") for s, e, lines in replacements if (s, e) in own_regions]

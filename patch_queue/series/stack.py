@@ -1,0 +1,231 @@
+"""The git-native stack: a base commit (vendored upstream files + projections) and one commit a patch.
+
+Tree layout of every stack commit::
+
+    .pq-upstream/<upstream path>   the vendored upstream files, byte for byte
+    <module>.py                    the output modules (projections in the base commit)
+
+Refs (all under ``refs/pq/``): ``base`` (the base commit), ``top`` (the last applied patch, or
+the base when none is applied) and ``patches/<name>`` (every patch's commit, applied or not).
+``patches/`` is the exported form of the stack; :func:`import_series` and :func:`export_patch`
+are inverses, byte for byte, because commits are deterministic (author = committer, fixed
+times taken from the patch's Date header).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_tz
+
+from patch_queue import sources
+from patch_queue.errors import PatchError, PqError, SourceError
+from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
+from patch_queue.merge import fmt, symbols
+from patch_queue.series import patchfile
+from patch_queue.series.queue import Module, Queue
+
+VENDOR = ".pq-upstream/"
+BASE_PERSON_NAME = "pq"
+BASE_PERSON_EMAIL = "pq@localhost"
+REF_BASE = "refs/pq/base"
+REF_TOP = "refs/pq/top"
+REF_PATCHES = "refs/pq/patches/"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Projection:
+    files: dict[str, bytes]  # module path -> projected text; vendored files under VENDOR
+    missing: tuple[str, ...]  # "module: Symbol" carried symbols not found upstream
+
+
+def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str) -> Projection:
+    """Vendored files and the projected base text of every module that carries upstream symbols.
+
+    The projected texts are kept in the download cache by their inputs (the vendored files, the
+    modules' carried symbols, the formatter settings, the formatter binary and pq's code).
+    """
+    vendored = {path: read_upstream(path) for path in queue.upstream_paths()}
+    key = sources.derived_key(
+        fmt.tool_stamp(),
+        queue.formatter,
+        str(queue.line_length),
+        json.dumps([[m.path, m.upstream, list(m.symbols)] for m in queue.modules]),
+        *(part for path, data in sorted(vendored.items()) for part in (path, data)),
+    )
+    hit = sources.derived_get("projection", key)
+    if hit is not None:
+        try:
+            cached = json.loads(hit)
+            return Projection(
+                {
+                    **{VENDOR + p: d for p, d in vendored.items()},
+                    **{p: t.encode("utf-8") for p, t in cached["files"].items()},
+                },
+                tuple(cached["missing"]),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+    projection = _project(queue, vendored.__getitem__, label=label)
+    sources.derived_put(
+        "projection",
+        key,
+        json.dumps(
+            {
+                "files": {p: d.decode("utf-8") for p, d in projection.files.items() if not p.startswith(VENDOR)},
+                "missing": list(projection.missing),
+            }
+        ).encode("utf-8"),
+    )  # files in module order, as computed
+    return projection
+
+
+def _project(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str) -> Projection:
+    files: dict[str, bytes] = {}
+    parsed: dict[str, dict[str, symbols.Symbol]] = {}
+    for path in queue.upstream_paths():
+        data = read_upstream(path)
+        files[VENDOR + path] = data
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SourceError(
+                f"upstream file is not UTF-8 at byte {exc.start} ({label})",
+                path=path,
+                line=data.count(b"\n", 0, exc.start) + 1,
+            ) from None
+        try:
+            parsed[path] = symbols.symbols_ast(text, path=path)
+        except PqError as exc:
+            raise SourceError(f"{exc.message} ({label})", path=path, line=exc.line) from None
+    missing: list[str] = []
+    carried: list[tuple[str, list[symbols.Symbol]]] = []
+    for m in queue.modules:
+        if not m.upstream:
+            continue
+        # a carried class gone as a whole is a different upstream, not a removed method to port
+        gone = sorted({s.split(".")[0] for s in m.symbols if "." in s} - set(parsed[m.upstream]))
+        if gone:
+            raise SourceError(
+                f"has no class {', '.join(gone)}, whose methods {m.path} carries ({label}); "
+                "point --to at a vllm-ascend that has it, or edit the [[module]] in queue.toml",
+                path=m.upstream,
+            )
+        found = []
+        for name in m.symbols:
+            sym = parsed[m.upstream].get(name)
+            if sym is None:
+                missing.append(f"{m.path}: {name}")
+            else:
+                found.append(sym)
+        carried.append((m.path, found))
+    # one formatter run for every module
+    laid_out = iter(
+        fmt.format_symbols(
+            [s for _path, found in carried for s in found], formatter=queue.formatter, line_length=queue.line_length
+        )
+    )
+    for path, found in carried:
+        files[path] = symbols.project([next(laid_out) for _s in found]).encode("utf-8")
+    return Projection(files, tuple(missing))
+
+
+def format_date(time: int, offset: int) -> str:
+    tz = timezone(timedelta(minutes=offset))
+    return datetime.fromtimestamp(time, tz).strftime("%a, %-d %b %Y %H:%M:%S %z")
+
+
+def parse_person(author: str, date: str, *, path: str) -> Person:
+    if "<" not in author or not author.endswith(">"):
+        raise PatchError(f"From: header {author!r} is not 'Name <email>'", path=path)
+    name, email = author[:-1].split("<", 1)
+    parsed = parsedate_tz(date)
+    if parsed is None:
+        raise PatchError(f"Date: header {date!r} is not an RFC 2822 date", path=path)
+    offset_s = parsed[9] or 0
+    utc = datetime(*parsed[:6], tzinfo=timezone(timedelta(seconds=offset_s)))
+    return Person(name.strip(), email.strip(), int(utc.timestamp()), offset_s // 60)
+
+
+def message_of(p: patchfile.PatchFile) -> str:
+    return p.subject + "\n" + (("\n" + p.description + "\n") if p.description else "")
+
+
+def base_commit(repo: ProjectRepo, queue: Queue, projection: Projection) -> str:
+    """The deterministic base commit for a projection (depends only on its content and pin)."""
+    tree = repo.write_tree(projection.files)
+    up = queue.upstream
+    lines = [f"pq base: {up.name} {up.public_commit or up.label}", ""]
+    lines += [
+        f"{path[len(VENDOR) :]} sha256:{sha256(data)}"
+        for path, data in sorted(projection.files.items())
+        if path.startswith(VENDOR)
+    ]
+    person = Person(BASE_PERSON_NAME, BASE_PERSON_EMAIL, 0, 0)
+    return repo.commit(tree, [], "\n".join(lines) + "\n", person, person)
+
+
+def check_paths(touched: list[str], modules: tuple[Module, ...], *, path: str) -> None:
+    allowed = {m.path for m in modules}
+    for name in touched:
+        if name not in allowed:
+            raise PatchError(f"touches {name!r}, which is not an output module listed in queue.toml", path=path)
+
+
+def commit_patch(repo: ProjectRepo, parent: str, p: patchfile.PatchFile, queue: Queue, *, path: str) -> str:
+    """Apply one patch on ``parent`` (exactly, no fuzz) and commit the result."""
+    info = repo.commit_info(parent)
+    files = repo.read_tree(info.tree)
+    touched = patchfile.files_touched(p.diff)
+    check_paths(touched, queue.modules, path=path)
+    changes = patchfile.apply(
+        p.diff, {k: v for k, v in files.items() if k in touched}, patch_path=path, first_line=p.diff_line
+    )
+    for name, data in changes.items():
+        if data is None:
+            files.pop(name, None)
+        else:
+            files[name] = data
+    person = parse_person(p.author, p.date, path=path)
+    return repo.commit(repo.write_tree(files), [parent], message_of(p), person, person)
+
+
+def commit_files(repo: ProjectRepo, parent: str, files: dict[str, bytes], like: CommitInfo) -> str:
+    """A commit of ``files`` on ``parent`` carrying the message and author of ``like``."""
+    return repo.commit(repo.write_tree(files), [parent], like.message, like.author, like.author)
+
+
+def export_patch(repo: ProjectRepo, commit: str) -> bytes:
+    info = repo.commit_info(commit)
+    parent = repo.commit_info(info.parents[0])
+    diff = repo.diff_trees(parent.tree, info.tree)
+    subject, description = patchfile.split_message(info.message)
+    a = info.author
+    p = patchfile.PatchFile(
+        subject=subject,
+        description=description,
+        author=f"{a.name} <{a.email}>",
+        date=format_date(a.time, a.offset),
+        diff=diff,
+    )
+    return patchfile.render(p, commit_id=commit)
+
+
+def import_series(
+    repo: ProjectRepo, queue: Queue, base: str, patches: list[tuple[str, bytes]]
+) -> list[tuple[str, str]]:
+    """Commit every patch in order on ``base``; returns (name, commit) pairs."""
+    out: list[tuple[str, str]] = []
+    parent = base
+    for name, data in patches:
+        p = patchfile.parse(data, path=f"patches/{name}")
+        parent = commit_patch(repo, parent, p, queue, path=f"patches/{name}")
+        out.append((name, parent))
+    return out

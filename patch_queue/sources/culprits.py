@@ -1,0 +1,221 @@
+"""Name the upstream commits that caused a rebase conflict.
+
+A conflict region has a text in the old upstream (``before``) and a text in the new one (``after``).
+The upstream commit that made the region what it is now is the first commit, between the old base and
+the new one, whose file no longer contains ``before`` (a change or a deletion) or first contains
+``after`` (an insertion).  Only the commits that changed the file are candidates, and the search is a
+bisection over them, so it reads a logarithmic number of file versions.
+
+The texts are compared in a normalised form that survives reformatting (pq formats code with
+``ruff format``, upstream used yapf): all whitespace, commas, backslashes, parentheses and quotes
+dropped (ruff adds and removes parentheses and joins implicitly concatenated strings).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pygit2
+
+from patch_queue.errors import PqError
+from patch_queue.git.remote import UpstreamGit
+from patch_queue.series.queue import UpstreamPin
+
+_PR = re.compile(r"\(#(\d+)\)")
+
+
+_DROPPED = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ,\\()'\""
+
+
+def normalize(text: str | bytes) -> bytes:
+    """The comparison form of code (UTF-8): no ASCII whitespace, commas, backslashes, parentheses or quotes."""
+    # bytes.translate deletes in one C pass: ~0.5 ms for the 320 KB runner, 10x faster than str methods.
+    # Non-ASCII spaces are kept: code has none outside strings and comments, which stay comparable.
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return data.translate(None, _DROPPED)
+
+
+def parse_pr(subject: str) -> int | None:
+    """The pull-request number of a squash-merge subject, ``"... (#1234)"`` -> 1234 (the last one)."""
+    found = _PR.findall(subject)
+    return int(found[-1]) if found else None
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """One upstream commit, named by its public sha."""
+
+    commit: str
+    subject: str
+    pr: int | None
+    date: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "subject": self.subject, "pr": self.pr, "date": self.date}
+
+
+class CulpritFinder:
+    """Bisects the commits that changed ``path`` between ``old`` and ``new`` for the cause of a change."""
+
+    def __init__(self, git: UpstreamGit, path: str, old: str, new: str) -> None:
+        self.git = git
+        self.path = path
+        self.old = git.resolve(old)
+        self.new = git.resolve(new)
+        self.reads = 0
+        self._candidates: list[str] | None = None
+        self._texts: dict[str | None, bytes] = {None: b""}  # normalised file text by blob id; None: absent
+
+    def candidates(self) -> list[str]:
+        """Commits reachable from ``new`` and not ``old`` whose blob of ``path`` differs from their first
+        parent's, oldest first (computed once)."""
+        if self._candidates is None:
+            repo = pygit2.Repository(str(self.git.path))
+            sort = pygit2.enums.SortMode
+            walker = repo.walk(pygit2.Oid(hex=self.new), sort.TOPOLOGICAL | sort.TIME | sort.REVERSE)
+            walker.hide(pygit2.Oid(hex=self.old))
+            found: list[str] = []
+            for commit in walker:
+                mine = _blob(commit, self.path)
+                parent = _blob(commit.parents[0], self.path) if commit.parents else None
+                if mine != parent:
+                    found.append(str(commit.id))
+            self._candidates = found
+        return list(self._candidates)
+
+    def _text(self, commit: str) -> bytes:
+        """The normalised text of ``path`` at ``commit``, read once per distinct blob."""
+        blob = self.git.blob_id(commit, self.path)
+        text = self._texts.get(blob)
+        if text is None:
+            data = self.git.read(commit, self.path) or b""
+            self.reads += 1
+            text = normalize(data)
+            self._texts[blob] = text
+        return text
+
+    def _first(self, commits: list[str], hit: Callable[[str], bool]) -> int | None:
+        """Index of the first commit where ``hit`` holds, assuming it is monotone (false ... true) and true
+        at ``new``; None when no candidate turns it true."""
+        lo, hi = 0, len(commits)  # hit is false before lo; true at hi (len(commits) stands for ``new``)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if hit(commits[mid]):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo if lo < len(commits) else None
+
+    def find(self, before: str, after: str) -> list[Culprit]:
+        """The commits that removed ``before`` from the file or brought ``after`` into it, oldest first."""
+        gone, came = normalize(before), normalize(after)
+        if not gone and not came:
+            return []
+        commits = self.candidates()
+        if not commits:
+            return []
+        old_text = self._text(self.old)
+        new_text = self._text(self.new)
+        found: set[int] = set()
+        if gone and gone in old_text and gone not in new_text:
+            index = self._first(commits, lambda c: gone not in self._text(c))
+            if index is not None:
+                found.add(index)
+        if came and came in new_text and came not in old_text:
+            index = self._first(commits, lambda c: came in self._text(c))
+            if index is not None:
+                found.add(index)
+        return [self.culprit(commits[i]) for i in sorted(found)]
+
+    def culprit(self, commit: str) -> Culprit:
+        """The description of one (local) commit."""
+        subject = self.git.subject(commit)
+        when = datetime.fromtimestamp(self.git.commit_time(commit), tz=UTC)
+        return Culprit(
+            commit=self.git.public_commit(commit),
+            subject=subject,
+            pr=parse_pr(subject),
+            date=when.date().isoformat(),
+        )
+
+
+def _blob(commit: pygit2.Commit, path: str) -> pygit2.Oid | None:
+    try:
+        entry = commit.tree[path.strip("/")]
+    except (KeyError, ValueError):
+        return None
+    return entry.id if isinstance(entry, pygit2.Blob) else None
+
+
+def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
+    """The upstream commit of a pin: a git pin's own, a release's tag when its file matches."""
+    if pin.kind == "git" and pin.pin:
+        return pin.pin
+    if pin.kind != "release" or "==" not in pin.spec:
+        return None
+    version = pin.spec.split("==", 1)[1].strip()
+    for tag in (f"v{version}", version):
+        try:
+            commit = git.resolve(tag)
+        except PqError:
+            continue
+        data = git.read(commit, path)
+        if data is not None and hashlib.sha256(data).hexdigest() == pin.files.get(path):
+            return commit
+    return None
+
+
+def annotate(
+    found: list[Any],
+    old: UpstreamPin,
+    new: UpstreamPin,
+    *,
+    upstream_git: str | None,
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    """Fill ``culprits`` of every conflict and flag (objects with ``sides``) from the upstream git history.
+
+    A git pin is its commit; a registry release is the commit its release tag (``v<version>``)
+    points at, when the upstream history has that tag and the tagged file is byte for byte the
+    released one.  Returns the number of entries that got at least one culprit; when an end has
+    no commit (a folder, or a release the history does not reach), nothing is searched.
+    """
+    from patch_queue import sources
+
+    paths = sorted(old.files)
+    if not found or not paths:
+        return 0
+    try:
+        git = sources.open_git(sources.upstream_git_location(upstream_git), progress=progress)
+    except PqError:
+        return 0
+    ends = [_commit_of(git, pin, paths[0]) for pin in (old, new)]
+    if ends[0] is None or ends[1] is None:
+        return 0
+    finder = CulpritFinder(git, paths[0], ends[0], ends[1])
+    cache: dict[tuple[str, str], list[dict[str, object]]] = {}
+    # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
+    code = sources.code_stamp("sources/culprits.py", "git/remote.py")
+    named = 0
+    for entry in found:
+        sides = entry.sides or {}
+        before, after = sides.get("base", ""), sides.get("upstream", "")
+        if not (before or after):
+            continue
+        if (before, after) not in cache:
+            key = sources.derived_key(code, paths[0], finder.old, finder.new, before, after)
+            hit = sources.derived_get("culprits", key)
+            if hit is not None:
+                cache[(before, after)] = json.loads(hit)
+            else:
+                cache[(before, after)] = [c.as_json() for c in finder.find(before, after)]
+                sources.derived_put("culprits", key, json.dumps(cache[(before, after)]).encode("utf-8"))
+        entry.culprits = cache[(before, after)]
+        named += bool(entry.culprits)
+    return named
