@@ -8,12 +8,20 @@ from __future__ import annotations
 import sys
 import traceback
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from patch_queue.errors import EXIT_BUG, EXIT_CONFLICT, PqError
+
+if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
+    from patch_queue.commands.check import CheckOutcome
+    from patch_queue.commands.refresh import RefreshOutcome
+    from patch_queue.project.workspace import Workspace
+    from patch_queue.series.absorb import Placement
+    from patch_queue.series.replay import PatchResult
 
 app = typer.Typer(
     add_completion=False,
@@ -28,7 +36,6 @@ UpstreamOpt = Annotated[
 DiscardOpt = Annotated[
     bool, typer.Option("--discard", help="drop the edits in the output folder that no patch holds (they are lost)")
 ]
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def err(message: str) -> None:
@@ -76,19 +83,19 @@ def _crash_log() -> str:
     return str(path)
 
 
-def _ws(out: Path | None = None) -> Any:
+def _ws(out: Path | None = None) -> Workspace:
     from patch_queue.project.workspace import open_workspace
 
     return open_workspace(out=out)
 
 
-def _locked(ws: Any, name: str) -> Any:
+def _locked(ws: Workspace, name: str) -> AbstractContextManager[None]:
     from patch_queue.project.workspace import locked
 
     return locked(ws, name)
 
 
-def _on_patch(result: Any) -> None:
+def _on_patch(result: PatchResult) -> None:
     detail = f" ({len(result.conflicts)} conflict region(s))" if result.conflicts else ""
     say(f"Pushing {result.name} ... {result.status}{detail}")
 
@@ -106,11 +113,11 @@ def adopt(
     """Derive the patch series from a hand-maintained release and write patches/ and npu_worker/."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import adopt
 
         ws = _ws()
         with _locked(ws, "adopt"):
-            res = engine.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say)
+            res = adopt.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say)
         if res.discarded:
             typer.echo(res.discarded)
         if res.searched_auto:
@@ -148,7 +155,7 @@ def build(
     """Write the top of the stack as the npu_worker package (or, with --wheel, as a wheel of it)."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import refresh, write
 
         ws = _ws()
         if wheel:
@@ -159,20 +166,20 @@ def build(
             typer.echo(ws.rel(built.path))
             return
         with _locked(ws, "build"):
-            files, dropped = engine.do_build(
+            files, dropped = write.do_build(
                 ws, out=out, standalone_pkg=standalone, upstream_git=upstream, discard=discard, progress=say
             )
         if dropped:
             typer.echo(dropped)
         where = ws.rel(out.resolve() if out else ws.out)
-        for problem in engine.fence_problems(files):  # built all the same: the fences are the patches' business
+        for problem in refresh.fence_problems(files):  # built all the same: the fences are the patches' business
             typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
         typer.echo(f"built {len(files)} files into {where}/")
 
     run(body)
 
 
-def _print_outcome(ws: Any, outcome: Any) -> int:
+def _print_outcome(ws: Workspace, outcome: RefreshOutcome) -> int:
     from patch_queue.errors import EXIT_OK
 
     by_file: dict[str, int] = {}
@@ -212,7 +219,7 @@ def _print_outcome(ws: Any, outcome: Any) -> int:
     return EXIT_CONFLICT
 
 
-def _print_placements(ws: Any, placements: Any) -> None:
+def _print_placements(ws: Workspace, placements: list[Placement]) -> None:
     for p in placements:
         moved = f" (it does not merge into {p.moved_from}, which owns its lines)" if p.moved_from else ""
         typer.echo(
@@ -220,7 +227,7 @@ def _print_placements(ws: Any, placements: Any) -> None:
         )
 
 
-def _print_check(ws: Any, result: Any) -> None:
+def _print_check(ws: Workspace, result: CheckOutcome) -> None:
     for f in result.findings:
         typer.echo(f.render(prefix=ws.rel(ws.out) + "/" if f.file else ""))
     typer.echo(
@@ -239,13 +246,13 @@ AnnotationsOpt = Annotated[
 ]
 
 
-def _write_reports(outcome: Any, report: Path | None, markdown: Path | None, annotations: bool) -> None:
-    from patch_queue.commands import engine
+def _write_reports(outcome: RefreshOutcome, report: Path | None, markdown: Path | None, annotations: bool) -> None:
+    from patch_queue.commands import refresh
     from patch_queue.outputs import report as render
 
-    data = engine.report_json(outcome)
+    data = refresh.report_json(outcome)
     if report is not None:
-        engine.write_report(report, data)
+        refresh.write_report(report, data)
     if markdown is not None:
         from patch_queue.project.fsutil import atomic_write
 
@@ -272,11 +279,11 @@ def refresh(
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
 
     def body() -> int:
-        from patch_queue.commands import engine
+        from patch_queue.commands import refresh
 
         ws = _ws()
         with _locked(ws, "refresh"):
-            outcome = engine.do_refresh(
+            outcome = refresh.do_refresh(
                 ws,
                 to=to,
                 no_stop=no_stop,
@@ -298,15 +305,15 @@ def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotation
     """Take the resolved files in npu_worker/ and go on with the refresh."""
 
     def body() -> int:
-        from patch_queue.commands import engine
+        from patch_queue.commands import resolve
 
         ws = _ws()
         with _locked(ws, "continue"):
-            interrupted = engine.recover_interrupted(ws, forward=True)
+            interrupted = resolve.recover_interrupted(ws, forward=True)
             if interrupted is not None:
                 typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
                 return 0
-            outcome = engine.do_continue(ws, progress=say, on_patch=_on_patch)
+            outcome = resolve.do_continue(ws, progress=say, on_patch=_on_patch)
         _write_reports(outcome, report, markdown, annotations)
         return _print_outcome(ws, outcome)
 
@@ -324,13 +331,13 @@ def check(
     def body() -> int:
         import json
 
-        from patch_queue.commands import engine
+        from patch_queue.commands import check
         from patch_queue.errors import EXIT_ERROR, EXIT_OK
         from patch_queue.project.fsutil import atomic_write
 
         ws = _ws()
         with _locked(ws, "check"):
-            result = engine.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
+            result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
         if json_out is not None:
             atomic_write(json_out, (json.dumps(result.as_json(), indent=2, sort_keys=True) + "\n").encode())
         _print_check(ws, result)
@@ -347,13 +354,13 @@ def blocks(
     """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import write
         from patch_queue.outputs import inventory
         from patch_queue.project.fsutil import atomic_write
 
         ws = _ws()
         with _locked(ws, "blocks"):
-            loaded = engine.sync_stack(ws, upstream_git=upstream, progress=say)
+            loaded = write.sync_stack(ws, upstream_git=upstream, progress=say)
         entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
         for e in entries:
             where = f"{ws.rel(ws.out / e.file)}:{e.line}"
@@ -375,13 +382,13 @@ def abort() -> None:
     """Put every file and ref back as it was before the refresh."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import resolve
 
         ws = _ws()
         with _locked(ws, "abort"):
-            interrupted = engine.recover_interrupted(ws, forward=False)
+            interrupted = resolve.recover_interrupted(ws, forward=False)
             if interrupted is None:
-                engine.do_abort(ws)
+                resolve.do_abort(ws)
         if interrupted is not None:
             typer.echo(
                 f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
@@ -398,10 +405,10 @@ def status(upstream: UpstreamOpt = None) -> None:
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
 
     def body() -> int:
-        from patch_queue.commands import engine
+        from patch_queue.commands import resolve
 
         ws = _ws()
-        st = engine.do_status(ws, upstream_git=upstream)
+        st = resolve.do_status(ws, upstream_git=upstream)
         typer.echo(f"upstream: {st.upstream}")
         if st.in_progress:
             typer.echo(f"refresh in progress onto {st.target}")
@@ -424,15 +431,15 @@ def series(upstream: UpstreamOpt = None) -> None:
     """List the patches in order, applied ones marked with +."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import edit, resolve
 
         ws = _ws()
-        st = engine.do_status(ws, upstream_git=upstream)
+        st = resolve.do_status(ws, upstream_git=upstream)
         for name, state in st.patches:
             mark = (
                 "+" if state in ("applied", "modified", "unchanged", "empty") else ("!" if state == "conflict" else "-")
             )
-            typer.echo(f"{mark} {name}  {engine.patch_subject(ws, name)}")
+            typer.echo(f"{mark} {name}  {edit.patch_subject(ws, name)}")
 
     run(body)
 
@@ -446,11 +453,11 @@ def new(
     """Start a new empty patch above the applied ones."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import edit
 
         ws = _ws()
         with _locked(ws, "new"):
-            filename = engine.do_new(ws, name, message=message, upstream_git=upstream)
+            filename = edit.do_new(ws, name, message=message, upstream_git=upstream)
         typer.echo(f"created patches/{filename}; edit {ws.rel(ws.out)}/ then `pq record`")
 
     run(body)
@@ -464,11 +471,11 @@ def record(
     """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import edit
 
         ws = _ws()
         with _locked(ws, "record"):
-            placements = engine.do_record(ws, upstream_git=upstream, into=patch)
+            placements = edit.do_record(ws, upstream_git=upstream, into=patch)
         _print_placements(ws, placements)
         if not placements:
             typer.echo("nothing to record")
@@ -504,11 +511,11 @@ def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
     """Take hand edits of patches/*.patch into the lineage (as a step that needs the bodies to reproduce)."""
 
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import edit
 
         ws = _ws()
         with _locked(ws, "accept"):
-            changed = engine.do_accept(ws, upstream_git=upstream, discard=discard)
+            changed = edit.do_accept(ws, upstream_git=upstream, discard=discard)
         typer.echo(f"accepted the series as it is in patches/ ({changed} body/bodies changed)")
 
     run(body)
@@ -516,13 +523,11 @@ def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
 
 def _move(push: bool, all_: bool, upstream: str | None, discard: bool) -> None:
     def body() -> None:
-        from patch_queue.commands import engine
+        from patch_queue.commands import edit
 
         ws = _ws()
         with _locked(ws, "push" if push else "pop"):
-            before, after, dropped = engine.do_push_pop(
-                ws, push=push, all_=all_, upstream_git=upstream, discard=discard
-            )
+            before, after, dropped = edit.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream, discard=discard)
         if dropped:
             typer.echo(dropped)
         typer.echo(f"applied {after} of the series (was {before})")

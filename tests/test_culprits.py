@@ -22,7 +22,8 @@ import pytest
 
 from patch_queue import sources
 from patch_queue.git.remote import UpstreamGit
-from patch_queue.sources.culprits import Culprit, CulpritFinder, normalize, parse_pr
+from patch_queue.merge.conflict import Culprit
+from patch_queue.sources.culprits import CulpritFinder, normalize, parse_pr
 
 PATH = "vllm_ascend/worker/model_runner_v1.py"
 # Public shas of main on 2025-09-01 / 2025-10-01 (upstream still formatted with yapf) and on
@@ -263,8 +264,7 @@ def _reformat(text: str) -> str:
 def test_annotate_keeps_its_answers_in_the_cache(
     upstream: UpstreamGit, pq_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from types import SimpleNamespace
-
+    from patch_queue.merge.conflict import Conflict
     from patch_queue.series.queue import UpstreamPin
     from patch_queue.sources import culprits
 
@@ -282,9 +282,9 @@ def test_annotate_keeps_its_answers_in_the_cache(
     monkeypatch.setattr(CulpritFinder, "find", counting)
 
     def run() -> list[list[dict[str, object]]]:
-        entries = [SimpleNamespace(sides={"base": b, "upstream": a}, culprits=[]) for b, a in hunks]
-        culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
-        return [e.culprits for e in entries]
+        entries = [Conflict("both-changed", base=b, ours=a) for b, a in hunks]
+        named = culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
+        return [[c.as_json() for c in e.culprits] for e in named]
 
     first = run()
     assert len(finds) == len(set(hunks)) and any(first)

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patch_queue.merge import three_way as merge
-from patch_queue.merge.three_way import MergeResult, Region, merge3
+from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.three_way import MergeResult, merge3
 
 FENCE = "        #  -------------------------------------- Omni-new -------------------------------------------------"
 FENCE_TIGHT = (
@@ -50,7 +51,7 @@ def check_regions(result: MergeResult) -> None:
             assert "".join(placed) == r.resolution
 
 
-def only(result: MergeResult) -> Region:
+def only(result: MergeResult) -> Conflict:
     assert len(result.regions) == 1, [r.kind for r in result.regions]
     return result.regions[0]
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from test_patchfile import mutate, parse_or_one_line_error
 
-from patch_queue.commands import engine
+from patch_queue.commands import adopt, write
 from patch_queue.errors import PqError
 from patch_queue.project.workspace import open_workspace
 
@@ -199,7 +199,7 @@ def test_adopt_then_build_is_the_identity(scratch: Path, runner: tuple[str, dict
         subprocess.run(["git", "init", "-q", str(proj)], check=True)
         ws = open_workspace(proj)
         try:
-            res = engine.do_adopt(ws, str(down), upstream_git=None, at=str(work / "up"), force=False)
+            res = adopt.do_adopt(ws, str(down), upstream_git=None, at=str(work / "up"), force=False)
         except PqError as exc:  # adopt may refuse an input, but only with one line
             assert "\n" not in str(exc)
             pytest.fail(f"adopt refused a well-formed runner: {exc}")
@@ -208,7 +208,7 @@ def test_adopt_then_build_is_the_identity(scratch: Path, runner: tuple[str, dict
         ws.repo.update_refs({r: (c, None) for r, c in ws.repo.refs().items()}, "test")
         shutil.rmtree(ws.out)
         ws = open_workspace(proj)
-        engine.do_build(ws, out=None, standalone_pkg=False, upstream_git=None)
+        write.do_build(ws, out=None, standalone_pkg=False, upstream_git=None)
         built = {p.name: p.read_text() for p in ws.out.glob("*.py")}
         assert built == modules
     finally:

@@ -305,7 +305,8 @@ def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding
                             if kw.arg == rule.options["keyword"]:
                                 out.append(Finding(path, kw.value.lineno, rule.id, rule.severity, rule.message))
             elif rule.kind == "assign-call":
-                allowed = {str(a) for a in rule.options["allowed"]}  # type: ignore[attr-defined]
+                listed = rule.options["allowed"]
+                allowed = {str(a) for a in listed} if isinstance(listed, list) else set()
                 for node in ast.walk(tree):
                     if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
                         continue
@@ -330,7 +331,7 @@ def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding
                                 )
                             )
             elif rule.kind == "duplicate":
-                min_lines = int(rule.options.get("min_lines", 6))  # type: ignore[call-overload]
+                min_lines = int(str(rule.options.get("min_lines", 6)))
                 for line, first, name in _duplicates(tree, lines, min_lines):
                     out.append(
                         Finding(

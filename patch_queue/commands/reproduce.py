@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from patch_queue.commands import engine
+from patch_queue.commands import adopt, refresh, write
 from patch_queue.errors import QueueError
 from patch_queue.outputs import folder as output
+from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
@@ -43,7 +44,7 @@ class Reproduced:
 def do_reproduce(
     ws: Workspace, *, upstream_git: str | None, discard: bool = False, progress: Progress | None = None
 ) -> Reproduced:
-    if read_state(ws, engine.STATE_FILE) is not None:
+    if read_state(ws, refresh_state.STATE_FILE) is not None:
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
     queue = ws.queue_dir.load_queue()
     shown = ws.rel(ws.queue_dir.queue_path)
@@ -72,7 +73,7 @@ def do_reproduce(
                 "series cannot be reproduced without them: restore patches/*.patch",
                 path=shown,
             )
-    dropped = engine.refuse_out_edits(ws, discard=discard)
+    dropped = write.refuse_out_edits(ws, discard=discard)
     store = rerere.Store(ws.repo)
     loaded: LoadedStack | None = None
     edited = 0
@@ -94,7 +95,7 @@ def do_reproduce(
             "([upstream] or [[module]] was edited by hand)",
             path=shown,
         )
-    top = engine.module_files(ws, loaded.patches[-1][1] if loaded.patches else loaded.base)
+    top = write.module_files(ws, loaded.patches[-1][1] if loaded.patches else loaded.base)
     for path, digest in sorted(queue.build.items()):
         got = top.get(path)
         if got is None or stack.sha256(got) != digest:
@@ -111,7 +112,7 @@ def do_reproduce(
     if not series.is_file() or parse_series(series.read_text(encoding="utf-8", errors="replace")) != final_stack.names:
         writes.write(ws.queue_dir.series_path, render_series(final_stack.names).encode(), group="patches")
     writes.move_refs(stack_ref_updates(ws, final_stack, len(final_stack.patches)))
-    engine.build_top(ws, final_stack, writes=writes, applied=len(final_stack.patches))
+    write.build_top(ws, final_stack, writes=writes, applied=len(final_stack.patches))
     writes.commit()
     return Reproduced(len(queue.lineage), len(final.names), edited, False, output.discarded(dropped))
 
@@ -146,7 +147,7 @@ def _adopt(
     at = step.upstream.public_commit or step.upstream.spec
     if progress is not None:
         progress(f"Adopting {step.downstream} at {step.upstream.label} ...")
-    loaded, _result = engine.plan_adopt(ws, step.downstream, upstream_git=upstream_git, at=at, progress=progress)
+    loaded, _result = adopt.plan_adopt(ws, step.downstream, upstream_git=upstream_git, at=at, progress=progress)
     if loaded.queue.upstream.files != step.upstream.files:
         raise QueueError(
             f"{where}: the upstream at {at} is not the one recorded (sha256 of its files differs)",
@@ -176,7 +177,7 @@ def _refresh(
         progress(f"Replaying the refresh onto {step.upstream.label} ...")
     pin = step.upstream
     probe = replace(loaded.queue, upstream=pin)
-    target, projection = engine.target_queue(
+    target, projection = refresh.target_queue(
         loaded.queue, pin, upstream_reader(probe, upstream_git=upstream_git, progress=progress)
     )
     new_base = stack.base_commit(ws.repo, target, projection)
@@ -187,8 +188,8 @@ def _refresh(
         new_base,
         labels=labels,
         stop=False,
-        normalize=engine.normalizer(target, ws.repo, loaded.patches),
-        edited=engine.edit_lookup(ws, store, target),
+        normalize=refresh.normalizer(target, ws.repo, loaded.patches),
+        edited=refresh.edit_lookup(ws, store, target),
     )
     for r in results:
         took = any(f.kind == "recorded-edits" for f in r.flags)

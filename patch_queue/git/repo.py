@@ -20,6 +20,7 @@ from pygit2 import ffi
 from pygit2.enums import FileMode
 
 from patch_queue.errors import PqError, QueueError
+from patch_queue.git import diff
 
 REF_PREFIX = "refs/pq/"
 
@@ -245,18 +246,8 @@ class ProjectRepo:
     # ---- diffs and merges ----------------------------------------------------------------
     @staticmethod
     def line_hunks(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
-        """The changed line ranges of ``old`` -> ``new``: (old start, old count, new start, new count), 0-based.
-
-        libgit2's diff (git's xdiff, no context); an insertion has old count 0 and starts at the line it precedes.
-        """
-        if old == new:
-            return []
-        out = []
-        for h in pygit2.Patch.create_from(old, new, context_lines=0).hunks:
-            old_start = h.old_start - 1 if h.old_lines else h.old_start  # git numbers an insertion after its line
-            new_start = h.new_start - 1 if h.new_lines else h.new_start
-            out.append((old_start, h.old_lines, new_start, h.new_lines))
-        return out
+        """The changed line ranges of ``old`` -> ``new`` (see :func:`patch_queue.git.diff.line_hunks`)."""
+        return diff.line_hunks(old, new)
 
     def diff_trees(self, old: str, new: str, context: int = 3) -> str:
         a = self._repo[old].peel(pygit2.Tree)

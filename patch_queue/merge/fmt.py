@@ -141,8 +141,9 @@ def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter
         pairs = [(old, next(done)) for old in group]
         for old, new in sorted(pairs, key=lambda pair: -pair[0].start):
             lines[old.start - 1 : old.end] = [new.text]
-        out[i] = "".join(lines)
-        sources.derived_put("layout", keys[i], out[i].encode("utf-8"))  # type: ignore[union-attr]
+        laid_out = "".join(lines)
+        out[i] = laid_out
+        sources.derived_put("layout", keys[i], laid_out.encode("utf-8"))
     assert all(text is not None for text in out)
     return [text or "" for text in out]
 

@@ -36,11 +36,11 @@ import hashlib
 import itertools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-import pygit2
-
+from patch_queue.git import diff
 from patch_queue.merge import anchors
+from patch_queue.merge.conflict import Anchor, Conflict
 
 NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
 _TOKEN = "\u241fpq-omni-block:"  # no NUL: libgit2 would call the text binary
@@ -48,35 +48,16 @@ _WORD = re.compile(r"\w+|\s+|[^\w\s]")
 
 
 @dataclass
-class Region:
-    """A conflict (``conflict``) or a decision the merge took (a review flag)."""
-
-    kind: str
-    message: str
-    conflict: bool
-    line: int  # 1-based first line in the merged text (the <<<<<<< marker for a conflict)
-    length: int  # lines the region spans in the merged text
-    base: str
-    ours: str
-    theirs: str
-    resolution: str | None = None
-    key: str = ""  # identifies the region for recorded resolutions
-    anchor: anchors.Block | None = None
-    reused: bool = False
-    group: int = -1  # which hunk group of the merge it is (see ``veto``)
-
-
-@dataclass
 class MergeResult:
     text: str
-    regions: list[Region] = field(default_factory=list)
+    regions: list[Conflict] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
         return not any(r.conflict for r in self.regions)
 
     @property
-    def conflicts(self) -> list[Region]:
+    def conflicts(self) -> list[Conflict]:
         return [r for r in self.regions if r.conflict]
 
 
@@ -129,13 +110,10 @@ class _Hunk:
 def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
     a = "".join(base).encode("utf-8", "surrogateescape")
     b = "".join(other).encode("utf-8", "surrogateescape")
-    patch = pygit2.Patch.create_from(a, b, context_lines=0, interhunk_lines=0, flag=pygit2.enums.DiffOption.PATIENCE)
-    out: list[_Hunk] = []
-    for h in patch.hunks:
-        start = h.old_start if h.old_lines == 0 else h.old_start - 1
-        new_start = h.new_start if h.new_lines == 0 else h.new_start - 1
-        out.append(_Hunk(start, start + h.old_lines, tuple(other[new_start : new_start + h.new_lines]), side))
-    return out
+    return [
+        _Hunk(start, start + count, tuple(other[new_start : new_start + new_count]), side)
+        for start, count, new_start, new_count in diff.line_hunks(a, b, patience=True)
+    ]
 
 
 def _groups(hunks: list[_Hunk]) -> list[list[_Hunk]]:
@@ -312,7 +290,7 @@ def merge3(
     b_lines, o_lines, t_lines = sides[0].lines, sides[1].lines, sides[2].lines
     hunks = _diff(b_lines, o_lines, "o") + _diff(b_lines, t_lines, "t")
     out: list[str] = []
-    pending: list[tuple[int, Region, list[str]]] = []  # (index in out, region, folded text placed)
+    pending: list[tuple[int, Conflict, list[str]]] = []  # (index in out, region, folded text placed)
     pos = 0
     theirs_changed: list[tuple[int, int]] = [(h.start, h.end) for h in hunks if h.side == "t"]
 
@@ -322,14 +300,15 @@ def merge3(
             res += blocks.get(line, [line])
         return res
 
-    def anchor_of(*texts: Sequence[str]) -> anchors.Block | None:
+    def anchor_of(*texts: Sequence[str]) -> Anchor | None:
         for text in texts:
             for line in text:
                 if line in info:
-                    return info[line]
+                    block = info[line]
+                    return Anchor(block.index, block.start, block.first, block.fenced)
         return None
 
-    def emit_region(region: Region, lines: list[str]) -> None:
+    def emit_region(region: Conflict, lines: list[str]) -> None:
         pending.append((len(out), region, lines))
         out.extend(lines)
 
@@ -346,18 +325,15 @@ def merge3(
         if not pat:
             near = any(s - NEAR <= end and start <= e + NEAR for s, e in theirs_changed)
             if near:
-                region = Region(
+                region = Conflict(
                     "near-block",
                     "upstream changed lines next to an omni change; merged cleanly",
                     False,
-                    0,
-                    0,
                     _j(b, expand),
                     _j(o, expand),
                     _j(b, expand),
-                    None,
+                    anchor=anchor_of(_near_lines(t_lines, b_lines, start, end, hunks)),
                 )
-                region.anchor = anchor_of(_near_lines(t_lines, b_lines, start, end, hunks))
                 emit_region(region, o)
             else:
                 out += o
@@ -374,9 +350,9 @@ def merge3(
         anchor = anchor_of(t, o)
         if decided is not None:
             kind, message, lines = decided
-            region = Region(kind, message, False, 0, 0, _j(b, expand), _j(o, expand), _j(t, expand), None)
-            region.anchor = anchor
-            region.group = index
+            region = Conflict(
+                kind, message, False, _j(b, expand), _j(o, expand), _j(t, expand), anchor=anchor, group=index
+            )
             emit_region(region, lines)
             continue
         kind = "both-changed"
@@ -388,26 +364,22 @@ def merge3(
         key = _key(key_prefix, anchor, eb, eo, et)
         reuse = recorded(key) if recorded is not None else None
         if reuse is not None:
-            region = Region(
+            region = Conflict(
                 "reused",
                 f"a recorded resolution of this {kind} conflict was applied",
                 False,
-                0,
-                0,
                 eb,
                 eo,
                 et,
-                None,
-                key,
-                anchor,
-                True,
-                index,
+                key=key,
+                anchor=anchor,
+                reused=True,
+                group=index,
             )
             emit_region(region, reuse.splitlines(keepends=True))
             continue
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
-        region = Region(kind, message, True, 0, 0, eb, eo, et, None, key, anchor)
-        region.group = index
+        region = Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index)
         emit_region(region, [_MARK])
     out += b_lines[pos:]
     return _finish(out, pending, expand, labels)
@@ -458,7 +430,7 @@ def _j(lines: Sequence[str], expand: Callable[[Sequence[str]], list[str]]) -> st
     return "".join(expand(lines))
 
 
-def _key(prefix: str, anchor: anchors.Block | None, base: str, ours: str, theirs: str) -> str:
+def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) -> str:
     h = hashlib.sha256()
     for part in (prefix, anchor.first if anchor else "", base, ours, theirs):
         h.update(part.encode("utf-8", "surrogateescape") + b"\x00")
@@ -577,13 +549,13 @@ def _place(
 
 def _finish(
     out: list[str],
-    pending: list[tuple[int, Region, list[str]]],
+    pending: list[tuple[int, Conflict, list[str]]],
     expand: Callable[[Sequence[str]], list[str]],
     labels: tuple[str, str, str],
 ) -> MergeResult:
     """Expand tokens and conflict placeholders into the final text, filling each region's line."""
     text: list[str] = []
-    regions: list[Region] = []
+    regions: list[Conflict] = []
     i = 0
 
     def expand_into(lines: list[str]) -> None:
@@ -596,19 +568,16 @@ def _finish(
 
     for index, region, placed in pending:  # in output order; a region may place no line at all
         expand_into(out[i:index])
-        region.line = len(text) + 1
         body = _markers(region, labels) if region.conflict else expand(placed)
-        if not region.conflict:
-            region.resolution = "".join(body)
+        resolution = region.resolution if region.conflict else "".join(body)
+        regions.append(replace(region, line=len(text) + 1, length=len(body), resolution=resolution))
         text += body
-        region.length = len(body)
-        regions.append(region)
         i = index + len(placed)
     expand_into(out[i:])
     return MergeResult("".join(text), regions)
 
 
-def _markers(region: Region, labels: tuple[str, str, str]) -> list[str]:
+def _markers(region: Conflict, labels: tuple[str, str, str]) -> list[str]:
     def body(s: str) -> list[str]:
         lines = s.splitlines(keepends=True)
         if lines and not lines[-1].endswith("\n"):
@@ -617,11 +586,11 @@ def _markers(region: Region, labels: tuple[str, str, str]) -> list[str]:
 
     return (
         [f"<<<<<<< {labels[1]}\n"]
-        + body(region.ours)
+        + body(region.ours or "")
         + [f"||||||| {labels[0]}\n"]
-        + body(region.base)
+        + body(region.base or "")
         + ["=======\n"]
-        + body(region.theirs)
+        + body(region.theirs or "")
         + [f">>>>>>> {labels[2]}\n"]
     )
 
@@ -679,14 +648,22 @@ def _ours_side_error(text: str) -> int | None:
     return syntax_error_line(ours_side(text)[0])
 
 
-def merge3_checked(base: str, ours: str, theirs: str, **kwargs: object) -> MergeResult:
+def merge3_checked(
+    base: str,
+    ours: str,
+    theirs: str,
+    *,
+    labels: tuple[str, str, str] = ("base", "ours", "theirs"),
+    key_prefix: str = "",
+    recorded: Callable[[str], str | None] | None = None,
+) -> MergeResult:
     """:func:`merge3` for Python modules: an automatic resolution that breaks the syntax becomes a conflict.
 
     Only when all three sides compile (conflict regions already in ``ours`` read as their upstream
     side): then the merged text, read the same way, must compile too.  The resolution nearest
     before the first syntax error is vetoed and the merge redone, until it compiles.
     """
-    result = merge3(base, ours, theirs, **kwargs)  # type: ignore[arg-type]
+    result = merge3(base, ours, theirs, labels=labels, key_prefix=key_prefix, recorded=recorded)
     if not any(not r.conflict and r.group >= 0 and r.kind != "near-block" for r in result.regions):
         return result  # no automatic resolution that a veto could take back: nothing to check
     veto: set[int] = set()
@@ -702,11 +679,17 @@ def merge3_checked(base: str, ours: str, theirs: str, **kwargs: object) -> Merge
         decided = [
             r
             for r in result.regions
-            if not r.conflict and r.group >= 0 and r.group not in veto and r.kind != "near-block" and r.line <= line + 1
+            if not r.conflict
+            and r.group >= 0
+            and r.group not in veto
+            and r.kind != "near-block"
+            and (r.line or 0) <= line + 1
         ]
         if not decided:
             return result
-        culprit = max(decided, key=lambda r: r.line)
+        culprit = max(decided, key=lambda r: r.line or 0)
         veto.add(culprit.group)
-        result = merge3(base, ours, theirs, veto=frozenset(veto), **kwargs)  # type: ignore[arg-type]
+        result = merge3(
+            base, ours, theirs, labels=labels, key_prefix=key_prefix, recorded=recorded, veto=frozenset(veto)
+        )
     return result

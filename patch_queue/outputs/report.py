@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from patch_queue.merge.conflict import Conflict, boolean, integer, listing, mapping, string, wrong
+
 UPSTREAM_URL = "https://github.com/vllm-project/vllm-ascend"
 GITHUB_BODY_LIMIT = 65_536  # characters of a pull-request body; measured here in UTF-8 bytes, to be safe
 TRUNCATED_NOTE = "… (truncated, see the JSON report)"
@@ -40,7 +42,6 @@ KIND_ORDER = (
     "reused",
     "merged-words",
 )
-SIDE_ORDER = ("base", "upstream", "patch")
 
 _SHA = re.compile(r"[0-9a-fA-F]{7,64}")
 _TICKS = re.compile(r"`+")
@@ -48,37 +49,6 @@ _TICKS = re.compile(r"`+")
 
 # ---------------------------------------------------------------------------------------------
 # reading the report (typed, tolerant of missing keys, strict about wrong types)
-
-
-@dataclass(frozen=True)
-class _Culprit:
-    commit: str
-    subject: str
-    pr: int | None
-    date: str
-
-
-@dataclass(frozen=True)
-class _Anchor:
-    index: int | None
-    line: int | None
-    text: str
-
-
-@dataclass(frozen=True)
-class _Entry:
-    flag: bool  # False: a conflict left for a human; True: a decision the tool took
-    patch: str
-    file: str
-    line: int | None
-    symbol: str
-    kind: str
-    message: str
-    anchor: _Anchor | None
-    culprits: tuple[_Culprit, ...]
-    sides: tuple[tuple[str, str], ...]  # (name, text) in SIDE_ORDER, then any other names sorted
-    resolution: str | None
-    reused: bool
 
 
 @dataclass(frozen=True)
@@ -91,8 +61,8 @@ class _Report:
     release: str
     out: str
     patches: tuple[tuple[str, str], ...]  # (name, status)
-    conflicts: tuple[_Entry, ...]
-    flags: tuple[_Entry, ...]
+    conflicts: tuple[Conflict, ...]
+    flags: tuple[Conflict, ...]
     removed_symbols: tuple[str, ...]
     blocks_before: int | None
     blocks_after: int | None
@@ -101,136 +71,55 @@ class _Report:
     fences: tuple[tuple[str, int, str], ...] = ()  # (file, line, message) of Omni-new fence problems
 
 
-def _wrong(where: str, expected: str, value: object) -> ValueError:
-    return ValueError(f"report {where}: expected {expected}, got {type(value).__name__}")
-
-
-def _str(data: Mapping[str, object], key: str, where: str) -> str:
-    value = data.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _wrong(f"{where}.{key}", "a string", value)
-    return value
-
-
-def _int(data: Mapping[str, object], key: str, where: str) -> int | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _wrong(f"{where}.{key}", "an integer", value)
-    return value
-
-
-def _bool(data: Mapping[str, object], key: str, where: str, default: bool) -> bool:
-    value = data.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise _wrong(f"{where}.{key}", "true or false", value)
-    return value
-
-
-def _map(value: object, where: str) -> Mapping[str, object]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise _wrong(where, "an object", value)
-    return value
-
-
-def _list(data: Mapping[str, object], key: str, where: str) -> list[object]:
-    value = data.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _wrong(f"{where}.{key}", "a list", value)
-    return value
-
-
-def _entry(raw: object, where: str, *, flag: bool) -> _Entry:
-    data = _map(raw, where)
-    anchor_raw = data.get("anchor")
-    anchor = None
-    if anchor_raw is not None:
-        a = _map(anchor_raw, f"{where}.anchor")
-        anchor = _Anchor(
-            _int(a, "index", f"{where}.anchor"), _int(a, "line", f"{where}.anchor"), _str(a, "text", f"{where}.anchor")
-        )
-    culprits = []
-    for i, c_raw in enumerate(_list(data, "culprits", where)):
-        c_where = f"{where}.culprits[{i}]"
-        c = _map(c_raw, c_where)
-        culprits.append(
-            _Culprit(
-                _str(c, "commit", c_where),
-                _str(c, "subject", c_where),
-                _int(c, "pr", c_where),
-                _str(c, "date", c_where),
-            )
-        )
-    sides_map = _map(data.get("sides"), f"{where}.sides")
-    names = [n for n in SIDE_ORDER if n in sides_map] + sorted(n for n in sides_map if n not in SIDE_ORDER)
-    sides = tuple((n, _str(sides_map, n, f"{where}.sides")) for n in names if sides_map[n] is not None)
-    resolution = _str(data, "resolution", where) if data.get("resolution") is not None else None
-    return _Entry(
-        flag=flag,
-        patch=_str(data, "patch", where),
-        file=_str(data, "file", where),
-        line=_int(data, "line", where),
-        symbol=_str(data, "symbol", where),
-        kind=_str(data, "kind", where) or ("flag" if flag else "conflict"),
-        message=_str(data, "message", where),
-        anchor=anchor,
-        culprits=tuple(culprits),
-        sides=sides,
-        resolution=resolution,
-        reused=_bool(data, "reused", where, False),
-    )
-
-
 def _read(report: Mapping[str, object]) -> _Report:
     fmt = report.get("format", 1)
     if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt not in SUPPORTED_FORMATS:
         raise ValueError(f"report format {fmt!r} is not supported (known: {', '.join(map(str, SUPPORTED_FORMATS))})")
-    upstream = _map(report.get("upstream"), "upstream")
-    downstream = _map(report.get("downstream"), "downstream")
-    blocks = _map(report.get("blocks"), "blocks")
+    upstream = mapping(report.get("upstream"), "upstream")
+    downstream = mapping(report.get("downstream"), "downstream")
+    blocks = mapping(report.get("blocks"), "blocks")
     patches = []
-    for i, p_raw in enumerate(_list(report, "patches", "")):
-        p = _map(p_raw, f"patches[{i}]")
-        patches.append((_str(p, "name", f"patches[{i}]"), _str(p, "status", f"patches[{i}]")))
+    for i, p_raw in enumerate(listing(report, "patches", "")):
+        p = mapping(p_raw, f"patches[{i}]")
+        patches.append((string(p, "name", f"patches[{i}]"), string(p, "status", f"patches[{i}]")))
     removed = []
-    for i, s in enumerate(_list(report, "removed_symbols", "")):
+    for i, s in enumerate(listing(report, "removed_symbols", "")):
         if not isinstance(s, str):
-            raise _wrong(f"removed_symbols[{i}]", "a string", s)
+            raise wrong(f"removed_symbols[{i}]", "a string", s)
         removed.append(s)
-    stopped = _str(report, "stopped_at", "")
+    stopped = string(report, "stopped_at", "")
     return _Report(
-        base=_str(upstream, "base", "upstream"),
-        target=_str(upstream, "target", "upstream"),
-        base_commit=_str(upstream, "base_commit", "upstream"),
-        target_commit=_str(upstream, "target_commit", "upstream"),
-        downstream=_str(downstream, "name", "downstream") or "vllm-omni",
-        release=_str(downstream, "release", "downstream"),
-        out=_str(report, "out", "") or "npu_worker",
+        base=string(upstream, "base", "upstream"),
+        target=string(upstream, "target", "upstream"),
+        base_commit=string(upstream, "base_commit", "upstream"),
+        target_commit=string(upstream, "target_commit", "upstream"),
+        downstream=string(downstream, "name", "downstream") or "vllm-omni",
+        release=string(downstream, "release", "downstream"),
+        out=string(report, "out", "") or "npu_worker",
         patches=tuple(patches),
-        conflicts=tuple(_entry(e, f"conflicts[{i}]", flag=False) for i, e in enumerate(_list(report, "conflicts", ""))),
-        flags=tuple(_entry(e, f"flags[{i}]", flag=True) for i, e in enumerate(_list(report, "flags", ""))),
+        conflicts=tuple(
+            Conflict.from_json(e, f"conflicts[{i}]") for i, e in enumerate(listing(report, "conflicts", ""))
+        ),
+        flags=tuple(
+            Conflict.from_json(e, f"flags[{i}]", conflict=False) for i, e in enumerate(listing(report, "flags", ""))
+        ),
         removed_symbols=tuple(removed),
-        blocks_before=_int(blocks, "before", "blocks"),
-        blocks_after=_int(blocks, "after", "blocks"),
-        finished=_bool(report, "finished", "", True),
+        blocks_before=integer(blocks, "before", "blocks"),
+        blocks_after=integer(blocks, "after", "blocks"),
+        finished=boolean(report, "finished", "", True),
         stopped_at=stopped or None,
         fences=tuple(
-            (_str(f, "file", f"fences[{i}]"), _int(f, "line", f"fences[{i}]") or 0, _str(f, "message", f"fences[{i}]"))
-            for i, f in enumerate(_map(x, f"fences[{i}]") for i, x in enumerate(_list(report, "fences", "")))
+            (
+                string(f, "file", f"fences[{i}]"),
+                integer(f, "line", f"fences[{i}]") or 0,
+                string(f, "message", f"fences[{i}]"),
+            )
+            for i, f in enumerate(mapping(x, f"fences[{i}]") for i, x in enumerate(listing(report, "fences", "")))
         ),
     )
 
 
-def _is_reused(entry: _Entry) -> bool:
+def _is_reused(entry: Conflict) -> bool:
     return entry.reused or entry.kind == "reused"
 
 
@@ -288,7 +177,7 @@ def _short(commit: str) -> str:
     return commit[:7] if _SHA.fullmatch(commit) else commit
 
 
-def _annotation(command: str, out: str, entry: _Entry) -> str:
+def _annotation(command: str, out: str, entry: Conflict) -> str:
     props: list[tuple[str, str]] = []
     if entry.file:
         props.append(("file", _path(out, entry.file)))
@@ -390,7 +279,7 @@ def _side_labels(r: _Report) -> dict[str, str]:
     }
 
 
-def _section(view: _View, entry: _Entry, level: int) -> str:
+def _section(view: _View, entry: Conflict, level: int) -> str:
     """One ``<details>`` section; ``level`` 0 full, 1 sides cut to an excerpt, 2 sides left out."""
     r, url = view.report, view.url
     where = _path(r.out, entry.file) or "(no file)"
@@ -418,7 +307,7 @@ def _section(view: _View, entry: _Entry, level: int) -> str:
             )
             if p
         )
-        blocks.append(f"**Anchor:** {where_a or 'omni block'}" + (f": {_code(a.text)}" if a.text else ""))
+        blocks.append(f"**Anchor:** {where_a or 'omni block'}" + (f": {_code(a.first)}" if a.first else ""))
     if entry.culprits:
         lines = ["**Culprits:**"]
         for c in entry.culprits:
@@ -431,8 +320,8 @@ def _section(view: _View, entry: _Entry, level: int) -> str:
                 bits.append(f"({_text(c.date)})")
             lines.append("- " + " ".join(bits))
         blocks.append("\n".join(lines))
-    texts = list(entry.sides)
-    if entry.resolution is not None and (entry.flag or entry.resolution):
+    texts = list(entry.sides.items())
+    if entry.resolution is not None and (not entry.conflict or entry.resolution):
         texts.append(("resolution", entry.resolution))
     if texts and level >= 2:
         blocks.append(TRUNCATED_NOTE)
@@ -502,7 +391,7 @@ def _head(view: _View) -> str:
     if entries:
         counts: dict[str, list[int]] = {}
         for e in entries:
-            counts.setdefault(e.patch, [0, 0])[1 if e.flag else 0] += 1
+            counts.setdefault(e.patch, [0, 0])[0 if e.conflict else 1] += 1
         statuses = dict(r.patches)
         order = [n for n, _s in r.patches if n in counts] + [n for n in counts if n not in statuses]
         rows = ["| patch | status | conflicts | flags |", "|---|---|--:|--:|"]
@@ -513,7 +402,7 @@ def _head(view: _View) -> str:
 
         by_kind: dict[str, list[int]] = {}
         for e in entries:
-            by_kind.setdefault(e.kind, [0, 0])[1 if e.flag else 0] += 1
+            by_kind.setdefault(e.kind, [0, 0])[0 if e.conflict else 1] += 1
         known = [k for k in KIND_ORDER if k in by_kind]
         rows = ["| kind | conflicts | flags |", "|---|--:|--:|"]
         for kind in known + sorted(k for k in by_kind if k not in KIND_ORDER):

@@ -349,11 +349,12 @@ def do_wheel(
     ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None
 ) -> WheelResult:
     """Build the wheel of the top of the stack into ``out`` (default ``dist/``); npu_worker/ is not touched."""
-    from patch_queue.commands import engine
+    from patch_queue.commands import write
+    from patch_queue.project import refresh_state
 
-    if read_state(ws, engine.STATE_FILE) is not None:
+    if read_state(ws, refresh_state.STATE_FILE) is not None:
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
-    loaded = engine.sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    loaded = write.sync_stack(ws, upstream_git=upstream_git, progress=progress)
     applied = applied_count(ws, loaded)
     total = len(loaded.patches)
     if applied == 0:
@@ -369,7 +370,7 @@ def do_wheel(
         )
     top = loaded.patches[applied - 1][1]
     package = ws.out.name
-    files = engine.standalone(engine.module_files(ws, top), package)
+    files = write.standalone(write.module_files(ws, top), package)
     if not any(p.endswith(".py") for p in files):
         raise QueueError("nothing built: the top of the stack holds no module", path=str(ws.queue_dir.series_path))
     meta = wheel_meta(loaded.queue, package=package, patches=loaded.names)

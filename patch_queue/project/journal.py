@@ -151,7 +151,8 @@ class Writes:
         _drop_holder(self.ws)
 
 
-def read(ws: Workspace) -> dict[str, object] | None:
+def read(ws: Workspace) -> tuple[str, list[_File], dict[str, tuple[str | None, str | None]]] | None:
+    """(command, files, refs) of the journal an interrupted command left, or None."""
     path = ws.state_dir / JOURNAL_FILE
     if not path.is_file():
         return None
@@ -165,8 +166,7 @@ def read(ws: Workspace) -> dict[str, object] | None:
         raise QueueError(
             f"unreadable pq journal ({exc}); compare patches/ and refs/pq/ by hand, then delete it", path=ws.rel(path)
         ) from None
-    value["files"], value["refs"] = files, refs
-    return value
+    return str(value.get("command", "?")), files, refs
 
 
 def recover(ws: Workspace, *, forward: bool) -> str | None:
@@ -174,9 +174,7 @@ def recover(ws: Workspace, *, forward: bool) -> str | None:
     journal = read(ws)
     if journal is None:
         return None
-    command = str(journal.get("command", "?"))
-    files: list[_File] = journal["files"]  # type: ignore[assignment]
-    refs: dict[str, tuple[str | None, str | None]] = journal["refs"]  # type: ignore[assignment]
+    command, files, refs = journal
     _apply(ws, files, refs, forward=forward, message=f"pq {'continue' if forward else 'abort'} (interrupted {command})")
     (ws.state_dir / JOURNAL_FILE).unlink()
     _drop_holder(ws)

@@ -10,50 +10,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import three_way as merge
+from patch_queue.merge.conflict import Conflict
 from patch_queue.series import stack
 
 MARKER_START = re.compile(rb"^<{7}(?: |$)", re.MULTILINE)
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
-
-
-@dataclass
-class Conflict:
-    """A region left for a human (``conflict``) or a decision the tool took on its own (a review flag)."""
-
-    patch: str
-    file: str
-    line: int  # 1-based: the "<<<<<<<" marker of a conflict, the first line of a flag's region
-    symbol: str  # Class.method (or top-level name) enclosing the region, "" at module level
-    kind: str = "both-changed"
-    message: str = ""
-    conflict: bool = True
-    anchor: dict[str, object] | None = None
-    sides: dict[str, str] = field(default_factory=dict)  # base, upstream, patch
-    resolution: str | None = None
-    culprits: list[dict[str, object]] = field(default_factory=list)
-    reused: bool = False
-    key: str = ""
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "patch": self.patch,
-            "file": self.file,
-            "line": self.line,
-            "symbol": self.symbol,
-            "kind": self.kind,
-            "message": self.message,
-            "conflict": self.conflict,
-            "anchor": self.anchor,
-            "sides": self.sides,
-            "resolution": self.resolution,
-            "culprits": self.culprits,
-            "reused": self.reused,
-            "key": self.key,
-        }
 
 
 @dataclass
@@ -188,7 +154,9 @@ def replay_patch(
                 + name.encode()
                 + b"\n"
             )
-            conflicts.append(Conflict(name, path, 1, "", "deleted-file", "one side deleted the file the other changed"))
+            conflicts.append(
+                Conflict("deleted-file", "one side deleted the file the other changed", patch=name, file=path, line=1)
+            )
         else:
             # both sides added the file (no base: merge against empty) or changed it
             base = p if p is not None else b""
@@ -217,14 +185,18 @@ def _merge_one(
     if path.startswith(stack.VENDOR):
         m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
         if not m.clean:
-            conflicts += [Conflict(name, path, ln, "") for ln in conflict_lines(m.text, name)]
+            conflicts += [
+                Conflict("both-changed", patch=name, file=path, line=ln) for ln in conflict_lines(m.text, name)
+            ]
         return m.text
     try:
         texts = [x.decode("utf-8") for x in (p, n, c)]
     except UnicodeDecodeError:
         m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
         if not m.clean:
-            conflicts += [Conflict(name, path, ln, "") for ln in conflict_lines(m.text, name)]
+            conflicts += [
+                Conflict("both-changed", patch=name, file=path, line=ln) for ln in conflict_lines(m.text, name)
+            ]
         return m.text
     if normalize is not None:
         norm_p = normalize(path, p).decode("utf-8")
@@ -232,14 +204,13 @@ def _merge_one(
         if norm_c != texts[2]:
             flags.append(
                 Conflict(
-                    name,
-                    path,
-                    1,
-                    "",
                     "reformatted",
                     "the patch's copy of the carried upstream code was laid out with the projection's formatter "
                     "(the new upstream code is); check the diff of this file",
                     conflict=False,
+                    patch=name,
+                    file=path,
+                    line=1,
                 )
             )
         texts[0], texts[2] = norm_p, norm_c
@@ -248,21 +219,7 @@ def _merge_one(
         texts[0], texts[1], texts[2], labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded
     )
     for region in result.regions:
-        found = Conflict(
-            name,
-            path,
-            region.line,
-            enclosing_symbol(result.text, region.line),
-            region.kind,
-            region.message,
-            region.conflict,
-            region.anchor.as_json() if region.anchor else None,
-            {"base": region.base, "upstream": region.ours, "patch": region.theirs},
-            region.resolution,
-            [],
-            region.reused,
-            region.key,
-        )
+        found = replace(region, patch=name, file=path, symbol=enclosing_symbol(result.text, region.line or 0))
         (conflicts if region.conflict else flags).append(found)
     return result.text.encode("utf-8")
 
@@ -302,7 +259,7 @@ def replay(
             res = _with_edits(repo, res, final)
         elif edited is not None and res.conflicts and recorded is not None:
             res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded)
-        follow_lines(repo, [f for r in results for f in r.conflicts + r.flags], parent, res.commit)
+        _follow_results(repo, results, parent, res.commit)
         results.append(res)
         if progress is not None:
             progress(res)
@@ -316,8 +273,7 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
     """The result of a patch whose merge met recorded edits: one review flag per file they changed."""
     before = repo.read_tree(repo.commit_info(merged.commit).tree)
     after = repo.read_tree(repo.commit_info(final).tree)
-    flags = list(merged.flags)
-    follow_lines(repo, flags, merged.commit, final)
+    flags = follow_lines(repo, list(merged.flags), merged.commit, final)
     for path in sorted(set(before) | set(after)):
         if before.get(path) == after.get(path):
             continue
@@ -326,44 +282,49 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
         tail = f", resolving {resolved} conflict region(s)" if resolved else ""
         flags.append(
             Conflict(
-                merged.name,
-                path,
-                hunks[0][2] + 1,
-                "",
                 "recorded-edits",
                 f"the maintainer's recorded edits of this merge were applied (+{sum(h[3] for h in hunks)} "
                 f"-{sum(h[1] for h in hunks)} lines{tail})",
                 conflict=False,
+                patch=merged.name,
+                file=path,
+                line=hunks[0][2] + 1,
             )
         )
     return PatchResult(merged.name, "modified", final, [], flags)
 
 
-def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, new_commit: str) -> None:
-    """Move the ``line`` of earlier findings to where their text is after a later patch changed the file."""
-    import pygit2
+def _follow_results(repo: ProjectRepo, results: list[PatchResult], old_commit: str, new_commit: str) -> None:
+    """:func:`follow_lines` for the findings of every earlier patch result."""
+    moved = iter(follow_lines(repo, [f for r in results for f in r.conflicts + r.flags], old_commit, new_commit))
+    for r in results:
+        r.conflicts = [next(moved) for _ in r.conflicts]
+        r.flags = [next(moved) for _ in r.flags]
 
+
+def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, new_commit: str) -> list[Conflict]:
+    """``findings`` with each ``line`` moved to where its text is after a later patch changed the file."""
     if not findings:
-        return
+        return findings
     old_files = repo.read_tree(repo.commit_info(old_commit).tree)
     new_files = repo.read_tree(repo.commit_info(new_commit).tree)
-    for path in sorted({f.file for f in findings}):
+    hunks = {}
+    for path in {f.file for f in findings}:
         a, b = old_files.get(path), new_files.get(path)
-        if a is None or b is None or a == b:
-            continue
-        hunks = pygit2.Patch.create_from(a, b, context_lines=0).hunks
-        for f in findings:
-            if f.file != path:
-                continue
-            moved = f.line
-            for h in hunks:
-                first = h.old_start if h.old_lines else h.old_start + 1  # first line at or after the change
-                if f.line >= first + h.old_lines:
-                    moved += h.new_lines - h.old_lines
-                elif f.line >= first:  # the patch rewrote the finding's own line: point at what replaced it
-                    moved = h.new_start if h.new_lines else h.new_start + 1
-                    break
-            f.line = moved
+        if a is not None and b is not None and a != b:
+            hunks[path] = line_hunks(a, b)
+    return [_moved(f, hunks[f.file]) if f.file in hunks else f for f in findings]
+
+
+def _moved(finding: Conflict, hunks: list[tuple[int, int, int, int]]) -> Conflict:
+    line = moved = finding.line or 0
+    for old_start, old_lines, new_start, new_lines in hunks:
+        if line >= old_start + 1 + old_lines:
+            moved += new_lines - old_lines
+        elif line >= old_start + 1:  # the patch rewrote the finding's own line: point at what replaced it
+            moved = new_start + 1
+            break
+    return replace(finding, line=moved)
 
 
 def _blocks(lines: list[bytes], theirs: str | None = None) -> list[tuple[int, int]]:

@@ -17,14 +17,14 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import pygit2
 
 from patch_queue.errors import PqError
 from patch_queue.git.remote import UpstreamGit
+from patch_queue.merge.conflict import Conflict, Culprit
 from patch_queue.series.queue import UpstreamPin
 
 _PR = re.compile(r"\(#(\d+)\)")
@@ -45,19 +45,6 @@ def parse_pr(subject: str) -> int | None:
     """The pull-request number of a squash-merge subject, ``"... (#1234)"`` -> 1234 (the last one)."""
     found = _PR.findall(subject)
     return int(found[-1]) if found else None
-
-
-@dataclass(frozen=True)
-class Culprit:
-    """One upstream commit, named by its public sha."""
-
-    commit: str
-    subject: str
-    pr: int | None
-    date: str
-
-    def as_json(self) -> dict[str, object]:
-        return {"commit": self.commit, "subject": self.subject, "pr": self.pr, "date": self.date}
 
 
 class CulpritFinder:
@@ -172,50 +159,48 @@ def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
 
 
 def annotate(
-    found: list[Any],
+    found: list[Conflict],
     old: UpstreamPin,
     new: UpstreamPin,
     *,
     upstream_git: str | None,
     progress: Callable[[str], None] | None = None,
-) -> int:
-    """Fill ``culprits`` of every conflict and flag (objects with ``sides``) from the upstream git history.
+) -> list[Conflict]:
+    """``found`` with the ``culprits`` of every conflict and flag named from the upstream git history.
 
     A git pin is its commit; a registry release is the commit its release tag (``v<version>``)
     points at, when the upstream history has that tag and the tagged file is byte for byte the
-    released one.  Returns the number of entries that got at least one culprit; when an end has
-    no commit (a folder, or a release the history does not reach), nothing is searched.
+    released one.  When an end has no commit (a folder, or a release the history does not reach),
+    nothing is searched and ``found`` comes back as it was.
     """
     from patch_queue import sources
 
     paths = sorted(old.files)
     if not found or not paths:
-        return 0
+        return found
     try:
         git = sources.open_git(sources.upstream_git_location(upstream_git), progress=progress)
     except PqError:
-        return 0
+        return found
     ends = [_commit_of(git, pin, paths[0]) for pin in (old, new)]
     if ends[0] is None or ends[1] is None:
-        return 0
+        return found
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
-    cache: dict[tuple[str, str], list[dict[str, object]]] = {}
+    cache: dict[tuple[str, str], tuple[Culprit, ...]] = {}
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
     code = sources.code_stamp("sources/culprits.py", "git/remote.py")
-    named = 0
+    out = []
     for entry in found:
-        sides = entry.sides or {}
-        before, after = sides.get("base", ""), sides.get("upstream", "")
+        before, after = entry.base or "", entry.ours or ""
         if not (before or after):
+            out.append(entry)
             continue
         if (before, after) not in cache:
             key = sources.derived_key(code, paths[0], finder.old, finder.new, before, after)
             hit = sources.derived_get("culprits", key)
-            if hit is not None:
-                cache[(before, after)] = json.loads(hit)
-            else:
-                cache[(before, after)] = [c.as_json() for c in finder.find(before, after)]
-                sources.derived_put("culprits", key, json.dumps(cache[(before, after)]).encode("utf-8"))
-        entry.culprits = cache[(before, after)]
-        named += bool(entry.culprits)
-    return named
+            if hit is None:
+                hit = json.dumps([c.as_json() for c in finder.find(before, after)]).encode("utf-8")
+                sources.derived_put("culprits", key, hit)
+            cache[(before, after)] = tuple(Culprit(**c) for c in json.loads(hit))
+        out.append(replace(entry, culprits=cache[(before, after)]))
+    return out

@@ -1,0 +1,202 @@
+"""pq adopt: derive the series from a hand-maintained release or folder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from patch_queue import sources
+from patch_queue.commands.write import (
+    DOWNSTREAM_PACKAGE,
+    FORMATTER,
+    StepInfo,
+    _existing_patch_files,
+    _say,
+    _write_series,
+    build_top,
+    refuse_out_edits,
+)
+from patch_queue.errors import QueueError
+from patch_queue.git.repo import Person
+from patch_queue.merge import symbols
+from patch_queue.outputs import folder as output
+from patch_queue.project import refresh_state
+from patch_queue.project.journal import Writes
+from patch_queue.project.workspace import (
+    LoadedStack,
+    Progress,
+    Workspace,
+    stack_ref_updates,
+)
+from patch_queue.series import adopt as adopt_mod
+from patch_queue.series import stack
+from patch_queue.series.queue import Queue, UpstreamPin
+
+ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
+
+
+@dataclass(frozen=True)
+class AdoptResult:
+    commit_label: str
+    public_commit: str
+    matched: int
+    total: int
+    ties: int
+    searched: int
+    patches: list[str]
+    carried: list[adopt_mod.Carried]
+    searched_auto: bool
+    downstream: str = ""  # "name==version" of an adopted release
+    discarded: str = ""  # what --discard dropped from the output folder
+
+
+def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict[str, bytes], str, str]:
+    """(module files, downstream name, release) of a vllm-omni release spec or a directory."""
+    if "==" in source:
+        name, version = source.split("==", 1)
+        files = sources.release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
+        prefix = DOWNSTREAM_PACKAGE + "/"
+        local = {k.removeprefix(prefix): v for k, v in files.items()}
+        modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
+        if not modules:
+            raise QueueError(f"{source} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
+        return modules, name.strip(), version.strip()
+    root = Path(source)
+    if not root.is_dir():
+        raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
+    for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
+        modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
+        if modules:
+            return modules, "vllm-omni", ""
+    raise QueueError("holds no NPU worker modules (*.py)", path=source)
+
+
+def do_adopt(
+    ws: Workspace,
+    source: str,
+    *,
+    upstream_git: str | None,
+    at: str | None,
+    force: bool,
+    discard: bool = False,
+    progress: Progress | None = None,
+) -> AdoptResult:
+    if refresh_state.load(ws) is not None:
+        raise QueueError("a refresh is in progress; finish it with `pq continue` or `pq abort` first")
+    if not force and _existing_patch_files(ws):
+        raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
+    if not force and ws.queue_dir.exists():
+        steps = ws.queue_dir.load_queue().lineage
+        if steps:
+            raise QueueError(
+                f"records a lineage of {len(steps)} step(s) (the last: {steps[-1].kind}); "
+                "`pq reproduce` rebuilds its patches, --force starts a new series",
+                path=ws.rel(ws.queue_dir.queue_path),
+            )
+    dropped = output.discarded(refuse_out_edits(ws, discard=discard))
+    loaded, result = plan_adopt(ws, source, upstream_git=upstream_git, at=at, progress=progress)
+    result = replace(result, discarded=dropped)
+    writes = Writes(ws, "adopt")
+    _write_series(
+        ws,
+        loaded,
+        old_names=_existing_patch_files(ws),
+        writes=writes,
+        step=StepInfo("adopt", "adopt", loaded.queue.upstream, result.downstream),
+    )
+    writes.move_refs(stack_ref_updates(ws, loaded, len(loaded.patches)))
+    build_top(ws, loaded, writes=writes, applied=len(loaded.patches))
+    writes.commit()
+    return result
+
+
+def plan_adopt(
+    ws: Workspace, source: str, *, upstream_git: str | None, at: str | None, progress: Progress | None = None
+) -> tuple[LoadedStack, AdoptResult]:
+    """The adopted stack as unreferenced commits (nothing written), and what the search found."""
+    modules, down_name, down_release = read_downstream(source, progress)
+    texts = {}
+    for k, v in modules.items():
+        try:
+            texts[k] = v.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise QueueError(f"not UTF-8 at byte {exc.start}", path=k) from None
+    upath = adopt_mod.UPSTREAM_FILE
+    searched = None
+    if at is None:
+        location = sources.upstream_git_location(upstream_git)
+        git = sources.open_git(location, progress=progress)
+        history = git.commits_touching(upath)
+        _say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
+
+        scans = sources.MethodCache(adopt_mod.UPSTREAM_CLASS)
+        # the revisions not scanned before, read in one stream (history order: neighbours share deltas)
+        unscanned = [b for b in dict.fromkeys(git.blob_id(c, upath) for c in history) if b and not scans.has(b)]
+        for blob, data in git.read_blobs(unscanned):
+            scans.put(blob, symbols.scan_methods(data.decode("utf-8", errors="replace"), adopt_mod.UPSTREAM_CLASS))
+
+        def methods(commit: str, blob: str) -> dict[str, str]:
+            found = scans.get(blob)
+            if found is None:
+                data = git.read(commit, upath)
+                assert data is not None
+                found = symbols.scan_methods(data.decode("utf-8", errors="replace"), adopt_mod.UPSTREAM_CLASS)
+                scans.put(blob, found)
+            return found
+
+        searched = adopt_mod.search_base(texts, history, lambda c: git.blob_id(c, upath), methods, git.commit_time)
+        scans.save()
+        snapshot = sources.resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
+    else:
+        snapshot = sources.resolve_upstream(at, upstream_git=upstream_git, progress=progress)
+    upstream_text = snapshot.read(upath).decode("utf-8")
+    carried = adopt_mod.classify(texts, upstream_text)
+    label = snapshot.label
+    layout, steps = adopt_mod.plan_series(
+        modules, carried, upstream_text, base_label=label, formatter=FORMATTER[0], line_length=FORMATTER[1]
+    )
+    pin = UpstreamPin(
+        name="vllm-ascend",
+        kind=snapshot.kind,
+        spec=portable_spec(snapshot),
+        pin=snapshot.pin,
+        label=label,
+        public_commit=snapshot.public_commit or "",
+        files={upath: stack.sha256(snapshot.read(upath))},
+    )
+    queue = Queue(pin, down_name, down_release, DOWNSTREAM_PACKAGE, layout, FORMATTER[0], FORMATTER[1])
+    projection = stack.project_modules(queue, snapshot.read, label=label)
+    base = stack.base_commit(ws.repo, queue, projection)
+    when = 0
+    if snapshot.kind == "git":
+        when = sources.open_git(sources.upstream_git_location(upstream_git)).commit_time(snapshot.pin)
+    person = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], when, 0)
+    files = ws.repo.read_tree(ws.repo.commit_info(base).tree)
+    parent = base
+    commits: list[tuple[str, str]] = []
+    for i, step in enumerate(steps, 1):
+        files[step.module] = step.after
+        message = step.subject + "\n\n" + step.description + "\n"
+        parent = ws.repo.commit(ws.repo.write_tree(files), [parent], message, person, person)
+        commits.append((f"{i:04d}-{step.name}.patch", parent))
+    loaded = LoadedStack(queue, base, commits)
+    best = searched.best if searched else None
+    return loaded, AdoptResult(
+        commit_label=label,
+        public_commit=pin.public_commit,
+        matched=best.matched if best else 0,
+        total=best.total if best else 0,
+        ties=searched.ties if searched else 0,
+        searched=searched.searched if searched else 0,
+        patches=[n for n, _ in commits],
+        carried=carried,
+        searched_auto=searched is not None,
+        downstream=f"{down_name}=={down_release}" if down_release else "",
+    )
+
+
+def portable_spec(snapshot: sources.Snapshot) -> str:
+    """The spec recorded in queue.toml: a git pin by its public commit, never a machine's path."""
+    if snapshot.kind == "git":
+        return snapshot.public_commit or snapshot.pin
+    return snapshot.spec

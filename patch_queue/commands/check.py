@@ -1,0 +1,202 @@
+"""pq check: every check of the built runners, with the upstream source trees when they can be read."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from patch_queue import sources
+from patch_queue.checks.findings import ERROR, WARNING, Finding
+from patch_queue.commands.write import (
+    REF_PREVIOUS,
+    _say,
+    module_files,
+    sync_stack,
+)
+from patch_queue.errors import PqError, QueueError
+from patch_queue.project import refresh_state
+from patch_queue.project.fsutil import read_folder
+from patch_queue.project.workspace import (
+    Progress,
+    Workspace,
+)
+from patch_queue.series import stack
+from patch_queue.series.queue import Queue
+
+
+@dataclass
+class CheckOutcome:
+    findings: list[Finding]
+    reference: str  # what the omni blocks were compared with
+    files: list[str]
+    sources: bool  # import resolution and the GPU audit ran
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for f in self.findings if f.severity == ERROR)
+
+    def as_json(self) -> dict[str, object]:
+        counts: dict[str, int] = {}
+        for f in self.findings:
+            counts[f.rule] = counts.get(f.rule, 0) + 1
+        return {
+            "format": 1,
+            "reference": self.reference,
+            "files": self.files,
+            "sources": self.sources,
+            "errors": self.errors,
+            "warnings": len(self.findings) - self.errors,
+            "counts": dict(sorted(counts.items())),
+            "findings": [f.as_json() for f in self.findings],
+        }
+
+
+def _texts(files: dict[str, bytes]) -> dict[str, str]:
+    return {
+        k: v.decode("utf-8", errors="replace")
+        for k, v in files.items()
+        if k.endswith(".py") and not k.startswith(stack.VENDOR) and "/" not in k
+    }
+
+
+def run_checks(
+    ws: Workspace,
+    files: dict[str, str],
+    *,
+    queue: Queue,
+    base: str,
+    reference: dict[str, str],
+    reference_label: str,
+    upstream_git: str | None,
+    sources_on: bool,
+    progress: Progress | None = None,
+) -> CheckOutcome:
+    """Every check of ``pq check`` on ``files`` (module name -> text)."""
+    from patch_queue.checks import rules as check
+
+    findings = check.check_parse(files) + check.check_fences(files)
+    findings += check.check_blocks(reference, files, what=reference_label)
+    findings += check.check_rules(files, check.load_rules(ws.queue_dir.root))
+    vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)
+    for path in queue.upstream_paths():
+        data = vendored.get(stack.VENDOR + path)
+        if data is not None:
+            findings += check.check_signatures(
+                files, data.decode("utf-8", errors="replace"), label=queue.upstream.label
+            )
+    if sources_on:
+        findings += source_checks(queue, files, upstream_git=upstream_git, progress=progress)
+    return CheckOutcome(sorted(set(findings)), reference_label, sorted(files), sources_on)
+
+
+def source_checks(
+    queue: Queue, files: dict[str, str], *, upstream_git: str | None, progress: Progress | None = None
+) -> list[Finding]:
+    """Import resolution against the real source trees, and the GPU-side sync audit."""
+    from patch_queue.checks import gpu_audit, imports
+
+    out: list[Finding] = []
+    release = queue.downstream_release
+    trees: dict[str, imports.SourceTree] = {}
+    try:
+        _say(progress, f"Reading the vllm-ascend source tree at {queue.upstream.label} ...")
+        snapshot = sources.resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
+        trees["vllm_ascend"] = imports.tree_from_snapshot(snapshot, "vllm_ascend/")
+        if release:
+            _say(progress, f"Reading vllm-omni {release} and vllm {release} ...")
+            trees["vllm_omni"] = imports.tree_from_release(queue.downstream_name, release, "vllm_omni/")
+            trees["vllm"] = imports.tree_from_release("vllm", release, "vllm/")
+    except PqError as exc:
+        out.append(
+            Finding(
+                "",
+                0,
+                "sources-unavailable",
+                WARNING,
+                f"import resolution and the GPU audit need the upstream sources: {exc}",
+            )
+        )
+        return out
+    package = queue.package.replace("/", ".")
+    for path, text in sorted(files.items()):
+        out += imports.check_imports(text, file=path, package=package, trees=trees)
+    if not release or "vllm" not in trees:
+        out.append(
+            Finding(
+                "",
+                0,
+                "gpu-audit-skipped",
+                WARNING,
+                "the GPU-side audit needs the pinned vllm-omni release (the series was adopted from a folder)",
+            )
+        )
+        return out
+    try:
+        gpu = sources.release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
+        gpu_files = {
+            k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace")
+            for k, v in gpu.items()
+            if re.fullmatch(r"gpu_\w*model_runner\.py", k.rsplit("/", 1)[-1])
+        }
+        vllm_runner = gpu_audit.load_vllm_runner(release)
+    except PqError as exc:
+        out.append(Finding("", 0, "sources-unavailable", WARNING, f"the GPU-side audit needs vLLM {release}: {exc}"))
+        return out
+    ascend = snapshot.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8", errors="replace")
+    broken = sorted(k for k, v in files.items() if not _parses(v))
+    if broken:  # the parse rule reports them; an audit of half the runners would only mislead
+        out.append(
+            Finding(
+                "",
+                0,
+                "gpu-audit-skipped",
+                WARNING,
+                f"the GPU-side audit needs runners that parse; {', '.join(broken)} do not",
+            )
+        )
+        return out
+    try:
+        out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
+    except PqError as exc:
+        out.append(Finding("", 0, "gpu-audit-skipped", WARNING, f"the GPU-side audit could not run: {exc}"))
+    return out
+
+
+def _parses(text: str) -> bool:
+    import ast
+
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return True
+
+
+def do_check(
+    ws: Workspace, *, upstream_git: str | None, sources_on: bool, progress: Progress | None = None
+) -> CheckOutcome:
+    """Check the built package in the output folder against the series and the upstream sources."""
+    files = _texts(read_folder(ws.out))
+    if not files:
+        raise QueueError(f"nothing to check: no modules in {ws.rel(ws.out)}/; run `pq build` first")
+    state = refresh_state.load(ws)
+    if state is not None:
+        queue, base = state.target(), state.new_base
+        previous = state.patches[-1][1] if state.patches else base
+    else:
+        loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+        queue, base = loaded.queue, loaded.base
+        previous = ws.repo.ref(REF_PREVIOUS) or (loaded.patches[-1][1] if loaded.patches else base)
+    label = "the previous build" if ws.repo.ref(REF_PREVIOUS) == previous else "the series"
+    reference = _texts(module_files(ws, previous))
+    return run_checks(
+        ws,
+        files,
+        queue=queue,
+        base=base,
+        reference=reference,
+        reference_label=label,
+        upstream_git=upstream_git,
+        sources_on=sources_on,
+        progress=progress,
+    )

@@ -1,0 +1,441 @@
+"""pq refresh: re-vendor the target, replay the series onto it, write once; the report's JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from patch_queue import sources
+from patch_queue.checks.findings import ERROR, Finding
+from patch_queue.commands.adopt import portable_spec
+from patch_queue.commands.check import CheckOutcome, _texts, run_checks
+from patch_queue.commands.write import (
+    REF_PREVIOUS,
+    REF_REFRESH,
+    StepInfo,
+    _existing_patch_files,
+    _refuse_links,
+    _say,
+    _write_series,
+    build_top,
+    module_files,
+    refuse_out_edits,
+    sync_stack,
+)
+from patch_queue.errors import PqError, QueueError
+from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.merge import anchors, fmt
+from patch_queue.merge import three_way as merge
+from patch_queue.merge.conflict import Conflict
+from patch_queue.outputs import folder as output
+from patch_queue.project import refresh_state
+from patch_queue.project.fsutil import atomic_write, kill_point, read_folder
+from patch_queue.project.journal import Writes
+from patch_queue.project.workspace import (
+    REF_JOURNAL,
+    LoadedStack,
+    Progress,
+    Workspace,
+    stack_ref_updates,
+)
+from patch_queue.series import absorb, patchfile, replay, rerere, stack
+from patch_queue.series.queue import Queue, UpstreamPin, render_queue
+from patch_queue.sources import culprits
+
+
+@dataclass
+class RefreshOutcome:
+    base_label: str
+    target_label: str
+    results: list[replay.PatchResult]
+    conflicts: list[Conflict]
+    removed_symbols: list[str]
+    finished: bool  # the whole series was replayed (conflicts may remain with --no-stop)
+    stopped_at: str | None = None
+    flags: list[Conflict] = field(default_factory=list)
+    blocks: tuple[int, int] = (0, 0)  # omni blocks before / after
+    fences: list[dict[str, object]] = field(default_factory=list)  # Omni-new fence problems in the output
+    upstream_commits: tuple[str, ...] = ("", "")
+    downstream: tuple[str, str] = ("", "")
+    out: str = "npu_worker"
+    check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
+    placements: list[absorb.Placement] = field(default_factory=list)  # where `pq continue` put edits
+    discarded: str = ""  # what --discard dropped from the output folder
+
+
+def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stack.Projection]:
+    files = {p: stack.sha256(snapshot.read(p)) for p in queue.upstream_paths()}
+    pin = UpstreamPin(
+        name=queue.upstream.name,
+        kind=snapshot.kind,
+        spec=portable_spec(snapshot),
+        pin=snapshot.pin,
+        label=snapshot.label,
+        public_commit=snapshot.public_commit or "",
+        files=files,
+    )
+    return target_queue(queue, pin, snapshot.read)
+
+
+def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
+    """``queue`` moved onto ``pin`` and its projection; carried symbols gone upstream leave the layout."""
+    target = replace(queue, upstream=pin)
+    projection = stack.project_modules(target, read, label=pin.label)
+    if projection.missing:
+        gone = set(projection.missing)
+        modules = tuple(
+            replace(m, symbols=tuple(s for s in m.symbols if f"{m.path}: {s}" not in gone)) for m in target.modules
+        )
+        target = replace(target, modules=modules)
+    return target, projection
+
+
+def do_refresh(
+    ws: Workspace,
+    *,
+    to: str | None,
+    no_stop: bool,
+    upstream_git: str | None,
+    progress: Progress | None = None,
+    on_patch: Callable[[replay.PatchResult], None] | None = None,
+    check: bool = True,
+    check_sources: bool = True,
+    discard: bool = False,
+) -> RefreshOutcome:
+    if refresh_state.load(ws) is not None:
+        raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
+    _refuse_links(ws, ws.out, patches=True)
+    dropped = refuse_out_edits(ws, discard=discard)
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    _say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
+    snapshot = sources.resolve_upstream(to, upstream_git=upstream_git, progress=progress)
+    kill_point("after-download")
+    target, projection = _target_queue(loaded.queue, snapshot)
+    new_base = stack.base_commit(ws.repo, target, projection)
+    labels = (f"base {loaded.queue.upstream.label}", f"upstream {snapshot.label}")
+    store = rerere.Store(ws.repo)
+    results = replay.replay(
+        ws.repo,
+        loaded.patches,
+        new_base,
+        labels=labels,
+        stop=not no_stop,
+        progress=_killable(on_patch),
+        normalize=normalizer(target, ws.repo, loaded.patches),
+        recorded=store.lookup,
+        edited=edit_lookup(ws, store, target),
+    )
+    removed = list(projection.missing)
+    orig = {
+        k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH) and k not in (rerere.REF, REF_JOURNAL)
+    }
+    conflicts = _mark_removed([c for r in results for c in r.conflicts], removed)
+    flags = [c for r in results for c in r.flags]
+    _say(progress, "Naming the upstream commits behind each conflict and flag ...")
+    named = culprits.annotate(
+        conflicts + flags, loaded.queue.upstream, target.upstream, upstream_git=upstream_git, progress=progress
+    )
+    state = refresh_state.RefreshState(
+        orig_refs=orig,
+        orig_out=_save_out(ws),
+        orig_queue=ws.queue_dir.queue_path.read_text(encoding="utf-8"),
+        old_base_label=loaded.queue.upstream.label,
+        target_queue=render_queue(target),
+        new_base=new_base,
+        labels=labels,
+        patches=tuple(loaded.patches),
+        done=tuple((r.name, r.commit, r.status) for r in results),
+        no_stop=no_stop,
+        removed_symbols=tuple(removed),
+        conflicts=tuple(named[: len(conflicts)]),
+        flags=tuple(named[len(conflicts) :]),
+        blocks_before=_count_blocks(module_files(ws, loaded.patches[-1][1]) if loaded.patches else {}),
+        check=check,
+        check_sources=check_sources,
+        upstream_git=upstream_git,
+        upstream_commits=(loaded.queue.upstream.public_commit, target.upstream.public_commit),
+        # recorded regions or edits were applied: the finished refresh records its edits (see _merge_edits)
+        recorded=any(f.kind in ("reused", "recorded-edits") for f in flags),
+        discarded=output.discarded(dropped),
+    )
+    return _advance(ws, state, target, results, progress=progress, store=store)
+
+
+def _mark_removed(conflicts: list[Conflict], removed: list[str]) -> list[Conflict]:
+    """Conflicts over a carried symbol that upstream removed or renamed are that kind."""
+    gone = [r.split(": ", 1)[1].split(".")[-1] for r in removed]
+    out = []
+    for c in conflicts:
+        for name in gone:
+            head = f"def {name}("
+            if head in (c.base or "") and head not in (c.ours or ""):
+                message = f"upstream removed or renamed {name}, which this patch carries; port the omni edits"
+                c = replace(c, kind="symbol-removed", message=message)
+                break
+        out.append(c)
+    return out
+
+
+def _count_blocks(files: dict[str, bytes]) -> int:
+    total = 0
+    for path, data in files.items():
+        if path.endswith(".py") and not path.startswith(stack.VENDOR):
+            total += len(anchors.parse_blocks(data.decode("utf-8", errors="replace"))[0])
+    return total
+
+
+def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
+    """Unbalanced or misplaced Omni-new fences in the output modules, with file and line."""
+    out: list[dict[str, object]] = []
+    for path in sorted(files):
+        if not path.endswith(".py") or path.startswith(stack.VENDOR):
+            continue
+        # conflict regions read as the patch's side; line numbers kept
+        text = merge.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
+        _blocks, problems = anchors.parse_blocks(text)
+        out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
+    return out
+
+
+def normalizer(
+    queue: Queue, repo: ProjectRepo | None = None, patches: Sequence[tuple[str, str]] = ()
+) -> replay.Normalize | None:
+    """Lay out the carried symbols of a module text the way the queue's projection does.
+
+    The old sides of ``patches`` (read from ``repo``) are laid out up front, in one formatter run.
+    """
+    if not queue.formatter:
+        return None
+    cache: dict[tuple[str, bytes], bytes] = {}
+
+    def carried(path: str) -> list[str]:
+        module = queue.module(path)
+        return list(module.symbols) if module is not None else []
+
+    def lay_out(items: list[tuple[str, bytes]]) -> None:
+        todo = sorted({item for item in items if item not in cache and carried(item[0])})
+        texts = fmt.format_carried_many(
+            [(data.decode("utf-8"), carried(path)) for path, data in todo],
+            formatter=queue.formatter,
+            line_length=queue.line_length,
+        )
+        cache.update({item: text.encode("utf-8") for item, text in zip(todo, texts, strict=True)})
+
+    def normalize(path: str, data: bytes) -> bytes:
+        if not carried(path):
+            return data
+        if (path, data) not in cache:
+            lay_out([(path, data)])
+        return cache[(path, data)]
+
+    if repo is not None:
+        sides: list[tuple[str, bytes]] = []
+        for _name, old in patches:
+            info = repo.commit_info(old)
+            before, after = repo.read_tree(repo.commit_info(info.parents[0]).tree), repo.read_tree(info.tree)
+            for path in sorted(set(before) & set(after)):
+                if path.endswith(".py") and before[path] != after[path]:
+                    try:
+                        before[path].decode("utf-8"), after[path].decode("utf-8")
+                    except UnicodeDecodeError:
+                        continue
+                    sides += [(path, before[path]), (path, after[path])]
+        lay_out(sides)
+    return normalize
+
+
+def _save_out(ws: Workspace) -> str:
+    """The output folder as a tree object (kept by a ref while the refresh is open)."""
+    return ws.repo.write_tree(read_folder(ws.out))
+
+
+def _advance(
+    ws: Workspace,
+    state: refresh_state.RefreshState,
+    target: Queue,
+    results: list[replay.PatchResult],
+    *,
+    progress: Progress | None,
+    command: str = "refresh",
+    store: rerere.Store,
+    placements: list[absorb.Placement] | None = None,
+) -> RefreshOutcome:
+    """Finish the refresh if the series is through, else record the stop.
+
+    Every file and ref (refs/pq/resolutions, where ``store`` recorded resolutions and edits,
+    included) is written once, through one journaled :class:`Writes`: a kill at any point leaves
+    the old state or, after ``pq continue``, the new one (``pq abort`` puts the old one back).
+    """
+    writes = Writes(ws, command)
+    patches, done, conflicts = state.patches, state.done, list(state.conflicts)
+    finished = len(done) == len(patches)
+    last_conflicted = bool(done) and done[-1][2] == "conflict"
+    new_patches = [(n, c) for n, c, _s in done]
+    outcome = RefreshOutcome(
+        base_label=state.old_base_label,
+        target_label=target.upstream.label,
+        results=results,
+        conflicts=conflicts,
+        removed_symbols=list(state.removed_symbols),
+        finished=finished,
+        flags=list(state.flags),
+        blocks=(
+            state.blocks_before,
+            _count_blocks(module_files(ws, new_patches[-1][1])) if new_patches else 0,
+        ),
+        fences=fence_problems(module_files(ws, new_patches[-1][1])) if new_patches else [],
+        upstream_commits=state.upstream_commits,
+        downstream=(target.downstream_name, target.downstream_release),
+        out=ws.rel(ws.out),
+        placements=placements or [],
+        discarded=state.discarded,
+    )
+    if finished and not conflicts:
+        loaded = LoadedStack(target, state.new_base, new_patches)
+        edited: list[str] = []
+        if command == "continue" or state.recorded:
+            edits = _merge_edits(ws, target, list(patches), new_patches, state.new_base, state.labels)
+            store.record_edits(edits, f"pq {command}: edits recorded\n")
+            edited = [n for n, _b, _a in edits]
+        writes.move_refs(store.ref_update())
+        _write_series(
+            ws,
+            loaded,
+            old_names=_existing_patch_files(ws),
+            writes=writes,
+            step=StepInfo("refresh", command, target.upstream, edited=tuple(edited)),
+        )
+        updates = stack_ref_updates(ws, loaded, len(new_patches))
+        old_top = patches[-1][1] if patches else None
+        if old_top is not None and old_top != new_patches[-1][1]:
+            updates[REF_PREVIOUS] = (ws.repo.ref(REF_PREVIOUS), old_top)
+        for ref in ws.repo.refs(REF_REFRESH):
+            updates[ref] = (ws.repo.ref(ref), None)
+        writes.move_refs(updates)
+        built = build_top(ws, loaded, writes=writes, applied=len(new_patches))
+        writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
+        writes.commit()
+        if state.check:
+            # the refresh is done and written: a check that cannot run is a finding, never a failure
+            _say(progress, "Checking the new runners (pq check) ...")
+            try:
+                outcome.check = run_checks(
+                    ws,
+                    _texts(built),
+                    queue=target,
+                    base=state.new_base,
+                    reference=_texts(module_files(ws, old_top)) if old_top else {},
+                    reference_label="the previous build",
+                    upstream_git=state.upstream_git,
+                    sources_on=state.check_sources,
+                    progress=progress,
+                )
+            except PqError as exc:
+                outcome.check = CheckOutcome(
+                    [Finding("", 0, "check-failed", ERROR, f"pq check could not run: {exc}")],
+                    "the previous build",
+                    sorted(_texts(built)),
+                    False,
+                )
+        return outcome
+    # stopped (or finished with conflicts under --no-stop): keep everything needed to go on or back
+    top = new_patches[-1][1] if new_patches else state.new_base
+    keep: dict[str, tuple[str | None, str | None]] = {}
+    wanted = {REF_REFRESH + "top": top, REF_REFRESH + "base": state.new_base}
+    holder = ws.repo.commit(state.orig_out, [], "pq refresh: saved output folder\n", _PQ, _PQ)
+    wanted[REF_REFRESH + "saved-out"] = holder
+    for ref, value in wanted.items():
+        keep[ref] = (ws.repo.ref(ref), value)
+    writes.move_refs(keep)
+    writes.move_refs(store.ref_update())
+    writes.write(ws.state_dir / refresh_state.STATE_FILE, state.bytes(), group="state")
+    output.sync(ws.out, module_files(ws, top), writes)
+    writes.commit()
+    outcome.stopped_at = done[-1][0] if last_conflicted and not finished else None
+    return outcome
+
+
+_PQ = Person(stack.BASE_PERSON_NAME, stack.BASE_PERSON_EMAIL, 0, 0)
+
+
+def edit_lookup(ws: Workspace, store: rerere.Store, queue: Queue) -> replay.Edited | None:
+    """Recorded edits of a patch's merge result, as the commit they make (see rerere.Store.lookup_edit)."""
+    if not store.has_edits():
+        return None
+
+    def edited(name: str, merged: str) -> str | None:
+        after = store.lookup_edit(name, stack.export_patch(ws.repo, merged))
+        if after is None:
+            return None
+        shown = f"patches/{name}"
+        parent = ws.repo.commit_info(merged).parents[0]
+        return stack.commit_patch(ws.repo, parent, patchfile.parse(after, path=shown), queue, path=shown)
+
+    return edited
+
+
+def _merge_edits(
+    ws: Workspace,
+    target: Queue,
+    old: list[tuple[str, str]],
+    final: list[tuple[str, str]],
+    new_base: str,
+    labels: tuple[str, str],
+) -> list[tuple[str, bytes, bytes]]:
+    """(patch, merged body, final body) for every patch whose final body is not its plain merge.
+
+    The plain merge is the one a later refresh from the same inputs computes before it looks for
+    recorded edits: each old patch merged onto the final patch below it, no recorded regions.
+    """
+    normalize = normalizer(target, ws.repo, old)
+    out = []
+    parent = new_base
+    for (name, old_commit), (_name, commit) in zip(old, final, strict=True):
+        merged = replay.replay_patch(ws.repo, name, old_commit, parent, labels=labels, normalize=normalize)
+        if merged.commit != commit:
+            before, after = stack.export_patch(ws.repo, merged.commit), stack.export_patch(ws.repo, commit)
+            if before != after:
+                out.append((name, before, after))
+        parent = commit
+    return out
+
+
+def _killable(on_patch: Callable[[replay.PatchResult], None] | None) -> Callable[[replay.PatchResult], None]:
+    """``on_patch`` with the interruption tests' kill point between two patches of a replay."""
+
+    def each(result: replay.PatchResult) -> None:
+        if on_patch is not None:
+            on_patch(result)
+        kill_point("between-patches")
+
+    return each
+
+
+def report_json(outcome: RefreshOutcome) -> dict[str, object]:
+    """The refresh report (format 2; the schema is described in patch_queue/outputs/report.py)."""
+    return {
+        "format": 2,
+        "upstream": {
+            "base": outcome.base_label,
+            "target": outcome.target_label,
+            "base_commit": outcome.upstream_commits[0],
+            "target_commit": outcome.upstream_commits[-1],
+        },
+        "downstream": {"name": outcome.downstream[0], "release": outcome.downstream[1]},
+        "out": outcome.out,
+        "patches": [{"name": r.name, "status": r.status} for r in outcome.results],
+        "conflicts": [c.as_json(report=True) for c in outcome.conflicts],
+        "flags": [c.as_json(report=True) for c in outcome.flags],
+        "removed_symbols": outcome.removed_symbols,
+        "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
+        "fences": outcome.fences,
+        "check": outcome.check.as_json() if outcome.check is not None else None,
+        "finished": outcome.finished,
+        "stopped_at": outcome.stopped_at,
+    }
+
+
+def write_report(path: Path, data: dict[str, object]) -> None:
+    atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())

@@ -1,0 +1,231 @@
+"""pq continue, pq abort and pq status: go on after resolving the conflicts of a refresh, or put everything back."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from patch_queue.commands.refresh import (
+    RefreshOutcome,
+    _advance,
+    _killable,
+    edit_lookup,
+    normalizer,
+)
+from patch_queue.commands.write import (
+    module_files,
+    out_edits,
+)
+from patch_queue.errors import QueueError
+from patch_queue.merge.conflict import Conflict
+from patch_queue.outputs import folder as output
+from patch_queue.project import journal as journal_mod
+from patch_queue.project import refresh_state
+from patch_queue.project.fsutil import read_folder
+from patch_queue.project.journal import Writes
+from patch_queue.project.workspace import (
+    REF_JOURNAL,
+    Progress,
+    Workspace,
+    applied_count,
+    check_no_journal,
+    load_stack,
+)
+from patch_queue.series import absorb, replay, rerere, stack
+
+
+def do_continue(
+    ws: Workspace, *, progress: Progress | None = None, on_patch: Callable[[replay.PatchResult], None] | None = None
+) -> RefreshOutcome:
+    on_patch = _killable(on_patch)
+    state = refresh_state.require(ws)
+    target = state.target()
+    patches, done = state.patches, state.done
+    work = read_folder(ws.out)
+    conflicted = [i for i, d in enumerate(done) if d[2] == "conflict"]
+    if not conflicted:
+        raise QueueError("nothing to continue: no conflicted patch")
+    top_marked = module_files(ws, done[-1][1])
+    for rel, data in sorted(work.items()):
+        if rel in top_marked:
+            line = replay.has_markers(data)
+            if line is not None:
+                raise QueueError(
+                    "conflict markers remain; resolve them, then run `pq continue`",
+                    path=ws.rel(ws.out / rel),
+                    line=line,
+                )
+    resolved = {k: work.get(k, v) for k, v in top_marked.items()}
+    labels = state.labels
+    normalize = normalizer(target)
+    store = rerere.Store(ws.repo)
+    replayed: set[str] = set()
+    new_flags: list[Conflict] = []
+    # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
+    # onto that patch's own result; rebase what follows onto the resolved commits
+    new_done: list[tuple[str, str, str]] = []
+    parent = state.new_base
+    results: list[replay.PatchResult] = []
+    stale_conflicts: list[Conflict] = []
+    recorded: list[dict[str, object]] = []
+    stop = not state.no_stop
+    for name, commit, status in done:
+        info = ws.repo.commit_info(commit)
+        if status == "conflict":
+            files = ws.repo.read_tree(info.tree)
+            for path, data in sorted(files.items()):
+                if path.startswith(stack.VENDOR) or path not in resolved or replay.has_markers(data) is None:
+                    continue
+                recorded += _resolved_regions(state, name, path, top_marked[path], resolved[path], data)
+                carried = replay.carry_resolutions(top_marked[path], resolved[path], data)
+                if carried is None or replay.has_markers(carried) is not None:
+                    raise QueueError(
+                        f"the resolution cannot be carried back into {name} automatically; "
+                        "run `pq abort`, then `pq refresh` without --no-stop to resolve patch by patch",
+                        path=ws.rel(ws.out / path),
+                    )
+                files[path] = carried
+            res = replay.PatchResult(name, "modified", stack.commit_files(ws.repo, parent, files, info))
+        elif info.parents[0] == parent:
+            res = replay.PatchResult(name, status, commit)
+        else:
+            res = replay.replay_patch(
+                ws.repo, name, commit, parent, labels=labels, normalize=normalize, recorded=store.lookup
+            )
+            res.status = status if not res.conflicts else "conflict"
+            replayed.add(name)
+            new_flags += res.flags
+            stale_conflicts += res.conflicts
+        if on_patch is not None:
+            on_patch(res)
+        results.append(res)
+        new_done.append((res.name, res.commit, res.status))
+        parent = res.commit
+        if res.conflicts and stop:
+            break
+    # the maintainer's edits outside the conflict regions go into the patches that own their lines
+    placements: list[absorb.Placement] = []
+    if len(new_done) == len(done) and not stale_conflicts:
+        chain = [(n, c) for n, c, _s in new_done]
+        absorbed, placements = absorb.absorb(ws.repo, state.new_base, chain, resolved)
+        for i, ((n, c), (_n, moved)) in enumerate(zip(chain, absorbed, strict=True)):
+            if moved != c:
+                new_done[i] = (n, moved, "modified")
+                results[i] = replay.PatchResult(n, "modified", moved, results[i].conflicts, results[i].flags)
+        parent = absorbed[-1][1]
+    # then the patches not replayed yet
+    remaining = patches[len(new_done) :]
+    if not (new_done and new_done[-1][2] == "conflict"):
+        if recorded:
+            store.record(recorded, "pq continue: resolutions recorded\n", move=False)
+            recorded = []
+        more = replay.replay(
+            ws.repo,
+            list(remaining),
+            parent,
+            labels=labels,
+            stop=stop,
+            progress=on_patch,
+            normalize=normalize,
+            recorded=store.lookup,
+            edited=edit_lookup(ws, store, target),
+        )
+        replayed.update(r.name for r in more)
+        new_flags += [c for r in more for c in r.flags]
+        results += more
+        new_done += [(r.name, r.commit, r.status) for r in more]
+        stale_conflicts += [c for r in more for c in r.conflicts]
+    if recorded:
+        store.record(recorded, "pq continue: resolutions recorded\n", move=False)
+    state = replace(
+        state,
+        done=tuple(new_done),
+        conflicts=tuple(stale_conflicts),
+        flags=tuple([f for f in state.flags if f.patch not in replayed] + new_flags),
+    )
+    return _advance(
+        ws, state, target, results, progress=progress, command="continue", store=store, placements=placements
+    )
+
+
+def _resolved_regions(
+    state: refresh_state.RefreshState, patch: str, path: str, top_marked: bytes, resolved: bytes, mine: bytes
+) -> list[dict[str, object]]:
+    """Recorded-resolution entries for the regions of ``patch`` in ``path`` the maintainer resolved."""
+    texts = replay.resolutions_of(top_marked, resolved, mine, patch)
+    mine_conflicts = sorted(
+        (c for c in state.conflicts if c.patch == patch and c.file == path and c.key), key=lambda c: c.line or 0
+    )
+    if texts is None or len(texts) != len(mine_conflicts):
+        return []
+    return [
+        {
+            "key": c.key,
+            "patch": replay.patch_key(patch),
+            "file": path,
+            "symbol": c.symbol,
+            "kind": c.kind,
+            "base": c.base or "",
+            "upstream": c.ours or "",
+            "patch_text": c.theirs or "",
+            "resolution": text,
+        }
+        for c, text in zip(mine_conflicts, texts, strict=True)
+    ]
+
+
+def do_abort(ws: Workspace) -> None:
+    """Put every file and ref back as before the refresh, in one journaled write."""
+    state = refresh_state.require(ws)
+    orig = state.orig_refs
+    current = ws.repo.refs()
+    updates: dict[str, tuple[str | None, str | None]] = {}
+    for ref in sorted(set(current) | set(orig)):
+        if ref in (rerere.REF, REF_JOURNAL):
+            continue  # recorded resolutions outlive an abort; the journal's ref is the journal's
+        if current.get(ref) != orig.get(ref):
+            updates[ref] = (current.get(ref), orig.get(ref))
+    saved = ws.repo.read_tree(state.orig_out)
+    writes = Writes(ws, "abort")
+    # the output folder as it was saved when the refresh began: whatever is there and was not then goes
+    for rel in sorted(set(read_folder(ws.out)) - set(saved)):
+        writes.write(ws.out / rel, None, group="out")
+    for rel, data in sorted(saved.items()):
+        writes.write(ws.out / rel, data, group="out")
+    if ws.queue_dir.queue_path.read_text(encoding="utf-8") != state.orig_queue:
+        writes.write(ws.queue_dir.queue_path, state.orig_queue.encode(), group="patches")
+    writes.move_refs(updates)
+    writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
+    writes.commit()
+
+
+def recover_interrupted(ws: Workspace, *, forward: bool) -> str | None:
+    """Finish (``forward``, `pq continue`) or undo (`pq abort`) the writes of a command that was killed part way.
+
+    Returns the interrupted command's name, or None when no command was interrupted.
+    """
+    return journal_mod.recover(ws, forward=forward)
+
+
+@dataclass(frozen=True)
+class Status:
+    in_progress: bool
+    upstream: str
+    target: str | None
+    patches: list[tuple[str, str]]  # (name, state)
+    conflicts: list[Conflict]
+    edits: list[output.Edited] = field(default_factory=list)  # in the output folder, held by no patch
+    steps: int = 0  # of the lineage
+
+
+def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
+    check_no_journal(ws)  # a killed command's half-done writes: say how to finish or undo them
+    state = refresh_state.load(ws)
+    if state is not None:
+        done = {d[0]: d[2] for d in state.done}
+        rows = [(n, done.get(n, "pending")) for n, _c in state.patches]
+        return Status(True, state.old_base_label, state.target().upstream.label, rows, list(state.conflicts))
+    loaded = load_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
+    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(loaded.queue.lineage))

@@ -1,0 +1,199 @@
+"""Writing a planned series: patches/ and its lineage, refs/pq/, the output folder (pq build)."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from patch_queue.errors import QueueError
+from patch_queue.outputs import folder as output
+from patch_queue.project import refresh_state
+from patch_queue.project.journal import Writes
+from patch_queue.project.workspace import (
+    LoadedStack,
+    Progress,
+    Workspace,
+    applied_count,
+    load_stack,
+    stack_ref_updates,
+)
+from patch_queue.series import lineage, stack
+from patch_queue.series.queue import UpstreamPin, render_queue, render_series
+
+DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
+
+
+# the downstream's formatter: the vllm-omni runners are exactly what `ruff format --line-length 120` makes
+FORMATTER = ("ruff", 120)
+
+
+REF_REFRESH = "refs/pq/refresh/"
+
+
+REF_PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh: what `pq check` compares with
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def _existing_patch_files(ws: Workspace) -> set[str]:
+    root = ws.queue_dir.root
+    return {p.name for p in root.glob("*.patch")} if root.is_dir() else set()
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """What a write of patches/ adds to the lineage (see patch_queue/series/lineage.py)."""
+
+    kind: str
+    command: str
+    upstream: UpstreamPin | None = None
+    downstream: str = ""
+    edited: tuple[str, ...] = ()
+
+
+def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes, step: StepInfo) -> None:
+    """Export every patch, then series and queue.toml (its lineage one step on); drop old patch files no
+    longer in the series."""
+    exported = {name: stack.export_patch(ws.repo, commit) for name, commit in loaded.patches}
+    root = ws.queue_dir.root
+    # only files the old series listed are pq's to drop; an unlisted one is a maintainer's work in progress
+    try:
+        listed = ws.queue_dir.load_series() if ws.queue_dir.series_path.is_file() else []
+    except QueueError:
+        listed = []
+    previous = [(n, (root / n).read_bytes()) for n in listed if (root / n).is_file()]
+    old_names = old_names & set(listed)
+    for name, data in exported.items():
+        writes.write(root / name, data, group="patches")
+    writes.write(ws.queue_dir.series_path, render_series(loaded.names).encode(), group="patches")
+    top = module_files(ws, loaded.patches[-1][1] if loaded.patches else loaded.base)
+    made = lineage.step_of(
+        step.kind,
+        step.command,
+        list(exported.items()),
+        upstream=step.upstream,
+        downstream=step.downstream,
+        edited=step.edited,
+    )
+    queue = lineage.with_step(loaded.queue, made, top, previous=previous)
+    writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")
+    for name in sorted(old_names - set(exported)):
+        writes.write(root / name, None, group="patches")
+
+
+_IMPORT = re.compile(r"^(\s*)(from|import)(\s+)vllm_omni\.platforms\.npu\.worker\b", re.MULTILINE)
+
+
+def standalone(files: dict[str, bytes], package: str) -> dict[str, bytes]:
+    """Point the in-tree imports of the worker package into the standalone ``package``."""
+    out = {}
+    for path, data in files.items():
+        text = data.decode("utf-8")
+        out[path] = _IMPORT.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{package}", text).encode("utf-8")
+    return out
+
+
+def module_files(ws: Workspace, commit: str) -> dict[str, bytes]:
+    files = ws.repo.read_tree(ws.repo.commit_info(commit).tree)
+    return {k: v for k, v in files.items() if not k.startswith(stack.VENDOR)}
+
+
+def build_files(
+    ws: Workspace, commit: str, *, out: Path, standalone_pkg: bool, writes: Writes | None = None
+) -> dict[str, bytes]:
+    """Write the modules of ``commit`` into ``out`` (through ``writes``, else as a journaled write of its own)."""
+    files = module_files(ws, commit)
+    if standalone_pkg:
+        files = standalone(files, out.name)
+    own = writes is None
+    writes = writes or Writes(ws, "build")
+    output.sync(out, files, writes)
+    if own:
+        writes.commit()
+    return files
+
+
+def _built_top(ws: Workspace) -> dict[str, bytes]:
+    top = ws.repo.ref(stack.REF_TOP)
+    return module_files(ws, top) if top is not None and ws.repo.has_object(top) else {}
+
+
+def refuse_out_edits(ws: Workspace, *, discard: bool, out: Path | None = None) -> list[output.Edited]:
+    """Refuse to overwrite edits in the output folder that no patch holds (unless ``discard``)."""
+    out = out or ws.out
+    return output.refuse_edits(out, _built_top(ws), shown=ws.rel(out), discard=discard)
+
+
+def out_edits(ws: Workspace) -> list[output.Edited]:
+    """The edits in the output folder that no patch holds (for `pq status`)."""
+    return output.edits(ws.out, _built_top(ws))
+
+
+def build_top(
+    ws: Workspace,
+    loaded: LoadedStack,
+    *,
+    out: Path | None = None,
+    standalone_pkg: bool = False,
+    writes: Writes | None = None,
+    applied: int | None = None,
+) -> dict[str, bytes]:
+    """Build the top of the stack: ``applied`` patches on (default: as refs/pq/top says)."""
+    if applied is None:
+        applied = applied_count(ws, loaded)
+    top = loaded.patches[applied - 1][1] if applied else loaded.base
+    return build_files(ws, top, out=out or ws.out, standalone_pkg=standalone_pkg, writes=writes)
+
+
+def do_build(
+    ws: Workspace,
+    *,
+    out: Path | None,
+    standalone_pkg: bool,
+    upstream_git: str | None,
+    discard: bool = False,
+    progress: Progress | None = None,
+) -> tuple[dict[str, bytes], str]:
+    """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
+    if refresh_state.load(ws) is not None:
+        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+    _refuse_links(ws, (out or ws.out).resolve(), patches=False)
+    dropped = refuse_out_edits(ws, discard=discard, out=(out or ws.out).resolve())
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg), output.discarded(dropped)
+
+
+def sync_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
+    """Load the stack from patches/ and make refs/pq/ match it."""
+    loaded = load_stack(ws, upstream_git=upstream_git, progress=progress)
+    updates = stack_ref_updates(ws, loaded, applied_count(ws, loaded))
+    if updates:
+        ws.repo.update_refs(updates, "pq: sync with patches/")
+    return loaded
+
+
+def _refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
+    """A symbolic link where pq would write is an error: pq replaces files, it never writes through a link
+    (which could point outside the project) nor silently turns one into a copy."""
+    q = ws.queue_dir
+    paths = [out / m.path for m in q.load_queue().modules] + [out / ".pq-build"]
+    if patches:
+        paths += [q.queue_path, q.series_path] + [q.root / name for name in q.load_series()]
+    for path in paths:
+        if path.is_symlink():
+            shown = path.relative_to(ws.root).as_posix() if path.is_relative_to(ws.root) else str(path)
+            raise QueueError(
+                f"is a symbolic link (to {os.readlink(path)}); pq writes regular files only: "
+                "replace the link with a copy of its file",
+                path=shown,
+            )
+
+
+def _no_refresh(ws: Workspace) -> None:
+    if refresh_state.load(ws) is not None:
+        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")

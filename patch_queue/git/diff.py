@@ -1,0 +1,24 @@
+"""Line diffs of two texts by libgit2 (git's xdiff), so pq's merges and line maps agree with git.
+
+A text algorithm, not a repository: the one part of ``git/`` the pure core (``merge/``) uses.
+"""
+
+from __future__ import annotations
+
+import pygit2
+
+Hunk = tuple[int, int, int, int]  # (old start, old count, new start, new count), 0-based
+
+
+def line_hunks(old: bytes, new: bytes, *, patience: bool = False) -> list[Hunk]:
+    """The changed line ranges of ``old`` -> ``new``, with no context; an insertion has old count 0
+    and starts at the line it precedes.  ``patience``: git's patience algorithm."""
+    if old == new:
+        return []
+    flag = pygit2.enums.DiffOption.PATIENCE if patience else pygit2.enums.DiffOption.NORMAL
+    out = []
+    for h in pygit2.Patch.create_from(old, new, context_lines=0, interhunk_lines=0, flag=flag).hunks:
+        old_start = h.old_start - 1 if h.old_lines else h.old_start  # git numbers an insertion after its line
+        new_start = h.new_start - 1 if h.new_lines else h.new_start
+        out.append((old_start, h.old_lines, new_start, h.new_lines))
+    return out

@@ -1,0 +1,162 @@
+"""The state of a refresh that stopped on conflicts: ``.git/pq/refresh.json``, typed, read and written here.
+
+It holds what ``pq continue`` needs to go on (the target, the replay so far, every conflict and
+flag) and what ``pq abort`` needs to put back (the refs, the output folder, ``queue.toml``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from patch_queue.errors import QueueError
+from patch_queue.merge.conflict import Conflict
+from patch_queue.project.workspace import Workspace
+from patch_queue.series.queue import Queue, parse_queue
+
+STATE_FILE = "refresh.json"
+
+
+@dataclass(frozen=True)
+class RefreshState:
+    orig_refs: dict[str, str]  # every ref before the refresh
+    orig_out: str  # a tree of the output folder before the refresh
+    orig_queue: str  # queue.toml before the refresh
+    old_base_label: str
+    target_queue: str  # queue.toml of the target (rendered)
+    new_base: str  # the new base commit
+    labels: tuple[str, str]  # (old base label, new base label) of the diff3 markers
+    patches: tuple[tuple[str, str], ...]  # (name, commit) of the series before the refresh
+    done: tuple[tuple[str, str, str], ...]  # (name, replayed commit, status) so far
+    no_stop: bool
+    removed_symbols: tuple[str, ...] = ()
+    conflicts: tuple[Conflict, ...] = ()
+    flags: tuple[Conflict, ...] = ()
+    blocks_before: int = 0
+    check: bool = True
+    check_sources: bool = True
+    upstream_git: str | None = None
+    upstream_commits: tuple[str, str] = ("", "")
+    recorded: bool = False  # recorded regions or edits were applied: the finished refresh records its edits
+    discarded: str = ""  # what --discard dropped
+
+    def target(self) -> Queue:
+        """The series' queue moved onto the target."""
+        return parse_queue(self.target_queue, path=".git/pq/refresh.json")
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "version": 1,
+            "orig_refs": self.orig_refs,
+            "orig_out": self.orig_out,
+            "orig_queue": self.orig_queue,
+            "old_base_label": self.old_base_label,
+            "target_queue": self.target_queue,
+            "new_base": self.new_base,
+            "labels": list(self.labels),
+            "patches": [list(p) for p in self.patches],
+            "done": [list(d) for d in self.done],
+            "no_stop": self.no_stop,
+            "removed_symbols": list(self.removed_symbols),
+            "conflicts": [c.as_json() for c in self.conflicts],
+            "flags": [c.as_json() for c in self.flags],
+            "blocks_before": self.blocks_before,
+            "check": self.check,
+            "check_sources": self.check_sources,
+            "upstream_git": self.upstream_git,
+            "upstream_commits": list(self.upstream_commits),
+            "recorded": self.recorded,
+            "discarded": self.discarded,
+        }
+
+    def bytes(self) -> bytes:
+        return (json.dumps(self.as_json(), indent=2, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> RefreshState:
+        def strings(key: str, n: int) -> tuple[tuple[str, ...], ...]:
+            rows = data.get(key, [])
+            if not isinstance(rows, list) or not all(
+                isinstance(r, list) and len(r) == n and all(isinstance(x, str) for x in r) for r in rows
+            ):
+                raise ValueError(f"{key}: expected a list of {n} strings each")
+            return tuple(tuple(r) for r in rows)
+
+        def text(key: str) -> str:
+            value = data.get(key, "")
+            if not isinstance(value, str):
+                raise ValueError(f"{key}: expected a string")
+            return value
+
+        refs = data.get("orig_refs", {})
+        if not isinstance(refs, dict) or not all(isinstance(v, str) for v in refs.values()):
+            raise ValueError("orig_refs: expected an object of strings")
+        git = data.get("upstream_git")
+        blocks = data.get("blocks_before", 0)
+        return cls(
+            orig_refs={str(k): v for k, v in refs.items()},
+            orig_out=text("orig_out"),
+            orig_queue=text("orig_queue"),
+            old_base_label=text("old_base_label"),
+            target_queue=text("target_queue"),
+            new_base=text("new_base"),
+            labels=_pair(data.get("labels"), "labels"),
+            patches=tuple((p[0], p[1]) for p in strings("patches", 2)),
+            done=tuple((d[0], d[1], d[2]) for d in strings("done", 3)),
+            no_stop=bool(data.get("no_stop", False)),
+            removed_symbols=tuple(str(s) for s in _list(data.get("removed_symbols"), "removed_symbols")),
+            conflicts=tuple(
+                Conflict.from_json(c, f"conflicts[{i}]")
+                for i, c in enumerate(_list(data.get("conflicts"), "conflicts"))
+            ),
+            flags=tuple(
+                Conflict.from_json(c, f"flags[{i}]", conflict=False)
+                for i, c in enumerate(_list(data.get("flags"), "flags"))
+            ),
+            blocks_before=blocks if isinstance(blocks, int) else 0,
+            check=bool(data.get("check", True)),
+            check_sources=bool(data.get("check_sources", True)),
+            upstream_git=git if isinstance(git, str) else None,
+            upstream_commits=_pair(data.get("upstream_commits", ["", ""]), "upstream_commits"),
+            recorded=bool(data.get("recorded", False)),
+            discarded=text("discarded"),
+        )
+
+
+def _list(value: object, key: str) -> list[object]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{key}: expected a list")
+    return value
+
+
+def _pair(value: object, key: str) -> tuple[str, str]:
+    if not isinstance(value, list) or len(value) < 2 or not all(isinstance(x, str) for x in value):
+        raise ValueError(f"{key}: expected two strings")
+    return (value[0], value[-1])
+
+
+def load(ws: Workspace) -> RefreshState | None:
+    """The pending refresh, or None; a damaged file is an error naming it."""
+    path = ws.state_dir / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ValueError("expected an object")
+        return RefreshState.from_json(data)
+    except ValueError as exc:
+        raise QueueError(f"corrupt pq state: {exc}; run `pq abort`", path=str(path)) from None
+
+
+def pending(ws: Workspace) -> bool:
+    return (ws.state_dir / STATE_FILE).is_file()
+
+
+def require(ws: Workspace) -> RefreshState:
+    state = load(ws)
+    if state is None:
+        raise QueueError("no refresh in progress")
+    return state
