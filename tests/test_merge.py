@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from patch_queue.merge import checked as merge_checked
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
 from patch_queue.merge.three_way import MergeResult, merge3
@@ -832,7 +833,7 @@ def test_a_resolution_that_does_not_compile_becomes_a_conflict() -> None:
     with pytest.raises(SyntaxError):
         compile("class R:\n" + plain.text, "r.py", "exec")
     wrapped = ["class R:"]
-    checked = merge.merge3_checked(
+    checked = merge_checked.merge3_checked(
         "\n".join(wrapped) + "\n" + base, "\n".join(wrapped) + "\n" + ours, "\n".join(wrapped) + "\n" + theirs
     )
     assert not checked.clean

@@ -138,16 +138,6 @@ class SourceTree:
             self._bound[dotted] = names
         return names
 
-    def star_exports(self, dotted: str) -> frozenset[str] | None:
-        """What ``from dotted import *`` binds (this tree only): the literal ``__all__`` or the public names."""
-        scan = self._scan(dotted)
-        if scan is None:
-            return None
-        if scan.all_names is not None:
-            return frozenset(scan.all_names)
-        names = self.bound_names(dotted)
-        return None if names is None else frozenset(n for n in names if not n.startswith("_"))
-
     def _scan(self, dotted: str) -> _Scan | None:
         if dotted in self._scans:
             return self._scans[dotted]

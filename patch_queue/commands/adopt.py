@@ -81,7 +81,7 @@ def do_adopt(
     discard: bool = False,
     progress: Progress | None = None,
 ) -> AdoptResult:
-    if refresh_state.load(ws) is not None:
+    if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; finish it with `pq continue` or `pq abort` first")
     if not force and _existing_patch_files(ws):
         raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))

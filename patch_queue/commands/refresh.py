@@ -26,8 +26,7 @@ from patch_queue.commands.write import (
 )
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import Person, ProjectRepo
-from patch_queue.merge import anchors, fmt
-from patch_queue.merge import three_way as merge
+from patch_queue.merge import anchors, checked, fmt
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.project import refresh_state
@@ -104,7 +103,7 @@ def do_refresh(
     check_sources: bool = True,
     discard: bool = False,
 ) -> RefreshOutcome:
-    if refresh_state.load(ws) is not None:
+    if refresh_state.pending(ws):
         raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
     _refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -193,7 +192,7 @@ def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
         if not path.endswith(".py") or path.startswith(stack.VENDOR):
             continue
         # conflict regions read as the patch's side; line numbers kept
-        text = merge.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
+        text = checked.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
         _blocks, problems = anchors.parse_blocks(text)
         out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
     return out

@@ -22,7 +22,6 @@ from patch_queue.project.workspace import (
     LoadedStack,
     Progress,
     Workspace,
-    read_state,
     stack_ref_updates,
     upstream_reader,
 )
@@ -44,7 +43,7 @@ class Reproduced:
 def do_reproduce(
     ws: Workspace, *, upstream_git: str | None, discard: bool = False, progress: Progress | None = None
 ) -> Reproduced:
-    if read_state(ws, refresh_state.STATE_FILE) is not None:
+    if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
     queue = ws.queue_dir.load_queue()
     shown = ws.rel(ws.queue_dir.queue_path)

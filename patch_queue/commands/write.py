@@ -160,7 +160,7 @@ def do_build(
     progress: Progress | None = None,
 ) -> tuple[dict[str, bytes], str]:
     """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
-    if refresh_state.load(ws) is not None:
+    if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
     _refuse_links(ws, (out or ws.out).resolve(), patches=False)
     dropped = refuse_out_edits(ws, discard=discard, out=(out or ws.out).resolve())
@@ -195,5 +195,5 @@ def _refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
 
 
 def _no_refresh(ws: Workspace) -> None:
-    if refresh_state.load(ws) is not None:
+    if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")

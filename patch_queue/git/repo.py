@@ -288,16 +288,6 @@ class ProjectRepo:
         return FileMerge(text, clean)
 
     # ---- work tree -----------------------------------------------------------------------
-    def dirty_paths(self, under: str) -> list[str]:
-        """Tracked-but-modified or untracked-and-not-ignored files below ``under`` (relative)."""
-        prefix = under.rstrip("/") + "/"
-        out = []
-        for path, flags in self._repo.status().items():
-            if flags == pygit2.enums.FileStatus.IGNORED:
-                continue
-            if path.startswith(prefix) or path == under:
-                out.append(path)
-        return sorted(out)
 
 
 def _git_compatible(patch: str) -> str:

@@ -41,7 +41,7 @@ from pathlib import Path
 from patch_queue import sources
 from patch_queue.errors import PqError, QueueError
 from patch_queue.project.fsutil import atomic_write
-from patch_queue.project.workspace import Progress, Workspace, applied_count, read_state
+from patch_queue.project.workspace import Progress, Workspace, applied_count
 from patch_queue.series.queue import QUEUE_FILE, Queue
 
 DIST_NAME = "vllm-omni-npu-worker"
@@ -352,7 +352,7 @@ def do_wheel(
     from patch_queue.commands import write
     from patch_queue.project import refresh_state
 
-    if read_state(ws, refresh_state.STATE_FILE) is not None:
+    if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
     loaded = write.sync_stack(ws, upstream_git=upstream_git, progress=progress)
     applied = applied_count(ws, loaded)

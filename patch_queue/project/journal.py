@@ -94,12 +94,6 @@ class Writes:
                 old = self._refs[name][0]
             self._refs[name] = (old, new)
 
-    def pending_ref(self, name: str) -> str | None:
-        """The value ``name`` will have once committed."""
-        if name in self._refs:
-            return self._refs[name][1]
-        return self.ws.repo.ref(name)
-
     def commit(self) -> None:
         repo = self.ws.repo
         files: list[_File] = []

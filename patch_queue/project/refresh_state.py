@@ -137,22 +137,33 @@ def _pair(value: object, key: str) -> tuple[str, str]:
     return (value[0], value[-1])
 
 
-def load(ws: Workspace) -> RefreshState | None:
-    """The pending refresh, or None; a damaged file is an error naming it."""
+def _read(ws: Workspace) -> dict[str, object] | None:
     path = ws.state_dir / STATE_FILE
     if not path.is_file():
         return None
     try:
         data = json.loads(path.read_text())
-        if not isinstance(data, dict):
-            raise ValueError("expected an object")
-        return RefreshState.from_json(data)
     except ValueError as exc:
         raise QueueError(f"corrupt pq state: {exc}; run `pq abort`", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise QueueError("corrupt pq state; run `pq abort`", path=str(path))
+    return data
 
 
 def pending(ws: Workspace) -> bool:
-    return (ws.state_dir / STATE_FILE).is_file()
+    """A refresh waits for `pq continue` or `pq abort` (a file that is no JSON object is an error naming it)."""
+    return _read(ws) is not None
+
+
+def load(ws: Workspace) -> RefreshState | None:
+    """The pending refresh, or None; a damaged file is an error naming it."""
+    data = _read(ws)
+    if data is None:
+        return None
+    try:
+        return RefreshState.from_json(data)
+    except ValueError as exc:
+        raise QueueError(f"corrupt pq state: {exc}; run `pq abort`", path=str(ws.state_dir / STATE_FILE)) from None
 
 
 def require(ws: Workspace) -> RefreshState:

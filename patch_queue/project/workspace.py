@@ -321,21 +321,3 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
         if have.get(ref) != want.get(ref):
             updates[ref] = (have.get(ref), want.get(ref))
     return updates
-
-
-def state_bytes(data: object) -> bytes:
-    """The bytes of a ``.git/pq/`` state file."""
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-
-
-def read_state(ws: Workspace, name: str) -> dict[str, object] | None:
-    path = ws.state_dir / name
-    if not path.is_file():
-        return None
-    try:
-        value = json.loads(path.read_text())
-    except ValueError as exc:
-        raise QueueError(f"corrupt pq state: {exc}; run `pq abort`", path=str(path)) from None
-    if not isinstance(value, dict):
-        raise QueueError("corrupt pq state; run `pq abort`", path=str(path))
-    return value

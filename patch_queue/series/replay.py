@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
+from patch_queue.merge import checked
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
 from patch_queue.series import stack
@@ -214,7 +215,7 @@ def _merge_one(
                 )
             )
         texts[0], texts[2] = norm_p, norm_c
-    do_merge = merge.merge3_checked if path.endswith(".py") else merge.merge3
+    do_merge = checked.merge3_checked if path.endswith(".py") else merge.merge3
     result = do_merge(
         texts[0], texts[1], texts[2], labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded
     )
