@@ -159,10 +159,8 @@ def build(
 
         ws = _ws()
         if wheel:
-            from patch_queue.outputs import wheel as wheel_mod
-
             with _locked(ws, "build"):
-                built = wheel_mod.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
+                built = write.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
             typer.echo(ws.rel(built.path))
             return
         with _locked(ws, "build"):

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from patch_queue.errors import QueueError
 from patch_queue.outputs import folder as output
+from patch_queue.outputs import wheel
 from patch_queue.project import refresh_state
+from patch_queue.project.fsutil import atomic_write
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
@@ -197,3 +199,45 @@ def _refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
 def _no_refresh(ws: Workspace) -> None:
     if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+
+
+def do_wheel(
+    ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None
+) -> wheel.WheelResult:
+    """Build the wheel of the top of the stack into ``out`` (default ``dist/``); npu_worker/ is not touched."""
+    if refresh_state.pending(ws):
+        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    applied = applied_count(ws, loaded)
+    total = len(loaded.patches)
+    if applied == 0:
+        raise QueueError(
+            "nothing built: no patch of the series is applied; `pq push --all` first",
+            path=str(ws.queue_dir.series_path),
+        )
+    if applied < total:
+        raise QueueError(
+            f"only {applied} of {total} patches are applied; `pq push --all` first: the wheel's version "
+            "names the whole series",
+            path=str(ws.queue_dir.series_path),
+        )
+    top = loaded.patches[applied - 1][1]
+    package = ws.out.name
+    files = standalone(module_files(ws, top), package)
+    if not any(p.endswith(".py") for p in files):
+        raise QueueError("nothing built: the top of the stack holds no module", path=str(ws.queue_dir.series_path))
+    meta = wheel.wheel_meta(loaded.queue, package=package, patches=loaded.names)
+    if progress is not None:
+        progress(f"Building {meta.name} {meta.version} ({len(files)} modules in {package}/) ...")
+    epoch = ws.repo.commit_info(top).author.time  # the top patch's Date: fixed by the series
+    name, data = wheel.build_wheel_bytes(wheel.project_files(meta, package, files), epoch=epoch)
+    packed = wheel.wheel_package_files(data, package)
+    if packed != files:
+        raise RuntimeError(
+            f"the wheel's {package}/ differs from the standalone build: "
+            f"{sorted(set(packed) ^ set(files)) or 'contents'}"
+        )
+    target = (out or ws.root / "dist").resolve() / name
+    atomic_write(target, data)
+    os.chmod(target, wheel.WHEEL_MODE)
+    return wheel.WheelResult(target, meta.version, files, meta)

@@ -13,8 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import pygit2
-
+from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors
 from patch_queue.series import replay, stack
@@ -95,9 +94,12 @@ def inventory(repo: ProjectRepo, base: str, patches: Sequence[tuple[str, str]]) 
                 # omni-only methods are omni code of its own, not edits of copied upstream code
                 seen_modules.add(path)
                 continue
-            patch = pygit2.Patch.create_from(old.encode(), text.encode(), context_lines=0)
-            for hunk in patch.hunks:
-                plus = [(ln.new_lineno, ln.content) for ln in hunk.lines if ln.origin == "+"]
+            added = text.split("\n")  # git's lines: split at newlines only
+            for _old_start, _old_count, new_start, new_count in line_hunks(old.encode(), text.encode()):
+                plus = [
+                    (n + 1, added[n] + "\n" if n + 1 < len(added) else added[n])
+                    for n in range(new_start, new_start + new_count)
+                ]
                 outside = [c for n, c in plus if n not in inside and c.strip()]
                 if outside:
                     unfenced.append((path, name, outside))

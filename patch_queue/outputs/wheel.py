@@ -40,8 +40,6 @@ from pathlib import Path
 
 from patch_queue import sources
 from patch_queue.errors import PqError, QueueError
-from patch_queue.project.fsutil import atomic_write
-from patch_queue.project.workspace import Progress, Workspace, applied_count
 from patch_queue.series.queue import QUEUE_FILE, Queue
 
 DIST_NAME = "vllm-omni-npu-worker"
@@ -343,51 +341,6 @@ class WheelResult:
     version: str
     files: dict[str, bytes]  # the package files, as `pq build --standalone` writes them
     meta: WheelMeta
-
-
-def do_wheel(
-    ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None
-) -> WheelResult:
-    """Build the wheel of the top of the stack into ``out`` (default ``dist/``); npu_worker/ is not touched."""
-    from patch_queue.commands import write
-    from patch_queue.project import refresh_state
-
-    if refresh_state.pending(ws):
-        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
-    loaded = write.sync_stack(ws, upstream_git=upstream_git, progress=progress)
-    applied = applied_count(ws, loaded)
-    total = len(loaded.patches)
-    if applied == 0:
-        raise QueueError(
-            "nothing built: no patch of the series is applied; `pq push --all` first",
-            path=str(ws.queue_dir.series_path),
-        )
-    if applied < total:
-        raise QueueError(
-            f"only {applied} of {total} patches are applied; `pq push --all` first: the wheel's version "
-            "names the whole series",
-            path=str(ws.queue_dir.series_path),
-        )
-    top = loaded.patches[applied - 1][1]
-    package = ws.out.name
-    files = write.standalone(write.module_files(ws, top), package)
-    if not any(p.endswith(".py") for p in files):
-        raise QueueError("nothing built: the top of the stack holds no module", path=str(ws.queue_dir.series_path))
-    meta = wheel_meta(loaded.queue, package=package, patches=loaded.names)
-    if progress is not None:
-        progress(f"Building {meta.name} {meta.version} ({len(files)} modules in {package}/) ...")
-    epoch = ws.repo.commit_info(top).author.time  # the top patch's Date: fixed by the series
-    name, data = build_wheel_bytes(project_files(meta, package, files), epoch=epoch)
-    packed = wheel_package_files(data, package)
-    if packed != files:
-        raise RuntimeError(
-            f"the wheel's {package}/ differs from the standalone build: "
-            f"{sorted(set(packed) ^ set(files)) or 'contents'}"
-        )
-    target = (out or ws.root / "dist").resolve() / name
-    atomic_write(target, data)
-    os.chmod(target, WHEEL_MODE)
-    return WheelResult(target, meta.version, files, meta)
 
 
 def wheel_package_files(data: bytes, package: str) -> dict[str, bytes]:
