@@ -17,20 +17,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue import sources
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.merge import anchors, fmt, symbols
 from patch_queue.merge import three_way as merge
 from patch_queue.outputs import folder as output
+from patch_queue.progress import Progress, say
 from patch_queue.project import journal as journal_mod
 from patch_queue.project.fsutil import atomic_write, kill_point, read_folder
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     REF_JOURNAL,
     LoadedStack,
-    Progress,
     Workspace,
     applied_count,
     base_for_queue,
@@ -44,6 +43,9 @@ from patch_queue.series import absorb, lineage, patchfile, replay, rerere, stack
 from patch_queue.series import adopt as adopt_mod
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue, render_series
 from patch_queue.sources import culprits
+from patch_queue.sources.archives import release_files
+from patch_queue.sources.cache import MethodCache
+from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
 
 DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
 # the downstream's formatter: the vllm-omni runners are exactly what `ruff format --line-length 120` makes
@@ -52,11 +54,6 @@ ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
 STATE_FILE = "refresh.json"
 REF_REFRESH = "refs/pq/refresh/"
 REF_PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh: what `pq check` compares with
-
-
-def _say(progress: Progress | None, message: str) -> None:
-    if progress is not None:
-        progress(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,7 +79,7 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
     """(module files, downstream name, release) of a vllm-omni release spec or a directory."""
     if "==" in source:
         name, version = source.split("==", 1)
-        files = sources.release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
+        files = release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
         prefix = DOWNSTREAM_PACKAGE + "/"
         local = {k.removeprefix(prefix): v for k, v in files.items()}
         modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
@@ -152,12 +149,12 @@ def plan_adopt(
     upath = adopt_mod.UPSTREAM_FILE
     searched = None
     if at is None:
-        location = sources.upstream_git_location(upstream_git)
-        git = sources.open_git(location, progress=progress)
+        location = upstream_git_location(upstream_git)
+        git = open_git(location, progress=progress)
         history = git.commits_touching(upath)
-        _say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
+        say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
 
-        scans = sources.MethodCache(adopt_mod.UPSTREAM_CLASS)
+        scans = MethodCache(adopt_mod.UPSTREAM_CLASS)
         # the revisions not scanned before, read in one stream (history order: neighbours share deltas)
         unscanned = [b for b in dict.fromkeys(git.blob_id(c, upath) for c in history) if b and not scans.has(b)]
         for blob, data in git.read_blobs(unscanned):
@@ -174,9 +171,9 @@ def plan_adopt(
 
         searched = adopt_mod.search_base(texts, history, lambda c: git.blob_id(c, upath), methods, git.commit_time)
         scans.save()
-        snapshot = sources.resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
+        snapshot = resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
     else:
-        snapshot = sources.resolve_upstream(at, upstream_git=upstream_git, progress=progress)
+        snapshot = resolve_upstream(at, upstream_git=upstream_git, progress=progress)
     upstream_text = snapshot.read(upath).decode("utf-8")
     carried = adopt_mod.classify(texts, upstream_text)
     label = snapshot.label
@@ -197,7 +194,7 @@ def plan_adopt(
     base = stack.base_commit(ws.repo, queue, projection)
     when = 0
     if snapshot.kind == "git":
-        when = sources.open_git(sources.upstream_git_location(upstream_git)).commit_time(snapshot.pin)
+        when = open_git(upstream_git_location(upstream_git)).commit_time(snapshot.pin)
     person = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], when, 0)
     files = ws.repo.read_tree(ws.repo.commit_info(base).tree)
     parent = base
@@ -223,7 +220,7 @@ def plan_adopt(
     )
 
 
-def portable_spec(snapshot: sources.Snapshot) -> str:
+def portable_spec(snapshot: Snapshot) -> str:
     """The spec recorded in queue.toml: a git pin by its public commit, never a machine's path."""
     if snapshot.kind == "git":
         return snapshot.public_commit or snapshot.pin
@@ -394,7 +391,7 @@ class RefreshOutcome:
     discarded: str = ""  # what --discard dropped from the output folder
 
 
-def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stack.Projection]:
+def _target_queue(queue: Queue, snapshot: Snapshot) -> tuple[Queue, stack.Projection]:
     files = {p: stack.sha256(snapshot.read(p)) for p in queue.upstream_paths()}
     pin = UpstreamPin(
         name=queue.upstream.name,
@@ -438,8 +435,8 @@ def do_refresh(
     _refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
-    _say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
-    snapshot = sources.resolve_upstream(to, upstream_git=upstream_git, progress=progress)
+    say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
+    snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress)
     kill_point("after-download")
     target, projection = _target_queue(loaded.queue, snapshot)
     new_base = stack.base_commit(ws.repo, target, projection)
@@ -462,7 +459,7 @@ def do_refresh(
     }
     found = [c for r in results for c in r.conflicts + r.flags]
     _mark_removed(found, removed)
-    _say(progress, "Naming the upstream commits behind each conflict and flag ...")
+    say(progress, "Naming the upstream commits behind each conflict and flag ...")
     culprits.annotate(found, loaded.queue.upstream, target.upstream, upstream_git=upstream_git, progress=progress)
     blocks_before = _count_blocks(module_files(ws, loaded.patches[-1][1]) if loaded.patches else {})
     state = {
@@ -674,7 +671,7 @@ def _advance(
         writes.commit()
         if state.get("check", True):
             # the refresh is done and written: a check that cannot run is a finding, never a failure
-            _say(progress, "Checking the new runners (pq check) ...")
+            say(progress, "Checking the new runners (pq check) ...")
             try:
                 outcome.check = run_checks(
                     ws,
@@ -1279,11 +1276,11 @@ def source_checks(
     release = queue.downstream_release
     trees: dict[str, imports.SourceTree] = {}
     try:
-        _say(progress, f"Reading the vllm-ascend source tree at {queue.upstream.label} ...")
-        snapshot = sources.resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
+        say(progress, f"Reading the vllm-ascend source tree at {queue.upstream.label} ...")
+        snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
         trees["vllm_ascend"] = imports.tree_from_snapshot(snapshot, "vllm_ascend/")
         if release:
-            _say(progress, f"Reading vllm-omni {release} and vllm {release} ...")
+            say(progress, f"Reading vllm-omni {release} and vllm {release} ...")
             trees["vllm_omni"] = imports.tree_from_release(queue.downstream_name, release, "vllm_omni/")
             trees["vllm"] = imports.tree_from_release("vllm", release, "vllm/")
     except PqError as exc:
@@ -1312,7 +1309,7 @@ def source_checks(
         )
         return out
     try:
-        gpu = sources.release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
+        gpu = release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
         gpu_files = {
             k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace")
             for k, v in gpu.items()

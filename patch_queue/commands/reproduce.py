@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from patch_queue.commands import engine
 from patch_queue.errors import QueueError
 from patch_queue.outputs import folder as output
+from patch_queue.progress import Progress
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
-    Progress,
     Workspace,
     read_state,
     stack_ref_updates,

@@ -19,13 +19,14 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import pygit2
 
 from patch_queue.errors import PqError
 from patch_queue.git.remote import UpstreamGit
+from patch_queue.progress import Progress
 from patch_queue.series.queue import UpstreamPin
+from patch_queue.series.replay import Conflict
+from patch_queue.sources.cache import code_stamp, derived_get, derived_key, derived_put
+from patch_queue.sources.snapshot import open_git, upstream_git_location
 
 _PR = re.compile(r"\(#(\d+)\)")
 
@@ -76,17 +77,7 @@ class CulpritFinder:
         """Commits reachable from ``new`` and not ``old`` whose blob of ``path`` differs from their first
         parent's, oldest first (computed once)."""
         if self._candidates is None:
-            repo = pygit2.Repository(str(self.git.path))
-            sort = pygit2.enums.SortMode
-            walker = repo.walk(pygit2.Oid(hex=self.new), sort.TOPOLOGICAL | sort.TIME | sort.REVERSE)
-            walker.hide(pygit2.Oid(hex=self.old))
-            found: list[str] = []
-            for commit in walker:
-                mine = _blob(commit, self.path)
-                parent = _blob(commit.parents[0], self.path) if commit.parents else None
-                if mine != parent:
-                    found.append(str(commit.id))
-            self._candidates = found
+            self._candidates = self.git.commits_between(self.old, self.new, self.path)
         return list(self._candidates)
 
     def _text(self, commit: str) -> bytes:
@@ -145,14 +136,6 @@ class CulpritFinder:
         )
 
 
-def _blob(commit: pygit2.Commit, path: str) -> pygit2.Oid | None:
-    try:
-        entry = commit.tree[path.strip("/")]
-    except (KeyError, ValueError):
-        return None
-    return entry.id if isinstance(entry, pygit2.Blob) else None
-
-
 def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
     """The upstream commit of a pin: a git pin's own, a release's tag when its file matches."""
     if pin.kind == "git" and pin.pin:
@@ -172,27 +155,25 @@ def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
 
 
 def annotate(
-    found: list[Any],
+    found: list[Conflict],
     old: UpstreamPin,
     new: UpstreamPin,
     *,
     upstream_git: str | None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> int:
-    """Fill ``culprits`` of every conflict and flag (objects with ``sides``) from the upstream git history.
+    """Fill ``culprits`` of every conflict and flag from the upstream git history, by their ``sides``.
 
     A git pin is its commit; a registry release is the commit its release tag (``v<version>``)
     points at, when the upstream history has that tag and the tagged file is byte for byte the
     released one.  Returns the number of entries that got at least one culprit; when an end has
     no commit (a folder, or a release the history does not reach), nothing is searched.
     """
-    from patch_queue import sources
-
     paths = sorted(old.files)
     if not found or not paths:
         return 0
     try:
-        git = sources.open_git(sources.upstream_git_location(upstream_git), progress=progress)
+        git = open_git(upstream_git_location(upstream_git), progress=progress)
     except PqError:
         return 0
     ends = [_commit_of(git, pin, paths[0]) for pin in (old, new)]
@@ -201,7 +182,7 @@ def annotate(
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
     cache: dict[tuple[str, str], list[dict[str, object]]] = {}
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
-    code = sources.code_stamp("sources/culprits.py", "git/remote.py")
+    code = code_stamp("sources/culprits.py", "git/remote.py")
     named = 0
     for entry in found:
         sides = entry.sides or {}
@@ -209,13 +190,13 @@ def annotate(
         if not (before or after):
             continue
         if (before, after) not in cache:
-            key = sources.derived_key(code, paths[0], finder.old, finder.new, before, after)
-            hit = sources.derived_get("culprits", key)
+            key = derived_key(code, paths[0], finder.old, finder.new, before, after)
+            hit = derived_get("culprits", key)
             if hit is not None:
                 cache[(before, after)] = json.loads(hit)
             else:
                 cache[(before, after)] = [c.as_json() for c in finder.find(before, after)]
-                sources.derived_put("culprits", key, json.dumps(cache[(before, after)]).encode("utf-8"))
+                derived_put("culprits", key, json.dumps(cache[(before, after)]).encode("utf-8"))
         entry.culprits = cache[(before, after)]
         named += bool(entry.culprits)
     return named
