@@ -56,9 +56,10 @@ import bench_scale  # noqa: E402
 import conflict_metrics as cm  # noqa: E402
 from conflict_table import corpus_dir, say  # noqa: E402
 
-from patch_queue import sources  # noqa: E402
 from patch_queue.merge import symbols  # noqa: E402
 from patch_queue.series.queue import Queue, QueueDir  # noqa: E402
+from patch_queue.sources.cache import cache_dir  # noqa: E402
+from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location  # noqa: E402
 
 REPO = HERE.parent
 RUNNER = "vllm_ascend/worker/model_runner_v1.py"
@@ -150,11 +151,11 @@ def carried(queue: Queue) -> list[tuple[str, str, str]]:
     return [(m.path, m.upstream, s) for m in queue.modules if m.upstream for s in m.symbols]
 
 
-def upstream_syms(snap: sources.Snapshot, path: str) -> dict[str, symbols.Symbol]:
+def upstream_syms(snap: Snapshot, path: str) -> dict[str, symbols.Symbol]:
     return symbols.symbols_ast(snap.read(path).decode("utf-8"), path=f"{path} ({snap.label})")
 
 
-def absorbed(queue: Queue, out: Path, old: sources.Snapshot, new: sources.Snapshot) -> tuple[int, int]:
+def absorbed(queue: Queue, out: Path, old: Snapshot, new: Snapshot) -> tuple[int, int]:
     """(upstream lines added to carried methods between the two bases that are in the output, added)."""
     got = total = 0
     parsed: dict[tuple[str, str], dict[str, symbols.Symbol]] = {}
@@ -219,7 +220,7 @@ def git_rebase(repo: Path) -> tuple[int, int, float]:
     return regions, stops, time.perf_counter() - started
 
 
-def whole_file_merge(queue: Queue, npu: Path, old: sources.Snapshot, new: sources.Snapshot) -> tuple[int, float]:
+def whole_file_merge(queue: Queue, npu: Path, old: Snapshot, new: Snapshot) -> tuple[int, float]:
     """Regions of ``git merge-file`` on the whole vendored upstream file with every carried method as omni wrote it."""
     base = old.read(RUNNER).decode("utf-8")
     ours = new.read(RUNNER).decode("utf-8")
@@ -242,7 +243,7 @@ def whole_file_merge(queue: Queue, npu: Path, old: sources.Snapshot, new: source
 
 
 def measure_upgrade(
-    up: Upgrade, corpus: Path, work: Path, location: str, repeats: int, newest: sources.Snapshot | None
+    up: Upgrade, corpus: Path, work: Path, location: str, repeats: int, newest: Snapshot | None
 ) -> Json:
     row: Json = {"title": up.title, "old": up.old, "new": up.new, "error": None}
     npu = corpus / f"vllm-omni-{up.old}" / "npu"
@@ -251,12 +252,12 @@ def measure_upgrade(
     if up.new is not None:
         row["adopt_seconds_new"], new_queue = adopt(work / "new", corpus / f"vllm-omni-{up.new}" / "npu")
         target = new_queue.upstream.public_commit
-        target_snap = sources.resolve_upstream(target, upstream_git=location)
+        target_snap = resolve_upstream(target, upstream_git=location)
     else:
         assert newest is not None
         target_snap = newest
         target = newest.spec
-    old_snap = sources.resolve_upstream(
+    old_snap = resolve_upstream(
         queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec, upstream_git=location
     )
     row["old_base"], row["target"] = queue.upstream.label, target_snap.label
@@ -307,7 +308,7 @@ def measure_upgrade(
     # once without the derived results (projections, layouts, culprit answers) that section 1's refresh cached
     trial = work / "trial-cold"
     shutil.copytree(pristine, trial, symlinks=True)
-    shutil.rmtree(sources.cache_dir() / "derived", ignore_errors=True)
+    shutil.rmtree(cache_dir() / "derived", ignore_errors=True)
     row["pq_cold_seconds"] = pq(trial, "refresh", "--no-stop", "--no-check", "--to", target, ok=(0, 3))[1]
     shutil.rmtree(trial)
     pq_times, rb_times = [], []
@@ -330,7 +331,7 @@ def measure_upgrade(
 def culprit_search(rows: Sequence[Json], location: str) -> list[Json]:
     from patch_queue.sources.culprits import CulpritFinder
 
-    git_up = sources.open_git(location)
+    git_up = open_git(location)
     out: list[Json] = []
     for row in rows:
         if row.get("error") or row.get("noop") or not row.get("findings") or "target_pin" not in row:
@@ -426,7 +427,7 @@ def profile_refresh(root: Path, index: int, target: str, *, cold: bool) -> str:
         if name == "warm-up" and not cold:
             pq(trial, "refresh", "--no-stop", "--no-check", "--to", target, ok=(0, 3))
     if cold:
-        shutil.rmtree(sources.cache_dir() / "derived", ignore_errors=True)
+        shutil.rmtree(cache_dir() / "derived", ignore_errors=True)
     return profile_cli(trial, "refresh", "--no-stop", "--no-check", "--to", target)
 
 
@@ -799,19 +800,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (corpus / "vllm-ascend.bundle").is_file():
         parser.error(f"no corpus at {corpus} (set PQ_CORPUS)")
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
-    location = sources.upstream_git_location(None)
+    location = upstream_git_location(None)
     # the pq processes read byte code as an installed package would (the folder is git-ignored)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "patch_queue")], check=True)
     started = time.perf_counter()
     chosen = (QUICK,) if args.quick else UPGRADES
-    newest = sources.resolve_upstream(None, progress=say) if any(u.new is None for u in chosen) else None
+    newest = resolve_upstream(None, progress=say) if any(u.new is None for u in chosen) else None
     root = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="pq-bench-"))
     rows: list[Json] = []
     notes: list[str] = []
     try:
         # the adopt search keeps the methods it scanned in the cache: time one adoption without them
         say("== pq adopt with an empty method cache")
-        shutil.rmtree(sources.cache_dir() / "methods", ignore_errors=True)
+        shutil.rmtree(cache_dir() / "methods", ignore_errors=True)
         adopt_cold = adopt(root / "cold-adopt", corpus / f"vllm-omni-{chosen[-1].old}" / "npu")[0]
         for i, up in enumerate(chosen):
             work = root / f"u{i}"
@@ -880,7 +881,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 proj = root / "profile-adopt"
                 proj.mkdir()
                 git(proj, "init", "-q")
-                shutil.rmtree(sources.cache_dir() / "methods", ignore_errors=True)
+                shutil.rmtree(cache_dir() / "methods", ignore_errors=True)
                 speed["profiles"]["pq adopt vllm-omni-0.30.0 (upstream search, method cache empty)"] = profile_cli(
                     proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu")
                 )

@@ -40,10 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import conflict_metrics as cm  # noqa: E402
 
-from patch_queue import sources
 from patch_queue.errors import PqError  # noqa: E402
 from patch_queue.merge import symbols
 from patch_queue.series.queue import Queue, QueueDir  # noqa: E402
+from patch_queue.sources.snapshot import Snapshot, resolve_upstream, upstream_git_location
 
 REPO = Path(__file__).resolve().parents[1]
 LIST_LIMIT = 10
@@ -151,7 +151,7 @@ def read_text(path: Path) -> str:
     return path.read_text(encoding="utf-8") if path.is_file() else ""
 
 
-def upstream_symbols(snapshot: sources.Snapshot, path: str) -> dict[str, symbols.Symbol]:
+def upstream_symbols(snapshot: Snapshot, path: str) -> dict[str, symbols.Symbol]:
     return symbols.symbols_ast(snapshot.read(path).decode("utf-8"), path=f"{path} ({snapshot.label})")
 
 
@@ -160,7 +160,7 @@ def carried(queue: Queue) -> list[tuple[str, str, str]]:
     return [(m.path, m.upstream, s) for m in queue.modules if m.upstream for s in m.symbols]
 
 
-def baseline(queue: Queue, npu: Path, old: sources.Snapshot, target: sources.Snapshot) -> Json:
+def baseline(queue: Queue, npu: Path, old: Snapshot, target: Snapshot) -> Json:
     started = time.perf_counter()
     rows: list[Json] = []
     parsed: dict[tuple[str, str], dict[str, symbols.Symbol]] = {}
@@ -212,7 +212,7 @@ def omni_kept(npu: Path, out: Path) -> Json:
 
 
 def upstream_drops(
-    queue: Queue, out: Path, old: sources.Snapshot, target: sources.Snapshot, items: Sequence[Mapping[str, object]]
+    queue: Queue, out: Path, old: Snapshot, target: Snapshot, items: Sequence[Mapping[str, object]]
 ) -> Json:
     """Upstream additions to carried methods found neither in the output nor in a flagged upstream side.
 
@@ -326,10 +326,10 @@ def measure(up: Upgrade, corpus: Path, work: Path, extras: list[str], location: 
         "label": queue.upstream.label,
     }
     row["target"] = target
-    old_snap = sources.resolve_upstream(
+    old_snap = resolve_upstream(
         queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec, upstream_git=location, progress=say
     )
-    target_snap = sources.resolve_upstream(target, upstream_git=location, progress=say)
+    target_snap = resolve_upstream(target, upstream_git=location, progress=say)
     row["target_label"] = target_snap.label
 
     say(f"== {up.title}: git merge-file on the method projections")
@@ -514,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (corpus / "vllm-ascend.bundle").is_file():
         parser.error(f"no corpus at {corpus} (set PQ_CORPUS)")
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
-    location = sources.upstream_git_location(None)
+    location = upstream_git_location(None)
     chosen = [u for u in UPGRADES if not args.only or u.old in args.only or u.key in args.only]
     if not chosen:
         parser.error(f"--only matches none of {', '.join(u.old for u in UPGRADES)}")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import new_project, pq
 
-from patch_queue import sources
 from patch_queue.checks import rules as check
 from patch_queue.errors import QueueError
+from patch_queue.sources.snapshot import resolve_upstream
 
 RUNNER_030 = "npu_ar_model_runner.py"
 
@@ -158,7 +158,7 @@ def test_omni_blocks_missing_duplicated_changed(corpus: Path) -> None:
 
 @pytest.fixture(scope="module")
 def upstream_030(corpus: Path) -> str:
-    snap = sources.resolve_upstream("cf0baa38dfb2", upstream_git=str(corpus / "vllm-ascend.bundle"))
+    snap = resolve_upstream("cf0baa38dfb2", upstream_git=str(corpus / "vllm-ascend.bundle"))
     return snap.read("vllm_ascend/worker/model_runner_v1.py").decode()
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from patch_queue import sources
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Culprit
 from patch_queue.sources.culprits import CulpritFinder, normalize, parse_pr
+from patch_queue.sources.snapshot import open_git
 
 PATH = "vllm_ascend/worker/model_runner_v1.py"
 # Public shas of main on 2025-09-01 / 2025-10-01 (upstream still formatted with yapf) and on
@@ -38,7 +38,7 @@ RANGES = {
 def upstream(corpus: Path, pq_cache: Path) -> Iterator[UpstreamGit]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQ_CACHE", str(pq_cache))
-        yield sources.open_git(str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+        yield open_git(str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
 
 
 def _text(git: UpstreamGit, commit: str) -> str:

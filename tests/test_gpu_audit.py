@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from patch_queue import sources
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.findings import WARNING
 from patch_queue.checks.gpu_audit import GpuChange, audit, findings
 from patch_queue.errors import SourceError
+from patch_queue.sources import registry
+from patch_queue.sources.cache import cache_dir
+from patch_queue.sources.snapshot import resolve_upstream
 
 # -- synthetic runners -----------------------------------------------------------------------
 
@@ -354,10 +356,8 @@ def real(corpus: Path, pq_cache: Path) -> Iterator[RealRun]:
             vllm = gpu_audit.load_vllm_runner(RELEASE)
         except SourceError as exc:
             pytest.skip(f"vLLM {RELEASE} not available from the registry: {exc}")
-        pin = json.loads((sources.cache_dir() / "dist" / f"vllm=={RELEASE}.json").read_text())
-        snap = sources.resolve_upstream(
-            ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None
-        )
+        pin = json.loads((cache_dir() / "dist" / f"vllm=={RELEASE}.json").read_text())
+        snap = resolve_upstream(ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
         ascend = snap.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8")
     gpu = {name: (omni / "gpu" / name).read_text() for name in RUNNERS}
     npu = {name.replace("gpu_", "npu_"): (omni / "npu" / name.replace("gpu_", "npu_")).read_text() for name in RUNNERS}
@@ -490,9 +490,9 @@ def test_real_runs_without_the_registry_when_cached(
     real: RealRun, monkeypatch: pytest.MonkeyPatch, pq_cache: Path
 ) -> None:
     # the pinned, cached sdist is read again without asking the index
-    def offline(name: str) -> list[sources.DistFile]:
+    def offline(name: str) -> list[registry.DistFile]:
         raise AssertionError(f"the index was asked for {name}")
 
     monkeypatch.setenv("PQ_CACHE", str(pq_cache))
-    monkeypatch.setattr(sources, "project_files", offline)
+    monkeypatch.setattr(registry, "project_files", offline)
     assert "class GPUModelRunner" in gpu_audit.load_vllm_runner(RELEASE)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from patch_queue import sources
 from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.checks.imports import SourceTree, check_imports, tree_from_release, tree_from_snapshot
 from patch_queue.errors import SourceError
+from patch_queue.sources.snapshot import resolve_upstream
 
 WORKER = "vllm_omni.platforms.npu.worker"
 
@@ -328,7 +328,7 @@ def real_trees(corpus: Path, pq_cache: Path) -> Iterator[dict[str, SourceTree]]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQ_CACHE", str(pq_cache))
         start = time.perf_counter()
-        snapshot = sources.resolve_upstream(
+        snapshot = resolve_upstream(
             ASCEND_COMMIT, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None
         )
         ascend = tree_from_snapshot(snapshot)
@@ -395,7 +395,7 @@ def test_real_runner_with_planted_imports(corpus: Path, real_trees: dict[str, So
 
 def test_real_runners_against_an_older_vllm_ascend(corpus: Path, real_trees: dict[str, SourceTree]) -> None:
     """Against vllm-ascend v0.11.0rc0 the 0.30.0 runners import what that release did not have yet."""
-    snapshot = sources.resolve_upstream("v0.11.0rc0", upstream_git=str(corpus / "vllm-ascend.bundle"))
+    snapshot = resolve_upstream("v0.11.0rc0", upstream_git=str(corpus / "vllm-ascend.bundle"))
     trees = {**real_trees, "vllm_ascend": tree_from_snapshot(snapshot)}
     found = {(f.file, f.line, f.rule) for f in _check_runners(corpus, trees)}
     assert found == {

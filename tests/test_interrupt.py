@@ -345,11 +345,11 @@ def test_kill_an_abort(resolved_030: Path, adopted_030: Path, tmp_path: Path) ->
 
 @pytest.fixture
 def stalling_server(pq_cache: Path) -> Iterator[tuple[str, threading.Event, list[int]]]:
-    from patch_queue import sources
+    from patch_queue.sources.snapshot import release_snapshot
 
     with pytest.MonkeyPatch.context() as mp:  # the release's pin and archive, whatever ran before
         mp.setenv("PQ_CACHE", str(pq_cache))
-        sources.release_snapshot("vllm-ascend", RC2.split("==")[1], progress=lambda _: None)
+        release_snapshot("vllm-ascend", RC2.split("==")[1], progress=lambda _: None)
     pin = json.loads((pq_cache / "dist" / f"{RC2}.json").read_text())
     data = (pq_cache / "dist" / pin["filename"]).read_bytes()
     release = threading.Event()

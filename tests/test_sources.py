@@ -21,9 +21,13 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from patch_queue import sources
 from patch_queue.errors import SourceError
 from patch_queue.git.remote import UpstreamGit
+from patch_queue.sources import snapshot
+from patch_queue.sources.archives import release_files
+from patch_queue.sources.cache import MethodCache, cache_dir
+from patch_queue.sources.registry import DistFile, index_urls, newest_release, parse_version, pick_file
+from patch_queue.sources.snapshot import open_git, resolve_upstream, upstream_git_location
 
 RUNNER = "vllm_ascend/worker/model_runner_v1.py"
 OMNI_NPU = "vllm_omni/platforms/npu/worker/"
@@ -62,7 +66,7 @@ def bundle(corpus: Path) -> str:
 def upstream(bundle: str, session_cache: Path) -> Iterator[UpstreamGit]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQ_CACHE", str(session_cache))
-        yield sources.open_git(bundle, progress=lambda _: None)
+        yield open_git(bundle, progress=lambda _: None)
 
 
 @pytest.fixture(scope="session")
@@ -71,7 +75,7 @@ def registry(session_cache: Path) -> str:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQ_CACHE", str(session_cache))
         try:
-            return sources.newest_release("vllm-ascend")
+            return newest_release("vllm-ascend")
         except SourceError as exc:
             if "cannot read package index" in str(exc):
                 pytest.skip(f"package registry unreachable: {exc}")
@@ -84,12 +88,12 @@ def registry(session_cache: Path) -> str:
 def test_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "explicit"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert sources.cache_dir() == (tmp_path / "explicit").resolve()
+    assert cache_dir() == (tmp_path / "explicit").resolve()
     monkeypatch.delenv("PQ_CACHE")
-    assert sources.cache_dir() == (tmp_path / "xdg" / "pq").resolve()
+    assert cache_dir() == (tmp_path / "xdg" / "pq").resolve()
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert sources.cache_dir() == (tmp_path / "home" / ".cache" / "pq").resolve()
+    assert cache_dir() == (tmp_path / "home" / ".cache" / "pq").resolve()
 
 
 def test_pep440_order_and_canonical_text() -> None:
@@ -114,18 +118,18 @@ def test_pep440_order_and_canonical_text() -> None:
     ]
     keys = []
     for text in ordered:
-        parsed = sources.parse_version(text)
+        parsed = parse_version(text)
         assert parsed is not None, text
         keys.append(parsed.key)
     assert keys == sorted(keys)
     assert len(set(keys)) == len(keys)
-    one, one_zero = sources.parse_version("1.0"), sources.parse_version("1.0.0")
+    one, one_zero = parse_version("1.0"), parse_version("1.0.0")
     assert one is not None and one_zero is not None and one.key == one_zero.key
     spellings = {"0.30.0-RC2": "0.30.0rc2", "1.0-1": "1.0.post1", "1.0.a.1": "1.0a1", "v2.0c3": "2.0rc3"}
     for text, canonical in spellings.items():
-        parsed = sources.parse_version(text)
+        parsed = parse_version(text)
         assert parsed is not None and parsed.text == canonical, text
-    assert sources.parse_version("not-a-version") is None
+    assert parse_version("not-a-version") is None
 
 
 # -- the git bundle ------------------------------------------------------------------------
@@ -234,7 +238,7 @@ def test_unreachable_locations(tmp_path: Path, session_cache: Path) -> None:
     fake_bundle.write_text("not a bundle\n")
     for location in (tmp_path / "missing", not_a_repo, fake_bundle):
         with pytest.raises(SourceError) as info:
-            sources.open_git(str(location), progress=lambda _: None)
+            open_git(str(location), progress=lambda _: None)
         message = str(info.value)
         assert message.startswith(f"cannot read upstream git repository {location}: ")
         assert "\n" not in message
@@ -242,11 +246,11 @@ def test_unreachable_locations(tmp_path: Path, session_cache: Path) -> None:
     leftovers = [p.name for p in git_dir.iterdir() if p.name.startswith(".tmp-")] if git_dir.is_dir() else []
     assert leftovers == []
     with pytest.raises(SourceError, match="cannot read upstream git repository"):
-        sources.resolve_upstream("main", upstream_git=str(not_a_repo))
+        resolve_upstream("main", upstream_git=str(not_a_repo))
 
 
 def test_git_snapshot_and_respec(bundle: str, upstream: UpstreamGit, monkeypatch: pytest.MonkeyPatch) -> None:
-    snap = sources.resolve_upstream("bb4d0776eee8", upstream_git=bundle, progress=lambda _: None)
+    snap = resolve_upstream("bb4d0776eee8", upstream_git=bundle, progress=lambda _: None)
     local = upstream.resolve("bb4d0776eee8")
     assert snap.kind == "git"
     assert snap.pin == local
@@ -258,15 +262,15 @@ def test_git_snapshot_and_respec(bundle: str, upstream: UpstreamGit, monkeypatch
     with pytest.raises(SourceError, match="nope.py"):
         snap.read("vllm_ascend/nope.py")
     assert RUNNER in snap.list_files("vllm_ascend/worker/")
-    again = sources.resolve_upstream(snap.spec)
+    again = resolve_upstream(snap.spec)
     assert again == snap
     # PQ_UPSTREAM_GIT is the default location.
     monkeypatch.setenv("PQ_UPSTREAM_GIT", bundle)
-    assert sources.upstream_git_location(None) == bundle
-    assert sources.resolve_upstream("v0.25.1rc1").pin == upstream.resolve("v0.25.1rc1")
+    assert upstream_git_location(None) == bundle
+    assert resolve_upstream("v0.25.1rc1").pin == upstream.resolve("v0.25.1rc1")
     monkeypatch.delenv("PQ_UPSTREAM_GIT")
-    assert sources.upstream_git_location(None) == "https://github.com/vllm-project/vllm-ascend.git"
-    assert sources.upstream_git_location("/x") == "/x"
+    assert upstream_git_location(None) == "https://github.com/vllm-project/vllm-ascend.git"
+    assert upstream_git_location("/x") == "/x"
 
 
 def test_local_repository_is_fetched_on_later_use(tmp_path: Path) -> None:
@@ -282,13 +286,13 @@ def test_local_repository_is_fetched_on_later_use(tmp_path: Path) -> None:
     (work / "a.txt").write_text("one\n")
     git("add", "a.txt")
     git("commit", "-q", "-m", "first\n\nUpstream-Commit: 1111111111111111111111111111111111111111")
-    repo = sources.open_git(str(work), progress=lambda _: None)
+    repo = open_git(str(work), progress=lambda _: None)
     first = repo.resolve("main")
     assert repo.public_commit(first) == "1" * 40
     (work / "a.txt").write_text("two\n")
     git("commit", "-q", "-am", "second")
-    sources._open_repos.clear()  # a later run of pq
-    repo = sources.open_git(str(work), progress=lambda _: None)
+    snapshot._open_repos.clear()  # a later run of pq
+    repo = open_git(str(work), progress=lambda _: None)
     second = repo.resolve("main")
     assert second != first
     assert repo.read(second, "a.txt") == b"two\n"
@@ -297,12 +301,12 @@ def test_local_repository_is_fetched_on_later_use(tmp_path: Path) -> None:
     assert repo.find_public("1111111") == first
     # an unchanged source is not fetched again (a git process per command); a changed one is
     fetched = (repo.path / "FETCH_HEAD").stat().st_mtime_ns
-    sources._open_repos.clear()
-    assert sources.open_git(str(work), progress=lambda _: None).resolve("main") == second
+    snapshot._open_repos.clear()
+    assert open_git(str(work), progress=lambda _: None).resolve("main") == second
     assert (repo.path / "FETCH_HEAD").stat().st_mtime_ns == fetched
     git("tag", "v1", first)
-    sources._open_repos.clear()
-    assert sources.open_git(str(work), progress=lambda _: None).resolve("v1") == first
+    snapshot._open_repos.clear()
+    assert open_git(str(work), progress=lambda _: None).resolve("v1") == first
     assert (repo.path / "FETCH_HEAD").stat().st_mtime_ns != fetched
 
 
@@ -315,12 +319,12 @@ def test_dir_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (root / "vllm_ascend" / "worker" / "model_runner_v1.py").write_bytes(b"class NPUModelRunner: ...\n")
     (root / "vllm_ascend" / "__init__.py").write_bytes(b"")
     for given in (str(root), str(root / "vllm_ascend"), f"dir:{root}"):
-        snap = sources.resolve_upstream(given)
+        snap = resolve_upstream(given)
         assert snap.kind == "dir" and snap.pin == "" and snap.public_commit is None
         assert snap.read(RUNNER) == b"class NPUModelRunner: ...\n"
         assert snap.list_files("vllm_ascend/") == ["vllm_ascend/__init__.py", RUNNER]
-        assert sources.resolve_upstream(snap.spec) == snap
-    snap = sources.resolve_upstream(str(root))
+        assert resolve_upstream(snap.spec) == snap
+    snap = resolve_upstream(str(root))
     assert snap.spec == f"dir:{root.resolve()}" and snap.label == f"dir {root.resolve()}"
     assert not snap.exists("vllm_ascend/missing.py")
     with pytest.raises(SourceError, match="missing.py"):
@@ -328,24 +332,24 @@ def test_dir_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SourceError):
         snap.read("../outside.py")
     monkeypatch.chdir(root)
-    assert sources.resolve_upstream("./vllm_ascend") == sources.resolve_upstream(str(root / "vllm_ascend"))
+    assert resolve_upstream("./vllm_ascend") == resolve_upstream(str(root / "vllm_ascend"))
     with pytest.raises(SourceError, match="no such directory"):
-        sources.resolve_upstream(f"dir:{tmp_path / 'nothing'}")
+        resolve_upstream(f"dir:{tmp_path / 'nothing'}")
 
 
 # -- the real registry ---------------------------------------------------------------------
 
 
 def test_newest_vllm_ascend_release(registry: str) -> None:
-    newest = sources.parse_version(registry)
-    floor = sources.parse_version("0.30.0rc2")
+    newest = parse_version(registry)
+    floor = parse_version("0.30.0rc2")
     assert newest is not None and floor is not None
     assert newest.key >= floor.key
 
 
 def test_sdist_release_snapshot(registry: str, session_cache: Path) -> None:
     messages: list[str] = []
-    snap = sources.resolve_upstream("vllm-ascend==0.30.0rc2", progress=messages.append)
+    snap = resolve_upstream("vllm-ascend==0.30.0rc2", progress=messages.append)
     assert snap.kind == "release"
     assert snap.spec == "vllm-ascend==0.30.0rc2"
     assert snap.label == "vllm-ascend 0.30.0rc2"
@@ -359,17 +363,17 @@ def test_sdist_release_snapshot(registry: str, session_cache: Path) -> None:
     assert RUNNER in snap.list_files("vllm_ascend/worker/")
     assert not any(name.startswith("vllm_ascend-0.30.0rc2/") for name in snap.list_files())
     # Spelled differently, the same release.
-    assert sources.resolve_upstream("vllm_ascend == 0.30.0-rc2", progress=messages.append) == snap
+    assert resolve_upstream("vllm_ascend == 0.30.0-rc2", progress=messages.append) == snap
     assert not [p for p in archive.parent.iterdir() if p.name.startswith(".part-")]
 
 
 def test_latest_is_newest(registry: str) -> None:
-    snap = sources.resolve_upstream("latest", progress=lambda _: None)
+    snap = resolve_upstream("latest", progress=lambda _: None)
     assert snap.spec == f"vllm-ascend=={registry}"
 
 
 def test_omni_wheel_files_match_corpus(registry: str, corpus: Path) -> None:
-    files = sources.release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=lambda _: None)
+    files = release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=lambda _: None)
     expected_dir = corpus / "vllm-omni-0.30.0" / "npu"
     expected = {OMNI_NPU + p.name: p.read_bytes() for p in expected_dir.iterdir() if p.is_file()}
     assert sorted(files) == sorted(expected)
@@ -379,19 +383,19 @@ def test_omni_wheel_files_match_corpus(registry: str, corpus: Path) -> None:
 
 def test_unknown_release(registry: str) -> None:
     with pytest.raises(SourceError) as info:
-        sources.resolve_upstream("vllm-ascend==9.9.9")
+        resolve_upstream("vllm-ascend==9.9.9")
     assert str(info.value) == f"unknown release vllm-ascend==9.9.9 (newest on the registry: {registry})"
 
 
 def test_tampered_archive_is_replaced(registry: str, session_cache: Path) -> None:
-    sources.release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=lambda _: None)
+    release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=lambda _: None)
     archive = session_cache / "dist" / "vllm_omni-0.30.0-py3-none-any.whl"
     good = archive.read_bytes()
     tampered = bytearray(good)
     tampered[len(tampered) // 2] ^= 0xFF
     archive.write_bytes(bytes(tampered))
     messages: list[str] = []
-    files = sources.release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=messages.append)
+    files = release_files("vllm-omni", "0.30.0", OMNI_NPU, progress=messages.append)
     assert any("sha256" in m and archive.name in m for m in messages)
     assert archive.read_bytes() == good
     assert OMNI_NPU + "npu_model_runner.py" in files
@@ -449,27 +453,27 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path / 'empty-index'}")  # lacks the project
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"file://{index / 'simple'}")
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
-    assert sources.index_urls() == [f"file://{tmp_path / 'empty-index'}", f"file://{index / 'simple'}"]
+    assert index_urls() == [f"file://{tmp_path / 'empty-index'}", f"file://{index / 'simple'}"]
 
     # 2.0 is yanked; 3.0 (whose listed hash is wrong) is still the newest release.
-    assert sources.newest_release("pq_fixture.pkg") == "3.0"
+    assert newest_release("pq_fixture.pkg") == "3.0"
     with pytest.raises(SourceError, match=r"unknown release pq-fixture-pkg==2\.0 \(newest on the registry: 3\.0\)"):
-        sources.release_files("pq-fixture-pkg", "2.0", "")
+        release_files("pq-fixture-pkg", "2.0", "")
 
     # A pure wheel is preferred over a platform wheel and the sdist; the sdist over a platform wheel.
-    snap = sources.resolve_upstream("pq-fixture-pkg==1.0", progress=lambda _: None)
+    snap = resolve_upstream("pq-fixture-pkg==1.0", progress=lambda _: None)
     assert snap.pin.startswith("pq_fixture_pkg-1.0-py3-none-any.whl#sha256=")
-    one = sources.parse_version("1.0")
+    one = parse_version("1.0")
     assert one is not None
-    plat = sources.DistFile("p-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "u", None, one, "wheel", False)
-    sdist = sources.DistFile("p-1.0.tar.gz", "u", None, one, "sdist", False)
-    assert sources.pick_file([plat, sdist]) is sdist
-    assert sources.pick_file([plat]) is plat
+    plat = DistFile("p-1.0-cp311-cp311-manylinux_2_17_x86_64.whl", "u", None, one, "wheel", False)
+    sdist = DistFile("p-1.0.tar.gz", "u", None, one, "sdist", False)
+    assert pick_file([plat, sdist]) is sdist
+    assert pick_file([plat]) is plat
     assert snap.read("pq_fixture_pkg/sub/mod.py") == b"X = 2\n"
     # Only an sdist: its top folder is stripped.
-    files = sources.release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None)
+    files = release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None)
     assert files == module
-    assert sources.resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None).list_files() == [
+    assert resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None).list_files() == [
         "PKG-INFO",
         *sorted(module),
     ]
@@ -483,9 +487,9 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         lambda b: b.replace(digest.encode(), b"0" * 64),
     ):
         unpacked.write_bytes(damage(unpacked.read_bytes()))
-        assert sources.release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None) == module
+        assert release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None) == module
         unpacked.write_bytes(damage(unpacked.read_bytes()))
-        snap = sources.resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+        snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
         assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
         assert zipfile.ZipFile(unpacked).read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
 
@@ -496,7 +500,7 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fresh.write_bytes(b"half")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
     with pytest.raises(SourceError) as info:
-        sources.release_files("pq-fixture-pkg", "3.0", "", progress=lambda _: None)
+        release_files("pq-fixture-pkg", "3.0", "", progress=lambda _: None)
     message = str(info.value)
     data = archives[bad]
     assert message.startswith(f"sha256 mismatch for {bad}: ")
@@ -506,25 +510,25 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     # A release missing from every index, and a project missing from every index.
     with pytest.raises(SourceError, match=r"no such package on the registry"):
-        sources.release_files("pq-fixture-none", "1.0", "")
+        release_files("pq-fixture-none", "1.0", "")
     with pytest.raises(SourceError, match=r"no release of pq-fixture-none"):
-        sources.newest_release("pq-fixture-none")
+        newest_release("pq-fixture-none")
 
 
 def test_method_cache_round_trip_and_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
-    cache = sources.MethodCache("Runner")
+    cache = MethodCache("Runner")
     assert cache.get("b1") is None
     cache.put("b1", {"f": "    def f(self):\n        pass\n", "g": "    def g(self): ...\n"})
     cache.put("b2", {"f": "    def f(self):\n        pass\n"})
     cache.save()
-    again = sources.MethodCache("Runner")
+    again = MethodCache("Runner")
     assert again.get("b1") == {"f": "    def f(self):\n        pass\n", "g": "    def g(self): ...\n"}
     assert again.get("b2") == {"f": "    def f(self):\n        pass\n"} and again.get("b3") is None
     # a damaged body, or one scanned by another version of the scanner, is not used
     data = cache.path.read_bytes()
     cache.path.write_bytes(data.replace(b"pass", b"fail"))
-    assert sources.MethodCache("Runner").get("b1") is None
+    assert MethodCache("Runner").get("b1") is None
     cache.path.write_bytes(data)
-    monkeypatch.setattr(sources.MethodCache, "FORMAT", 2)
-    assert sources.MethodCache("Runner").get("b1") is None
+    monkeypatch.setattr(MethodCache, "FORMAT", 2)
+    assert MethodCache("Runner").get("b1") is None

@@ -55,11 +55,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from patch_queue import sources
 from patch_queue.checks.findings import WARNING, Finding
 from patch_queue.errors import SourceError
 from patch_queue.merge import symbols
 from patch_queue.series import adopt
+from patch_queue.sources.snapshot import release_snapshot
 
 RULE = "gpu-unported"
 VLLM_PROJECT = "vllm"
@@ -557,11 +557,11 @@ def findings(changes: Sequence[GpuChange]) -> list[Finding]:
 def load_vllm_runner(version: str) -> str:
     """``vllm/v1/worker/gpu_model_runner.py`` of the vLLM release ``version``, from the registry.
 
-    vLLM's wheels are platform builds of about 300 MiB; :func:`patch_queue.sources.pick_file`
+    vLLM's wheels are platform builds of about 300 MiB; :func:`patch_queue.sources.registry.pick_file`
     takes its 40 MiB sdist, which holds the same source.  The archive is pinned, cached and
     sha256-checked like every release pq reads.
     """
-    snapshot = sources.release_snapshot(VLLM_PROJECT, version, progress=lambda _: None)
+    snapshot = release_snapshot(VLLM_PROJECT, version, progress=lambda _: None)
     if not snapshot.exists(VLLM_RUNNER):
         raise SourceError(f"{VLLM_PROJECT}=={version} holds no {VLLM_RUNNER}")
     return snapshot.read(VLLM_RUNNER).decode("utf-8")

@@ -41,7 +41,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from patch_queue.checks.findings import ERROR, Finding
-from patch_queue.sources import Progress, Snapshot, release_snapshot
+from patch_queue.progress import Progress
+from patch_queue.sources.snapshot import Snapshot, release_snapshot
 
 __all__ = [
     "SourceTree",
@@ -506,7 +507,7 @@ class _Checker:
 
 
 def tree_from_snapshot(snapshot: Snapshot, prefix: str = "vllm_ascend/") -> SourceTree:
-    """The ``.py`` files under ``prefix`` of a :class:`~patch_queue.sources.Snapshot`."""
+    """The ``.py`` files under ``prefix`` of a :class:`~patch_queue.sources.snapshot.Snapshot`."""
     files = {path: snapshot.read(path) for path in snapshot.list_files(prefix) if path.endswith(_SOURCE_SUFFIX)}
     return SourceTree(files, label=snapshot.label)
 
@@ -514,7 +515,7 @@ def tree_from_snapshot(snapshot: Snapshot, prefix: str = "vllm_ascend/") -> Sour
 def tree_from_release(name: str, version: str, prefix: str, progress: Progress | None = None) -> SourceTree:
     """The ``.py`` files under ``prefix`` of a registry release, from its cached, sha256-pinned archive.
 
-    The archive is the one :func:`~patch_queue.sources.release_files` would read (a py3 wheel when
+    The archive is the one :func:`~patch_queue.sources.archives.release_files` would read (a py3 wheel when
     the release has one, else the sdist, its ``<name>-<version>/`` folder stripped; the choice is
     pinned in the cache on first use).  It is read through the release's snapshot, so a wheel's
     ``.py`` members are the only ones decompressed: vllm's 300 MB wheel holds compiled kernels

@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patch_queue import sources
 from patch_queue.commands.write import (
     DOWNSTREAM_PACKAGE,
     FORMATTER,
     StepInfo,
     _existing_patch_files,
-    _say,
     _write_series,
     build_top,
     refuse_out_edits,
@@ -20,17 +18,20 @@ from patch_queue.errors import QueueError
 from patch_queue.git.repo import Person
 from patch_queue.merge import symbols
 from patch_queue.outputs import folder as output
+from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
-    Progress,
     Workspace,
     stack_ref_updates,
 )
 from patch_queue.series import adopt as adopt_mod
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, UpstreamPin
+from patch_queue.sources.archives import release_files
+from patch_queue.sources.cache import MethodCache
+from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
 
 ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
 
@@ -54,7 +55,7 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
     """(module files, downstream name, release) of a vllm-omni release spec or a directory."""
     if "==" in source:
         name, version = source.split("==", 1)
-        files = sources.release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
+        files = release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
         prefix = DOWNSTREAM_PACKAGE + "/"
         local = {k.removeprefix(prefix): v for k, v in files.items()}
         modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
@@ -124,12 +125,12 @@ def plan_adopt(
     upath = adopt_mod.UPSTREAM_FILE
     searched = None
     if at is None:
-        location = sources.upstream_git_location(upstream_git)
-        git = sources.open_git(location, progress=progress)
+        location = upstream_git_location(upstream_git)
+        git = open_git(location, progress=progress)
         history = git.commits_touching(upath)
-        _say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
+        say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
 
-        scans = sources.MethodCache(adopt_mod.UPSTREAM_CLASS)
+        scans = MethodCache(adopt_mod.UPSTREAM_CLASS)
         # the revisions not scanned before, read in one stream (history order: neighbours share deltas)
         unscanned = [b for b in dict.fromkeys(git.blob_id(c, upath) for c in history) if b and not scans.has(b)]
         for blob, data in git.read_blobs(unscanned):
@@ -146,9 +147,9 @@ def plan_adopt(
 
         searched = adopt_mod.search_base(texts, history, lambda c: git.blob_id(c, upath), methods, git.commit_time)
         scans.save()
-        snapshot = sources.resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
+        snapshot = resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
     else:
-        snapshot = sources.resolve_upstream(at, upstream_git=upstream_git, progress=progress)
+        snapshot = resolve_upstream(at, upstream_git=upstream_git, progress=progress)
     upstream_text = snapshot.read(upath).decode("utf-8")
     carried = adopt_mod.classify(texts, upstream_text)
     label = snapshot.label
@@ -169,7 +170,7 @@ def plan_adopt(
     base = stack.base_commit(ws.repo, queue, projection)
     when = 0
     if snapshot.kind == "git":
-        when = sources.open_git(sources.upstream_git_location(upstream_git)).commit_time(snapshot.pin)
+        when = open_git(upstream_git_location(upstream_git)).commit_time(snapshot.pin)
     person = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], when, 0)
     files = ws.repo.read_tree(ws.repo.commit_info(base).tree)
     parent = base
@@ -195,7 +196,7 @@ def plan_adopt(
     )
 
 
-def portable_spec(snapshot: sources.Snapshot) -> str:
+def portable_spec(snapshot: Snapshot) -> str:
     """The spec recorded in queue.toml: a git pin by its public commit, never a machine's path."""
     if snapshot.kind == "git":
         return snapshot.public_commit or snapshot.pin

@@ -5,23 +5,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from patch_queue import sources
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.commands.write import (
     REF_PREVIOUS,
-    _say,
     module_files,
     sync_stack,
 )
 from patch_queue.errors import PqError, QueueError
+from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
 from patch_queue.project.fsutil import read_folder
 from patch_queue.project.workspace import (
-    Progress,
     Workspace,
 )
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue
+from patch_queue.sources.archives import release_files
+from patch_queue.sources.snapshot import resolve_upstream
 
 
 @dataclass
@@ -99,11 +99,11 @@ def source_checks(
     release = queue.downstream_release
     trees: dict[str, imports.SourceTree] = {}
     try:
-        _say(progress, f"Reading the vllm-ascend source tree at {queue.upstream.label} ...")
-        snapshot = sources.resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
+        say(progress, f"Reading the vllm-ascend source tree at {queue.upstream.label} ...")
+        snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
         trees["vllm_ascend"] = imports.tree_from_snapshot(snapshot, "vllm_ascend/")
         if release:
-            _say(progress, f"Reading vllm-omni {release} and vllm {release} ...")
+            say(progress, f"Reading vllm-omni {release} and vllm {release} ...")
             trees["vllm_omni"] = imports.tree_from_release(queue.downstream_name, release, "vllm_omni/")
             trees["vllm"] = imports.tree_from_release("vllm", release, "vllm/")
     except PqError as exc:
@@ -132,7 +132,7 @@ def source_checks(
         )
         return out
     try:
-        gpu = sources.release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
+        gpu = release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
         gpu_files = {
             k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace")
             for k, v in gpu.items()

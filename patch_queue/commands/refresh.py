@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue import sources
 from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.commands.adopt import portable_spec
 from patch_queue.commands.check import CheckOutcome, _texts, run_checks
@@ -17,7 +16,6 @@ from patch_queue.commands.write import (
     StepInfo,
     _existing_patch_files,
     _refuse_links,
-    _say,
     _write_series,
     build_top,
     module_files,
@@ -29,19 +27,20 @@ from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.merge import anchors, checked, fmt
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
+from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
 from patch_queue.project.fsutil import atomic_write, kill_point, read_folder
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     REF_JOURNAL,
     LoadedStack,
-    Progress,
     Workspace,
     stack_ref_updates,
 )
 from patch_queue.series import absorb, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue
 from patch_queue.sources import culprits
+from patch_queue.sources.snapshot import Snapshot, resolve_upstream
 
 
 @dataclass
@@ -64,7 +63,7 @@ class RefreshOutcome:
     discarded: str = ""  # what --discard dropped from the output folder
 
 
-def _target_queue(queue: Queue, snapshot: sources.Snapshot) -> tuple[Queue, stack.Projection]:
+def _target_queue(queue: Queue, snapshot: Snapshot) -> tuple[Queue, stack.Projection]:
     files = {p: stack.sha256(snapshot.read(p)) for p in queue.upstream_paths()}
     pin = UpstreamPin(
         name=queue.upstream.name,
@@ -108,8 +107,8 @@ def do_refresh(
     _refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
-    _say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
-    snapshot = sources.resolve_upstream(to, upstream_git=upstream_git, progress=progress)
+    say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
+    snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress)
     kill_point("after-download")
     target, projection = _target_queue(loaded.queue, snapshot)
     new_base = stack.base_commit(ws.repo, target, projection)
@@ -132,7 +131,7 @@ def do_refresh(
     }
     conflicts = _mark_removed([c for r in results for c in r.conflicts], removed)
     flags = [c for r in results for c in r.flags]
-    _say(progress, "Naming the upstream commits behind each conflict and flag ...")
+    say(progress, "Naming the upstream commits behind each conflict and flag ...")
     named = culprits.annotate(
         conflicts + flags, loaded.queue.upstream, target.upstream, upstream_git=upstream_git, progress=progress
     )
@@ -318,7 +317,7 @@ def _advance(
         writes.commit()
         if state.check:
             # the refresh is done and written: a check that cannot run is a finding, never a failure
-            _say(progress, "Checking the new runners (pq check) ...")
+            say(progress, "Checking the new runners (pq check) ...")
             try:
                 outcome.check = run_checks(
                     ws,

@@ -16,11 +16,11 @@ from dataclasses import dataclass, replace
 from patch_queue.commands import adopt, refresh, write
 from patch_queue.errors import QueueError
 from patch_queue.outputs import folder as output
+from patch_queue.progress import Progress
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
-    Progress,
     Workspace,
     stack_ref_updates,
     upstream_reader,

@@ -10,12 +10,12 @@ from pathlib import Path
 from patch_queue.errors import QueueError
 from patch_queue.outputs import folder as output
 from patch_queue.outputs import wheel
+from patch_queue.progress import Progress
 from patch_queue.project import refresh_state
 from patch_queue.project.fsutil import atomic_write
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
-    Progress,
     Workspace,
     applied_count,
     load_stack,
@@ -35,11 +35,6 @@ REF_REFRESH = "refs/pq/refresh/"
 
 
 REF_PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh: what `pq check` compares with
-
-
-def _say(progress: Progress | None, message: str) -> None:
-    if progress is not None:
-        progress(message)
 
 
 def _existing_patch_files(ws: Workspace) -> set[str]:

@@ -1,13 +1,18 @@
 """The one way pq runs the git command line: GitPython's ``Git``, imported on first use.
 
 pq reads and writes objects with pygit2 (``repo.py``, ``remote.py``); the git binary does what
-only it does: clone and fetch every transport and the bundle format, and git's own file formats.
+only it does: clone and fetch every transport and the bundle format, and git's own file formats,
+and ``cat-file --batch``, whose delta-base cache reads a run of revisions faster than libgit2.
 GitPython costs ~60 ms to import, so nothing imports it until a git command runs.
 """
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -16,9 +21,16 @@ from patch_queue.errors import PqError
 # Never let git stop to ask for credentials: pq may run in CI with no terminal.
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 
+# What a clone reports as it goes: (phase, done, total or None), e.g. ("Receiving objects", 5120, 81234).
+CloneProgress = Callable[[str, float, float | None], None]
+
 
 class GitFailed(PqError):
-    """A git command failed; the message is git's own one-line reason."""
+    """A git command failed; ``reason`` is git's own one-line reason."""
+
+    def __init__(self, command: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"git {command} failed: {reason}")
 
 
 def gitpython() -> Any:
@@ -32,14 +44,18 @@ def reason(exc: BaseException) -> str:
     text = exc.stderr if isinstance(exc, gitpython().GitCommandError) else str(exc)
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
+    return _reason_of(str(text).splitlines(), type(exc).__name__)
+
+
+def _reason_of(lines: list[str], fallback: str) -> str:
     # GitPython wraps git's stderr as "  stderr: '<text>'"; unwrap it to git's own words.
-    lines = [line.strip().removeprefix("stderr:").strip().strip("'\"").strip() for line in str(text).splitlines()]
+    lines = [line.strip().removeprefix("stderr:").strip().strip("'\"").strip() for line in lines]
     lines = [line for line in lines if line]
     for line in lines:
         for prefix in ("fatal:", "error:"):
             if line.startswith(prefix):
                 return line[len(prefix) :].strip()
-    return lines[0] if lines else type(exc).__name__
+    return lines[0] if lines else fallback
 
 
 def run(cwd: Path | str, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
@@ -54,7 +70,7 @@ def run(cwd: Path | str, *args: str, input: bytes | None = None, env: dict[str, 
             strip_newline_in_stdout=False,
         )
     except (git.GitCommandError, OSError) as exc:
-        raise GitFailed(f"git {args[0] if args else ''} failed: {reason(exc)}") from None
+        raise GitFailed(args[0] if args else "", reason(exc)) from None
     return bytes(out)
 
 
@@ -64,3 +80,67 @@ def _stdin(data: bytes) -> IO[bytes]:
     f.write(data)
     f.seek(0)
     return f
+
+
+def clone(location: str, dest: Path, *, mirror: bool = False, progress: CloneProgress | None = None) -> None:
+    """``git clone [--mirror] location dest``; with ``progress``, git reports its phases as it goes."""
+    git = gitpython()
+    handler = None
+    if progress is not None:
+        ops = git.RemoteProgress
+        phases = {
+            ops.COUNTING: "Counting objects",
+            ops.COMPRESSING: "Compressing objects",
+            ops.RECEIVING: "Receiving objects",
+            ops.RESOLVING: "Resolving deltas",
+            ops.CHECKING_OUT: "Checking out files",
+        }
+
+        def update(
+            op_code: int, done: str | float | None, total: str | float | None = None, _message: str = ""
+        ) -> None:
+            phase = phases.get(op_code & ops.OP_MASK)
+            if phase is not None:  # GitPython gives "" for a total git did not print
+                progress(phase, float(done or 0), float(total) if total else None)
+
+        from git.util import CallableRemoteProgress
+
+        handler = CallableRemoteProgress(update)
+    try:
+        git.Repo.clone_from(location, str(dest), mirror=mirror, env=GIT_ENV, progress=handler)
+    except git.GitCommandError as exc:
+        # with a progress handler git's stderr went to the handler, which keeps the lines that are no progress
+        lines = [*handler.error_lines, *handler.other_lines] if handler is not None and not exc.stderr else []
+        raise GitFailed("clone", _reason_of(lines, reason(exc)) if lines else reason(exc)) from None
+
+
+@contextmanager
+def stream(cwd: Path | str, *args: str, input: bytes) -> Iterator[IO[bytes]]:
+    """``git args...`` in ``cwd``, fed ``input`` while the caller reads its stdout as it comes (a request and
+    answer protocol such as ``cat-file --batch``); git is ended when the block is left, read to the end
+    or not.  GitPython starts the process (``as_process``); the streams are the caller's."""
+    git = gitpython()
+    try:
+        running = git.Git(str(cwd)).execute(["git", *args], as_process=True, istream=subprocess.PIPE, env=GIT_ENV)
+    except (git.GitCommandError, OSError) as exc:
+        raise GitFailed(args[0] if args else "", reason(exc)) from None
+    proc: subprocess.Popen[bytes] = running.proc
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    def feed() -> None:  # on a thread: git answers while it reads, so a long input would fill both pipes
+        try:
+            stdin.write(input)
+            stdin.close()
+        except (OSError, ValueError):
+            pass  # git stopped early: its output says why
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        yield stdout
+    finally:
+        stdout.close()
+        proc.kill()
+        proc.wait()
+        writer.join()

@@ -3,8 +3,8 @@
 The upstream may be a URL, a local repository or a ``.bundle`` file (the offline corpus ships one
 whose history was filtered to ``vllm_ascend/``, so its hashes differ from the public repository's
 and every commit carries an ``Upstream-Commit: <public sha>`` trailer).  Cloning and fetching go
-through GitPython (it drives the git binary, which knows every transport and the bundle format);
-objects are read with pygit2, which is much faster than a subprocess per blob.
+through the git command line (:mod:`patch_queue.git.command`: the git binary knows every transport
+and the bundle format); objects are read with pygit2, which is much faster than a process per blob.
 """
 
 from __future__ import annotations
@@ -14,29 +14,24 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pygit2
 
 from patch_queue.errors import SourceError
-
-Progress = Callable[[str], None]
+from patch_queue.git import command
+from patch_queue.progress import Progress, bar, say
+from patch_queue.project.fsutil import atomic_write
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 _TRAILER = re.compile(r"^Upstream-Commit:[ \t]*([0-9a-fA-F]{7,40})[ \t]*$", re.MULTILINE)
 # A URL (scheme://...) or git's scp-like "user@host:path" syntax; anything else is a local path.
 _URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://|[^/@:]+@[^/:]+:)")
-# Never let git stop to ask for credentials: pq may run in CI with no terminal.
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
 
 
 def is_url(location: str) -> bool:
@@ -49,35 +44,6 @@ def normalize_location(location: str) -> str:
     if _URL.match(location):
         return location
     return str(Path(location).expanduser().resolve())
-
-
-def _say(progress: Progress | None, message: str) -> None:
-    if progress is not None:
-        progress(message)
-    else:
-        print(message, file=sys.stderr, flush=True)
-
-
-def _gitpython() -> Any:
-    """GitPython, imported on first use (it costs 60 ms and most commands never run the git command line)."""
-    import git
-
-    return git
-
-
-def _git_reason(exc: Exception) -> str:
-    """The one line of git's stderr that explains a failure ("fatal: ..."), without the prefix."""
-    text = exc.stderr if isinstance(exc, _gitpython().GitCommandError) else str(exc)
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    # GitPython wraps git's stderr as "  stderr: '<text>'"; unwrap it to git's own words.
-    lines = [line.strip().removeprefix("stderr:").strip().strip("'\"").strip() for line in str(text).splitlines()]
-    lines = [line for line in lines if line]
-    for line in lines:
-        for prefix in ("fatal:", "error:"):
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
-    return lines[0] if lines else type(exc).__name__
 
 
 class UpstreamGit:
@@ -118,18 +84,21 @@ class UpstreamGit:
             # Left by a clone that was killed; an hour-old one cannot still be running usefully.
             if time.time() - stale.stat().st_mtime > 3600:
                 shutil.rmtree(stale, ignore_errors=True)
-        _say(self._progress, f"Cloning {self.location} into {self.path}")
+        say(self._progress, f"Cloning {self.location} into {self.path}")
         # Clone beside the final place and rename, so an interrupted clone never looks like a cache hit.
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
         try:
-            _gitpython().Repo.clone_from(self.location, str(tmp / "repo.git"), mirror=True, env=_GIT_ENV)
+            with bar("Cloning") as shown:
+                # git reports its phases only to a bar that shows: elsewhere it runs as it always did
+                on_phase = (lambda phase, done, total: shown.update(done, total, what=phase)) if shown.shown else None
+                command.clone(self.location, tmp / "repo.git", mirror=True, progress=on_phase)
             try:
                 os.rename(tmp / "repo.git", self.path)
             except OSError:
                 if not self._valid_clone():  # not a concurrent clone that won the race
                     raise
-        except _gitpython().GitCommandError as exc:
-            raise self._unreadable(_git_reason(exc)) from None
+        except command.GitFailed as exc:
+            raise self._unreadable(exc.reason) from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self._fetched = True
@@ -161,12 +130,12 @@ class UpstreamGit:
         """Bring the mirror up to date (all refs, pruning deleted ones)."""
         stamp = None if is_url(self.location) else self._source_stamp()
         try:
-            _gitpython().Git(str(self.path)).fetch("--prune", "--quiet", "origin", env=_GIT_ENV)
-        except _gitpython().GitCommandError as exc:
+            command.run(self.path, "fetch", "--prune", "--quiet", "origin")
+        except command.GitFailed as exc:
             if not self._valid_clone():
-                raise self._unreadable(_git_reason(exc)) from None
+                raise self._unreadable(exc.reason) from None
             # The cached mirror still answers everything it knew; say why it may be stale.
-            _say(self._progress, f"warning: cannot fetch {self.location} ({_git_reason(exc)}); using the cached clone")
+            say(self._progress, f"warning: cannot fetch {self.location} ({exc.reason}); using the cached clone")
         else:
             if stamp is not None:
                 try:
@@ -265,13 +234,27 @@ class UpstreamGit:
             commits = [str(sha) for sha in paths[path]]
         else:
             # git's own log is the reference answer (history simplification, topo order); it is fast.
-            out = _gitpython().Git(str(self.path)).log("--all", "--topo-order", "--format=%H", "--", path)
-            commits = out.split()
+            out = command.run(self.path, "log", "--all", "--topo-order", "--format=%H", "--", path)
+            commits = out.decode().split()
             new_paths = dict(paths) if isinstance(paths, dict) else {}
             new_paths[path] = commits
             _write_json(disk, {"tips": tips, "paths": new_paths})
         self._touching[key] = commits
         return list(commits)
+
+    def commits_between(self, old: str, new: str, path: str) -> list[str]:
+        """The commits reachable from ``new`` and not from ``old`` whose blob of ``path`` differs from their
+        first parent's, oldest first (topological, then by time)."""
+        sort = pygit2.enums.SortMode
+        walker = self._repo.walk(pygit2.Oid(hex=new), sort.TOPOLOGICAL | sort.TIME | sort.REVERSE)
+        walker.hide(pygit2.Oid(hex=old))
+        found: list[str] = []
+        for commit in walker:
+            mine = _blob_at(commit, path)
+            parent = _blob_at(commit.parents[0], path) if commit.parents else None
+            if mine != parent:
+                found.append(str(commit.id))
+        return found
 
     def _commit(self, commit: str) -> pygit2.Commit:
         try:
@@ -301,26 +284,8 @@ class UpstreamGit:
         delta-base cache reads a run of revisions of one file 3x faster than libgit2 lookups."""
         if not blobs:
             return
-        proc = subprocess.Popen(
-            ["git", "-C", str(self.path), "cat-file", "--batch"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, **_GIT_ENV},
-        )
-        assert proc.stdin is not None and proc.stdout is not None
-        stdin, stdout = proc.stdin, proc.stdout
-
-        def feed() -> None:
-            try:
-                stdin.write("".join(f"{b}\n" for b in blobs).encode())
-                stdin.close()
-            except OSError:
-                pass  # git stopped early: its output says why
-
-        writer = threading.Thread(target=feed, daemon=True)
-        writer.start()
-        try:
+        requests = "".join(f"{b}\n" for b in blobs).encode()
+        with command.stream(self.path, "cat-file", "--batch", input=requests) as stdout:
             for blob in blobs:
                 header = stdout.readline().decode("utf-8", "replace").split()
                 if len(header) != 3 or header[0] != blob or header[1] != "blob":
@@ -328,11 +293,6 @@ class UpstreamGit:
                 data = stdout.read(int(header[2]))
                 stdout.read(1)  # the newline after the contents
                 yield blob, data
-        finally:
-            stdout.close()
-            proc.kill()
-            proc.wait()
-            writer.join()
 
     def blob_id(self, commit: str, path: str) -> str | None:
         """The blob sha of ``path`` at ``commit``: equal ids mean equal content, so it keys caches."""
@@ -414,6 +374,14 @@ class UpstreamGit:
         return sorted(f for f in files if f.startswith(prefix))
 
 
+def _blob_at(commit: pygit2.Commit, path: str) -> pygit2.Oid | None:
+    try:
+        entry = commit.tree[path.strip("/")]
+    except (KeyError, ValueError):
+        return None
+    return entry.id if isinstance(entry, pygit2.Blob) else None
+
+
 def _walk_tree(tree: pygit2.Object, prefix: str, out: list[str]) -> None:
     assert isinstance(tree, pygit2.Tree)
     for entry in tree:
@@ -427,10 +395,6 @@ def _walk_tree(tree: pygit2.Object, prefix: str, out: list[str]) -> None:
 def _write_json(path: Path, data: object) -> None:
     """Write a cache file atomically; a cache that cannot be written is only slower, never wrong."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.chmod(fd, 0o644)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(data).encode())
     except OSError:
         pass

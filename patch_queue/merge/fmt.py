@@ -115,16 +115,16 @@ def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter
     cache by their inputs (text, names, formatter settings, the formatter binary, this code)."""
     if formatter == "" or not items:
         return [text for text, _carried in items]
-    from patch_queue import sources
     from patch_queue.merge.symbols import symbols_ast
+    from patch_queue.sources import cache
 
     keys = [
-        sources.derived_key(tool_stamp(), formatter, str(line_length), "\0".join(carried), text)
+        cache.derived_key(tool_stamp(), formatter, str(line_length), "\0".join(carried), text)
         for text, carried in items
     ]
     out: list[str | None] = []
     for key in keys:
-        hit = sources.derived_get("layout", key)
+        hit = cache.derived_get("layout", key)
         out.append(hit.decode("utf-8") if hit is not None else None)
     chosen: list[list[Symbol]] = []
     for (text, carried), known in zip(items, out, strict=True):
@@ -141,9 +141,9 @@ def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter
         pairs = [(old, next(done)) for old in group]
         for old, new in sorted(pairs, key=lambda pair: -pair[0].start):
             lines[old.start - 1 : old.end] = [new.text]
-        laid_out = "".join(lines)
-        out[i] = laid_out
-        sources.derived_put("layout", keys[i], laid_out.encode("utf-8"))
+        formatted = "".join(lines)
+        out[i] = formatted
+        cache.derived_put("layout", keys[i], formatted.encode("utf-8"))
     assert all(text is not None for text in out)
     return [text or "" for text in out]
 
@@ -153,7 +153,7 @@ def tool_stamp() -> str:
     """What a derived layout depends on besides its inputs: the formatter binary and pq's own code."""
     import os
 
-    from patch_queue.sources import code_stamp
+    from patch_queue.sources.cache import code_stamp
 
     try:
         st = os.stat(_ruff_bin())

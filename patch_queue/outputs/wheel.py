@@ -38,9 +38,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patch_queue import sources
 from patch_queue.errors import PqError, QueueError
 from patch_queue.series.queue import QUEUE_FILE, Queue
+from patch_queue.sources.registry import parse_version
 
 DIST_NAME = "vllm-omni-npu-worker"
 PYTHON_REQUIRES = ">=3.10"
@@ -92,7 +92,7 @@ def upstream_release(queue: Queue) -> str | None:
     if up.kind != "release":
         return None
     _name, sep, version = up.spec.partition("==")
-    parsed = sources.parse_version(version) if sep else None
+    parsed = parse_version(version) if sep else None
     if parsed is None:
         raise QueueError(f"upstream.spec {up.spec!r} is not NAME==VERSION", path=QUEUE_FILE)
     return parsed.text
@@ -128,7 +128,7 @@ def downstream_version(queue: Queue) -> str:
     release = queue.downstream_release.strip()
     if not release:
         return "0"
-    parsed = sources.parse_version(release)
+    parsed = parse_version(release)
     if parsed is None or "+" in parsed.text:
         raise QueueError(f"downstream.release {release!r} is not a public PEP 440 version", path=QUEUE_FILE)
     return parsed.text

@@ -16,14 +16,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from patch_queue import sources
 from patch_queue.errors import QueueError, SourceError
+from patch_queue.git.remote import UpstreamGit
 from patch_queue.git.repo import ProjectRepo
+from patch_queue.progress import Progress
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, QueueDir
+from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
 
 OUT_DIR = "npu_worker"
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -196,14 +197,14 @@ def upstream_reader(
 ) -> Callable[[str], bytes]:
     """Read the pinned upstream's files, each checked against its sha256 in queue.toml."""
     up = queue.upstream
-    snapshot: sources.Snapshot | None = None
+    snapshot: Snapshot | None = None
 
-    def snap() -> sources.Snapshot:
+    def snap() -> Snapshot:
         nonlocal snapshot
         if snapshot is None:
             if up.kind == "git":
-                location = sources.upstream_git_location(upstream_git)
-                git = sources.open_git(location, progress=progress)
+                location = upstream_git_location(upstream_git)
+                git = open_git(location, progress=progress)
                 commit = up.pin if _has_commit(git, up.pin) else None
                 if commit is None and up.public_commit:
                     commit = git.find_public(up.public_commit)
@@ -212,11 +213,11 @@ def upstream_reader(
                         f"pinned upstream commit {up.public_commit or up.pin} is not in {location}; "
                         "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
                     )
-                snapshot = sources.resolve_upstream(commit, upstream_git=location, progress=progress)
+                snapshot = resolve_upstream(commit, upstream_git=location, progress=progress)
             elif up.kind == "release":
-                snapshot = sources.resolve_upstream(up.spec, progress=progress)
+                snapshot = resolve_upstream(up.spec, progress=progress)
             else:
-                snapshot = sources.resolve_upstream(up.spec, progress=progress)
+                snapshot = resolve_upstream(up.spec, progress=progress)
         return snapshot
 
     def read(path: str) -> bytes:
@@ -232,7 +233,7 @@ def upstream_reader(
     return read
 
 
-def _has_commit(git: sources.UpstreamGit, commit: str) -> bool:
+def _has_commit(git: UpstreamGit, commit: str) -> bool:
     if not commit:
         return False
     try:

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_tz
 
-from patch_queue import sources
 from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.merge import fmt, symbols
 from patch_queue.series import patchfile
 from patch_queue.series.queue import Module, Queue
+from patch_queue.sources import cache
 
 VENDOR = ".pq-upstream/"
 BASE_PERSON_NAME = "pq"
@@ -53,14 +53,14 @@ def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, labe
     modules' carried symbols, the formatter settings, the formatter binary and pq's code).
     """
     vendored = {path: read_upstream(path) for path in queue.upstream_paths()}
-    key = sources.derived_key(
+    key = cache.derived_key(
         fmt.tool_stamp(),
         queue.formatter,
         str(queue.line_length),
         json.dumps([[m.path, m.upstream, list(m.symbols)] for m in queue.modules]),
         *(part for path, data in sorted(vendored.items()) for part in (path, data)),
     )
-    hit = sources.derived_get("projection", key)
+    hit = cache.derived_get("projection", key)
     if hit is not None:
         try:
             cached = json.loads(hit)
@@ -74,7 +74,7 @@ def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, labe
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
     projection = _project(queue, vendored.__getitem__, label=label)
-    sources.derived_put(
+    cache.derived_put(
         "projection",
         key,
         json.dumps(

@@ -20,12 +20,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-import pygit2
-
 from patch_queue.errors import PqError
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Conflict, Culprit
+from patch_queue.progress import Progress
 from patch_queue.series.queue import UpstreamPin
+from patch_queue.sources.cache import code_stamp, derived_get, derived_key, derived_put
+from patch_queue.sources.snapshot import open_git, upstream_git_location
 
 _PR = re.compile(r"\(#(\d+)\)")
 
@@ -63,17 +64,7 @@ class CulpritFinder:
         """Commits reachable from ``new`` and not ``old`` whose blob of ``path`` differs from their first
         parent's, oldest first (computed once)."""
         if self._candidates is None:
-            repo = pygit2.Repository(str(self.git.path))
-            sort = pygit2.enums.SortMode
-            walker = repo.walk(pygit2.Oid(hex=self.new), sort.TOPOLOGICAL | sort.TIME | sort.REVERSE)
-            walker.hide(pygit2.Oid(hex=self.old))
-            found: list[str] = []
-            for commit in walker:
-                mine = _blob(commit, self.path)
-                parent = _blob(commit.parents[0], self.path) if commit.parents else None
-                if mine != parent:
-                    found.append(str(commit.id))
-            self._candidates = found
+            self._candidates = self.git.commits_between(self.old, self.new, self.path)
         return list(self._candidates)
 
     def _text(self, commit: str) -> bytes:
@@ -132,14 +123,6 @@ class CulpritFinder:
         )
 
 
-def _blob(commit: pygit2.Commit, path: str) -> pygit2.Oid | None:
-    try:
-        entry = commit.tree[path.strip("/")]
-    except (KeyError, ValueError):
-        return None
-    return entry.id if isinstance(entry, pygit2.Blob) else None
-
-
 def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
     """The upstream commit of a pin: a git pin's own, a release's tag when its file matches."""
     if pin.kind == "git" and pin.pin:
@@ -164,7 +147,7 @@ def annotate(
     new: UpstreamPin,
     *,
     upstream_git: str | None,
-    progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> list[Conflict]:
     """``found`` with the ``culprits`` of every conflict and flag named from the upstream git history.
 
@@ -173,13 +156,11 @@ def annotate(
     released one.  When an end has no commit (a folder, or a release the history does not reach),
     nothing is searched and ``found`` comes back as it was.
     """
-    from patch_queue import sources
-
     paths = sorted(old.files)
     if not found or not paths:
         return found
     try:
-        git = sources.open_git(sources.upstream_git_location(upstream_git), progress=progress)
+        git = open_git(upstream_git_location(upstream_git), progress=progress)
     except PqError:
         return found
     ends = [_commit_of(git, pin, paths[0]) for pin in (old, new)]
@@ -188,7 +169,7 @@ def annotate(
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
     cache: dict[tuple[str, str], tuple[Culprit, ...]] = {}
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
-    code = sources.code_stamp("sources/culprits.py", "git/remote.py")
+    code = code_stamp("sources/culprits.py", "git/remote.py")
     out = []
     for entry in found:
         before, after = entry.base or "", entry.ours or ""
@@ -196,11 +177,11 @@ def annotate(
             out.append(entry)
             continue
         if (before, after) not in cache:
-            key = sources.derived_key(code, paths[0], finder.old, finder.new, before, after)
-            hit = sources.derived_get("culprits", key)
+            key = derived_key(code, paths[0], finder.old, finder.new, before, after)
+            hit = derived_get("culprits", key)
             if hit is None:
                 hit = json.dumps([c.as_json() for c in finder.find(before, after)]).encode("utf-8")
-                sources.derived_put("culprits", key, hit)
+                derived_put("culprits", key, hit)
             cache[(before, after)] = tuple(Culprit(**c) for c in json.loads(hit))
         out.append(replace(entry, culprits=cache[(before, after)]))
     return out

@@ -1,0 +1,244 @@
+"""A release's archive: chosen once, downloaded into the cache, verified by sha256 on every use, read.
+
+The choice of archive for ``NAME==VERSION`` (:func:`.registry.pick_file`) is pinned in
+``dist/NAME==VERSION.json`` beside the archive, so a release that was read once resolves again
+without the network.  A wheel is a zip and is read member by member; an sdist (tar.gz) has no index,
+so it is unpacked once into ``unpacked/<sha256>.zip`` and read from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import posixpath
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from patch_queue.errors import SourceError
+from patch_queue.progress import Progress, say
+from patch_queue.project.fsutil import atomic_write
+from patch_queue.sources import registry
+from patch_queue.sources.cache import cache_dir
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A release's chosen archive, verified, held in memory (so later reads see verified bytes)."""
+
+    project: str
+    version: str
+    filename: str
+    sha256: str
+    data: bytes
+
+
+def _pin_file(project: str, version: str) -> Path:
+    return cache_dir() / "dist" / f"{project}=={version}.json"
+
+
+def _unknown_release(project: str, version: str, files: list[registry.DistFile]) -> SourceError:
+    newest = registry.newest_version(files)
+    hint = f"newest on the registry: {newest}" if newest else "no such package on the registry"
+    return SourceError(f"unknown release {project}=={version} ({hint})")
+
+
+def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
+    """Download (or take from the cache) the archive of one release and verify its sha256."""
+    project = registry.normalize_name(name)
+    parsed = registry.parse_version(version)
+    if parsed is None:
+        raise SourceError(f"'{version}' is not a valid version in {project}=={version}")
+    canon = parsed.text
+    dist_dir = cache_dir() / "dist"
+    pin_path = _pin_file(project, canon)
+
+    # A release's files are immutable on the registry, so the choice made once is reused and a
+    # pinned release resolves without the network; the sha256 is still checked on every use.
+    dist: registry.DistFile | None = None
+    try:
+        pin = json.loads(pin_path.read_text())
+        dist = registry.DistFile(pin["filename"], pin["url"], pin["sha256"], parsed, pin["kind"], False)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if dist is None:
+        files = registry.project_files(project)
+        dist = registry.pick_file(d for d in files if d.version.key == parsed.key)
+        if dist is None:
+            raise _unknown_release(project, canon, files)
+
+    archive = dist_dir / dist.filename
+    data: bytes | None = None
+    if archive.is_file():
+        data = archive.read_bytes()
+        actual = hashlib.sha256(data).hexdigest()
+        if dist.sha256 is not None and actual != dist.sha256:
+            say(
+                progress,
+                f"warning: cached {archive} fails its sha256 check (expected {dist.sha256}, got {actual});"
+                " downloading it again",
+            )
+            data = None
+    if data is None:
+        actual = registry.download(dist, archive, progress)
+        data = archive.read_bytes()
+        if hashlib.sha256(data).hexdigest() != actual:
+            raise SourceError(f"{archive} changed while it was being read; run the command again")
+    sha256 = dist.sha256 or hashlib.sha256(data).hexdigest()
+    if not pin_path.is_file():
+        record = {"filename": dist.filename, "url": dist.url, "sha256": sha256, "kind": dist.kind}
+        atomic_write(pin_path, json.dumps(record).encode())
+    return Pinned(project, canon, dist.filename, sha256, data)
+
+
+def release_files(name: str, version: str, prefix: str, progress: Progress | None = None) -> dict[str, bytes]:
+    """``{relative path: bytes}`` of the release's files under ``prefix``, from its (cached) archive."""
+    return archive_members(fetch_release(name, version, progress), prefix)
+
+
+# -- reading an archive ----------------------------------------------------------------------
+
+
+def clean_member(name: str) -> str:
+    """A safe relative path, or "" for names that would escape the archive's root."""
+    name = posixpath.normpath(name.replace("\\", "/")).lstrip("/")
+    if name in ("", ".") or name == ".." or name.startswith("../"):
+        return ""
+    return name
+
+
+def archive_members(pinned: Pinned, prefix: str) -> dict[str, bytes]:
+    """The regular files of an archive under ``prefix``; an sdist's top folder is stripped."""
+    where = f"{pinned.filename} (pinned sha256 {pinned.sha256[:12]})"
+
+    def read_zip(archive: zipfile.ZipFile) -> dict[str, bytes]:
+        with archive:
+            return {
+                name: archive.read(info)
+                for info in archive.infolist()
+                if (name := clean_member(info.filename)) and not info.is_dir() and name.startswith(prefix)
+            }
+
+    try:
+        if pinned.filename.endswith(".whl"):
+            return read_zip(zipfile.ZipFile(io.BytesIO(pinned.data)))
+        index = _open_index(pinned)
+        if index is not None:
+            try:
+                return read_zip(index)
+            except zipfile.BadZipFile:  # a damaged member (CRC): unpack the verified archive again
+                _index_path(pinned).unlink(missing_ok=True)
+        members = _unpack_sdist(pinned)
+        _write_index(pinned, members)
+        return {name: data for name, data in members.items() if name.startswith(prefix)}
+    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+        raise SourceError(f"cannot read archive {where}: {exc}") from exc
+
+
+def _unpack_sdist(pinned: Pinned) -> dict[str, bytes]:
+    """Every regular file of a verified sdist, its top folder stripped (one pass over the tar.gz)."""
+    members: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(pinned.data), mode="r:gz") as sdist:
+        for member in sdist:
+            if not member.isfile():
+                continue
+            # sdists hold "<name>-<version>/..."; the project root is that folder.
+            name = clean_member(member.name.split("/", 1)[1] if "/" in member.name else "")
+            if name:
+                handle = sdist.extractfile(member)
+                if handle is not None:
+                    members[name] = handle.read()
+    return members
+
+
+def _index_path(pinned: Pinned) -> Path:
+    return cache_dir() / "unpacked" / f"{pinned.sha256}.zip"
+
+
+def _open_index(pinned: Pinned) -> zipfile.ZipFile | None:
+    """The cached unpacked copy of a verified sdist (a zip: random access and a CRC per member), or
+    None; a copy that is damaged or made from other bytes is dropped and made again."""
+    path = _index_path(pinned)
+    try:
+        index = zipfile.ZipFile(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, zipfile.BadZipFile):
+        path.unlink(missing_ok=True)
+        return None
+    if index.comment != pinned.sha256.encode():
+        index.close()
+        path.unlink(missing_ok=True)
+        return None
+    return index
+
+
+def _write_index(pinned: Pinned, members: dict[str, bytes]) -> None:
+    """Keep the unpacked sdist, so later reads skip decompressing the whole tar.gz (0.8 s for vllm-ascend)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as index:
+        for name in sorted(members):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            index.writestr(info, members[name], compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
+        index.comment = pinned.sha256.encode()
+    try:
+        atomic_write(_index_path(pinned), buffer.getvalue())
+    except OSError:
+        pass  # a read-only cache only costs time
+
+
+class ArchiveReader:
+    """Reads a verified archive for a :class:`~patch_queue.sources.snapshot.Snapshot`.  A wheel is a
+    zip: members are read on demand.  A tar.gz has no index: its files are read from the cached
+    unpacked copy (a zip, see :func:`_open_index`), made on first use."""
+
+    def __init__(self, pinned: Pinned) -> None:
+        self.filename = pinned.filename
+        self._source = pinned
+        self._pinned: Pinned | None = pinned
+        self._zip: zipfile.ZipFile | None = None
+        self._names: dict[str, str] = {}  # clean relative path -> zip member name
+        self._members: dict[str, bytes] | None = None
+
+    def _load(self) -> None:
+        pinned = self._pinned
+        if pinned is None:
+            return
+        index = None if pinned.filename.endswith(".whl") else _open_index(pinned)
+        if pinned.filename.endswith(".whl") or index is not None:
+            try:
+                self._zip = index or zipfile.ZipFile(io.BytesIO(pinned.data))
+            except zipfile.BadZipFile as exc:
+                raise SourceError(f"cannot read archive {pinned.filename}: {exc}") from exc
+            for info in self._zip.infolist():
+                name = clean_member(info.filename)
+                if name and not info.is_dir():
+                    self._names[name] = info.filename
+        else:
+            self._members = archive_members(pinned, "")
+        self._pinned = None
+
+    def read(self, path: str) -> bytes | None:
+        self._load()
+        if self._members is not None:
+            return self._members.get(path)
+        member = self._names.get(path)
+        if member is None or self._zip is None:
+            return None
+        try:
+            return self._zip.read(member)
+        except zipfile.BadZipFile:
+            if self._source.filename.endswith(".whl"):
+                raise SourceError(f"cannot read {member} from {self.filename}") from None
+            # the cached unpacked copy is damaged (CRC): drop it and read the verified archive
+            self._zip = None
+            _index_path(self._source).unlink(missing_ok=True)
+            self._members = archive_members(self._source, "")
+            return self._members.get(path)
+
+    def list_files(self, prefix: str) -> list[str]:
+        self._load()
+        names = self._members if self._members is not None else self._names
+        return sorted(name for name in names if name.startswith(prefix))

@@ -1,0 +1,377 @@
+"""The package registry: pip's configuration, a simple-repository client, and downloads.
+
+The registry is whatever pip is configured to use (``pip config list`` and the ``PIP_*``
+variables), with pip's own default index when none is set; no index host is named here.
+``pip download`` cannot fetch the vllm-ascend sdists (it insists on building their metadata, which
+needs Ascend's toolkit), so this small PEP 691 / PEP 503 client reads the index, and
+:mod:`.archives` opens the downloaded archives as plain zip / tar.gz files, never built.
+
+Versions, names and file names are read by ``packaging`` (PEP 440, PEP 503, wheel and sdist file
+names).  It is imported where it is used: it costs ~25 ms, and most commands never read the index.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import html.parser
+import json
+import os
+import posixpath
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, NamedTuple
+
+from patch_queue.errors import SourceError
+from patch_queue.progress import Progress, bar, say
+
+if TYPE_CHECKING:
+    import packaging.version
+
+_JSON_TYPE = "application/vnd.pypi.simple.v1+json"
+_ACCEPT = f"{_JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+_CHUNK = 1 << 20
+
+
+# -- names and versions ----------------------------------------------------------------------
+
+
+class Version(NamedTuple):
+    """A PEP 440 version as pq prints it (``text``, the canonical spelling) and orders it (``key``)."""
+
+    text: str
+    key: packaging.version.Version
+
+
+def parse_version(text: str) -> Version | None:
+    """Parse a PEP 440 version; None when ``text`` is not one (such files are ignored)."""
+    from packaging.version import InvalidVersion
+    from packaging.version import Version as Pep440
+
+    try:
+        parsed = Pep440(text)
+    except InvalidVersion:
+        return None
+    return Version(str(parsed), parsed)
+
+
+def normalize_name(name: str) -> str:
+    """PEP 503 name normalization: the index URL path and the spec use this spelling."""
+    from packaging.utils import canonicalize_name
+
+    return str(canonicalize_name(name.strip()))
+
+
+# -- pip's configuration -------------------------------------------------------------------
+
+# Where pip's sections rank: the PIP_* environment beats any command section of a config file,
+# which beats [global].  Within a rank, later lines of `pip config list` come from files that
+# pip loads later and so override earlier ones.
+_SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}
+_pip_settings_memo: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+
+
+def _pip_settings() -> dict[str, str]:
+    """pip's effective settings for downloads, from ``python -m pip config list``."""
+    env_key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_")))
+    memo = _pip_settings_memo.get(env_key)
+    if memo is not None:
+        return dict(memo)
+    ranked: dict[str, tuple[int, str]] = {}
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    for line in out.splitlines():
+        key, sep, raw = line.partition("=")
+        section, dot, option = key.rpartition(".")
+        if not sep or not dot or section not in _SECTION_RANK:
+            continue
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw.strip("'\"")
+        rank = _SECTION_RANK[section]
+        if option not in ranked or rank >= ranked[option][0]:
+            ranked[option] = (rank, str(value))
+    settings = {option: value for option, (_, value) in ranked.items()}
+    # Without pip (or if its config command failed) the PIP_* variables still say what the user wants.
+    for option in ("index-url", "extra-index-url", "cert", "timeout", "default-timeout"):
+        env_value = os.environ.get("PIP_" + option.upper().replace("-", "_"))
+        if env_value is not None and option not in settings:
+            settings[option] = env_value
+    _pip_settings_memo[env_key] = settings
+    return dict(settings)
+
+
+def _default_index() -> str:
+    """pip's built-in default index, asked of pip itself so that no host is written here."""
+    try:
+        from pip._internal.models.index import PyPI
+    except ImportError as exc:
+        raise SourceError("no package index configured and pip is not importable to supply its default") from exc
+    return str(PyPI.simple_url)
+
+
+def index_urls() -> list[str]:
+    """The simple-repository indexes pip would use, primary first."""
+    settings = _pip_settings()
+    primary = settings.get("index-url", "").strip() or _default_index()
+    extras = settings.get("extra-index-url", "").split()
+    urls: list[str] = []
+    for url in [primary, *extras]:
+        if url and url not in urls:
+            urls.append(url)
+    return urls
+
+
+def _timeout() -> float:
+    settings = _pip_settings()
+    for option in ("timeout", "default-timeout"):
+        try:
+            return float(settings[option])
+        except (KeyError, ValueError):
+            continue
+    return 60.0
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    """urllib with its default proxy handling, verifying TLS against pip's ``cert`` when set."""
+    cert = _pip_settings().get("cert", "").strip()
+    if cert and os.path.isdir(cert):
+        context = ssl.create_default_context(capath=cert)
+    elif cert and os.path.exists(cert):
+        context = ssl.create_default_context(cafile=cert)
+    else:
+        context = ssl.create_default_context()
+    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
+
+
+# -- the simple repository -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DistFile:
+    """One file of a project on an index."""
+
+    filename: str
+    url: str
+    sha256: str | None
+    version: Version
+    kind: Literal["wheel", "sdist"]
+    yanked: bool
+
+
+def _file_version(project: str, filename: str) -> tuple[Version, Literal["wheel", "sdist"]] | None:
+    """The version and kind of an archive, or None for other files and other projects' files."""
+    from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+
+    kind: Literal["wheel", "sdist"]
+    try:
+        if filename.endswith(".whl"):
+            name, version, _build, _tags = parse_wheel_filename(filename)
+            kind = "wheel"
+        elif filename.endswith(".tar.gz"):  # a .zip sdist is an old format no release pq reads uses
+            name, version = parse_sdist_filename(filename)
+            kind = "sdist"
+        else:
+            return None
+    except (InvalidWheelFilename, InvalidSdistFilename):
+        return None
+    if name != project:
+        return None
+    return Version(str(version), version), kind
+
+
+class _AnchorParser(html.parser.HTMLParser):
+    """Collect the anchors of a PEP 503 page: (href, text, attributes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.anchors: list[tuple[str, dict[str, str | None]]] = []
+        self.base: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if tag == "base" and attributes.get("href"):
+            self.base = attributes["href"]
+        elif tag == "a" and attributes.get("href"):
+            self.anchors.append((str(attributes["href"]), attributes))
+
+
+def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> list[DistFile]:
+    files: list[DistFile] = []
+    entries: list[tuple[str, str, str | None, bool]] = []  # filename, url, sha256, yanked
+    if content_type.split(";")[0].strip() == _JSON_TYPE:
+        data = json.loads(body)
+        for item in data.get("files", []):
+            url = urllib.parse.urljoin(page_url, item["url"])
+            hashes = item.get("hashes") or {}
+            yanked = item.get("yanked", False)
+            entries.append((item["filename"], url, hashes.get("sha256"), bool(yanked)))
+    else:
+        parser = _AnchorParser()
+        parser.feed(body.decode("utf-8", "replace"))
+        base = urllib.parse.urljoin(page_url, parser.base) if parser.base else page_url
+        for href, attributes in parser.anchors:
+            url = urllib.parse.urljoin(base, href)
+            url, _, fragment = url.partition("#")
+            filename = urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(url).path))
+            hashes = dict(urllib.parse.parse_qsl(fragment))
+            entries.append((filename, url, hashes.get("sha256"), "data-yanked" in attributes))
+    for filename, url, sha256, yanked in entries:
+        parsed = _file_version(project, filename)
+        if parsed is not None:
+            version, kind = parsed
+            files.append(DistFile(filename, url, sha256.lower() if sha256 else None, version, kind, yanked))
+    return files
+
+
+def _read_index_page(index: str, project: str) -> tuple[str, bytes, str] | None:
+    """(page URL, body, content type) of the project's page, or None when the index lacks it."""
+    page_url = index.rstrip("/") + f"/{project}/"
+    if urllib.parse.urlsplit(page_url).scheme == "file":
+        # A local index is a directory tree; pip reads <dir>/index.html the same way.
+        directory = Path(urllib.request.url2pathname(urllib.parse.urlsplit(page_url).path))
+        page = directory / "index.html"
+        if not page.is_file():
+            return None
+        return page_url, page.read_bytes(), "text/html"
+    request = urllib.request.Request(page_url, headers={"Accept": _ACCEPT})
+    try:
+        with _opener().open(request, timeout=_timeout()) as response:
+            return response.geturl(), response.read(), response.headers.get("Content-Type", "text/html")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 410):
+            return None
+        raise
+
+
+def project_files(name: str) -> list[DistFile]:
+    """Every non-yanked wheel and sdist of ``name`` on the configured indexes (earlier index wins)."""
+    project = normalize_name(name)
+    seen: dict[str, DistFile] = {}
+    errors: list[str] = []
+    found = False
+    for index in index_urls():
+        try:
+            page = _read_index_page(index, project)
+        except (OSError, ValueError) as exc:
+            errors.append(f"cannot read package index {index}: {_reason(exc)}")
+            continue
+        if page is None:
+            continue
+        found = True
+        for dist in _parse_page(project, *page):
+            seen.setdefault(dist.filename, dist)
+    if not found and errors:
+        raise SourceError(errors[0])
+    return [dist for dist in seen.values() if not dist.yanked]
+
+
+def pick_file(files: Iterable[DistFile]) -> DistFile | None:
+    """The archive to read for one version: a pure py3 wheel, else the sdist, else a platform wheel.
+
+    pq reads Python sources only: a platform wheel carries compiled kernels besides them (vLLM's
+    is 300 MB against a 40 MB sdist) and is taken only when there is nothing else.
+    """
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    ranked: list[tuple[int, str, DistFile]] = []
+    for dist in files:
+        if dist.kind == "sdist":
+            ranked.append((1, dist.filename, dist))
+            continue
+        try:
+            tags = parse_wheel_filename(dist.filename)[3]
+        except InvalidWheelFilename:
+            continue
+        if any(tag.interpreter.startswith(("py3", "cp3")) for tag in tags):
+            pure = all(tag.abi == "none" and tag.platform == "any" for tag in tags)
+            ranked.append((0 if pure else 2, dist.filename, dist))
+    return min(ranked, key=lambda r: (r[0], r[1]))[2] if ranked else None
+
+
+def newest_version(files: Iterable[DistFile]) -> str | None:
+    """The highest version that has a file :func:`pick_file` would read, by PEP 440 order."""
+    usable = [d for d in files if pick_file([d]) is not None]
+    versions = {dist.version.text: dist.version for dist in usable}
+    if not versions:
+        return None
+    return max(versions.values(), key=lambda v: v.key).text
+
+
+def newest_release(name: str) -> str:
+    """The highest version of ``name`` on the registry by PEP 440 order, pre-releases included."""
+    newest = newest_version(project_files(name))
+    if newest is None:
+        raise SourceError(f"no release of {normalize_name(name)} on the registry")
+    return newest
+
+
+# -- downloads -----------------------------------------------------------------------------
+
+
+def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
+    """Download ``dist`` to ``dest`` through a temp file in the same folder; return its sha256.
+
+    The temp file is verified before ``os.replace`` puts it in place, so the cache never holds a
+    partial or unverified archive, even after an interrupt.
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for stale in dest.parent.glob(f".part-{dest.name}.*"):
+        # left by a download that was killed; an hour-old one cannot still be running usefully
+        try:
+            if time.time() - stale.stat().st_mtime > 3600:
+                stale.unlink()
+        except OSError:
+            pass
+    fd, tmp_name = tempfile.mkstemp(prefix=f".part-{dest.name}.", dir=dest.parent)
+    tmp = Path(tmp_name)
+    digest = hashlib.sha256()
+    try:
+        # mkstemp makes the file private; a cache entry is ordinary readable data.
+        os.chmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as out, _opener().open(dist.url, timeout=_timeout()) as response:
+            total = int(response.headers.get("Content-Length") or 0)
+            size = f" ({total / (1 << 20):.1f} MiB)" if total else ""
+            say(progress, f"Downloading {dist.filename}{size}")
+            with bar(dist.filename, unit="bytes") as shown:
+                done = 0
+                for chunk in iter(lambda: response.read(_CHUNK), b""):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    done += len(chunk)
+                    shown.update(done, total or None)
+        actual = digest.hexdigest()
+        if dist.sha256 is not None and actual != dist.sha256:
+            raise SourceError(f"sha256 mismatch for {dist.filename}: the index says {dist.sha256}, downloaded {actual}")
+        os.replace(tmp, dest)
+        return actual
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"cannot download {dist.filename} from {dist.url}: {_reason(exc)}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)

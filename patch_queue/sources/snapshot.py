@@ -1,0 +1,241 @@
+"""Upstream sources behind one interface: registry releases, git commits and plain directories.
+
+Everything a source yields is pinned: a release by its archive's sha256, a commit by its full
+sha, so a spec printed by pq (``Snapshot.spec``) resolves to the same bytes again
+(:func:`resolve_upstream`).  Releases come from the package registry (:mod:`.registry`,
+:mod:`.archives`); commits from a mirror of the upstream repository kept in the cache
+(:func:`open_git`, :class:`~patch_queue.git.remote.UpstreamGit`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from patch_queue.errors import SourceError
+from patch_queue.git.remote import UpstreamGit, normalize_location
+from patch_queue.progress import Progress
+from patch_queue.sources import archives, registry
+from patch_queue.sources.cache import cache_dir
+
+UPSTREAM_PROJECT = "vllm-ascend"
+UPSTREAM_PACKAGE = "vllm_ascend"
+UPSTREAM_GIT_URL = "https://github.com/vllm-project/vllm-ascend.git"
+
+
+# -- readers: where a snapshot's files come from ---------------------------------------------
+
+
+class _Reader(Protocol):
+    def read(self, path: str) -> bytes | None: ...
+
+    def list_files(self, prefix: str) -> list[str]: ...
+
+
+class _NoReader:
+    def read(self, path: str) -> bytes | None:
+        return None
+
+    def list_files(self, prefix: str) -> list[str]:
+        return []
+
+
+class _GitReader:
+    def __init__(self, repo: UpstreamGit, commit: str) -> None:
+        self.repo = repo
+        self.commit = commit
+
+    def read(self, path: str) -> bytes | None:
+        return self.repo.read(self.commit, path)
+
+    def list_files(self, prefix: str) -> list[str]:
+        return self.repo.list_files(self.commit, prefix)
+
+
+class _DirReader:
+    """Files on disk; ``mount`` is prepended when the directory is the package folder itself."""
+
+    def __init__(self, root: Path, mount: str) -> None:
+        self.root = root
+        self.mount = mount
+
+    def _disk(self, path: str) -> Path | None:
+        if not path.startswith(self.mount):
+            return None
+        relative = path[len(self.mount) :]
+        return self.root / relative if relative else self.root
+
+    def read(self, path: str) -> bytes | None:
+        disk = self._disk(path)
+        if disk is None or not disk.is_file():
+            return None
+        return disk.read_bytes()
+
+    def list_files(self, prefix: str) -> list[str]:
+        files: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            # Caches and VCS folders are never source.
+            dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__")]
+            rel = Path(dirpath).relative_to(self.root).as_posix()
+            base = self.mount + ("" if rel == "." else rel + "/")
+            files.extend(base + f for f in filenames if (base + f).startswith(prefix))
+        return sorted(files)
+
+
+# -- snapshots -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One pinned state of the upstream source tree, read by project-relative paths."""
+
+    kind: Literal["git", "release", "dir"]
+    spec: str
+    pin: str
+    label: str
+    public_commit: str | None
+    _reader: _Reader = field(default_factory=_NoReader, repr=False, compare=False, hash=False)
+
+    def _check(self, path: str) -> str:
+        clean = archives.clean_member(path)
+        if not clean:
+            raise SourceError(f"not a relative path inside {self.spec}", path=path)
+        return clean
+
+    def read(self, path: str) -> bytes:
+        data = self._reader.read(self._check(path))
+        if data is None:
+            raise SourceError(f"no such file in {self.spec}", path=path)
+        return data
+
+    def exists(self, path: str) -> bool:
+        try:
+            return self._reader.read(self._check(path)) is not None
+        except SourceError:
+            return False
+
+    def list_files(self, prefix: str = "") -> list[str]:
+        return self._reader.list_files(prefix.lstrip("/"))
+
+
+def release_snapshot(name: str, version: str, progress: Progress | None = None) -> Snapshot:
+    """The snapshot of a registry release (wheel or sdist), verified by sha256."""
+    pinned = archives.fetch_release(name, version, progress)
+    return Snapshot(
+        kind="release",
+        spec=f"{pinned.project}=={pinned.version}",
+        pin=f"{pinned.filename}#sha256={pinned.sha256}",
+        label=f"{pinned.project} {pinned.version}",
+        public_commit=None,
+        _reader=archives.ArchiveReader(pinned),
+    )
+
+
+def dir_snapshot(path: str | Path) -> Snapshot:
+    """A directory on disk: a project root holding ``vllm_ascend/``, or that folder itself."""
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise SourceError(f"no such directory {root}")
+    # Pointed at the package folder itself: present it where a project root would hold it.
+    is_package = root.name == UPSTREAM_PACKAGE or (root / "worker" / "model_runner_v1.py").is_file()
+    mount = UPSTREAM_PACKAGE + "/" if is_package and not (root / UPSTREAM_PACKAGE).is_dir() else ""
+    return Snapshot(
+        kind="dir",
+        spec=f"dir:{root}",
+        pin="",
+        label=f"dir {root}",
+        public_commit=None,
+        _reader=_DirReader(root, mount),
+    )
+
+
+def _looks_like_upstream(path: Path) -> bool:
+    return (path / UPSTREAM_PACKAGE).is_dir() or path.resolve().name == UPSTREAM_PACKAGE
+
+
+def git_snapshot(repo: UpstreamGit, ref: str) -> Snapshot:
+    """A commit of the upstream repository, by any ref :meth:`UpstreamGit.resolve` accepts."""
+    sha = repo.resolve(ref)
+    public = repo.public_commit(sha)
+    label = f"git {public[:12]}"  # the public commit: the same label (and patch text) from every mirror
+    return Snapshot(
+        kind="git",
+        spec=f"git:{repo.location}@{sha}",
+        pin=sha,
+        label=label,
+        public_commit=public,
+        _reader=_GitReader(repo, sha),
+    )
+
+
+# -- the upstream repository -----------------------------------------------------------------
+
+
+def upstream_git_location(upstream_git: str | None) -> str:
+    """Where the upstream history lives: the argument, else ``PQ_UPSTREAM_GIT``, else the public repo."""
+    if upstream_git:
+        return upstream_git
+    return os.environ.get("PQ_UPSTREAM_GIT") or UPSTREAM_GIT_URL
+
+
+_open_repos: dict[tuple[str, Path], UpstreamGit] = {}
+
+
+def open_git(location: str, progress: Progress | None = None) -> UpstreamGit:
+    """The upstream repository at ``location`` (URL, local repository or bundle), cloned into the cache.
+
+    One instance per location and process, so a local location is fetched once per run.
+    """
+    normalized = normalize_location(location)
+    key = hashlib.sha1(normalized.encode()).hexdigest()[:16]
+    path = cache_dir() / "git" / f"{key}.git"
+    repo = _open_repos.get((normalized, path))
+    if repo is None or not path.is_dir():
+        repo = UpstreamGit(normalized, path, progress=progress)
+        _open_repos[(normalized, path)] = repo
+    return repo
+
+
+# -- specs -----------------------------------------------------------------------------------
+
+# pq's own spelling of a release, NAME==VERSION (not a PEP 508 requirement: one exact version only)
+_RELEASE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
+
+
+def resolve_upstream(
+    spec: str | None,
+    *,
+    upstream_git: str | None = None,
+    progress: Progress | None = None,
+) -> Snapshot:
+    """Resolve an upstream spec to a pinned snapshot.
+
+    ``None``/``"latest"``: the newest vllm-ascend release; ``NAME==VERSION``: that release;
+    ``dir:PATH`` or an existing directory: files on disk; ``git:LOCATION@REF``: a commit there;
+    anything else: a ref, a (possibly abbreviated) commit, or a public upstream sha (matched by
+    the ``Upstream-Commit`` trailer) in the upstream git repository.
+    """
+    if spec is None or spec.strip() in ("", "latest"):
+        newest = registry.newest_version(registry.project_files(UPSTREAM_PROJECT))
+        if newest is None:
+            raise SourceError(f"no release of {UPSTREAM_PROJECT} on the registry")
+        return release_snapshot(UPSTREAM_PROJECT, newest, progress)
+    spec = spec.strip()
+    if spec.startswith("git:"):
+        location, at, ref = spec[4:].rpartition("@")
+        if not at or not location or not ref:
+            raise SourceError(f"malformed upstream spec '{spec}': expected git:<location>@<ref>")
+        return git_snapshot(open_git(location, progress), ref)
+    if spec.startswith("dir:"):
+        return dir_snapshot(spec[4:])
+    release = _RELEASE_SPEC.match(spec)
+    if release is not None:
+        return release_snapshot(release[1], release[2], progress)
+    if os.path.isdir(spec) and (spec.startswith(("/", ".", "~")) or _looks_like_upstream(Path(spec))):
+        # A bare word that happens to name a folder in the working directory ("main") is a ref.
+        return dir_snapshot(spec)
+    return git_snapshot(open_git(upstream_git_location(upstream_git), progress), spec)
