@@ -252,7 +252,7 @@ def _write_reports(outcome: RefreshOutcome, report: Path | None, markdown: Path 
     if report is not None:
         refresh.write_report(report, data)
     if markdown is not None:
-        from patch_queue.project.fsutil import atomic_write
+        from patch_queue.fsutil import atomic_write
 
         atomic_write(markdown, render.markdown(data).encode("utf-8"))
     if annotations:
@@ -331,7 +331,7 @@ def check(
 
         from patch_queue.commands import check
         from patch_queue.errors import EXIT_ERROR, EXIT_OK
-        from patch_queue.project.fsutil import atomic_write
+        from patch_queue.fsutil import atomic_write
 
         ws = _ws()
         with _locked(ws, "check"):
@@ -353,8 +353,8 @@ def blocks(
 
     def body() -> None:
         from patch_queue.commands import write
+        from patch_queue.fsutil import atomic_write
         from patch_queue.outputs import inventory
-        from patch_queue.project.fsutil import atomic_write
 
         ws = _ws()
         with _locked(ws, "blocks"):

@@ -329,7 +329,7 @@ def measure_upgrade(
 
 
 def culprit_search(rows: Sequence[Json], location: str) -> list[Json]:
-    from patch_queue.sources.culprits import CulpritFinder
+    from patch_queue.series.culprits import CulpritFinder
 
     git_up = open_git(location)
     out: list[Json] = []

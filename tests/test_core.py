@@ -151,7 +151,7 @@ def test_merge_file_in_memory(tmp_path: Path) -> None:
 
 
 def test_layout_of_carried_symbols_is_cached_by_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from patch_queue.merge import fmt
+    from patch_queue.series import fmt
 
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
     text = "class Runner(Base):\n    def first(self, a,\n              b):\n        return f(a,\n                 b)\n"

@@ -22,7 +22,7 @@ import pytest
 
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Culprit
-from patch_queue.sources.culprits import CulpritFinder, normalize, parse_pr
+from patch_queue.series.culprits import CulpritFinder, normalize, parse_pr
 from patch_queue.sources.snapshot import open_git
 
 PATH = "vllm_ascend/worker/model_runner_v1.py"
@@ -265,8 +265,8 @@ def test_annotate_keeps_its_answers_in_the_cache(
     upstream: UpstreamGit, pq_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from patch_queue.merge.conflict import Conflict
+    from patch_queue.series import culprits
     from patch_queue.series.queue import UpstreamPin
-    from patch_queue.sources import culprits
 
     shutil.rmtree(pq_cache / "derived" / "culprits", ignore_errors=True)
     old, new = RANGES["2026-03"]

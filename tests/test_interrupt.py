@@ -1,7 +1,7 @@
 """Interruption: a command SIGKILLed at any point leaves the old state or the new one, never a mix.
 
 Each test runs the real command line in a subprocess with ``PQ_TEST_KILL_AT=<point>``
-(:func:`patch_queue.project.fsutil.kill_point`), checks that it died there (exit -9), and then compares
+(:func:`patch_queue.fsutil.kill_point`), checks that it died there (exit -9), and then compares
 everything a command may touch (every file of the project, every ref, ``git status``, the files of
 ``.git/pq/``) with snapshots of an uninterrupted run: before the killed command (after `pq abort`,
 or untouched when it died before writing) and after it (after `pq continue`, or after running it

@@ -14,8 +14,8 @@ from conftest import copy_project, new_project, pq
 from test_end_to_end import BASE_030, adopted_030  # noqa: F401  (shared module fixture)
 
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import read_folder
 from patch_queue.outputs import wheel
-from patch_queue.project.fsutil import read_folder
 from patch_queue.series.queue import Queue, UpstreamPin
 
 PUBLIC_030 = "cf0baa38dfb2aef4faf6baaaa97beb4ac974ae35"  # the public commit of BASE_030

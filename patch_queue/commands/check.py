@@ -12,9 +12,9 @@ from patch_queue.commands.write import (
     sync_stack,
 )
 from patch_queue.errors import PqError, QueueError
+from patch_queue.fsutil import read_folder
 from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
-from patch_queue.project.fsutil import read_folder
 from patch_queue.project.workspace import (
     Workspace,
 )

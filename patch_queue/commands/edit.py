@@ -15,9 +15,9 @@ from patch_queue.commands.write import (
     sync_stack,
 )
 from patch_queue.errors import PqError, QueueError
+from patch_queue.fsutil import read_folder
 from patch_queue.git.repo import Person
 from patch_queue.outputs import folder as output
-from patch_queue.project.fsutil import read_folder
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,

@@ -23,13 +23,13 @@ from patch_queue.commands.write import (
     sync_stack,
 )
 from patch_queue.errors import PqError, QueueError
+from patch_queue.fsutil import atomic_write, kill_point, read_folder
 from patch_queue.git.repo import Person, ProjectRepo
-from patch_queue.merge import anchors, checked, fmt
+from patch_queue.merge import anchors, checked
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
-from patch_queue.project.fsutil import atomic_write, kill_point, read_folder
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     REF_JOURNAL,
@@ -37,9 +37,8 @@ from patch_queue.project.workspace import (
     Workspace,
     stack_ref_updates,
 )
-from patch_queue.series import absorb, patchfile, replay, rerere, stack
+from patch_queue.series import absorb, culprits, fmt, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue
-from patch_queue.sources import culprits
 from patch_queue.sources.snapshot import Snapshot, resolve_upstream
 
 

@@ -17,12 +17,12 @@ from patch_queue.commands.write import (
     out_edits,
 )
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import read_folder
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
 from patch_queue.project import journal as journal_mod
 from patch_queue.project import refresh_state
-from patch_queue.project.fsutil import read_folder
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     REF_JOURNAL,

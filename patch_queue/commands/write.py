@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import atomic_write
 from patch_queue.outputs import folder as output
 from patch_queue.outputs import wheel
 from patch_queue.progress import Progress
 from patch_queue.project import refresh_state
-from patch_queue.project.fsutil import atomic_write
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,

@@ -23,9 +23,9 @@ from pathlib import Path
 import pygit2
 
 from patch_queue.errors import SourceError
+from patch_queue.fsutil import atomic_write
 from patch_queue.git import command
 from patch_queue.progress import Progress, bar, say
-from patch_queue.project.fsutil import atomic_write
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import read_folder
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.project.fsutil import read_folder
 from patch_queue.project.journal import Writes
 from patch_queue.series.stack import sha256
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import atomic_write, kill_point
 from patch_queue.git.repo import Person
-from patch_queue.project.fsutil import atomic_write, kill_point
 from patch_queue.project.workspace import JOURNAL_FILE, REF_JOURNAL, Workspace
 
 VERSION = 1

@@ -25,7 +25,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from patch_queue.merge import fmt, symbols
+from patch_queue.merge import symbols
+from patch_queue.series import fmt
 from patch_queue.series.queue import Module
 
 UPSTREAM_FILE = "vllm_ascend/worker/model_runner_v1.py"

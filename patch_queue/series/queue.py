@@ -54,7 +54,7 @@ Format 1 (no ``[projection]`` table) is still read: its projection is the upstre
 Formats 1 and 2 have no lineage: pq adds one (an ``import`` step of the bodies in ``patches/``)
 at its next write, and ``pq reproduce`` refuses them.  The format version is checked first: a
 newer version is refused, never half-read.  Writes go through
-:func:`patch_queue.project.fsutil.atomic_write`.
+:func:`patch_queue.fsutil.atomic_write`.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class Queue:
     downstream_release: str
     package: str
     modules: tuple[Module, ...]
-    formatter: str = ""  # see patch_queue.merge.fmt
+    formatter: str = ""  # see patch_queue.series.fmt
     line_length: int = 120
     lineage: tuple[Step, ...] = ()  # () for formats 1 and 2
     build: dict[str, str] = field(default_factory=dict)  # module -> sha256 at the top of the series

@@ -23,8 +23,8 @@ from email.utils import parsedate_tz
 
 from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
-from patch_queue.merge import fmt, symbols
-from patch_queue.series import patchfile
+from patch_queue.merge import symbols
+from patch_queue.series import fmt, patchfile
 from patch_queue.series.queue import Module, Queue
 from patch_queue.sources import cache
 

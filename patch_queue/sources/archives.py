@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import SourceError
+from patch_queue.fsutil import atomic_write
 from patch_queue.progress import Progress, say
-from patch_queue.project.fsutil import atomic_write
 from patch_queue.sources import registry
 from patch_queue.sources.cache import cache_dir
 

@@ -33,7 +33,7 @@ def cache_dir() -> Path:
 
 
 def code_stamp(*modules: str) -> str:
-    """A sha256 of pq's own source files (``"merge/fmt.py"``, ``"git/remote.py"``): derived results name the
+    """A sha256 of pq's own source files (``"series/fmt.py"``, ``"git/remote.py"``): derived results name the
     code that made them, so a changed pq never reads a stale one."""
     here = Path(__file__).parents[1]
     return hashlib.sha256(b"".join((here / name).read_bytes() for name in modules)).hexdigest()
@@ -54,7 +54,7 @@ def read_sealed(path: Path) -> bytes | None:
 def write_sealed(path: Path, body: bytes) -> bool:
     """Write a cache file as its sha256, a newline and ``body``, atomically; False when it cannot be
     written (a read-only cache is only slower)."""
-    from patch_queue.project.fsutil import atomic_write
+    from patch_queue.fsutil import atomic_write
 
     try:
         atomic_write(path, hashlib.sha256(body).hexdigest().encode() + b"\n" + body)

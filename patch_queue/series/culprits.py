@@ -169,7 +169,7 @@ def annotate(
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
     cache: dict[tuple[str, str], tuple[Culprit, ...]] = {}
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
-    code = code_stamp("sources/culprits.py", "git/remote.py")
+    code = code_stamp("series/culprits.py", "git/remote.py")
     out = []
     for entry in found:
         before, after = entry.base or "", entry.ours or ""

@@ -160,4 +160,4 @@ def tool_stamp() -> str:
         binary = f"{_ruff_bin()} {st.st_size} {st.st_mtime_ns}"
     except (OSError, PqError):
         binary = "no ruff"
-    return binary + " " + code_stamp("merge/fmt.py", "merge/symbols.py", "series/stack.py")
+    return binary + " " + code_stamp("series/fmt.py", "merge/symbols.py", "series/stack.py")
