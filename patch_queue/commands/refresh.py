@@ -28,7 +28,7 @@ from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.merge import anchors, checked
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
-from patch_queue.progress import Progress, say
+from patch_queue.progress import Bar, Progress, bar, say
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
@@ -113,17 +113,18 @@ def do_refresh(
     new_base = stack.base_commit(ws.repo, target, projection)
     labels = (f"base {loaded.queue.upstream.label}", f"upstream {snapshot.label}")
     store = rerere.Store(ws.repo)
-    results = replay.replay(
-        ws.repo,
-        loaded.patches,
-        new_base,
-        labels=labels,
-        stop=not no_stop,
-        progress=_killable(on_patch),
-        normalize=normalizer(target, ws.repo, loaded.patches),
-        recorded=store.lookup,
-        edited=edit_lookup(ws, store, target),
-    )
+    with bar(f"Replaying onto {snapshot.label}") as shown:
+        results = replay.replay(
+            ws.repo,
+            loaded.patches,
+            new_base,
+            labels=labels,
+            stop=not no_stop,
+            progress=_killable(on_patch, shown, len(loaded.patches)),
+            normalize=normalizer(target, ws.repo, loaded.patches),
+            recorded=store.lookup,
+            edited=edit_lookup(ws, store, target),
+        )
     removed = list(projection.missing)
     orig = {
         k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH) and k not in (rerere.REF, REF_JOURNAL)
@@ -399,10 +400,18 @@ def _merge_edits(
     return out
 
 
-def _killable(on_patch: Callable[[replay.PatchResult], None] | None) -> Callable[[replay.PatchResult], None]:
-    """``on_patch`` with the interruption tests' kill point between two patches of a replay."""
+def _killable(
+    on_patch: Callable[[replay.PatchResult], None] | None, shown: Bar | None = None, total: int = 0
+) -> Callable[[replay.PatchResult], None]:
+    """``on_patch`` with the interruption tests' kill point between two patches of a replay, moving
+    ``shown`` (a progress bar over ``total`` patches) one patch on."""
+    done = 0
 
     def each(result: replay.PatchResult) -> None:
+        nonlocal done
+        done += 1
+        if shown is not None:
+            shown.update(done, total)
         if on_patch is not None:
             on_patch(result)
         kill_point("between-patches")
