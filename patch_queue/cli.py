@@ -246,14 +246,13 @@ AnnotationsOpt = Annotated[
 
 def _write_reports(outcome: RefreshOutcome, report: Path | None, markdown: Path | None, annotations: bool) -> None:
     from patch_queue.commands import refresh
+    from patch_queue.fsutil import atomic_write, json_bytes
     from patch_queue.outputs import report as render
 
     data = refresh.report_json(outcome)
     if report is not None:
-        refresh.write_report(report, data)
+        atomic_write(report, json_bytes(data))
     if markdown is not None:
-        from patch_queue.fsutil import atomic_write
-
         atomic_write(markdown, render.markdown(data).encode("utf-8"))
     if annotations:
         for line in render.annotations(data):
@@ -327,17 +326,16 @@ def check(
     """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit."""
 
     def body() -> int:
-        import json
 
         from patch_queue.commands import check
         from patch_queue.errors import EXIT_ERROR, EXIT_OK
-        from patch_queue.fsutil import atomic_write
+        from patch_queue.fsutil import atomic_write, json_bytes
 
         ws = _ws()
         with _locked(ws, "check"):
             result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
         if json_out is not None:
-            atomic_write(json_out, (json.dumps(result.as_json(), indent=2, sort_keys=True) + "\n").encode())
+            atomic_write(json_out, json_bytes(result.as_json()))
         _print_check(ws, result)
         return EXIT_ERROR if result.errors else EXIT_OK
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import tempfile
@@ -63,3 +64,8 @@ def read_folder(root: Path) -> dict[str, bytes]:
         if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
             out[path.relative_to(root).as_posix()] = path.read_bytes()
     return out
+
+
+def json_bytes(data: object, *, indent: int = 2) -> bytes:
+    """The bytes of every JSON file pq writes: keys sorted, indented, a final newline."""
+    return (json.dumps(data, indent=indent, sort_keys=True) + "\n").encode("utf-8")

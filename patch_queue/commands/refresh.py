@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.commands.adopt import portable_spec
@@ -23,7 +21,7 @@ from patch_queue.commands.write import (
     sync_stack,
 )
 from patch_queue.errors import PqError, QueueError
-from patch_queue.fsutil import atomic_write, kill_point, read_folder
+from patch_queue.fsutil import kill_point, read_folder
 from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.merge import anchors, checked
 from patch_queue.merge.conflict import Conflict
@@ -441,7 +439,3 @@ def report_json(outcome: RefreshOutcome) -> dict[str, object]:
         "finished": outcome.finished,
         "stopped_at": outcome.stopped_at,
     }
-
-
-def write_report(path: Path, data: dict[str, object]) -> None:
-    atomic_write(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())

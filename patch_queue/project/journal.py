@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import atomic_write, kill_point
+from patch_queue.fsutil import atomic_write, json_bytes, kill_point
 from patch_queue.git.repo import Person
 from patch_queue.project.workspace import JOURNAL_FILE, REF_JOURNAL, Workspace
 
@@ -138,7 +138,7 @@ class Writes:
             "refs": [{"ref": k, "old": o, "new": n} for k, (o, n) in refs.items()],
         }
         path = self.ws.state_dir / JOURNAL_FILE
-        atomic_write(path, (json.dumps(journal, indent=1, sort_keys=True) + "\n").encode(), durable=True)
+        atomic_write(path, json_bytes(journal, indent=1), durable=True)
         kill_point("after-journal")
         _apply(self.ws, files, refs, forward=True, message=f"pq {self.command}")
         path.unlink()

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import json_bytes
 from patch_queue.merge.conflict import Conflict
 from patch_queue.project.workspace import Workspace
 from patch_queue.series.queue import Queue, parse_queue
@@ -70,7 +71,7 @@ class RefreshState:
         }
 
     def bytes(self) -> bytes:
-        return (json.dumps(self.as_json(), indent=2, sort_keys=True) + "\n").encode()
+        return json_bytes(self.as_json())
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> RefreshState:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 
+from patch_queue.fsutil import json_bytes
 from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.series.stack import sha256
 
@@ -73,7 +74,7 @@ class Store:
             if before != after
         }
         return self._put(
-            {path: (json.dumps(e, indent=1, sort_keys=True) + "\n").encode("utf-8") for path, e in entries.items()},
+            {path: json_bytes(e, indent=1) for path, e in entries.items()},
             message,
             move=False,
         )
@@ -107,7 +108,7 @@ class Store:
         new = {}
         for entry in entries:
             key = str(entry["key"])
-            new[f"{key[:2]}/{key}.json"] = (json.dumps(entry, indent=1, sort_keys=True) + "\n").encode("utf-8")
+            new[f"{key[:2]}/{key}.json"] = json_bytes(entry, indent=1)
         return self._put(new, message, move=move)
 
 
