@@ -249,7 +249,7 @@ class StepInfo:
 def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes, step: StepInfo) -> None:
     """Export every patch, then series and queue.toml (its lineage one step on); drop old patch files no
     longer in the series."""
-    exported = {name: stack.export_patch(ws.repo, commit) for name, commit in loaded.patches}
+    exported = stack.export_series(ws.repo, loaded.patches)
     root = ws.queue_dir.root
     # only files the old series listed are pq's to drop; an unlisted one is a maintainer's work in progress
     try:
@@ -751,7 +751,7 @@ def _merge_edits(
     for (name, old_commit), (_name, commit) in zip(old, final, strict=True):
         merged = replay.replay_patch(ws.repo, name, old_commit, parent, labels=labels, normalize=normalize)
         if merged.commit != commit:
-            before, after = stack.export_patch(ws.repo, merged.commit), stack.export_patch(ws.repo, commit)
+            before, after = stack.export_patches(ws.repo, [merged.commit, commit])
             if before != after:
                 out.append((name, before, after))
         parent = commit
@@ -1089,8 +1089,8 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
 def _write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int, command: str) -> None:
     """Write an edited series: bodies, refs, the output folder, and a lineage step whose changed bodies
     are recorded edits (so the step is reproducible without the bodies)."""
-    old_bodies = {n: stack.export_patch(ws.repo, c) for n, c in old.patches}
-    changes = [(n, old_bodies.get(n, b""), stack.export_patch(ws.repo, c)) for n, c in new.patches]
+    old_bodies = stack.export_series(ws.repo, old.patches)
+    changes = [(n, old_bodies.get(n, b""), body) for n, body in stack.export_series(ws.repo, new.patches).items()]
     changes = [(n, before, after) for n, before, after in changes if before != after]
     store = rerere.Store(ws.repo)
     store.record_edits(changes, f"pq {command}: edits recorded\n")
