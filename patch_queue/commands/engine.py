@@ -720,8 +720,11 @@ def edit_lookup(ws: Workspace, store: rerere.Store, queue: Queue) -> replay.Edit
     """Recorded edits of a patch's merge result, as the commit they make (see rerere.Store.lookup_edit)."""
     if not store.has_edits():
         return None
+    patches = store.edited_patches()
 
     def edited(name: str, merged: str) -> str | None:
+        if name not in patches:  # then no edit is recorded for any body of it: skip writing this one
+            return None
         after = store.lookup_edit(name, stack.export_patch(ws.repo, merged))
         if after is None:
             return None
