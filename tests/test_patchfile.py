@@ -1,6 +1,6 @@
-"""patch_queue.series.patchfile against real git: render() must write what ``git format-patch`` writes,
-parse() must read it back, apply() must produce what git committed, and ``git am`` must accept the
-rendered files.  Every repository is a sealed temporary one (fixed HOME, no system config, fixed
+"""Patch files against real git: pq's export (stack.export_patch) must write what ``git format-patch``
+writes, parse() must read it back, apply() must produce what git committed, and ``git am`` must accept
+the exported files.  Every repository is a sealed temporary one (fixed HOME, no system config, fixed
 names, e-mails and dates)."""
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pygit2
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patch_queue.errors import PatchError
-from patch_queue.series.patchfile import PatchFile, apply, files_touched, parse, render, split_message
+from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.series import stack
+from patch_queue.series.patchfile import PatchFile, apply, check_message, files_touched, parse, split_message
 
 CORPUS = Path(os.environ.get("PQ_CORPUS", "/work/shared/corpus"))
 NPU_RUNNER = CORPUS / "vllm-omni-0.30.0" / "npu" / "npu_ar_model_runner.py"
@@ -94,6 +97,11 @@ class Repo:
 
     def tree(self, commit: str) -> str:
         return self.out("rev-parse", f"{commit}^{{tree}}").strip()
+
+
+def export(r: Repo, commit: str) -> bytes:
+    """The patch file pq writes for a commit of r."""
+    return stack.export_patch(ProjectRepo(r.path), commit)
 
 
 @pytest.fixture
@@ -206,7 +214,7 @@ CASES: dict[str, Callable[[Repo], str]] = {
 def check_against_git(r: Repo, commit: str, tmp_path: Path, *, keep_cr: bool = False) -> PatchFile:
     """All the properties, for one commit."""
     p = r.patchfile(commit)
-    rendered = render(p, commit_id=commit)
+    rendered = export(r, commit)
     assert rendered == r.format_patch(commit, "--no-signature")
 
     assert parse(rendered, path="x.patch") == p
@@ -243,7 +251,7 @@ def test_render_parse_apply_am_match_git(repo: Repo, tmp_path: Path, name: str) 
 def test_expected_layout(repo: Repo) -> None:
     """A readable spot check of the layout, beyond byte equality with git."""
     commit = case_multi_file(repo)
-    text = render(repo.patchfile(commit), commit_id=commit).decode()
+    text = export(repo, commit).decode()
     head, _, rest = text.partition("\n---\n")
     assert head.splitlines()[:4] == [
         f"From {commit} Mon Sep 17 00:00:00 2001",
@@ -298,11 +306,12 @@ def test_real_size_file(repo: Repo, tmp_path: Path) -> None:
     commit = repo.commit("npu: adjust the AR model runner for the new upstream\n\nMany small edits all over the file.")
     p = check_against_git(repo, commit, tmp_path)
     assert len(p.diff.splitlines()) > 200
-    assert " 2 files changed" in render(p, commit_id=commit).decode()
+    assert " 2 files changed" in export(repo, commit).decode()
 
 
 def test_binary_stat_matches_git(repo: Repo) -> None:
-    """render() decodes the sizes of GIT binary patches (literal and delta) for the "Bin" diffstat lines."""
+    """Binary patches are written as git writes them ("Bin" diffstat lines with the sizes, full index ids);
+    parse() refuses them."""
     rng = random.Random(7)
     blob = bytes(rng.randrange(256) for _ in range(6000)) + b"\0"
     repo.write("data.bin", blob)
@@ -312,9 +321,8 @@ def test_binary_stat_matches_git(repo: Repo) -> None:
     (repo.path / "small.bin").unlink()
     second = repo.commit("Change and delete binary files")
     for commit in (first, second):
-        p = repo.patchfile(commit)
-        assert render(p, commit_id=commit) == repo.format_patch(commit, "--no-signature")
-    assert b" data.bin  | Bin 6001 -> 6008 bytes\n" in render(repo.patchfile(second), commit_id=second)
+        assert export(repo, commit) == repo.format_patch(commit, "--no-signature")
+    assert b" data.bin  | Bin 6001 -> 6008 bytes\n" in export(repo, second)
     with pytest.raises(PatchError, match=r"^x\.patch:\d+: binary patch for data\.bin is not supported"):
         parse(repo.format_patch(second), path="x.patch")
 
@@ -340,8 +348,8 @@ def test_diffstat_layout_matches_git(repo: Repo) -> None:
                 repo.git("mv", src, dst)
         commit = repo.commit(f"Change {n}")
         p = repo.patchfile(commit)
-        assert render(p, commit_id=commit) == repo.format_patch(commit, "--no-signature")
-        assert parse(render(p, commit_id=commit), path="x.patch") == p
+        assert export(repo, commit) == repo.format_patch(commit, "--no-signature")
+        assert parse(export(repo, commit), path="x.patch") == p
 
 
 def test_headers_match_git(repo: Repo) -> None:
@@ -359,7 +367,7 @@ def test_headers_match_git(repo: Repo) -> None:
         repo.write("a.txt", b"%d\n" % i)
         commit = repo.commit(subject + "\n\nbody", author=authors[i % len(authors)])
         p = repo.patchfile(commit)
-        rendered = render(p, commit_id=commit)
+        rendered = export(repo, commit)
         assert rendered == repo.format_patch(commit, "--no-signature")
         assert parse(rendered, path="x.patch") == p
 
@@ -371,7 +379,7 @@ def test_headers_match_git(repo: Repo) -> None:
 @pytest.fixture
 def modified(repo: Repo) -> tuple[Repo, str, bytes]:
     commit = case_modify(repo)
-    return repo, commit, render(repo.patchfile(commit), commit_id=commit)
+    return repo, commit, export(repo, commit)
 
 
 def line_of(data: bytes, prefix: bytes, nth: int = 1) -> int:
@@ -531,7 +539,7 @@ def test_binary_patches_are_refused(repo: Repo) -> None:
     )
 
 
-def test_render_refuses_what_git_am_would_misread(modified: tuple[Repo, str, bytes]) -> None:
+def test_export_refuses_what_git_am_would_misread(modified: tuple[Repo, str, bytes]) -> None:
     repo, commit, data = modified
     p = parse(data, path="x.patch")
     bad = [
@@ -539,13 +547,48 @@ def test_render_refuses_what_git_am_would_misread(modified: tuple[Repo, str, byt
         PatchFile(p.subject, "Date: tomorrow", p.author, p.date, p.diff),
         PatchFile("two\nlines", "", p.author, p.date, p.diff),
         PatchFile(p.subject, "", "no email", p.date, p.diff),
-        PatchFile(p.subject, "", p.author, p.date, "not a diff\n"),
     ]
     for q in bad:
         with pytest.raises(PatchError):
-            render(q, commit_id=commit)
-    with pytest.raises(PatchError):
-        render(p, commit_id="HEAD")
+            check_message(q.subject, q.description, q.author)
+    repo.write("a.txt", b"cut\n")
+    cut = repo.commit("A subject\n\ntext\n---\nmore")
+    with pytest.raises(PatchError, match=r"^description line 2 '---' would end the commit message for git am$"):
+        export(repo, cut)
+    repo.git("commit", "-q", "--allow-empty", "-m", "Nothing")  # format-patch has no form for an empty patch
+    with pytest.raises(PatchError, match=r"^<diff>:1: the diff does not start with a 'diff --git' line$"):
+        export(repo, repo.out("rev-parse", "HEAD").strip())
+
+
+def test_export_of_a_blank_message(repo: Repo) -> None:
+    """git writes "Subject: [PATCH]" for a blank message; pq keeps the space its own writer put after the tag."""
+    repo.write("a.txt", b"blank\n")
+    repo.git("commit", "-q", "-a", "--allow-empty-message", "-m", " ")
+    commit = repo.out("rev-parse", "HEAD").strip()
+    data = export(repo, commit)
+    assert data == repo.format_patch(commit, "--no-signature").replace(b"Subject: [PATCH]\n", b"Subject: [PATCH] \n")
+    assert parse(data, path="x.patch").subject == ""
+
+
+def test_export_ignores_the_maintainers_git_config(repo: Repo) -> None:
+    """The bytes depend on the commits alone: not on config that changes what format-patch writes."""
+    first = case_modify(repo)
+    second = case_multi_file(repo)
+    expected = [repo.format_patch(c, "--no-signature") for c in (first, second)]
+    for key, value in [
+        ("diff.noprefix", "true"),
+        ("diff.algorithm", "histogram"),
+        ("diff.renames", "false"),
+        ("core.abbrev", "12"),
+        ("format.signature", "sig"),
+        ("format.numbered", "true"),
+        ("format.subjectPrefix", "PQ"),
+        ("format.headers", "X-Extra: 1"),
+    ]:
+        repo.git("config", key, value)
+    (repo.path / ".gitattributes").write_text("*.py diff=python\n")
+    assert export(repo, first) == expected[0]
+    assert stack.export_patches(ProjectRepo(repo.path), [second, first, second]) == [expected[1], *expected]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -555,7 +598,7 @@ _FUZZ_SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check
 
 
 def parse_or_one_line_error(data: bytes, path: str = "fuzz.patch") -> PatchFile | None:
-    """Parse ``data``: it parses, or raises PatchError with one line naming ``path``; what parses, render,
+    """Parse ``data``: it parses, or raises PatchError with one line naming ``path``; what parses, check_message,
     files_touched and apply handle too (a one-line PatchError at worst).  Shared with test_properties."""
 
     def one_line(e: PatchError) -> None:
@@ -567,7 +610,7 @@ def parse_or_one_line_error(data: bytes, path: str = "fuzz.patch") -> PatchFile 
         one_line(e)
         return None
     try:
-        render(p, commit_id="0" * 40)
+        check_message(p.subject, p.description, p.author)
     except PatchError:
         pass
     try:
@@ -656,14 +699,43 @@ def test_parse_mutated_real_patch(real_patch: bytes, data: st.DataObject) -> Non
     description=st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\r"), max_size=200),
     name=st.text(st.characters(exclude_categories=["Cs"], exclude_characters="<>\n\r\t"), min_size=1, max_size=90),
 )
-def test_render_parse_round_trip(subject: str, description: str, name: str) -> None:
-    """parse(render(p)) == p for any subject, description and author that render() accepts."""
-    diff = "diff --git a/f b/f\nindex 1111111..2222222 100644\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n"
+def test_render_parse_round_trip(
+    round_trip_repo: tuple[ProjectRepo, str], subject: str, description: str, name: str
+) -> None:
+    """parse(export(commit)) == p for any subject, description and author that a commit carries and pq exports."""
+    diff = "diff --git a/f b/f\nindex 7898192..6178079 100644\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n"
     p = PatchFile(
         subject.strip(), description.rstrip("\n"), f"{name} <n@example.com>", "Thu, 1 Jan 1970 00:00:00 +0000", diff
     )
     try:
-        data = render(p, commit_id="f" * 40)
+        data = render(round_trip_repo, p)
     except PatchError:
         return
     assert parse(data, path="r.patch") == p
+
+
+@pytest.fixture(scope="module")
+def round_trip_repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[ProjectRepo, str]:
+    base = tmp_path_factory.mktemp("round-trip")
+    r = Repo(base / "repo", base / "home")
+    r.git("init", "-q", "-b", "main")
+    repo = ProjectRepo(r.path)
+    person = Person("pq", "pq@localhost", 0, 0)
+    return repo, repo.commit(repo.write_tree({"f": b"a\n"}), [], "base\n", person, person)
+
+
+def render(round_trip_repo: tuple[ProjectRepo, str], p: PatchFile) -> bytes:
+    """The patch pq writes for the commit it makes of p (f: a -> b), as an import would make it; PatchError
+    when pq refuses to export it or the commit cannot carry p as it is (a name git trims, a description
+    git's message layout normalises)."""
+    repo, parent = round_trip_repo
+    person = stack.parse_person(p.author, p.date, path="r.patch")
+    try:
+        commit = repo.commit(repo.write_tree({"f": b"b\n"}), [parent], stack.message_of(p), person, person)
+    except (ValueError, pygit2.GitError) as e:
+        raise PatchError(f"no commit carries {p.author!r}") from e
+    info = repo.commit_info(commit)
+    carried = (*split_message(info.message), f"{info.author.name} <{info.author.email}>")
+    if carried != (p.subject, p.description, p.author):
+        raise PatchError("the commit does not carry p as it is")
+    return stack.export_patch(repo, commit)

@@ -94,8 +94,8 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
 def _write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int, command: str) -> None:
     """Write an edited series: bodies, refs, the output folder, and a lineage step whose changed bodies
     are recorded edits (so the step is reproducible without the bodies)."""
-    old_bodies = {n: stack.export_patch(ws.repo, c) for n, c in old.patches}
-    changes = [(n, old_bodies.get(n, b""), stack.export_patch(ws.repo, c)) for n, c in new.patches]
+    old_bodies = stack.export_series(ws.repo, old.patches)
+    changes = [(n, old_bodies.get(n, b""), body) for n, body in stack.export_series(ws.repo, new.patches).items()]
     changes = [(n, before, after) for n, before, after in changes if before != after]
     store = rerere.Store(ws.repo)
     store.record_edits(changes, f"pq {command}: edits recorded\n")

@@ -360,8 +360,11 @@ def edit_lookup(ws: Workspace, store: rerere.Store, queue: Queue) -> replay.Edit
     """Recorded edits of a patch's merge result, as the commit they make (see rerere.Store.lookup_edit)."""
     if not store.has_edits():
         return None
+    patches = store.edited_patches()
 
     def edited(name: str, merged: str) -> str | None:
+        if name not in patches:  # then no edit is recorded for any body of it: skip writing this one
+            return None
         after = store.lookup_edit(name, stack.export_patch(ws.repo, merged))
         if after is None:
             return None
@@ -391,7 +394,7 @@ def _merge_edits(
     for (name, old_commit), (_name, commit) in zip(old, final, strict=True):
         merged = replay.replay_patch(ws.repo, name, old_commit, parent, labels=labels, normalize=normalize)
         if merged.commit != commit:
-            before, after = stack.export_patch(ws.repo, merged.commit), stack.export_patch(ws.repo, commit)
+            before, after = stack.export_patches(ws.repo, [merged.commit, commit])
             if before != after:
                 out.append((name, before, after))
         parent = commit

@@ -105,8 +105,8 @@ def do_reproduce(
             )
     final_stack = LoadedStack(queue, loaded.base, loaded.patches)
     writes = Writes(ws, "reproduce")
-    for name, commit in final_stack.patches:
-        writes.write(ws.queue_dir.root / name, stack.export_patch(ws.repo, commit), group="patches")
+    for name, body in stack.export_series(ws.repo, final_stack.patches).items():
+        writes.write(ws.queue_dir.root / name, body, group="patches")
     series = ws.queue_dir.series_path
     if not series.is_file() or parse_series(series.read_text(encoding="utf-8", errors="replace")) != final_stack.names:
         writes.write(ws.queue_dir.series_path, render_series(final_stack.names).encode(), group="patches")
@@ -132,7 +132,7 @@ def _check(step: Step, where: str, bodies: list[tuple[str, bytes]], why: str) ->
 
 
 def _bodies(ws: Workspace, patches: list[tuple[str, str]]) -> list[tuple[str, bytes]]:
-    return [(n, stack.export_patch(ws.repo, c)) for n, c in patches]
+    return list(stack.export_series(ws.repo, patches).items())
 
 
 def _adopt(

@@ -56,7 +56,7 @@ class StepInfo:
 def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes, step: StepInfo) -> None:
     """Export every patch, then series and queue.toml (its lineage one step on); drop old patch files no
     longer in the series."""
-    exported = {name: stack.export_patch(ws.repo, commit) for name, commit in loaded.patches}
+    exported = stack.export_series(ws.repo, loaded.patches)
     root = ws.queue_dir.root
     # only files the old series listed are pq's to drop; an unlisted one is a maintainer's work in progress
     try:

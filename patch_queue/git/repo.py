@@ -12,6 +12,9 @@ Invariants:
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from pygit2 import ffi
 from pygit2.enums import FileMode
 
 from patch_queue.errors import PqError, QueueError
-from patch_queue.git import diff
+from patch_queue.git import command, diff
 
 REF_PREFIX = "refs/pq/"
 
@@ -249,11 +252,47 @@ class ProjectRepo:
         """The changed line ranges of ``old`` -> ``new`` (see :func:`patch_queue.git.diff.line_hunks`)."""
         return diff.line_hunks(old, new)
 
-    def diff_trees(self, old: str, new: str, context: int = 3) -> str:
-        a = self._repo[old].peel(pygit2.Tree)
-        b = self._repo[new].peel(pygit2.Tree)
-        diff = a.diff_to_tree(b, context_lines=context, interhunk_lines=0)
-        return _git_compatible(diff.patch or "")
+    def format_patches(self, commits: list[str]) -> dict[str, bytes]:
+        """What ``git format-patch`` writes for each commit (against its first parent), from one git run.
+
+        git reads this repository's objects through a scratch git directory and no configuration at
+        all (system, global, repository, attributes, mailmap), so the text depends on the commits
+        alone.  The ``index`` lines of text files carry 7-digit ids: git would lengthen one that is
+        ambiguous among the objects of this clone, and a patch must read the same in every clone.
+        """
+        ids = list(dict.fromkeys(commits))
+        if not ids:
+            return {}
+        with tempfile.TemporaryDirectory(prefix="pq-format-") as scratch:
+            (Path(scratch) / "refs").mkdir()
+            (Path(scratch) / "HEAD").write_text("ref: refs/heads/main\n")
+            (Path(scratch) / "config").write_text("[core]\n\tbare = true\n")
+            env = {
+                "GIT_DIR": scratch,
+                "GIT_OBJECT_DIRECTORY": str(self._objects_dir()),
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_CONFIG_GLOBAL": os.devnull,
+                "GIT_CONFIG_PARAMETERS": "",
+                "GIT_CONFIG_COUNT": "0",
+                "HOME": scratch,
+                "XDG_CONFIG_HOME": scratch,
+            }
+            # one commit given alone would mean "every commit since"; --no-walk with the count means just these
+            args = ["--no-signature", "--no-numbered", "--full-index", "--no-walk=unsorted", f"--max-count={len(ids)}"]
+            out = command.run(scratch, "format-patch", "--stdout", *args, *ids, env=env)
+        starts: dict[int, str] = {}  # where each patch starts, by its "From <id>" line
+        for m in _MBOX_FROM.finditer(out):
+            oid = m.group(1).decode()
+            if oid in ids and oid not in starts.values():
+                starts[m.start()] = oid
+        at = sorted(starts)
+        if len(at) != len(ids) or any(out[a - 2 : a] != b"\n\n" for a in at[1:]):  # a blank line between two
+            raise PqError(f"git format-patch wrote {len(at)} patches for {len(ids)} commits", path=str(self.gitdir))
+        return {starts[a]: _short_ids(out[a:b]) for a, b in zip(at, [*(a - 1 for a in at[1:]), len(out)], strict=True)}
+
+    def _objects_dir(self) -> Path:
+        common = self.gitdir / "commondir"  # a linked work tree keeps its objects in the main repository
+        return (self.gitdir / common.read_text().strip() if common.is_file() else self.gitdir) / "objects"
 
     def merge_file(
         self, base: bytes, ours: bytes, theirs: bytes, *, labels: tuple[str, str, str], path: str
@@ -290,13 +329,13 @@ class ProjectRepo:
     # ---- work tree -----------------------------------------------------------------------
 
 
-def _git_compatible(patch: str) -> str:
-    """libgit2 writes ``---``/``+++`` lines for a file section without hunks (an empty new file); git does not."""
-    sections = patch.split("\ndiff --git ")
-    out = []
-    for i, section in enumerate(sections):
-        if "\n@@ " not in section and "\nBinary files " not in section and "GIT binary patch" not in section:
-            lines = section.split("\n")
-            section = "\n".join(line for line in lines if not line.startswith(("--- ", "+++ ")))
-        out.append(section if i == 0 else "diff --git " + section)
-    return "\n".join(out)
+_MBOX_FROM = re.compile(rb"^From ([0-9a-f]{40,64}) Mon Sep 17 00:00:00 2001$", re.MULTILINE)
+_FULL_INDEX = re.compile(rb"^(index [0-9a-f]{7})[0-9a-f]*\.\.([0-9a-f]{7})[0-9a-f]*", re.MULTILINE)
+
+
+def _short_ids(patch: bytes) -> bytes:
+    """The ``index`` lines of a ``--full-index`` patch cut to 7-digit ids, except for binary files (as git
+    writes them by default).  A line of the diff that starts with ``index`` can only be such a header."""
+    head, *files = patch.split(b"\ndiff --git ")
+    files = [f if b"\nGIT binary patch\n" in f else _FULL_INDEX.sub(rb"\1..\2", f) for f in files]
+    return b"\ndiff --git ".join([head, *files])

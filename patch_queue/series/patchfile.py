@@ -1,50 +1,44 @@
 """Patch files of the queue: one commit per file, in the mbox layout of ``git format-patch``.
 
-This module is pure: no git, no file system.  Callers pass bytes and text in and get bytes,
-text and :class:`PatchFile` values out.
-
-The format (what ``git format-patch -1 --no-signature --stdout`` writes with default settings)::
+git writes them: :meth:`patch_queue.git.repo.ProjectRepo.format_patches` runs ``git format-patch``
+for a whole series at once.  This module does what git cannot do for pq, and it is pure (no git,
+no file system)::
 
     From <commit id> Mon Sep 17 00:00:00 2001
-    From: A U Thor <author@example.com>
-    Date: Thu, 1 Jan 1970 00:00:00 +0000
-    Subject: [PATCH] <subject>
-    MIME-Version: 1.0                                 } only when the subject or the
-    Content-Type: text/plain; charset=UTF-8           } description has non-ASCII
-    Content-Transfer-Encoding: 8bit                   } characters
+    From: A U Thor <author@example.com>               } RFC 2047 "Q" words if not ASCII,
+    Date: Thu, 1 Jan 1970 00:00:00 +0000              } folded at 78 columns
+    Subject: [PATCH] <subject>                        }
+    MIME-Version: 1.0 ...                             only for a non-ASCII message
     <blank line>
     <description lines, if any>
     ---
-     path/of/file.py | 12 +++++++-----             } diffstat, 72 columns wide
+     path/of/file.py | 12 +++++++-----                 the diffstat and summary (git's; not read)
      1 file changed, 7 insertions(+), 5 deletions(-)
-     create mode 100644 new/file                     } summary: create/delete/rename/copy/mode
     <blank line>
-    diff --git a/path/of/file.py b/path/of/file.py
-    ...                                              } the diff, git's unified format
+    diff --git a/path/of/file.py b/path/of/file.py    the diff, git's unified format
+    ...
+    -- (and the git version)                          a signature, accepted and ignored
 
-Header details follow git: a subject or author name with non-ASCII characters (or ``=?``) is
-RFC 2047 "Q"-encoded in words of at most 76 columns; plain subjects and names are folded at
-78 columns (continuation lines start with one space); an author name with one of
-``()<>[]:;@,."\\`` is written as an RFC 822 quoted string.  A signature ("-- " and the git
-version) is accepted on input and never written.
+- :func:`split_message` and :func:`check_message`, before git writes: the subject and description
+  format-patch prints for a commit message, and a refusal of what ``git am`` would not read back as
+  written: a description line where it stops reading the message (``---``, ``diff -``, ``Index:``),
+  a first description line it takes for an in-body header (``From:``, ``Subject:``, ``Date:``,
+  ``[PATCH]``), a subject that is not one line, an author that is not ``Name <email>``.
+- :func:`parse` reads what ``git format-patch`` writes for one commit (with or without signature
+  and diffstat, numbered or not) and refuses anything else with a :class:`PatchError` naming the
+  file and the 1-based line: a malformed header or hunk, a file name that is absolute, has ``..``
+  or points into ``.git``, text that is not UTF-8, CR LF line ends, binary patches (the queue keeps
+  text changes only).  The description ends, as for ``git am``, at the first line that is ``---``
+  (optionally followed by white space or a file name), starts with ``diff -`` or ``Index: ``.
+- :func:`apply` applies a diff exactly: every hunk must match at the line numbers in its header,
+  context and removed lines byte for byte (``\\r`` is content, line ends are never normalised;
+  ``\\ No newline at end of file`` is honoured).  There is no fuzz and no offset search.
 
-The diffstat is computed here from the diff text, exactly as git does it for format-patch:
-72 columns in all, file names abbreviated with ``...`` from the left, counts right-aligned, the
-``+``/``-`` bar scaled linearly when it would not fit, ``Bin X -> Y bytes`` for binary files
-(sizes decoded from the ``GIT binary patch`` data), ``a => b`` and ``dir/{a => b}`` for renames,
-C-style quoting of unusual file names (core.quotePath), then the totals line and the summary lines.
-
-:func:`parse` is the inverse of :func:`render`; it accepts what ``git format-patch`` writes for a
-single commit (with or without signature and diffstat) and refuses anything else with a
-:class:`PatchError` naming the file and the 1-based line.  Binary patches are refused: the
-queue stores text changes only.  The description ends, as for ``git am``, at the first line
-that is ``---`` (optionally followed by white space or a file name), starts with ``diff -`` or
-``Index: ``; :func:`render` refuses descriptions that ``git am`` would cut there or would read
-as in-body headers (a first line starting with ``From:``, ``Subject:``, ``Date:`` or ``[PATCH]``).
-
-:func:`apply` applies a diff exactly: every hunk must match at the line numbers in its header,
-context and removed lines byte for byte (``\\r`` is content, line ends are never normalised;
-``\\ No newline at end of file`` is honoured).  There is no fuzz and no offset search.
+Why not git or a library for these: ``git mailinfo`` and ``git apply --cached`` take one process per
+patch (a refresh reads the whole series) and their errors name neither the patch file's line nor
+the hunk; ``unidiff`` reads hunks, but leniently (an unknown header line becomes "patch info",
+quoted names stay quoted, copies are not understood) and its errors carry no line, so it would be
+a second parse next to the one that finds the line to name.
 """
 
 from __future__ import annotations
@@ -52,28 +46,19 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from patch_queue.errors import PatchError
 
-__all__ = ["PatchFile", "apply", "files_touched", "parse", "render", "split_message"]
+__all__ = ["PatchFile", "apply", "check_message", "files_touched", "parse", "split_message"]
 
-STAT_WIDTH = 72
-"""``git format-patch`` writes its diffstat for 72 columns (MAIL_DEFAULT_WRAP), whatever COLUMNS says."""
-
-_SUBJECT_PREFIX = "Subject: [PATCH] "
-_MAX_HEADER = 78  # per RFC 2822, as git's pretty.c
-_MAX_ENCODED = 76  # per RFC 2047
-_CHARSET = "UTF-8"
 _DIFF_LABEL = "<diff>"
-
 _SPACE = " \t\n\r"  # git's isspace()
-_COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _IDENT = re.compile(r"([^<>\n\r]+) <([^<>\n\r]*)>")
 _HEADER = re.compile(r"([!-9;-~]+):(.*)")
 _ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([qQbB])\?([^?\s]*)\?=")
+_Q_TEXT = re.compile(r"(?:[^=]|=[0-9A-Fa-f]{2})*")
 _HUNK = re.compile(r"@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@(?: .*)?")
 _MODE = r"([0-7]{6})"
 _INDEX = re.compile(r"index [0-9a-f]+\.\.[0-9a-f]+(?: [0-7]{6})?")
@@ -102,756 +87,36 @@ class PatchFile:
 
 
 # --------------------------------------------------------------------------------------------
-# The diff model, shared by render (diffstat), parse (validation), files_touched and apply.
+# Before git writes a patch.
 
 
-@dataclass
-class _Line:
-    tag: str  # " ", "-" or "+"
-    text: str
-    eol: bool = True  # False after "\ No newline at end of file"
+def split_message(message: str) -> tuple[str, str]:
+    """Splits a commit message into (subject, description) the way ``git format-patch`` prints them.
 
-
-@dataclass
-class _Hunk:
-    number: int
-    line: int
-    header: str
-    old_start: int
-    old_count: int
-    new_start: int
-    new_count: int
-    lines: list[_Line] = field(default_factory=list)
-
-
-@dataclass
-class _FileDiff:
-    line: int
-    old_path: str | None = None
-    new_path: str | None = None
-    kind: str = "modify"  # modify, add, delete, rename, copy
-    old_mode: str | None = None
-    new_mode: str | None = None
-    similarity: int | None = None
-    dissimilarity: int | None = None
-    binary: bool = False
-    binary_sizes: tuple[int, int] | None = None  # (old, new) when the data is in the patch
-    hunks: list[_Hunk] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        """The path that names the file in messages: the new one, or the old one if deleted."""
-        return self.new_path or self.old_path or "?"
-
-
-class _DiffParser:
-    """Parses ``lines[start:]`` as a sequence of git diffs; stops at the first line that is not part of one."""
-
-    def __init__(self, lines: list[str], *, path: str, first_line: int, allow_binary: bool) -> None:
-        self.lines = lines
-        self.path = path
-        self.first_line = first_line  # line number of lines[0]
-        self.allow_binary = allow_binary
-        self.i = 0
-
-    def error(self, message: str, index: int | None = None) -> PatchError:
-        at = self.i if index is None else index
-        return PatchError(message, path=self.path, line=self.first_line + at)
-
-    def peek(self) -> str | None:
-        return self.lines[self.i] if self.i < len(self.lines) else None
-
-    def parse(self, start: int) -> tuple[list[_FileDiff], int]:
-        self.i = start
-        files: list[_FileDiff] = []
-        while True:
-            line = self.peek()
-            if line is None or not line.startswith("diff --git "):
-                return files, self.i
-            files.append(self.file_diff())
-
-    def file_diff(self) -> _FileDiff:
-        fd = _FileDiff(line=self.first_line + self.i)
-        git_names = self.git_names(self.lines[self.i])
-        self.i += 1
-        new_mode_file = deleted_mode_file = False
-        rename: list[str | None] = [None, None]
-        copy: list[str | None] = [None, None]
-        minus: str | None = None
-        plus: str | None = None
-        has_minus = False
-        while (line := self.peek()) is not None:
-            if line.startswith("diff --git ") or line.startswith("@@"):
-                if line.startswith("@@"):
-                    raise self.error(f"hunk without '---'/'+++' lines in the diff for {_shown(git_names)}")
-                break
-            if line.startswith("--- "):
-                has_minus = True
-                minus = self.file_name(line[4:], "a/")
-                self.i += 1
-                nxt = self.peek()
-                if nxt is None or not nxt.startswith("+++ "):
-                    raise self.error(f"'---' line without a '+++' line in the diff for {_shown(git_names)}")
-                plus = self.file_name(nxt[4:], "b/")
-                self.i += 1
-                break
-            if line == "GIT binary patch" or line.startswith("Binary files "):
-                name = _shown(git_names)
-                if not self.allow_binary:
-                    raise self.error(f"binary patch for {name} is not supported (pq keeps text changes only)")
-                fd.binary = True
-                if line == "GIT binary patch":
-                    self.i += 1
-                    fd.binary_sizes = self.binary_data(name)
-                else:
-                    self.i += 1
-                break
-            if line in ("", "-- "):
-                break
-            m: re.Match[str] | None
-            if m := re.fullmatch("old mode " + _MODE, line):
-                fd.old_mode = m.group(1)
-            elif m := re.fullmatch("new mode " + _MODE, line):
-                fd.new_mode = m.group(1)
-            elif m := re.fullmatch("new file mode " + _MODE, line):
-                fd.new_mode = m.group(1)
-                new_mode_file = True
-            elif m := re.fullmatch("deleted file mode " + _MODE, line):
-                fd.old_mode = m.group(1)
-                deleted_mode_file = True
-            elif m := re.fullmatch(r"(similarity|dissimilarity) index (\d{1,3})%", line):
-                if m.group(1) == "similarity":
-                    fd.similarity = int(m.group(2))
-                else:
-                    fd.dissimilarity = int(m.group(2))
-            elif m := re.fullmatch(r"(rename|copy) (from|to) (.+)", line):
-                target = rename if m.group(1) == "rename" else copy
-                target[0 if m.group(2) == "from" else 1] = self.file_name(m.group(3), "")
-            elif _INDEX.fullmatch(line):
-                pass
-            else:
-                raise self.error(f"unexpected line in the header of the diff for {_shown(git_names)}")
-            self.i += 1
-
-        # Work out the kind and the paths, and check that every source of names agrees.
-        if (rename[0] is None) != (rename[1] is None) or (copy[0] is None) != (copy[1] is None):
-            raise self.error(
-                f"incomplete rename/copy header in the diff for {_shown(git_names)}", fd.line - self.first_line
-            )
-        is_add = new_mode_file or (has_minus and minus is None)
-        is_delete = deleted_mode_file or (has_minus and plus is None)
-        renamed = rename[0] is not None or copy[0] is not None
-        if (
-            (is_add and is_delete)
-            or (has_minus and minus is None and plus is None)
-            or (renamed and (is_add or is_delete))
-        ):
-            raise self.error(f"contradictory header in the diff for {_shown(git_names)}", fd.line - self.first_line)
-        if has_minus and ((new_mode_file and minus is not None) or (deleted_mode_file and plus is not None)):
-            raise self.error(f"contradictory header in the diff for {_shown(git_names)}", fd.line - self.first_line)
-        if rename[0] is not None:
-            fd.kind, fd.old_path, fd.new_path = "rename", rename[0], rename[1]
-        elif copy[0] is not None:
-            fd.kind, fd.old_path, fd.new_path = "copy", copy[0], copy[1]
-        elif has_minus:
-            fd.old_path, fd.new_path = minus, plus
-        elif git_names is not None:
-            fd.old_path, fd.new_path = git_names
-        else:
-            raise self.error("cannot tell the file name from the 'diff --git' line", fd.line - self.first_line)
-        if is_add:
-            fd.kind, fd.old_path = "add", None
-        elif is_delete:
-            fd.kind, fd.new_path = "delete", None
-        if has_minus and renamed and (minus, plus) != (fd.old_path, fd.new_path):
-            raise self.error(f"the '---'/'+++' names disagree with the header of the diff for {fd.name}")
-        if git_names is not None:
-            a, b = git_names
-            if a != (fd.old_path or fd.new_path) or b != (fd.new_path or fd.old_path):
-                raise self.error(
-                    f"the 'diff --git' line disagrees with the file names in the diff for {fd.name}",
-                    fd.line - self.first_line,
-                )
-        if fd.kind == "modify" and fd.old_path != fd.new_path:
-            raise self.error(f"the '---' and '+++' names differ in the diff for {fd.name}")
-
-        if has_minus:
-            number = 0
-            while (line := self.peek()) is not None and line.startswith("@@"):
-                number += 1
-                fd.hunks.append(self.hunk(fd, number))
-            if not fd.hunks:
-                raise self.error(f"no hunk after the '---'/'+++' lines of the diff for {fd.name} (truncated patch?)")
-            if fd.kind == "add" and (fd.hunks[0].old_count or len(fd.hunks) > 1):
-                raise self.error(f"hunk 1 for {fd.name} does not create the file", fd.hunks[0].line - self.first_line)
-            if fd.kind == "delete" and (fd.hunks[-1].new_count or len(fd.hunks) > 1):
-                raise self.error(f"hunk 1 for {fd.name} does not delete the file", fd.hunks[0].line - self.first_line)
-        elif not fd.binary and fd.kind == "modify" and (fd.old_mode is None or fd.new_mode is None):
-            raise self.error(f"the diff for {fd.name} has no hunks (truncated patch?)", fd.line - self.first_line)
-        return fd
-
-    def hunk(self, fd: _FileDiff, number: int) -> _Hunk:
-        header = self.lines[self.i]
-        m = _HUNK.fullmatch(header)
-        if m is None:
-            raise self.error(f"malformed hunk header for {fd.name}")
-        old_start, new_start = int(m.group(1)), int(m.group(3))
-        old_count = 1 if m.group(2) is None else int(m.group(2))
-        new_count = 1 if m.group(4) is None else int(m.group(4))
-        h = _Hunk(number, self.first_line + self.i, header, old_start, old_count, new_start, new_count)
-        header_index = self.i
-        self.i += 1
-        old_left, new_left = old_count, new_count
-        mismatch = f"hunk {number} for {fd.name} does not match its header's line counts (truncated patch?)"
-        while True:
-            line = self.peek()
-            if line is not None and line.startswith("\\"):
-                if not h.lines or not h.lines[-1].eol:
-                    raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
-                h.lines[-1].eol = False
-                self.i += 1
-                continue
-            if old_left == 0 and new_left == 0:
-                break
-            if line is None:
-                raise self.error(mismatch, header_index)
-            tag = line[:1] or " "  # an empty line is an empty context line, as for git apply
-            if tag == " " and old_left and new_left:
-                old_left -= 1
-                new_left -= 1
-            elif tag == "-" and old_left:
-                old_left -= 1
-            elif tag == "+" and new_left:
-                new_left -= 1
-            else:
-                raise self.error(mismatch, header_index)
-            h.lines.append(_Line(tag, line[1:]))
-            self.i += 1
-        line = self.peek()
-        if line is not None and line[:1] in (" ", "+", "-") and line != "-- ":
-            raise self.error(mismatch, header_index)
-        # Only the last line of each side may lack its newline.
-        for side in ("-", "+"):
-            body = [x for x in h.lines if x.tag in (" ", side)]
-            if any(not x.eol for x in body[:-1]):
-                raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
-        return h
-
-    def binary_data(self, name: str) -> tuple[int, int]:
-        """Reads the forward and reverse blocks of a ``GIT binary patch``; returns (old size, new size)."""
-        blocks: list[tuple[str, int, bytes]] = []
-        while len(blocks) < 2:
-            line = self.peek()
-            m = re.fullmatch(r"(literal|delta) (\d{1,12})", line or "")
-            if m is None:
-                if blocks:
-                    break
-                raise self.error(f"corrupt binary patch for {name}")
-            start = self.i
-            self.i += 1
-            chunks: list[bytes] = []
-            while (line := self.peek()) is not None and line != "":
-                chunks.append(_base85_line(line, lambda: self.error(f"corrupt binary patch for {name}")))
-                self.i += 1
-            if line is None:
-                raise self.error(f"truncated binary patch for {name}")
-            self.i += 1  # the blank line that ends the block
-            try:
-                data = zlib.decompress(b"".join(chunks))
-            except zlib.error:
-                raise self.error(f"corrupt binary patch for {name}", start) from None
-            blocks.append((m.group(1), int(m.group(2)), data))
-        kind, size, data = blocks[0]
-        if kind == "literal":
-            new = size
-            old = None
-        else:
-            old, new = _delta_sizes(data, lambda: self.error(f"corrupt binary patch for {name}"))
-        if old is None and len(blocks) > 1:
-            kind, size, data = blocks[1]
-            old = (
-                size
-                if kind == "literal"
-                else _delta_sizes(data, lambda: self.error(f"corrupt binary patch for {name}"))[1]
-            )
-        return (old or 0, new)
-
-    def file_name(self, raw: str, prefix: str) -> str | None:
-        if prefix and raw.endswith("\t"):  # git adds a tab after names with a space in them
-            raw = raw[:-1]
-        if prefix and raw == "/dev/null":
-            return None
-        name = _unquote(raw, self.error) if raw.startswith('"') else raw
-        return self.strip_prefix(name, prefix)
-
-    def strip_prefix(self, name: str, prefix: str) -> str:
-        """Checks that name starts with prefix ("a/", "b/" or "") and that the rest is a safe relative path."""
-        if name.startswith("/"):
-            raise self.error(f"file name {name!r} is an absolute path")
-        if not name.startswith(prefix):
-            raise self.error(f"file name {name!r} does not start with {prefix!r}")
-        return self.check_path(name[len(prefix) :])
-
-    def check_path(self, name: str) -> str:
-        if name.startswith("/"):
-            raise self.error(f"file name {name!r} is an absolute path")
-        parts = name.split("/")
-        if any(p == ".." for p in parts):
-            raise self.error(f"file name {name!r} has a '..' component")
-        if any(p in ("", ".") for p in parts) or "\0" in name:
-            raise self.error(f"file name {name!r} is not a clean relative path")
-        if any(p.lower() == ".git" for p in parts):
-            raise self.error(f"file name {name!r} points into .git")
-        return name
-
-    def git_names(self, line: str) -> tuple[str, str] | None:
-        """The two names of a ``diff --git`` line, or None when unquoted names with spaces make it ambiguous."""
-        rest = line[len("diff --git ") :]
-        if rest.startswith('"'):
-            end = _quoted_end(rest)
-            if end is None or rest[end : end + 1] != " ":
-                raise self.error("malformed file name in the 'diff --git' line")
-            a = _unquote(rest[:end], self.error)
-            b_raw = rest[end + 1 :]
-            b = _unquote(b_raw, self.error) if b_raw.startswith('"') else b_raw
-        elif rest.endswith('"') and ' "' in rest:
-            cut = rest.index(' "')
-            a, b = rest[:cut], _unquote(rest[cut + 1 :], self.error)
-        else:
-            n = len(rest)
-            half = (n - 5) // 2
-            if (
-                n % 2 == 1
-                and rest.startswith("a/")
-                and rest[2 + half : 5 + half] == " b/"
-                and rest[2 : 2 + half] == rest[5 + half :]
-            ):
-                a, b = rest[: 2 + half], rest[3 + half :]
-            elif rest.count(" b/") == 1:
-                a, b = rest.split(" b/", 1)
-                b = "b/" + b
-            elif rest.count(" ") == 1:
-                a, b = rest.split(" ")
-            else:
-                self.strip_prefix(rest, "a/")  # at least refuse what is plainly wrong
-                return None
-        return self.strip_prefix(a, "a/"), self.strip_prefix(b, "b/")
-
-
-def _shown(names: tuple[str, str] | None) -> str:
-    return names[1] if names is not None else "?"
-
-
-def _base85_line(line: str, error: _ErrorFactory) -> bytes:
-    c = line[0]
-    if "A" <= c <= "Z":
-        n = ord(c) - ord("A") + 1
-    elif "a" <= c <= "z":
-        n = ord(c) - ord("a") + 27
-    else:
-        raise error()
-    body = line[1:]
-    if len(body) % 5 or len(body) // 5 * 4 < n:
-        raise error()
-    try:
-        return base64.b85decode(body)[:n]
-    except ValueError:
-        raise error() from None
-
-
-def _delta_sizes(data: bytes, error: _ErrorFactory) -> tuple[int, int]:
-    pos = 0
-    sizes: list[int] = []
-    for _ in range(2):
-        value = shift = 0
-        while True:
-            if pos >= len(data) or shift > 63:
-                raise error()
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        sizes.append(value)
-    return sizes[0], sizes[1]
-
-
-def _quoted_end(s: str) -> int | None:
-    """Index just past the closing quote of the C-quoted string at the start of s."""
-    i = 1
-    while i < len(s):
-        if s[i] == "\\":
-            i += 2
-        elif s[i] == '"':
-            return i + 1
-        else:
-            i += 1
-    return None
-
-
-_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
-
-
-def _unquote(s: str, error: _ErrorFactory) -> str:
-    """Undoes git's C-style quoting of a file name ("caf\\303\\251")."""
-    if len(s) < 2 or not s.startswith('"') or _quoted_end(s) != len(s):
-        raise error(f"malformed quoted file name {s}")
-    out = bytearray()
-    i = 1
-    while i < len(s) - 1:
-        c = s[i]
-        if c != "\\":
-            out += c.encode("utf-8", "surrogatepass")
-            i += 1
-            continue
-        e = s[i + 1]
-        if e in _C_ESCAPES:
-            out.append(_C_ESCAPES[e])
-            i += 2
-        elif re.fullmatch("[0-3][0-7][0-7]", s[i + 1 : i + 4]):
-            out.append(int(s[i + 1 : i + 4], 8))
-            i += 4
-        else:
-            raise error(f"malformed quoted file name {s}")
-    try:
-        return out.decode("utf-8")
-    except UnicodeDecodeError:
-        raise error(f"file name {s} is not valid UTF-8") from None
-
-
-def _quote(name: str) -> str:
-    """git's quote_c_style with core.quotePath on: quotes control characters, '"', '\\' and non-ASCII."""
-    raw = name.encode("utf-8", "surrogatepass")
-    if all(0x20 <= b < 0x7F and b not in (0x22, 0x5C) for b in raw):
-        return name
-    out = ['"']
-    reverse = {v: k for k, v in _C_ESCAPES.items()}
-    for b in raw:
-        if b in reverse:
-            out.append("\\" + reverse[b])
-        elif 0x20 <= b < 0x7F:
-            out.append(chr(b))
-        else:
-            out.append(f"\\{b:03o}")
-    out.append('"')
-    return "".join(out)
-
-
-def _diff_lines(diff: str, path: str, first_line: int) -> list[str]:
-    if not diff.startswith("diff --git "):
-        raise PatchError("the diff does not start with a 'diff --git' line", path=path, line=first_line)
-    if not diff.endswith("\n"):
-        line = first_line + diff.count("\n")
-        raise PatchError("the diff does not end with a newline (truncated patch?)", path=path, line=line)
-    return diff[:-1].split("\n")
-
-
-def _parse_diff(diff: str, *, path: str, first_line: int, allow_binary: bool) -> list[_FileDiff]:
-    lines = _diff_lines(diff, path, first_line)
-    parser = _DiffParser(lines, path=path, first_line=first_line, allow_binary=allow_binary)
-    files, end = parser.parse(0)
-    if end != len(lines):
-        raise parser.error("unexpected line after the diff", end)
-    return files
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering.
-
-
-def _decimal_width(n: int) -> int:
-    return len(str(n))
-
-
-def _scale_linear(it: int, width: int, max_change: int) -> int:
-    if not it:
-        return 0
-    return 1 + (it * (width - 1) // max_change)
-
-
-def _pprint_rename(a: str, b: str) -> str:
-    """git's pprint_rename: "old => new" or "common/{old => new}/suffix"."""
-    if _quote(a) != a or _quote(b) != b:
-        return f"{_quote(a)} => {_quote(b)}"
-    len_a, len_b = len(a), len(b)
-
-    def at(s: str, i: int) -> str:
-        return s[i] if i < len(s) else "\0"
-
-    pfx = 0
+    The subject is the first paragraph joined with spaces; the description is the rest without
+    leading blank lines, trailing white space on each line and trailing blank lines.
+    """
+    lines = message.split("\n")
     i = 0
-    while i < len_a and i < len_b and a[i] == b[i]:
-        if a[i] == "/":
-            pfx = i + 1
+    while i < len(lines) and not lines[i].rstrip(_SPACE):
         i += 1
-    old, new = len_a, len_b
-    sfx = 0
-    adjust = 1 if pfx else 0
-    while pfx - adjust <= old and pfx - adjust <= new and old >= 0 and new >= 0 and at(a, old) == at(b, new):
-        if at(a, old) == "/":
-            sfx = len_a - old
-        old -= 1
-        new -= 1
-    a_mid = max(0, len_a - pfx - sfx)
-    b_mid = max(0, len_b - pfx - sfx)
-    middle = f"{a[pfx : pfx + a_mid]} => {b[pfx : pfx + b_mid]}"
-    if pfx + sfx:
-        return f"{a[:pfx]}{{{middle}}}{a[len_a - sfx :]}"
-    return middle
+    subject: list[str] = []
+    while i < len(lines) and lines[i].rstrip(_SPACE):
+        subject.append(lines[i].rstrip(_SPACE))
+        i += 1
+    while i < len(lines) and not lines[i].rstrip(_SPACE):
+        i += 1
+    body = [line.rstrip(_SPACE) for line in lines[i:]]
+    return " ".join(subject), "\n".join(body).rstrip(_SPACE)
 
 
-def _diffstat(files: list[_FileDiff], width: int = STAT_WIDTH) -> str:
-    rows: list[tuple[str, bool, int, int]] = []  # name, binary, added, deleted
-    for fd in files:
-        if fd.kind in ("rename", "copy"):
-            name = _pprint_rename(fd.old_path or "", fd.new_path or "")
-        else:
-            name = _quote(fd.name)
-        if fd.binary:
-            if fd.binary_sizes is None:
-                raise PatchError(
-                    f"cannot compute the diffstat of binary file {fd.name} without its data (use git diff --binary)",
-                    path=_DIFF_LABEL,
-                    line=fd.line,
-                )
-            old_size, new_size = fd.binary_sizes
-            rows.append((name, True, new_size, old_size))
-        else:
-            added = sum(1 for h in fd.hunks for x in h.lines if x.tag == "+")
-            deleted = sum(1 for h in fd.hunks for x in h.lines if x.tag == "-")
-            rows.append((name, False, added, deleted))
-    if not rows:
-        return ""
-
-    max_len = max(len(name) for name, *_ in rows)
-    max_change = max((a + d for _, binary, a, d in rows if not binary), default=0)
-    number_width = bin_width = 0
-    for _, binary, a, d in rows:
-        if binary:
-            bin_width = max(bin_width, 14 + _decimal_width(a) + _decimal_width(d))
-            number_width = 3
-    number_width = max(_decimal_width(max_change), number_width)
-    width = max(width, 16 + 6 + number_width)
-    graph_width = max_change if max_change + 4 > bin_width else bin_width - 4
-    name_width = max_len
-    if name_width + number_width + 6 + graph_width > width:
-        if graph_width > width * 3 // 8 - number_width - 6:
-            graph_width = max(6, width * 3 // 8 - number_width - 6)
-        if name_width > width - number_width - 6 - graph_width:
-            name_width = width - number_width - 6 - graph_width
-        else:
-            graph_width = width - number_width - 6 - name_width
-
-    out: list[str] = []
-    for name, binary, added, deleted in rows:
-        prefix = ""
-        length = name_width
-        if name_width < len(name):
-            prefix = "..."
-            length -= 3
-            name = name[len(name) - length :] if length > 0 else name[len(name) :]
-            slash = name.find("/")
-            if slash >= 0:
-                name = name[slash:]
-        padding = " " * max(0, length - len(name))
-        if binary:
-            line = f" {prefix}{name}{padding} | {'Bin':>{number_width}}"
-            if added or deleted:
-                line += f" {deleted} -> {added} bytes"
-            out.append(line + "\n")
-            continue
-        add, dele = added, deleted
-        if graph_width <= max_change:
-            total = _scale_linear(add + dele, graph_width, max_change)
-            if total < 2 and add and dele:
-                total = 2
-            if add < dele:
-                add = _scale_linear(add, graph_width, max_change)
-                dele = total - add
-            else:
-                dele = _scale_linear(dele, graph_width, max_change)
-                add = total - dele
-        change = added + deleted
-        out.append(
-            f" {prefix}{name}{padding} | {change:>{number_width}}{' ' if change else ''}{'+' * add}{'-' * dele}\n"
-        )
-
-    insertions = sum(a for _, binary, a, _d in rows if not binary)
-    deletions = sum(d for _, binary, _a, d in rows if not binary)
-    summary = f" {len(rows)} file{'' if len(rows) == 1 else 's'} changed"
-    if insertions or deletions == 0:
-        summary += f", {insertions} insertion{'' if insertions == 1 else 's'}(+)"
-    if deletions or insertions == 0:
-        summary += f", {deletions} deletion{'' if deletions == 1 else 's'}(-)"
-    out.append(summary + "\n")
-    return "".join(out)
-
-
-def _summary(files: list[_FileDiff]) -> str:
-    out: list[str] = []
-
-    def mode_change(fd: _FileDiff, show_name: bool) -> None:
-        if fd.old_mode and fd.new_mode and fd.old_mode != fd.new_mode:
-            out.append(
-                f" mode change {fd.old_mode} => {fd.new_mode}" + (f" {_quote(fd.name)}" if show_name else "") + "\n"
-            )
-
-    for fd in files:
-        if fd.kind in ("add", "delete"):
-            verb, mode = ("create", fd.new_mode) if fd.kind == "add" else ("delete", fd.old_mode)
-            out.append(f" {verb} mode {mode} {_quote(fd.name)}\n" if mode else f" {verb} {_quote(fd.name)}\n")
-        elif fd.kind in ("rename", "copy"):
-            names = _pprint_rename(fd.old_path or "", fd.new_path or "")
-            out.append(f" {fd.kind} {names} ({fd.similarity or 0}%)\n")
-            mode_change(fd, False)
-        else:
-            if fd.dissimilarity is not None:
-                out.append(f" rewrite {_quote(fd.name)} ({fd.dissimilarity}%)\n")
-            mode_change(fd, fd.dissimilarity is None)
-    return "".join(out)
-
-
-def _esc_len(text: str, pos: int) -> int:
-    """git's display_mode_esc_sequence_len: length of an ANSI "ESC [ ... m" sequence at pos, else 0."""
-    if text[pos : pos + 2] != "\x1b[":
-        return 0
-    p = pos + 2
-    while p < len(text) and (text[p].isdigit() and text[p].isascii() or text[p] == ";"):
-        p += 1
-    if text[p : p + 1] != "m":
-        return 0
-    return p + 1 - pos
-
-
-def _char_width(c: str) -> int:
-    o = ord(c)
-    if o < 32 or 0x7F <= o < 0xA0:
-        return -1
-    return 1
-
-
-def _wrap(text: str, indent1: int, indent2: int, width: int) -> str:
-    """git's strbuf_add_wrapped_text (utf8.c), for the mail headers: breaks at white space."""
-    out: list[str] = []
-    n = len(text)
-    pos = bol = 0
-    w = indent = indent1
-    space: int | None = None
-    if indent < 0:
-        w = -indent
-        space = 0
-    while True:
-        while skip := _esc_len(text, pos):
-            pos += skip
-        c = text[pos] if pos < n else ""
-        if c == "" or c in _SPACE:
-            new_line = False
-            if w <= width or space is None:
-                start = bol
-                if c == "" and pos == start:
-                    return "".join(out)
-                if space is not None:
-                    start = space
-                else:
-                    out.append(" " * indent)
-                out.append(text[start:pos])
-                if c == "":
-                    return "".join(out)
-                space = pos
-                if c == "\t":
-                    w |= 0x07
-                elif c == "\n":
-                    space += 1
-                    nxt = text[space] if space < n else ""
-                    if nxt == "\n":
-                        out.append("\n")
-                        new_line = True
-                    elif not (nxt.isascii() and nxt.isalnum()):
-                        new_line = True
-                    else:
-                        out.append(" ")
-                if not new_line:
-                    w += 1
-                    pos += 1
-            else:
-                new_line = True
-            if new_line:
-                assert space is not None
-                out.append("\n")
-                pos = bol = space + (1 if space < n and text[space] in _SPACE else 0)
-                space = None
-                w = indent = indent2
-            continue
-        w += _char_width(c)
-        pos += 1
-
-
-def _non_ascii(text: str) -> bool:
-    """git's non_ascii() over a string: a byte outside ASCII, or ESC."""
-    return not text.isascii() or "\x1b" in text
-
-
-def _needs_rfc2047(text: str) -> bool:
-    return _non_ascii(text) or "\n" in text or "=?" in text
-
-
-def _rfc2047_special(b: int, address: bool) -> bool:
-    if b >= 0x80 or not 0x20 <= b <= 0x7E:
-        return True
-    ch = chr(b)
-    if ch in _SPACE or ch in "=?_":
-        return True
-    if not address:
-        return False
-    return not (ch.isalnum() or ch in "!*+-/")
-
-
-def _rfc2047(text: str, line_len: int, *, address: bool) -> str:
-    """git's add_rfc2047: one "Q" encoded word per line of at most 76 columns, never splitting a character."""
-    out = [f"=?{_CHARSET}?q?"]
-    line_len += len(_CHARSET) + 5
-    for ch in text:
-        raw = ch.encode("utf-8", "surrogatepass")
-        special = len(raw) > 1 or _rfc2047_special(raw[0], address)
-        encoded = "".join(f"={b:02X}" for b in raw) if special else ch
-        if line_len + len(encoded) + 2 > _MAX_ENCODED:
-            out.append(f"?=\n =?{_CHARSET}?q?")
-            line_len = len(_CHARSET) + 5 + 1
-        out.append(encoded)
-        line_len += len(encoded)
-    out.append("?=")
-    return "".join(out)
-
-
-_RFC822_SPECIALS = set('()<>[]:;@,."\\')
-
-
-def _from_header(author: str) -> str:
-    m = _IDENT.fullmatch(author)
-    if m is None:
+def check_message(subject: str, description: str, author: str) -> None:
+    """Refuses (PatchError) a commit whose patch ``git am`` would not read back as it was written."""
+    if "\n" in subject or "\r" in subject:
+        raise PatchError(f"subject {subject!r} is not a single line")
+    _check_description(description, lambda message, at=None: PatchError(message))
+    if _IDENT.fullmatch(author) is None:
         raise PatchError(f"author {author!r} is not of the form 'Name <email>'")
-    name, email = m.group(1), m.group(2)
-    out = "From: "
-    max_length = _MAX_HEADER
-    if _needs_rfc2047(name):
-        out += _rfc2047(name, len(out), address=True)
-        max_length = _MAX_ENCODED
-    elif any(c in _RFC822_SPECIALS for c in name):
-        quoted = '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        out += _wrap(quoted, -len(out), 1, _MAX_HEADER)
-    else:
-        out += _wrap(name, -len(out), 1, _MAX_HEADER)
-    last = out.rsplit("\n", 1)[-1]
-    if max_length < len(last.encode("utf-8")) + 2 + len(email.encode("utf-8")) + 1:
-        out += "\n"
-    return f"{out} <{email}>\n"
-
-
-def _subject_header(subject: str) -> str:
-    if _needs_rfc2047(subject):
-        return _SUBJECT_PREFIX + _rfc2047(subject, len(_SUBJECT_PREFIX), address=False) + "\n"
-    return _SUBJECT_PREFIX + _wrap(subject, -len(_SUBJECT_PREFIX), 1, _MAX_HEADER) + "\n"
 
 
 def _patchbreak(line: str) -> bool:
@@ -874,68 +139,6 @@ def _check_description(description: str, error: _ErrorFactory, first_line: int =
     if _INBODY.match(first):
         i = lines.index(first)
         raise error(f"description line {i + 1} {first!r} would be read as a mail header by git am", first_line + i)
-
-
-def render(p: PatchFile, *, commit_id: str) -> bytes:
-    """The bytes ``git format-patch -1 --no-signature --stdout`` writes for the commit p describes."""
-
-    def error(message: str = "", index: int | None = None) -> PatchError:
-        return PatchError(message)
-
-    if not _COMMIT_ID.fullmatch(commit_id):
-        raise PatchError(f"commit id {commit_id!r} is not a full hexadecimal object name")
-    if "\n" in p.subject or "\r" in p.subject:
-        raise PatchError(f"subject {p.subject!r} is not a single line")
-    if "\n" in p.date or "\r" in p.date or not p.date.strip():
-        raise PatchError(f"date {p.date!r} is not a single line")
-    if p.description.endswith("\n"):
-        raise PatchError("the description ends with a newline")
-    _check_description(p.description, error)
-    files = _parse_diff(p.diff, path=_DIFF_LABEL, first_line=1, allow_binary=True)
-    text = "".join(
-        [
-            f"From {commit_id} Mon Sep 17 00:00:00 2001\n",
-            _from_header(p.author),
-            f"Date: {p.date}\n",
-            _subject_header(p.subject),
-            (
-                f"MIME-Version: 1.0\nContent-Type: text/plain; charset={_CHARSET}\nContent-Transfer-Encoding: 8bit\n"
-                if _non_ascii(p.subject + p.description)
-                else ""
-            ),
-            "\n",
-            p.description + "\n" if p.description else "",
-            "---\n",
-            _diffstat(files),
-            _summary(files),
-            "\n",
-            p.diff,
-        ]
-    )
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise PatchError(f"the patch text cannot be encoded as UTF-8 ({e.reason})") from None
-
-
-def split_message(message: str) -> tuple[str, str]:
-    """Splits a commit message into (subject, description) the way ``git format-patch`` prints them.
-
-    The subject is the first paragraph joined with spaces; the description is the rest without
-    leading blank lines, trailing white space on each line and trailing blank lines.
-    """
-    lines = message.split("\n")
-    i = 0
-    while i < len(lines) and not lines[i].rstrip(_SPACE):
-        i += 1
-    subject: list[str] = []
-    while i < len(lines) and lines[i].rstrip(_SPACE):
-        subject.append(lines[i].rstrip(_SPACE))
-        i += 1
-    while i < len(lines) and not lines[i].rstrip(_SPACE):
-        i += 1
-    body = [line.rstrip(_SPACE) for line in lines[i:]]
-    return " ".join(subject), "\n".join(body).rstrip(_SPACE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -997,24 +200,9 @@ def _decode_words(text: str, error: _ErrorFactory) -> str:
 
 
 def _q_decode(payload: str, error: _ErrorFactory) -> bytes:
-    src = payload.encode("utf-8", "surrogatepass")
-    out = bytearray()
-    i = 0
-    while i < len(src):
-        b = src[i]
-        if b == ord("_"):
-            out.append(0x20)
-            i += 1
-        elif b == ord("="):
-            hexpair = src[i + 1 : i + 3]
-            if not re.fullmatch(rb"[0-9A-Fa-f]{2}", hexpair):
-                raise error("malformed quoted-printable encoded header text")
-            out.append(int(hexpair, 16))
-            i += 3
-        else:
-            out.append(b)
-            i += 1
-    return bytes(out)
+    if not _Q_TEXT.fullmatch(payload):
+        raise error("malformed quoted-printable encoded header text")
+    return binascii.a2b_qp(payload.encode("utf-8"), header=True)
 
 
 def _patch_tag_length(subject: str) -> int:
@@ -1159,7 +347,7 @@ def parse(data: bytes, *, path: str) -> PatchFile:
                 "binary content (a NUL byte) in the diff; pq keeps text changes only", path=path, line=j + 1
             )
 
-    parser = _DiffParser(lines, path=path, first_line=1, allow_binary=False)
+    parser = _DiffParser(lines, path=path, first_line=1)
     parser.parse(diff_start)
     end = parser.i
     if end == len(lines) and not ends_with_newline:
@@ -1177,13 +365,357 @@ def parse(data: bytes, *, path: str) -> PatchFile:
 
 
 # --------------------------------------------------------------------------------------------
+# The diff, as parse (validation), files_touched and apply read it.
+
+
+@dataclass
+class _Line:
+    tag: str  # " ", "-" or "+"
+    text: str
+    eol: bool = True  # False after "\ No newline at end of file"
+
+
+@dataclass
+class _Hunk:
+    number: int
+    line: int
+    old_start: int
+    old_count: int
+    new_count: int
+    lines: list[_Line] = field(default_factory=list)
+
+
+@dataclass
+class _FileDiff:
+    line: int
+    old_path: str | None = None
+    new_path: str | None = None
+    kind: str = "modify"  # modify, add, delete, rename, copy
+    old_mode: str | None = None
+    new_mode: str | None = None
+    hunks: list[_Hunk] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The path that names the file in messages: the new one, or the old one if deleted."""
+        return self.new_path or self.old_path or "?"
+
+
+class _DiffParser:
+    """Parses ``lines[start:]`` as a sequence of git diffs; stops at the first line that is not part of one."""
+
+    def __init__(self, lines: list[str], *, path: str, first_line: int) -> None:
+        self.lines = lines
+        self.path = path
+        self.first_line = first_line  # line number of lines[0]
+        self.i = 0
+
+    def error(self, message: str, index: int | None = None) -> PatchError:
+        at = self.i if index is None else index
+        return PatchError(message, path=self.path, line=self.first_line + at)
+
+    def peek(self) -> str | None:
+        return self.lines[self.i] if self.i < len(self.lines) else None
+
+    def parse(self, start: int) -> tuple[list[_FileDiff], int]:
+        self.i = start
+        files: list[_FileDiff] = []
+        while True:
+            line = self.peek()
+            if line is None or not line.startswith("diff --git "):
+                return files, self.i
+            files.append(self.file_diff())
+
+    def file_diff(self) -> _FileDiff:
+        fd = _FileDiff(line=self.first_line + self.i)
+        git_names = self.git_names(self.lines[self.i])
+        self.i += 1
+        new_mode_file = deleted_mode_file = False
+        rename: list[str | None] = [None, None]
+        copy: list[str | None] = [None, None]
+        minus: str | None = None
+        plus: str | None = None
+        has_minus = False
+        while (line := self.peek()) is not None:
+            if line.startswith("diff --git ") or line.startswith("@@"):
+                if line.startswith("@@"):
+                    raise self.error(f"hunk without '---'/'+++' lines in the diff for {_shown(git_names)}")
+                break
+            if line.startswith("--- "):
+                has_minus = True
+                minus = self.file_name(line[4:], "a/")
+                self.i += 1
+                nxt = self.peek()
+                if nxt is None or not nxt.startswith("+++ "):
+                    raise self.error(f"'---' line without a '+++' line in the diff for {_shown(git_names)}")
+                plus = self.file_name(nxt[4:], "b/")
+                self.i += 1
+                break
+            if line == "GIT binary patch" or line.startswith("Binary files "):
+                name = _shown(git_names)
+                raise self.error(f"binary patch for {name} is not supported (pq keeps text changes only)")
+            if line in ("", "-- "):
+                break
+            m: re.Match[str] | None
+            if m := re.fullmatch("old mode " + _MODE, line):
+                fd.old_mode = m.group(1)
+            elif m := re.fullmatch("new mode " + _MODE, line):
+                fd.new_mode = m.group(1)
+            elif m := re.fullmatch("new file mode " + _MODE, line):
+                fd.new_mode = m.group(1)
+                new_mode_file = True
+            elif m := re.fullmatch("deleted file mode " + _MODE, line):
+                fd.old_mode = m.group(1)
+                deleted_mode_file = True
+            elif re.fullmatch(r"(?:similarity|dissimilarity) index \d{1,3}%", line):
+                pass
+            elif m := re.fullmatch(r"(rename|copy) (from|to) (.+)", line):
+                target = rename if m.group(1) == "rename" else copy
+                target[0 if m.group(2) == "from" else 1] = self.file_name(m.group(3), "")
+            elif _INDEX.fullmatch(line):
+                pass
+            else:
+                raise self.error(f"unexpected line in the header of the diff for {_shown(git_names)}")
+            self.i += 1
+
+        # Work out the kind and the paths, and check that every source of names agrees.
+        if (rename[0] is None) != (rename[1] is None) or (copy[0] is None) != (copy[1] is None):
+            raise self.error(
+                f"incomplete rename/copy header in the diff for {_shown(git_names)}", fd.line - self.first_line
+            )
+        is_add = new_mode_file or (has_minus and minus is None)
+        is_delete = deleted_mode_file or (has_minus and plus is None)
+        renamed = rename[0] is not None or copy[0] is not None
+        if (
+            (is_add and is_delete)
+            or (has_minus and minus is None and plus is None)
+            or (renamed and (is_add or is_delete))
+        ):
+            raise self.error(f"contradictory header in the diff for {_shown(git_names)}", fd.line - self.first_line)
+        if has_minus and ((new_mode_file and minus is not None) or (deleted_mode_file and plus is not None)):
+            raise self.error(f"contradictory header in the diff for {_shown(git_names)}", fd.line - self.first_line)
+        if rename[0] is not None:
+            fd.kind, fd.old_path, fd.new_path = "rename", rename[0], rename[1]
+        elif copy[0] is not None:
+            fd.kind, fd.old_path, fd.new_path = "copy", copy[0], copy[1]
+        elif has_minus:
+            fd.old_path, fd.new_path = minus, plus
+        elif git_names is not None:
+            fd.old_path, fd.new_path = git_names
+        else:
+            raise self.error("cannot tell the file name from the 'diff --git' line", fd.line - self.first_line)
+        if is_add:
+            fd.kind, fd.old_path = "add", None
+        elif is_delete:
+            fd.kind, fd.new_path = "delete", None
+        if has_minus and renamed and (minus, plus) != (fd.old_path, fd.new_path):
+            raise self.error(f"the '---'/'+++' names disagree with the header of the diff for {fd.name}")
+        if git_names is not None:
+            a, b = git_names
+            if a != (fd.old_path or fd.new_path) or b != (fd.new_path or fd.old_path):
+                raise self.error(
+                    f"the 'diff --git' line disagrees with the file names in the diff for {fd.name}",
+                    fd.line - self.first_line,
+                )
+        if fd.kind == "modify" and fd.old_path != fd.new_path:
+            raise self.error(f"the '---' and '+++' names differ in the diff for {fd.name}")
+
+        if has_minus:
+            number = 0
+            while (line := self.peek()) is not None and line.startswith("@@"):
+                number += 1
+                fd.hunks.append(self.hunk(fd, number))
+            if not fd.hunks:
+                raise self.error(f"no hunk after the '---'/'+++' lines of the diff for {fd.name} (truncated patch?)")
+            if fd.kind == "add" and (fd.hunks[0].old_count or len(fd.hunks) > 1):
+                raise self.error(f"hunk 1 for {fd.name} does not create the file", fd.hunks[0].line - self.first_line)
+            if fd.kind == "delete" and (fd.hunks[-1].new_count or len(fd.hunks) > 1):
+                raise self.error(f"hunk 1 for {fd.name} does not delete the file", fd.hunks[0].line - self.first_line)
+        elif fd.kind == "modify" and (fd.old_mode is None or fd.new_mode is None):
+            raise self.error(f"the diff for {fd.name} has no hunks (truncated patch?)", fd.line - self.first_line)
+        return fd
+
+    def hunk(self, fd: _FileDiff, number: int) -> _Hunk:
+        header = self.lines[self.i]
+        m = _HUNK.fullmatch(header)
+        if m is None:
+            raise self.error(f"malformed hunk header for {fd.name}")
+        old_count = 1 if m.group(2) is None else int(m.group(2))
+        new_count = 1 if m.group(4) is None else int(m.group(4))
+        h = _Hunk(number, self.first_line + self.i, int(m.group(1)), old_count, new_count)
+        header_index = self.i
+        self.i += 1
+        old_left, new_left = old_count, new_count
+        mismatch = f"hunk {number} for {fd.name} does not match its header's line counts (truncated patch?)"
+        while True:
+            line = self.peek()
+            if line is not None and line.startswith("\\"):
+                if not h.lines or not h.lines[-1].eol:
+                    raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
+                h.lines[-1].eol = False
+                self.i += 1
+                continue
+            if old_left == 0 and new_left == 0:
+                break
+            if line is None:
+                raise self.error(mismatch, header_index)
+            tag = line[:1] or " "  # an empty line is an empty context line, as for git apply
+            if tag == " " and old_left and new_left:
+                old_left -= 1
+                new_left -= 1
+            elif tag == "-" and old_left:
+                old_left -= 1
+            elif tag == "+" and new_left:
+                new_left -= 1
+            else:
+                raise self.error(mismatch, header_index)
+            h.lines.append(_Line(tag, line[1:]))
+            self.i += 1
+        line = self.peek()
+        if line is not None and line[:1] in (" ", "+", "-") and line != "-- ":
+            raise self.error(mismatch, header_index)
+        # Only the last line of each side may lack its newline.
+        for side in ("-", "+"):
+            body = [x for x in h.lines if x.tag in (" ", side)]
+            if any(not x.eol for x in body[:-1]):
+                raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
+        return h
+
+    def file_name(self, raw: str, prefix: str) -> str | None:
+        if prefix and raw.endswith("\t"):  # git adds a tab after names with a space in them
+            raw = raw[:-1]
+        if prefix and raw == "/dev/null":
+            return None
+        name = _unquote(raw, self.error) if raw.startswith('"') else raw
+        return self.strip_prefix(name, prefix)
+
+    def strip_prefix(self, name: str, prefix: str) -> str:
+        """Checks that name starts with prefix ("a/", "b/" or "") and that the rest is a safe relative path."""
+        if name.startswith("/"):
+            raise self.error(f"file name {name!r} is an absolute path")
+        if not name.startswith(prefix):
+            raise self.error(f"file name {name!r} does not start with {prefix!r}")
+        return self.check_path(name[len(prefix) :])
+
+    def check_path(self, name: str) -> str:
+        if name.startswith("/"):
+            raise self.error(f"file name {name!r} is an absolute path")
+        parts = name.split("/")
+        if any(p == ".." for p in parts):
+            raise self.error(f"file name {name!r} has a '..' component")
+        if any(p in ("", ".") for p in parts) or "\0" in name:
+            raise self.error(f"file name {name!r} is not a clean relative path")
+        if any(p.lower() == ".git" for p in parts):
+            raise self.error(f"file name {name!r} points into .git")
+        return name
+
+    def git_names(self, line: str) -> tuple[str, str] | None:
+        """The two names of a ``diff --git`` line, or None when unquoted names with spaces make it ambiguous."""
+        rest = line[len("diff --git ") :]
+        if rest.startswith('"'):
+            end = _quoted_end(rest)
+            if end is None or rest[end : end + 1] != " ":
+                raise self.error("malformed file name in the 'diff --git' line")
+            a = _unquote(rest[:end], self.error)
+            b_raw = rest[end + 1 :]
+            b = _unquote(b_raw, self.error) if b_raw.startswith('"') else b_raw
+        elif rest.endswith('"') and ' "' in rest:
+            cut = rest.index(' "')
+            a, b = rest[:cut], _unquote(rest[cut + 1 :], self.error)
+        else:
+            n = len(rest)
+            half = (n - 5) // 2
+            if (
+                n % 2 == 1
+                and rest.startswith("a/")
+                and rest[2 + half : 5 + half] == " b/"
+                and rest[2 : 2 + half] == rest[5 + half :]
+            ):
+                a, b = rest[: 2 + half], rest[3 + half :]
+            elif rest.count(" b/") == 1:
+                a, b = rest.split(" b/", 1)
+                b = "b/" + b
+            elif rest.count(" ") == 1:
+                a, b = rest.split(" ")
+            else:
+                self.strip_prefix(rest, "a/")  # at least refuse what is plainly wrong
+                return None
+        return self.strip_prefix(a, "a/"), self.strip_prefix(b, "b/")
+
+
+def _shown(names: tuple[str, str] | None) -> str:
+    return names[1] if names is not None else "?"
+
+
+def _quoted_end(s: str) -> int | None:
+    """Index just past the closing quote of the C-quoted string at the start of s."""
+    i = 1
+    while i < len(s):
+        if s[i] == "\\":
+            i += 2
+        elif s[i] == '"':
+            return i + 1
+        else:
+            i += 1
+    return None
+
+
+_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def _unquote(s: str, error: _ErrorFactory) -> str:
+    """Undoes git's C-style quoting of a file name ("caf\\303\\251")."""
+    if len(s) < 2 or not s.startswith('"') or _quoted_end(s) != len(s):
+        raise error(f"malformed quoted file name {s}")
+    out = bytearray()
+    i = 1
+    while i < len(s) - 1:
+        c = s[i]
+        if c != "\\":
+            out += c.encode("utf-8", "surrogatepass")
+            i += 1
+            continue
+        e = s[i + 1]
+        if e in _C_ESCAPES:
+            out.append(_C_ESCAPES[e])
+            i += 2
+        elif re.fullmatch("[0-3][0-7][0-7]", s[i + 1 : i + 4]):
+            out.append(int(s[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            raise error(f"malformed quoted file name {s}")
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"file name {s} is not valid UTF-8") from None
+
+
+def _diff_lines(diff: str, path: str, first_line: int) -> list[str]:
+    if not diff.startswith("diff --git "):
+        raise PatchError("the diff does not start with a 'diff --git' line", path=path, line=first_line)
+    if not diff.endswith("\n"):
+        line = first_line + diff.count("\n")
+        raise PatchError("the diff does not end with a newline (truncated patch?)", path=path, line=line)
+    return diff[:-1].split("\n")
+
+
+def _parse_diff(diff: str, *, path: str, first_line: int) -> list[_FileDiff]:
+    lines = _diff_lines(diff, path, first_line)
+    parser = _DiffParser(lines, path=path, first_line=first_line)
+    files, end = parser.parse(0)
+    if end != len(lines):
+        raise parser.error("unexpected line after the diff", end)
+    return files
+
+
+# --------------------------------------------------------------------------------------------
 # Applying.
 
 
 def files_touched(diff: str) -> list[str]:
     """The paths a diff changes, in order: new paths, deleted files by their old path, renames by both."""
     out: list[str] = []
-    for fd in _parse_diff(diff, path=_DIFF_LABEL, first_line=1, allow_binary=True):
+    for fd in _parse_diff(diff, path=_DIFF_LABEL, first_line=1):
         names = [fd.old_path] if fd.kind in ("delete", "rename") else []
         names.append(fd.new_path)
         for name in names:
@@ -1244,7 +776,7 @@ def apply(diff: str, files: Mapping[str, bytes], *, patch_path: str, first_line:
     def current(name: str) -> bytes | None:
         return result[name] if name in result else files.get(name)
 
-    for fd in _parse_diff(diff, path=patch_path, first_line=first_line, allow_binary=False):
+    for fd in _parse_diff(diff, path=patch_path, first_line=first_line):
         if fd.kind == "add":
             source = b""
         else:

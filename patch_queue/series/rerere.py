@@ -49,6 +49,19 @@ class Store:
     def has_edits(self) -> bool:
         return any(path.startswith("edits/") for path in self._files)
 
+    def edited_patches(self) -> set[str]:
+        """The patches recorded edits belong to (each entry names its patch)."""
+        names = set()
+        for path, data in self._files.items():
+            if path.startswith("edits/"):
+                try:
+                    name = json.loads(data).get("patch")
+                except (ValueError, AttributeError):
+                    continue
+                if isinstance(name, str):
+                    names.add(name)
+        return names
+
     def lookup_edit(self, name: str, before: bytes) -> bytes | None:
         """The body a maintainer made of ``before`` (patch ``name``), or None when none is recorded."""
         data = self._files.get(_edit_path(name, before))

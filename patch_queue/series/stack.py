@@ -137,11 +137,6 @@ def _project(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str)
     return Projection(files, tuple(missing))
 
 
-def format_date(time: int, offset: int) -> str:
-    tz = timezone(timedelta(minutes=offset))
-    return datetime.fromtimestamp(time, tz).strftime("%a, %-d %b %Y %H:%M:%S %z")
-
-
 def parse_person(author: str, date: str, *, path: str) -> Person:
     if "<" not in author or not author.endswith(">"):
         raise PatchError(f"From: header {author!r} is not 'Name <email>'", path=path)
@@ -202,20 +197,34 @@ def commit_files(repo: ProjectRepo, parent: str, files: dict[str, bytes], like: 
     return repo.commit(repo.write_tree(files), [parent], like.message, like.author, like.author)
 
 
+def export_patches(repo: ProjectRepo, commits: list[str]) -> list[bytes]:
+    """The patch file of each commit (against its first parent), as ``git format-patch`` writes it: one git
+    run for them all.  Refuses (PatchError) a commit ``git am`` would not read back as it is, and one that
+    changes nothing (format-patch has no form for an empty patch)."""
+    blank = set()
+    for commit in commits:
+        info = repo.commit_info(commit)
+        a = info.author
+        subject, description = patchfile.split_message(info.message)
+        patchfile.check_message(subject, description, f"{a.name} <{a.email}>")
+        if info.tree == repo.commit_info(info.parents[0]).tree:
+            raise PatchError("the diff does not start with a 'diff --git' line", path="<diff>", line=1)
+        if not subject:
+            blank.add(commit)
+    texts = repo.format_patches(commits)
+    # For a blank message pq's own writer, before git wrote the patches, put a space after "[PATCH]": kept,
+    # since a lineage holds the sha256 of every body it wrote.
+    old = b"\nSubject: [PATCH]\n", b"\nSubject: [PATCH] \n"
+    return [texts[c].replace(*old, 1) if c in blank else texts[c] for c in commits]
+
+
 def export_patch(repo: ProjectRepo, commit: str) -> bytes:
-    info = repo.commit_info(commit)
-    parent = repo.commit_info(info.parents[0])
-    diff = repo.diff_trees(parent.tree, info.tree)
-    subject, description = patchfile.split_message(info.message)
-    a = info.author
-    p = patchfile.PatchFile(
-        subject=subject,
-        description=description,
-        author=f"{a.name} <{a.email}>",
-        date=format_date(a.time, a.offset),
-        diff=diff,
-    )
-    return patchfile.render(p, commit_id=commit)
+    return export_patches(repo, [commit])[0]
+
+
+def export_series(repo: ProjectRepo, patches: list[tuple[str, str]]) -> dict[str, bytes]:
+    """The patch file of each (name, commit), by name, from one git run."""
+    return dict(zip([n for n, _c in patches], export_patches(repo, [c for _n, c in patches]), strict=True))
 
 
 def import_series(
