@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from patch_queue.errors import PatchError
 from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.series import stack
-from patch_queue.series.patchfile import PatchFile, apply, check_message, files_touched, parse, split_message
+from patch_queue.series.diffs import apply, files_touched
+from patch_queue.series.patchfile import PatchFile, check_message, parse, split_message
 
 CORPUS = Path(os.environ.get("PQ_CORPUS", "/work/shared/corpus"))
 NPU_RUNNER = CORPUS / "vllm-omni-0.30.0" / "npu" / "npu_ar_model_runner.py"
