@@ -9,10 +9,10 @@ from patch_queue.commands.write import (
     DOWNSTREAM_PACKAGE,
     FORMATTER,
     StepInfo,
-    _existing_patch_files,
-    _write_series,
     build_top,
+    patch_files,
     refuse_out_edits,
+    write_series,
 )
 from patch_queue.errors import QueueError
 from patch_queue.git.repo import Person
@@ -84,7 +84,7 @@ def do_adopt(
 ) -> AdoptResult:
     if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; finish it with `pq continue` or `pq abort` first")
-    if not force and _existing_patch_files(ws):
+    if not force and patch_files(ws):
         raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
     if not force and ws.queue_dir.exists():
         steps = ws.queue_dir.load_queue().lineage
@@ -98,13 +98,7 @@ def do_adopt(
     loaded, result = plan_adopt(ws, source, upstream_git=upstream_git, at=at, progress=progress)
     result = replace(result, discarded=dropped)
     writes = Writes(ws, "adopt")
-    _write_series(
-        ws,
-        loaded,
-        old_names=_existing_patch_files(ws),
-        writes=writes,
-        step=StepInfo("adopt", "adopt", loaded.queue.upstream, result.downstream),
-    )
+    write_series(ws, loaded, writes=writes, step=StepInfo("adopt", "adopt", loaded.queue.upstream, result.downstream))
     writes.move_refs(stack_ref_updates(ws, loaded, len(loaded.patches)))
     build_top(ws, loaded, writes=writes, applied=len(loaded.patches))
     writes.commit()

@@ -51,7 +51,7 @@ class CheckOutcome:
         }
 
 
-def _texts(files: dict[str, bytes]) -> dict[str, str]:
+def module_texts(files: dict[str, bytes]) -> dict[str, str]:
     return {
         k: v.decode("utf-8", errors="replace")
         for k, v in files.items()
@@ -176,7 +176,7 @@ def do_check(
     ws: Workspace, *, upstream_git: str | None, sources_on: bool, progress: Progress | None = None
 ) -> CheckOutcome:
     """Check the built package in the output folder against the series and the upstream sources."""
-    files = _texts(read_folder(ws.out))
+    files = module_texts(read_folder(ws.out))
     if not files:
         raise QueueError(f"nothing to check: no modules in {ws.rel(ws.out)}/; run `pq build` first")
     state = refresh_state.load(ws)
@@ -188,7 +188,7 @@ def do_check(
         queue, base = loaded.queue, loaded.base
         previous = ws.repo.ref(REF_PREVIOUS) or (loaded.patches[-1][1] if loaded.patches else base)
     label = "the previous build" if ws.repo.ref(REF_PREVIOUS) == previous else "the series"
-    reference = _texts(module_files(ws, previous))
+    reference = module_texts(module_files(ws, previous))
     return run_checks(
         ws,
         files,

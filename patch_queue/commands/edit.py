@@ -6,13 +6,12 @@ import re
 
 from patch_queue.commands.write import (
     StepInfo,
-    _existing_patch_files,
     _no_refresh,
-    _write_series,
     build_top,
     module_files,
     refuse_out_edits,
     sync_stack,
+    write_series,
 )
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import read_folder
@@ -101,13 +100,7 @@ def _write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int,
     store.record_edits(changes, f"pq {command}: edits recorded\n")
     writes = Writes(ws, command)
     writes.move_refs(store.ref_update())
-    _write_series(
-        ws,
-        new,
-        old_names=_existing_patch_files(ws),
-        writes=writes,
-        step=StepInfo("edit", command, edited=tuple(n for n, _b, _a in changes)),
-    )
+    write_series(ws, new, writes=writes, step=StepInfo("edit", command, edited=tuple(n for n, _b, _a in changes)))
     writes.move_refs(stack_ref_updates(ws, new, applied))
     build_top(ws, new, writes=writes, applied=applied)
     writes.commit()

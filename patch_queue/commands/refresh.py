@@ -7,18 +7,17 @@ from dataclasses import dataclass, field, replace
 
 from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.commands.adopt import portable_spec
-from patch_queue.commands.check import CheckOutcome, _texts, run_checks
+from patch_queue.commands.check import CheckOutcome, module_texts, run_checks
 from patch_queue.commands.write import (
     REF_PREVIOUS,
     REF_REFRESH,
     StepInfo,
-    _existing_patch_files,
-    _refuse_links,
-    _write_series,
     build_top,
     module_files,
+    refuse_links,
     refuse_out_edits,
     sync_stack,
+    write_series,
 )
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import kill_point, read_folder
@@ -101,7 +100,7 @@ def do_refresh(
 ) -> RefreshOutcome:
     if refresh_state.pending(ws):
         raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
-    _refuse_links(ws, ws.out, patches=True)
+    refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
@@ -296,12 +295,8 @@ def _advance(
             store.record_edits(edits, f"pq {command}: edits recorded\n")
             edited = [n for n, _b, _a in edits]
         writes.move_refs(store.ref_update())
-        _write_series(
-            ws,
-            loaded,
-            old_names=_existing_patch_files(ws),
-            writes=writes,
-            step=StepInfo("refresh", command, target.upstream, edited=tuple(edited)),
+        write_series(
+            ws, loaded, writes=writes, step=StepInfo("refresh", command, target.upstream, edited=tuple(edited))
         )
         updates = stack_ref_updates(ws, loaded, len(new_patches))
         old_top = patches[-1][1] if patches else None
@@ -319,10 +314,10 @@ def _advance(
             try:
                 outcome.check = run_checks(
                     ws,
-                    _texts(built),
+                    module_texts(built),
                     queue=target,
                     base=state.new_base,
-                    reference=_texts(module_files(ws, old_top)) if old_top else {},
+                    reference=module_texts(module_files(ws, old_top)) if old_top else {},
                     reference_label="the previous build",
                     upstream_git=state.upstream_git,
                     sources_on=state.check_sources,
@@ -332,7 +327,7 @@ def _advance(
                 outcome.check = CheckOutcome(
                     [Finding("", 0, "check-failed", ERROR, f"pq check could not run: {exc}")],
                     "the previous build",
-                    sorted(_texts(built)),
+                    sorted(module_texts(built)),
                     False,
                 )
         return outcome

@@ -37,7 +37,7 @@ REF_REFRESH = "refs/pq/refresh/"
 REF_PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh: what `pq check` compares with
 
 
-def _existing_patch_files(ws: Workspace) -> set[str]:
+def patch_files(ws: Workspace) -> set[str]:
     root = ws.queue_dir.root
     return {p.name for p in root.glob("*.patch")} if root.is_dir() else set()
 
@@ -53,7 +53,7 @@ class StepInfo:
     edited: tuple[str, ...] = ()
 
 
-def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], writes: Writes, step: StepInfo) -> None:
+def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: StepInfo) -> None:
     """Export every patch, then series and queue.toml (its lineage one step on); drop old patch files no
     longer in the series."""
     exported = stack.export_series(ws.repo, loaded.patches)
@@ -64,7 +64,7 @@ def _write_series(ws: Workspace, loaded: LoadedStack, *, old_names: set[str], wr
     except QueueError:
         listed = []
     previous = [(n, (root / n).read_bytes()) for n in listed if (root / n).is_file()]
-    old_names = old_names & set(listed)
+    old_names = patch_files(ws) & set(listed)
     for name, data in exported.items():
         writes.write(root / name, data, group="patches")
     writes.write(ws.queue_dir.series_path, render_series(loaded.names).encode(), group="patches")
@@ -159,7 +159,7 @@ def do_build(
     """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
     if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
-    _refuse_links(ws, (out or ws.out).resolve(), patches=False)
+    refuse_links(ws, (out or ws.out).resolve(), patches=False)
     dropped = refuse_out_edits(ws, discard=discard, out=(out or ws.out).resolve())
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg), output.discarded(dropped)
@@ -174,7 +174,7 @@ def sync_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | 
     return loaded
 
 
-def _refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
+def refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
     """A symbolic link where pq would write is an error: pq replaces files, it never writes through a link
     (which could point outside the project) nor silently turns one into a copy."""
     q = ws.queue_dir
