@@ -108,13 +108,7 @@ def source_checks(
             trees["vllm"] = imports.tree_from_release("vllm", release, "vllm/")
     except PqError as exc:
         out.append(
-            Finding(
-                "",
-                0,
-                "sources-unavailable",
-                WARNING,
-                f"import resolution and the GPU audit need the upstream sources: {exc}",
-            )
+            _warning("sources-unavailable", f"import resolution and the GPU audit need the upstream sources: {exc}")
         )
         return out
     package = queue.package.replace("/", ".")
@@ -122,11 +116,8 @@ def source_checks(
         out += imports.check_imports(text, file=path, package=package, trees=trees)
     if not release or "vllm" not in trees:
         out.append(
-            Finding(
-                "",
-                0,
+            _warning(
                 "gpu-audit-skipped",
-                WARNING,
                 "the GPU-side audit needs the pinned vllm-omni release (the series was adopted from a folder)",
             )
         )
@@ -140,26 +131,25 @@ def source_checks(
         }
         vllm_runner = gpu_audit.load_vllm_runner(release)
     except PqError as exc:
-        out.append(Finding("", 0, "sources-unavailable", WARNING, f"the GPU-side audit needs vLLM {release}: {exc}"))
+        out.append(_warning("sources-unavailable", f"the GPU-side audit needs vLLM {release}: {exc}"))
         return out
     ascend = snapshot.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8", errors="replace")
     broken = sorted(k for k, v in files.items() if not _parses(v))
     if broken:  # the parse rule reports them; an audit of half the runners would only mislead
         out.append(
-            Finding(
-                "",
-                0,
-                "gpu-audit-skipped",
-                WARNING,
-                f"the GPU-side audit needs runners that parse; {', '.join(broken)} do not",
-            )
+            _warning("gpu-audit-skipped", f"the GPU-side audit needs runners that parse; {', '.join(broken)} do not")
         )
         return out
     try:
         out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
     except PqError as exc:
-        out.append(Finding("", 0, "gpu-audit-skipped", WARNING, f"the GPU-side audit could not run: {exc}"))
+        out.append(_warning("gpu-audit-skipped", f"the GPU-side audit could not run: {exc}"))
     return out
+
+
+def _warning(rule: str, message: str) -> Finding:
+    """A finding about the check run itself (no file, no line)."""
+    return Finding("", 0, rule, WARNING, message)
 
 
 def _parses(text: str) -> bool:
