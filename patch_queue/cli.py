@@ -358,13 +358,13 @@ def abort() -> None:
         interrupted = resolve.recover_interrupted(ws, forward=False)
         if interrupted is None:
             resolve.do_abort(ws)
-    if interrupted is not None:
+    if interrupted is None:
+        typer.echo("refresh aborted; patches/, npu_worker/ and refs/pq/ are as before")
+    else:
         typer.echo(
             f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
             "refs/pq/ are as before it (see `pq status`)"
         )
-        return
-    typer.echo("refresh aborted; patches/, npu_worker/ and refs/pq/ are as before")
 
 
 @command()
@@ -385,8 +385,7 @@ def status(upstream: UpstreamOpt = None) -> int:
         typer.echo(f"unrecorded: {ws.rel(ws.out / e.file)} +{e.added} -{e.removed} lines (`pq record` takes them)")
     if st.in_progress:
         typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
-        return EXIT_CONFLICT if st.conflicts else 0
-    return 0
+    return EXIT_CONFLICT if st.in_progress and st.conflicts else EXIT_OK
 
 
 @command()

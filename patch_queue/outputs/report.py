@@ -400,23 +400,18 @@ def _size(text: str) -> int:
     return len(text.encode())
 
 
-def _omitted(n: int, total: int, what: str, limit: int) -> str:
-    return f"_{n} of {total} {what} omitted to stay under GitHub's {limit:,}-character limit; see the JSON report._"
-
-
-def _assemble(
-    head: str, conflicts: Sequence[str], flags: Sequence[str], n_conflicts: int, n_flags: int, limit: int
-) -> list[str]:
+def _assemble(head: str, sections: Sequence[str], kept: int, n_conflicts: int, limit: int) -> list[str]:
+    """The body's parts: ``head``, then the first ``kept`` sections (conflicts, then flags) under their titles."""
     parts = [head]
-    for title, kept, total, what in (
-        ("### Conflicts", conflicts, n_conflicts, "conflicts"),
-        ("### Review flags", flags, n_flags, "review flags"),
+    for title, what, start, end in (
+        ("### Conflicts", "conflicts", 0, n_conflicts),
+        ("### Review flags", "review flags", n_conflicts, len(sections)),
     ):
-        if total:
-            parts.append(title)
-            parts.extend(kept)
-            if len(kept) < total:
-                parts.append(_omitted(total - len(kept), total, what, limit))
+        if end > start:
+            parts += [title, *sections[start : min(kept, end)]]
+            if kept < end:
+                omitted = f"{end - max(kept, start)} of {end - start} {what} omitted"
+                parts.append(f"_{omitted} to stay under GitHub's {limit:,}-character limit; see the JSON report._")
     return parts
 
 
@@ -449,12 +444,10 @@ def markdown(report: dict[str, object], *, upstream_url: str = UPSTREAM_URL, lim
     sections = [_section(r, url, e, 0) for e in entries]
     sizes = [_size(s) for s in sections]
     kept = len(entries)
-    n_c = len(r.conflicts)
 
     def total() -> int:
         """Size of the body as it stands: sections measured once each, the rest (empty placeholders) here."""
-        kept_c, kept_f = min(kept, n_c), max(kept - n_c, 0)
-        parts = _assemble(head, [""] * kept_c, [""] * kept_f, n_c, len(r.flags), limit)
+        parts = _assemble(head, [""] * len(entries), kept, len(r.conflicts), limit)
         return sum(sizes[:kept]) + sum(_size(p) for p in parts) + 2 * (len(parts) - 1) + 1  # + final newline
 
     for level in (1, 2):  # from the last entry up: first cut its sides to an excerpt, then leave them out
@@ -465,7 +458,7 @@ def markdown(report: dict[str, object], *, upstream_url: str = UPSTREAM_URL, lim
             sizes[i] = _size(sections[i])
     while kept and total() > limit:
         kept -= 1
-    parts = _assemble(head, sections[: min(kept, n_c)], sections[n_c:kept], n_c, len(r.flags), limit)
+    parts = _assemble(head, sections, kept, len(r.conflicts), limit)
     text = "\n\n".join(parts) + "\n"
     if _size(text) > limit:  # the head alone is too long: cut it on a character boundary
         room = limit - _size("\n\n" + TRUNCATED_NOTE + "\n")
