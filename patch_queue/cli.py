@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from collections import Counter
@@ -59,40 +60,34 @@ def say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def run(body: Callable[[], int | None]) -> None:
-    """Run a command body, mapping PqError to its one-line message and anything else to exit 4."""
-    try:
-        code = body()
-    except PqError as exc:
-        err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        err("interrupted; nothing was written past the last completed step (see `pq status`)")
-        raise typer.Exit(130) from None
-    except BrokenPipeError:  # the reader went away (`pq status | head`): not a bug
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise typer.Exit(141) from None
-    except typer.Exit:
-        raise
-    except Exception:  # a bug: keep the traceback for the report
-        log = _crash_log()
-        err(f"internal error (a bug); traceback written to {log}")
-        raise typer.Exit(EXIT_BUG) from None
-    raise typer.Exit(code or 0)
-
-
 def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
-    """Register a command whose body runs under :func:`run` (its return value is the exit code)."""
+    """Register a command: its body returns the exit code; a PqError exits with its one-line message, anything
+    else with exit 4 (a bug)."""
 
     def register(body: Callable[P, int | None]) -> Callable[P, None]:
         @functools.wraps(body)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-            run(lambda: body(*args, **kwargs))
+        def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            try:
+                code = body(*args, **kwargs)
+            except PqError as exc:
+                err(f"error: {exc}")
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                err("interrupted; nothing was written past the last completed step (see `pq status`)")
+                raise typer.Exit(130) from None
+            except BrokenPipeError:  # the reader went away (`pq status | head`): not a bug
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(141) from None
+            except typer.Exit:
+                raise
+            except Exception:  # a bug: keep the traceback for the report
+                log = _crash_log()
+                err(f"internal error (a bug); traceback written to {log}")
+                raise typer.Exit(EXIT_BUG) from None
+            raise typer.Exit(code or 0)
 
-        app.command(name=name)(wrapper)
-        return wrapper
+        app.command(name=name)(run)
+        return run
 
     return register
 

@@ -126,9 +126,7 @@ def _is_reused(entry: Conflict) -> bool:
 def _path(out: str, file: str) -> str:
     """The entry's file relative to the repository root."""
     out = out.strip("/")
-    if not file or out in ("", "."):
-        return file
-    return f"{out}/{file}"
+    return f"{out}/{file}" if file and out not in ("", ".") else file
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
@@ -251,9 +249,7 @@ def _lang(text: str) -> str:
 
 
 def _commit_link(commit: str, url: str) -> str:
-    if _SHA.fullmatch(commit):
-        return f"[{commit[:7]}]({url}/commit/{commit})"
-    return _code(commit)
+    return f"[{commit[:7]}]({url}/commit/{commit})" if _SHA.fullmatch(commit) else _code(commit)
 
 
 def _excerpt(text: str) -> tuple[str, bool]:
