@@ -5,16 +5,19 @@ Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 import traceback
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, ParamSpec
 
 import typer
 
-from patch_queue.errors import EXIT_BUG, EXIT_CONFLICT, PqError
+from patch_queue.errors import EXIT_BUG, EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, PqError
 
 if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
     from patch_queue.commands.check import CheckOutcome
@@ -22,6 +25,8 @@ if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays 
     from patch_queue.project.workspace import Workspace
     from patch_queue.series.absorb import Placement
     from patch_queue.series.replay import PatchResult
+
+P = ParamSpec("P")
 
 app = typer.Typer(
     add_completion=False,
@@ -36,6 +41,15 @@ UpstreamOpt = Annotated[
 DiscardOpt = Annotated[
     bool, typer.Option("--discard", help="drop the edits in the output folder that no patch holds (they are lost)")
 ]
+AllOpt = Annotated[bool, typer.Option("--all", "-a")]
+NoSourcesOpt = Annotated[
+    bool, typer.Option("--no-sources", help="skip the checks that need upstream source trees (imports, GPU audit)")
+]
+ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here")]
+MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the report as a pull-request body here")]
+AnnotationsOpt = Annotated[
+    bool, typer.Option("--annotations", help="print GitHub workflow-command annotations for conflicts and flags")
+]
 
 
 def err(message: str) -> None:
@@ -46,36 +60,42 @@ def say(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def run(body: Callable[[], int | None]) -> None:
-    """Run a command body, mapping PqError to its one-line message and anything else to exit 4."""
-    try:
-        code = body()
-    except PqError as exc:
-        err(f"error: {exc}")
-        raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
-        err("interrupted; nothing was written past the last completed step (see `pq status`)")
-        raise typer.Exit(130) from None
-    except BrokenPipeError:  # the reader went away (`pq status | head`): not a bug
-        import os
+def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
+    """Register a command: its body returns the exit code; a PqError exits with its one-line message, anything
+    else with exit 4 (a bug)."""
 
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise typer.Exit(141) from None
-    except typer.Exit:
-        raise
-    except Exception:  # a bug: keep the traceback for the report
-        log = _crash_log()
-        err(f"internal error (a bug); traceback written to {log}")
-        raise typer.Exit(EXIT_BUG) from None
-    raise typer.Exit(code or 0)
+    def register(body: Callable[P, int | None]) -> Callable[P, None]:
+        @functools.wraps(body)
+        def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            try:
+                code = body(*args, **kwargs)
+            except PqError as exc:
+                err(f"error: {exc}")
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                err("interrupted; nothing was written past the last completed step (see `pq status`)")
+                raise typer.Exit(130) from None
+            except BrokenPipeError:  # the reader went away (`pq status | head`): not a bug
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(141) from None
+            except typer.Exit:
+                raise
+            except Exception:  # a bug: keep the traceback for the report
+                log = _crash_log()
+                err(f"internal error (a bug); traceback written to {log}")
+                raise typer.Exit(EXIT_BUG) from None
+            raise typer.Exit(code or 0)
+
+        app.command(name=name)(run)
+        return run
+
+    return register
 
 
 def _crash_log() -> str:
     text = traceback.format_exc()
     try:
-        from patch_queue.project.workspace import open_workspace
-
-        path = open_workspace().state_dir / "crash.log"
+        path = _ws().state_dir / "crash.log"
         path.parent.mkdir(parents=True, exist_ok=True)
     except Exception:
         path = Path("pq-crash.log").resolve()
@@ -83,16 +103,20 @@ def _crash_log() -> str:
     return str(path)
 
 
-def _ws(out: Path | None = None) -> Workspace:
+def _ws() -> Workspace:
     from patch_queue.project.workspace import open_workspace
 
-    return open_workspace(out=out)
+    return open_workspace()
 
 
-def _locked(ws: Workspace, name: str) -> AbstractContextManager[None]:
+@contextmanager
+def _locked(name: str) -> Iterator[Workspace]:
+    """The workspace, with the repository's lock held for the command ``name``."""
     from patch_queue.project.workspace import locked
 
-    return locked(ws, name)
+    ws = _ws()
+    with locked(ws, name):
+        yield ws
 
 
 def _on_patch(result: PatchResult) -> None:
@@ -100,7 +124,7 @@ def _on_patch(result: PatchResult) -> None:
     say(f"Pushing {result.name} ... {result.status}{detail}")
 
 
-@app.command()
+@command()
 def adopt(
     source: Annotated[
         str, typer.Argument(help="vllm-omni release (vllm-omni==0.30.0) or a folder of NPU worker files")
@@ -111,31 +135,26 @@ def adopt(
     discard: DiscardOpt = False,
 ) -> None:
     """Derive the patch series from a hand-maintained release and write patches/ and npu_worker/."""
+    from patch_queue.commands import adopt
 
-    def body() -> None:
-        from patch_queue.commands import adopt
-
-        ws = _ws()
-        with _locked(ws, "adopt"):
-            res = adopt.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say)
-        if res.discarded:
-            typer.echo(res.discarded)
-        if res.searched_auto:
-            typer.echo(
-                f"upstream base: {res.commit_label} (public {res.public_commit[:12]}), score {res.matched}/{res.total}"
-                f" lines of the carried methods ({100.0 * res.matched / max(res.total, 1):.1f}%),"
-                f" best of {res.searched} revisions, {res.ties} tied"
-            )
-        else:
-            typer.echo(f"upstream base: {res.commit_label} (given with --at)")
-        for c in res.carried:
-            typer.echo(f"carried: {c.module} {c.downstream} <- {c.upstream} (similarity {c.ratio:.2f})")
-        typer.echo(f"wrote {len(res.patches)} patches to patches/ and the runners to {ws.rel(ws.out)}/")
-
-    run(body)
+    with _locked("adopt") as ws:
+        res = adopt.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say)
+    if res.discarded:
+        typer.echo(res.discarded)
+    if res.searched_auto:
+        typer.echo(
+            f"upstream base: {res.commit_label} (public {res.public_commit[:12]}), score {res.matched}/{res.total}"
+            f" lines of the carried methods ({100.0 * res.matched / max(res.total, 1):.1f}%),"
+            f" best of {res.searched} revisions, {res.ties} tied"
+        )
+    else:
+        typer.echo(f"upstream base: {res.commit_label} (given with --at)")
+    for c in res.carried:
+        typer.echo(f"carried: {c.module} {c.downstream} <- {c.upstream} (similarity {c.ratio:.2f})")
+    typer.echo(f"wrote {len(res.patches)} patches to patches/ and the runners to {ws.rel(ws.out)}/")
 
 
-@app.command()
+@command()
 def build(
     out: Annotated[Path | None, typer.Option("--out", help="output folder (default npu_worker/)")] = None,
     standalone: Annotated[
@@ -153,36 +172,26 @@ def build(
     discard: DiscardOpt = False,
 ) -> None:
     """Write the top of the stack as the npu_worker package (or, with --wheel, as a wheel of it)."""
+    from patch_queue.commands import refresh, write
 
-    def body() -> None:
-        from patch_queue.commands import refresh, write
-
-        ws = _ws()
-        if wheel:
-            with _locked(ws, "build"):
-                built = write.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
-            typer.echo(ws.rel(built.path))
-            return
-        with _locked(ws, "build"):
-            files, dropped = write.do_build(
-                ws, out=out, standalone_pkg=standalone, upstream_git=upstream, discard=discard, progress=say
-            )
-        if dropped:
-            typer.echo(dropped)
-        where = ws.rel(out.resolve() if out else ws.out)
-        for problem in refresh.fence_problems(files):  # built all the same: the fences are the patches' business
-            typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
-        typer.echo(f"built {len(files)} files into {where}/")
-
-    run(body)
+    if wheel:
+        with _locked("build") as ws:
+            built = write.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
+        typer.echo(ws.rel(built))
+        return
+    with _locked("build") as ws:
+        files, dropped = write.do_build(
+            ws, out=out, standalone_pkg=standalone, upstream_git=upstream, discard=discard, progress=say
+        )
+    if dropped:
+        typer.echo(dropped)
+    where = ws.rel(out.resolve() if out else ws.out)
+    for problem in refresh.fence_problems(files):  # built all the same: the fences are the patches' business
+        typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
+    typer.echo(f"built {len(files)} files into {where}/")
 
 
 def _print_outcome(ws: Workspace, outcome: RefreshOutcome) -> int:
-    from patch_queue.errors import EXIT_OK
-
-    by_file: dict[str, int] = {}
-    for c in outcome.conflicts:
-        by_file[c.file] = by_file.get(c.file, 0) + 1
     if outcome.discarded:
         typer.echo(outcome.discarded)
     _print_placements(ws, outcome.placements)
@@ -203,17 +212,11 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome) -> int:
         typer.echo(
             f"conflict: {ws.rel(ws.out / c.file)}:{c.line} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})"
         )
+    by_file = Counter(c.file for c in outcome.conflicts)
     summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
     typer.echo(f"{len(outcome.conflicts)} conflict region(s) ({summary})")
-    if outcome.stopped_at:
-        typer.echo(
-            f"stopped at {outcome.stopped_at}: resolve the markers in {ws.rel(ws.out)}/, then `pq continue`"
-            " (or `pq abort`)"
-        )
-    else:
-        typer.echo(
-            f"all patches replayed; resolve the markers in {ws.rel(ws.out)}/, then `pq continue` (or `pq abort`)"
-        )
+    where = f"stopped at {outcome.stopped_at}:" if outcome.stopped_at else "all patches replayed;"
+    typer.echo(f"{where} resolve the markers in {ws.rel(ws.out)}/, then `pq continue` (or `pq abort`)")
     return EXIT_CONFLICT
 
 
@@ -234,16 +237,6 @@ def _print_check(ws: Workspace, result: CheckOutcome) -> None:
     )
 
 
-NoSourcesOpt = Annotated[
-    bool, typer.Option("--no-sources", help="skip the checks that need upstream source trees (imports, GPU audit)")
-]
-ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here")]
-MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the report as a pull-request body here")]
-AnnotationsOpt = Annotated[
-    bool, typer.Option("--annotations", help="print GitHub workflow-command annotations for conflicts and flags")
-]
-
-
 def _write_reports(outcome: RefreshOutcome, report: Path | None, markdown: Path | None, annotations: bool) -> None:
     from patch_queue.commands import refresh
     from patch_queue.fsutil import atomic_write, json_bytes
@@ -259,7 +252,7 @@ def _write_reports(outcome: RefreshOutcome, report: Path | None, markdown: Path 
             typer.echo(line)
 
 
-@app.command()
+@command()
 def refresh(
     to: Annotated[
         str | None, typer.Option("--to", help="vllm-ascend==VER, an upstream ref or commit, or a folder")
@@ -272,281 +265,210 @@ def refresh(
     no_sources: NoSourcesOpt = False,
     upstream: UpstreamOpt = None,
     discard: DiscardOpt = False,
-) -> None:
+) -> int:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
+    from patch_queue.commands import refresh
 
-    def body() -> int:
-        from patch_queue.commands import refresh
-
-        ws = _ws()
-        with _locked(ws, "refresh"):
-            outcome = refresh.do_refresh(
-                ws,
-                to=to,
-                no_stop=no_stop,
-                upstream_git=upstream,
-                progress=say,
-                on_patch=_on_patch,
-                check=not no_check,
-                check_sources=not no_sources,
-                discard=discard,
-            )
-        _write_reports(outcome, report, markdown, annotations)
-        return _print_outcome(ws, outcome)
-
-    run(body)
+    with _locked("refresh") as ws:
+        outcome = refresh.do_refresh(
+            ws,
+            to=to,
+            no_stop=no_stop,
+            upstream_git=upstream,
+            progress=say,
+            on_patch=_on_patch,
+            check=not no_check,
+            check_sources=not no_sources,
+            discard=discard,
+        )
+    _write_reports(outcome, report, markdown, annotations)
+    return _print_outcome(ws, outcome)
 
 
-@app.command(name="continue")
-def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotations: AnnotationsOpt = False) -> None:
+@command(name="continue")
+def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotations: AnnotationsOpt = False) -> int:
     """Take the resolved files in npu_worker/ and go on with the refresh."""
+    from patch_queue.commands import resolve
 
-    def body() -> int:
-        from patch_queue.commands import resolve
-
-        ws = _ws()
-        with _locked(ws, "continue"):
-            interrupted = resolve.recover_interrupted(ws, forward=True)
-            if interrupted is not None:
-                typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
-                return 0
-            outcome = resolve.do_continue(ws, progress=say, on_patch=_on_patch)
-        _write_reports(outcome, report, markdown, annotations)
-        return _print_outcome(ws, outcome)
-
-    run(body)
+    with _locked("continue") as ws:
+        interrupted = resolve.recover_interrupted(ws, forward=True)
+        if interrupted is not None:
+            typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
+            return 0
+        outcome = resolve.do_continue(ws, progress=say, on_patch=_on_patch)
+    _write_reports(outcome, report, markdown, annotations)
+    return _print_outcome(ws, outcome)
 
 
-@app.command()
+@command()
 def check(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the findings as JSON here")] = None,
     no_sources: NoSourcesOpt = False,
     upstream: UpstreamOpt = None,
-) -> None:
+) -> int:
     """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit."""
+    from patch_queue.commands import check
+    from patch_queue.fsutil import atomic_write, json_bytes
 
-    def body() -> int:
-
-        from patch_queue.commands import check
-        from patch_queue.errors import EXIT_ERROR, EXIT_OK
-        from patch_queue.fsutil import atomic_write, json_bytes
-
-        ws = _ws()
-        with _locked(ws, "check"):
-            result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
-        if json_out is not None:
-            atomic_write(json_out, json_bytes(result.as_json()))
-        _print_check(ws, result)
-        return EXIT_ERROR if result.errors else EXIT_OK
-
-    run(body)
+    with _locked("check") as ws:
+        result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
+    if json_out is not None:
+        atomic_write(json_out, json_bytes(result.as_json()))
+    _print_check(ws, result)
+    return EXIT_ERROR if result.errors else EXIT_OK
 
 
-@app.command()
+@command()
 def blocks(
     markdown: Annotated[Path | None, typer.Option("--markdown", help="write the inventory as Markdown here")] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
     """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
+    from patch_queue.commands import write
+    from patch_queue.fsutil import atomic_write
+    from patch_queue.outputs import inventory
 
-    def body() -> None:
-        from patch_queue.commands import write
-        from patch_queue.fsutil import atomic_write
-        from patch_queue.outputs import inventory
-
-        ws = _ws()
-        with _locked(ws, "blocks"):
-            loaded = write.sync_stack(ws, upstream_git=upstream, progress=say)
-        entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
-        for e in entries:
-            where = f"{ws.rel(ws.out / e.file)}:{e.line}"
-            label = f"block {e.index}" if e.index is not None else "unfenced"
-            typer.echo(
-                f"{where}  {label:9} {e.kind:8} {e.symbol or '<module>'}  [{e.patch}]  {e.lines[0] if e.lines else ''}"
-            )
-        counts = inventory.summary(entries)
-        typer.echo(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no omni blocks")
-        if markdown is not None:
-            title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
-            atomic_write(markdown, inventory.markdown(entries, title=title).encode("utf-8"))
-
-    run(body)
+    with _locked("blocks") as ws:
+        loaded = write.sync_stack(ws, upstream_git=upstream, progress=say)
+    entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
+    for e in entries:
+        where = f"{ws.rel(ws.out / e.file)}:{e.line}"
+        label = f"block {e.index}" if e.index is not None else "unfenced"
+        typer.echo(
+            f"{where}  {label:9} {e.kind:8} {e.symbol or '<module>'}  [{e.patch}]  {e.lines[0] if e.lines else ''}"
+        )
+    counts = Counter(e.kind for e in entries)
+    typer.echo(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no omni blocks")
+    if markdown is not None:
+        title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
+        atomic_write(markdown, inventory.markdown(entries, title=title).encode("utf-8"))
 
 
-@app.command()
+@command()
 def abort() -> None:
     """Put every file and ref back as it was before the refresh."""
+    from patch_queue.commands import resolve
 
-    def body() -> None:
-        from patch_queue.commands import resolve
-
-        ws = _ws()
-        with _locked(ws, "abort"):
-            interrupted = resolve.recover_interrupted(ws, forward=False)
-            if interrupted is None:
-                resolve.do_abort(ws)
-        if interrupted is not None:
-            typer.echo(
-                f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
-                "refs/pq/ are as before it (see `pq status`)"
-            )
-            return
+    with _locked("abort") as ws:
+        interrupted = resolve.recover_interrupted(ws, forward=False)
+        if interrupted is None:
+            resolve.do_abort(ws)
+    if interrupted is None:
         typer.echo("refresh aborted; patches/, npu_worker/ and refs/pq/ are as before")
+    else:
+        typer.echo(
+            f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
+            "refs/pq/ are as before it (see `pq status`)"
+        )
 
-    run(body)
 
-
-@app.command()
-def status(upstream: UpstreamOpt = None) -> None:
+@command()
+def status(upstream: UpstreamOpt = None) -> int:
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
+    from patch_queue.commands import resolve
 
-    def body() -> int:
-        from patch_queue.commands import resolve
-
-        ws = _ws()
-        st = resolve.do_status(ws, upstream_git=upstream)
-        typer.echo(f"upstream: {st.upstream}")
-        if st.in_progress:
-            typer.echo(f"refresh in progress onto {st.target}")
-        for name, state in st.patches:
-            typer.echo(f"  {state:10} {name}")
-        for c in st.conflicts:
-            typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} in {c.symbol or '<module>'} (patch {c.patch})")
-        for e in st.edits:
-            typer.echo(f"unrecorded: {ws.rel(ws.out / e.file)} +{e.added} -{e.removed} lines (`pq record` takes them)")
-        if st.in_progress:
-            typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
-            return EXIT_CONFLICT if st.conflicts else 0
-        return 0
-
-    run(body)
+    ws = _ws()
+    st = resolve.do_status(ws, upstream_git=upstream)
+    typer.echo(f"upstream: {st.upstream}")
+    if st.in_progress:
+        typer.echo(f"refresh in progress onto {st.target}")
+    for name, state in st.patches:
+        typer.echo(f"  {state:10} {name}")
+    for c in st.conflicts:
+        typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} in {c.symbol or '<module>'} (patch {c.patch})")
+    for e in st.edits:
+        typer.echo(f"unrecorded: {ws.rel(ws.out / e.file)} +{e.added} -{e.removed} lines (`pq record` takes them)")
+    if st.in_progress:
+        typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
+    return EXIT_CONFLICT if st.in_progress and st.conflicts else EXIT_OK
 
 
-@app.command()
+@command()
 def series(upstream: UpstreamOpt = None) -> None:
     """List the patches in order, applied ones marked with +."""
+    from patch_queue.commands import edit, resolve
 
-    def body() -> None:
-        from patch_queue.commands import edit, resolve
-
-        ws = _ws()
-        st = resolve.do_status(ws, upstream_git=upstream)
-        for name, state in st.patches:
-            mark = (
-                "+" if state in ("applied", "modified", "unchanged", "empty") else ("!" if state == "conflict" else "-")
-            )
-            typer.echo(f"{mark} {name}  {edit.patch_subject(ws, name)}")
-
-    run(body)
+    ws = _ws()
+    for name, state in resolve.do_status(ws, upstream_git=upstream).patches:
+        mark = "+" if state in ("applied", "modified", "unchanged", "empty") else "!" if state == "conflict" else "-"
+        typer.echo(f"{mark} {name}  {edit.patch_subject(ws, name)}")
 
 
-@app.command()
+@command()
 def new(
     name: Annotated[str, typer.Argument(help="patch name")],
     message: Annotated[str | None, typer.Option("-m", "--message", help="subject line")] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
     """Start a new empty patch above the applied ones."""
+    from patch_queue.commands import edit
 
-    def body() -> None:
-        from patch_queue.commands import edit
-
-        ws = _ws()
-        with _locked(ws, "new"):
-            filename = edit.do_new(ws, name, message=message, upstream_git=upstream)
-        typer.echo(f"created patches/{filename}; edit {ws.rel(ws.out)}/ then `pq record`")
-
-    run(body)
+    with _locked("new") as ws:
+        filename = edit.do_new(ws, name, message=message, upstream_git=upstream)
+    typer.echo(f"created patches/{filename}; edit {ws.rel(ws.out)}/ then `pq record`")
 
 
-@app.command()
+@command()
 def record(
     patch: Annotated[str | None, typer.Option("--patch", "-p", help="put every edit into this applied patch")] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
     """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
+    from patch_queue.commands import edit
 
-    def body() -> None:
-        from patch_queue.commands import edit
-
-        ws = _ws()
-        with _locked(ws, "record"):
-            placements = edit.do_record(ws, upstream_git=upstream, into=patch)
-        _print_placements(ws, placements)
-        if not placements:
-            typer.echo("nothing to record")
-
-    run(body)
+    with _locked("record") as ws:
+        placements = edit.do_record(ws, upstream_git=upstream, into=patch)
+    _print_placements(ws, placements)
+    if not placements:
+        typer.echo("nothing to record")
 
 
-@app.command()
+@command()
 def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
     """Rebuild the patch bodies from the lineage in queue.toml (adopt, refreshes, recorded edits), hash-checked."""
+    from patch_queue.commands import reproduce as reproduce_mod
 
-    def body() -> None:
-        from patch_queue.commands import reproduce as reproduce_mod
-
-        ws = _ws()
-        with _locked(ws, "reproduce"):
-            res = reproduce_mod.do_reproduce(ws, upstream_git=upstream, discard=discard, progress=say)
-        if res.discarded:
-            typer.echo(res.discarded)
-        if res.already:
-            typer.echo(f"patches/ already holds the {res.patches} bodies the lineage records")
-        else:
-            typer.echo(
-                f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
-                f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/"
-            )
-
-    run(body)
+    with _locked("reproduce") as ws:
+        res = reproduce_mod.do_reproduce(ws, upstream_git=upstream, discard=discard, progress=say)
+    if res.discarded:
+        typer.echo(res.discarded)
+    if res.already:
+        typer.echo(f"patches/ already holds the {res.patches} bodies the lineage records")
+    else:
+        typer.echo(
+            f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
+            f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/"
+        )
 
 
-@app.command()
+@command()
 def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
     """Take hand edits of patches/*.patch into the lineage (as a step that needs the bodies to reproduce)."""
+    from patch_queue.commands import edit
 
-    def body() -> None:
-        from patch_queue.commands import edit
-
-        ws = _ws()
-        with _locked(ws, "accept"):
-            changed = edit.do_accept(ws, upstream_git=upstream, discard=discard)
-        typer.echo(f"accepted the series as it is in patches/ ({changed} body/bodies changed)")
-
-    run(body)
+    with _locked("accept") as ws:
+        changed = edit.do_accept(ws, upstream_git=upstream, discard=discard)
+    typer.echo(f"accepted the series as it is in patches/ ({changed} body/bodies changed)")
 
 
 def _move(push: bool, all_: bool, upstream: str | None, discard: bool) -> None:
-    def body() -> None:
-        from patch_queue.commands import edit
+    from patch_queue.commands import edit
 
-        ws = _ws()
-        with _locked(ws, "push" if push else "pop"):
-            before, after, dropped = edit.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream, discard=discard)
-        if dropped:
-            typer.echo(dropped)
-        typer.echo(f"applied {after} of the series (was {before})")
-
-    run(body)
+    with _locked("push" if push else "pop") as ws:
+        before, after, dropped = edit.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream, discard=discard)
+    if dropped:
+        typer.echo(dropped)
+    typer.echo(f"applied {after} of the series (was {before})")
 
 
-@app.command()
-def push(
-    all_: Annotated[bool, typer.Option("--all", "-a")] = False,
-    upstream: UpstreamOpt = None,
-    discard: DiscardOpt = False,
-) -> None:
+@command()
+def push(all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
     """Apply the next patch (or all)."""
     _move(True, all_, upstream, discard)
 
 
-@app.command()
-def pop(
-    all_: Annotated[bool, typer.Option("--all", "-a")] = False,
-    upstream: UpstreamOpt = None,
-    discard: DiscardOpt = False,
-) -> None:
+@command()
+def pop(all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
     """Unapply the top patch (or all)."""
     _move(False, all_, upstream, discard)
 

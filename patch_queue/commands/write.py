@@ -196,9 +196,7 @@ def _no_refresh(ws: Workspace) -> None:
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
 
 
-def do_wheel(
-    ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None
-) -> wheel.WheelResult:
+def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None) -> Path:
     """Build the wheel of the top of the stack into ``out`` (default ``dist/``); npu_worker/ is not touched."""
     if refresh_state.pending(ws):
         raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
@@ -235,4 +233,4 @@ def do_wheel(
     target = (out or ws.root / "dist").resolve() / name
     atomic_write(target, data)
     os.chmod(target, wheel.WHEEL_MODE)
-    return wheel.WheelResult(target, meta.version, files, meta)
+    return target

@@ -36,9 +36,8 @@ def sync(out: Path, files: dict[str, bytes], writes: Writes) -> None:
         writes.write(out / rel, data, group="out")
     for rel in sorted(owned - set(files)):
         writes.write(out / rel, None, group="out")
-    writes.write(
-        out / MANIFEST, (_HEADER + "".join(f"{sha256(files[f])} {f}\n" for f in sorted(files))).encode(), group="out"
-    )
+    listing = "".join(f"{sha256(files[f])} {f}\n" for f in sorted(files))
+    writes.write(out / MANIFEST, (_HEADER + listing).encode(), group="out")
 
 
 def manifest(out: Path) -> dict[str, str]:

@@ -10,8 +10,9 @@ copied upstream code outside any block.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
@@ -25,22 +26,9 @@ class Entry:
     line: int  # 1-based, in the top of the stack
     index: int | None  # the block's index in its file; None for an unfenced edit
     symbol: str
-    fenced: bool
     kind: str  # "fenced" | "tag" | "unfenced"
     patch: str
     lines: tuple[str, ...]  # the first meaningful lines
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "file": self.file,
-            "line": self.line,
-            "index": self.index,
-            "symbol": self.symbol,
-            "fenced": self.fenced,
-            "kind": self.kind,
-            "patch": self.patch,
-            "lines": list(self.lines),
-        }
 
 
 def _squash(text: str) -> str:
@@ -48,15 +36,9 @@ def _squash(text: str) -> str:
 
 
 def _meaningful(lines: Sequence[str], limit: int = 2) -> tuple[str, ...]:
-    out = []
-    for line in lines:
-        s = line.strip()
-        if not s or anchors.FENCE.match(line) or anchors.PLAIN.match(line):
-            continue
-        out.append(s)
-        if len(out) == limit:
-            break
-    return tuple(out)
+    """The first ``limit`` lines that are neither blank nor a fence or tag, stripped."""
+    code = (line.strip() for line in lines if not anchors.FENCE.match(line) and not anchors.PLAIN.match(line))
+    return tuple(islice(filter(None, code), limit))
 
 
 def _modules(repo: ProjectRepo, commit: str) -> dict[str, str]:
@@ -66,6 +48,10 @@ def _modules(repo: ProjectRepo, commit: str) -> dict[str, str]:
         for k, v in files.items()
         if not k.startswith(stack.VENDOR) and k.endswith(".py")
     }
+
+
+def _entry(path: str, text: str, line: int, index: int | None, kind: str, patch: str, body: Sequence[str]) -> Entry:
+    return Entry(path, line, index, replay.enclosing_symbol(text, line), kind, patch, _meaningful(body))
 
 
 def inventory(repo: ProjectRepo, base: str, patches: Sequence[tuple[str, str]]) -> list[Entry]:
@@ -96,11 +82,8 @@ def inventory(repo: ProjectRepo, base: str, patches: Sequence[tuple[str, str]]) 
                 continue
             added = text.split("\n")  # git's lines: split at newlines only
             for _old_start, _old_count, new_start, new_count in line_hunks(old.encode(), text.encode()):
-                plus = [
-                    (n + 1, added[n] + "\n" if n + 1 < len(added) else added[n])
-                    for n in range(new_start, new_start + new_count)
-                ]
-                outside = [c for n, c in plus if n not in inside and c.strip()]
+                new = range(new_start, new_start + new_count)
+                outside = [added[n] for n in new if n + 1 not in inside and added[n].strip()]
                 if outside:
                     unfenced.append((path, name, outside))
         parent = now
@@ -111,18 +94,8 @@ def inventory(repo: ProjectRepo, base: str, patches: Sequence[tuple[str, str]]) 
         blocks, _problems = anchors.parse_blocks(text)
         for b in blocks:
             body = lines[b.start - 1 : b.end]
-            out.append(
-                Entry(
-                    path,
-                    b.start,
-                    b.index,
-                    replay.enclosing_symbol(text, b.start),
-                    b.fenced,
-                    "fenced" if b.fenced else "tag",
-                    origin.get((path, _squash("".join(body))), "?"),
-                    _meaningful(body),
-                )
-            )
+            patch = origin.get((path, _squash("".join(body))), "?")
+            out.append(_entry(path, text, b.start, b.index, "fenced" if b.fenced else "tag", patch, body))
         squashed_top = [_squash(x) for x in lines]
         for fpath, name, added in unfenced:
             if fpath != path:
@@ -131,11 +104,7 @@ def inventory(repo: ProjectRepo, base: str, patches: Sequence[tuple[str, str]]) 
             line = next((i + 1 for i, x in enumerate(squashed_top) if x == first), 0)
             if line == 0:
                 continue  # a later patch replaced it; that patch lists its own edit
-            out.append(
-                Entry(
-                    path, line, None, replay.enclosing_symbol(text, line), False, "unfenced", name, _meaningful(added)
-                )
-            )
+            out.append(_entry(path, text, line, None, "unfenced", name, added))
     return sorted(out, key=lambda e: (e.file, e.line, e.kind))
 
 
@@ -164,10 +133,3 @@ def markdown(entries: Sequence[Entry], *, title: str) -> str:
                 f"| `{e.patch}` | `{first}` |"
             )
     return "\n".join(out) + "\n"
-
-
-def summary(entries: Sequence[Entry]) -> Mapping[str, int]:
-    counts: dict[str, int] = {}
-    for e in entries:
-        counts[e.kind] = counts.get(e.kind, 0) + 1
-    return counts

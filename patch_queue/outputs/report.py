@@ -16,8 +16,9 @@ The output depends on the report alone: same report, same text.
 # no ``from __future__ import annotations``: it would bind the name of :func:`annotations` below
 import html
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from patch_queue.merge.conflict import Conflict, boolean, integer, listing, mapping, string, wrong
 
@@ -68,7 +69,17 @@ class _Report:
     blocks_after: int | None
     finished: bool
     stopped_at: str | None
-    fences: tuple[tuple[str, int, str], ...] = ()  # (file, line, message) of Omni-new fence problems
+    fences: tuple[tuple[str, int, str], ...]  # (file, line, message) of Omni-new fence problems
+
+
+def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
+    """The elements of the list ``report[key]``, each with its place for error messages."""
+    for i, raw in enumerate(listing(report, key, "")):
+        yield f"{key}[{i}]", raw
+
+
+def _objects(report: Mapping[str, object], key: str) -> Iterator[tuple[str, Mapping[str, object]]]:
+    return ((where, mapping(raw, where)) for where, raw in _items(report, key))
 
 
 def _read(report: Mapping[str, object]) -> _Report:
@@ -78,14 +89,11 @@ def _read(report: Mapping[str, object]) -> _Report:
     upstream = mapping(report.get("upstream"), "upstream")
     downstream = mapping(report.get("downstream"), "downstream")
     blocks = mapping(report.get("blocks"), "blocks")
-    patches = []
-    for i, p_raw in enumerate(listing(report, "patches", "")):
-        p = mapping(p_raw, f"patches[{i}]")
-        patches.append((string(p, "name", f"patches[{i}]"), string(p, "status", f"patches[{i}]")))
+    patches = tuple((string(p, "name", where), string(p, "status", where)) for where, p in _objects(report, "patches"))
     removed = []
-    for i, s in enumerate(listing(report, "removed_symbols", "")):
+    for where, s in _items(report, "removed_symbols"):
         if not isinstance(s, str):
-            raise wrong(f"removed_symbols[{i}]", "a string", s)
+            raise wrong(where, "a string", s)
         removed.append(s)
     stopped = string(report, "stopped_at", "")
     return _Report(
@@ -96,25 +104,17 @@ def _read(report: Mapping[str, object]) -> _Report:
         downstream=string(downstream, "name", "downstream") or "vllm-omni",
         release=string(downstream, "release", "downstream"),
         out=string(report, "out", "") or "npu_worker",
-        patches=tuple(patches),
-        conflicts=tuple(
-            Conflict.from_json(e, f"conflicts[{i}]") for i, e in enumerate(listing(report, "conflicts", ""))
-        ),
-        flags=tuple(
-            Conflict.from_json(e, f"flags[{i}]", conflict=False) for i, e in enumerate(listing(report, "flags", ""))
-        ),
+        patches=patches,
+        conflicts=tuple(Conflict.from_json(e, where) for where, e in _items(report, "conflicts")),
+        flags=tuple(Conflict.from_json(e, where, conflict=False) for where, e in _items(report, "flags")),
         removed_symbols=tuple(removed),
         blocks_before=integer(blocks, "before", "blocks"),
         blocks_after=integer(blocks, "after", "blocks"),
         finished=boolean(report, "finished", "", True),
         stopped_at=stopped or None,
         fences=tuple(
-            (
-                string(f, "file", f"fences[{i}]"),
-                integer(f, "line", f"fences[{i}]") or 0,
-                string(f, "message", f"fences[{i}]"),
-            )
-            for i, f in enumerate(mapping(x, f"fences[{i}]") for i, x in enumerate(listing(report, "fences", "")))
+            (string(f, "file", where), integer(f, "line", where) or 0, string(f, "message", where))
+            for where, f in _objects(report, "fences")
         ),
     )
 
@@ -126,9 +126,7 @@ def _is_reused(entry: Conflict) -> bool:
 def _path(out: str, file: str) -> str:
     """The entry's file relative to the repository root."""
     out = out.strip("/")
-    if not file or out in ("", "."):
-        return file
-    return f"{out}/{file}"
+    return f"{out}/{file}" if file and out not in ("", ".") else file
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
@@ -211,10 +209,13 @@ def annotations(report: dict[str, object]) -> list[str]:
 # Markdown pieces
 
 
+def _longest_ticks(text: str) -> int:
+    return max((len(m) for m in _TICKS.findall(text)), default=0)
+
+
 def _fence(text: str, lang: str) -> str:
     """A fenced code block whose fence is longer than any backtick run in ``text``."""
-    longest = max((len(m) for m in _TICKS.findall(text)), default=0)
-    fence = "`" * max(3, longest + 1)
+    fence = "`" * max(3, _longest_ticks(text) + 1)
     body = text if text.endswith("\n") else text + "\n"
     return f"{fence}{lang}\n{body}{fence}"
 
@@ -224,8 +225,7 @@ def _code(text: str) -> str:
     text = _one_line(text) if "\n" in text or "\r" in text else text
     if not text:
         return ""
-    longest = max((len(m) for m in _TICKS.findall(text)), default=0)
-    ticks = "`" * (longest + 1)
+    ticks = "`" * (_longest_ticks(text) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or (text[0] == text[-1] == " " and text.strip()) else ""
     return f"{ticks}{pad}{text}{pad}{ticks}"
 
@@ -249,39 +249,18 @@ def _lang(text: str) -> str:
 
 
 def _commit_link(commit: str, url: str) -> str:
-    if _SHA.fullmatch(commit):
-        return f"[{commit[:7]}]({url}/commit/{commit})"
-    return _code(commit)
+    return f"[{commit[:7]}]({url}/commit/{commit})" if _SHA.fullmatch(commit) else _code(commit)
 
 
 def _excerpt(text: str) -> tuple[str, bool]:
-    lines = text.splitlines(keepends=True)
-    cut = "".join(lines[:EXCERPT_LINES])
-    if len(cut) > EXCERPT_CHARS:
-        cut = cut[:EXCERPT_CHARS]
-    return (cut, True) if cut != text else (text, False)
+    cut = "".join(text.splitlines(keepends=True)[:EXCERPT_LINES])[:EXCERPT_CHARS]
+    return cut, cut != text
 
 
-@dataclass(frozen=True)
-class _View:
-    """What every section needs: the report and the upstream repository URL (no trailing slash)."""
+def _section(r: _Report, url: str, entry: Conflict, level: int) -> str:
+    """One ``<details>`` section; ``level`` 0 full, 1 sides cut to an excerpt, 2 sides left out.
 
-    report: _Report
-    url: str
-
-
-def _side_labels(r: _Report) -> dict[str, str]:
-    return {
-        "base": f"old upstream{' ' + _code(r.base) if r.base else ''}",
-        "upstream": f"new upstream{' ' + _code(r.target) if r.target else ''}",
-        "patch": f"{_text(r.downstream)} patch",
-        "resolution": "what the tool wrote",
-    }
-
-
-def _section(view: _View, entry: Conflict, level: int) -> str:
-    """One ``<details>`` section; ``level`` 0 full, 1 sides cut to an excerpt, 2 sides left out."""
-    r, url = view.report, view.url
+    ``url`` is the upstream repository's, without a trailing slash."""
     where = _path(r.out, entry.file) or "(no file)"
     if entry.line is not None:
         where += f":{entry.line}"
@@ -299,14 +278,7 @@ def _section(view: _View, entry: Conflict, level: int) -> str:
         blocks.append(_text(entry.message))
     if entry.anchor is not None:
         a = entry.anchor
-        where_a = ", ".join(
-            p
-            for p in (
-                f"omni block {a.index}" if a.index is not None else "",
-                f"line {a.line}" if a.line is not None else "",
-            )
-            if p
-        )
+        where_a = ", ".join(f"{label} {n}" for label, n in (("omni block", a.index), ("line", a.line)) if n is not None)
         blocks.append(f"**Anchor:** {where_a or 'omni block'}" + (f": {_code(a.first)}" if a.first else ""))
     if entry.culprits:
         lines = ["**Culprits:**"]
@@ -326,9 +298,14 @@ def _section(view: _View, entry: Conflict, level: int) -> str:
     if texts and level >= 2:
         blocks.append(TRUNCATED_NOTE)
     elif texts:
-        labels = _side_labels(r)
-        for name, text in texts:
-            label = f"**{_text(name)}** ({labels[name]})" if name in labels else f"**{_text(name)}**"
+        labels = {
+            "base": f"old upstream{' ' + _code(r.base) if r.base else ''}",
+            "upstream": f"new upstream{' ' + _code(r.target) if r.target else ''}",
+            "patch": f"{_text(r.downstream)} patch",
+            "resolution": "what the tool wrote",
+        }
+        for name, text in texts:  # the three sides and the resolution: each has its label
+            label = f"**{name}** ({labels[name]})"
             if not text.strip():
                 blocks.append(f"{label}: _(empty)_")
                 continue
@@ -338,8 +315,15 @@ def _section(view: _View, entry: Conflict, level: int) -> str:
     return "\n\n".join(blocks)
 
 
-def _head(view: _View) -> str:
-    r, url = view.report, view.url
+def _tally(entries: Sequence[Conflict], key: Callable[[Conflict], str]) -> dict[str, list[int]]:
+    """key -> [conflicts, flags] among ``entries``, in first-seen order."""
+    counts: dict[str, list[int]] = {}
+    for e in entries:
+        counts.setdefault(key(e), [0, 0])[0 if e.conflict else 1] += 1
+    return counts
+
+
+def _head(r: _Report, url: str) -> str:
     base, target = r.base or "(unknown)", r.target or "(unknown)"
     blocks = [f"## NPU runners: {base} → {target}"]
 
@@ -389,9 +373,7 @@ def _head(view: _View) -> str:
 
     entries = r.conflicts + r.flags
     if entries:
-        counts: dict[str, list[int]] = {}
-        for e in entries:
-            counts.setdefault(e.patch, [0, 0])[0 if e.conflict else 1] += 1
+        counts = _tally(entries, attrgetter("patch"))
         statuses = dict(r.patches)
         order = [n for n, _s in r.patches if n in counts] + [n for n in counts if n not in statuses]
         rows = ["| patch | status | conflicts | flags |", "|---|---|--:|--:|"]
@@ -400,9 +382,7 @@ def _head(view: _View) -> str:
             rows.append(f"| {_cell(_code(name) or '(unknown)')} | {_cell(_text(statuses.get(name, '')))} | {c} | {f} |")
         blocks.append("\n".join(rows))
 
-        by_kind: dict[str, list[int]] = {}
-        for e in entries:
-            by_kind.setdefault(e.kind, [0, 0])[0 if e.conflict else 1] += 1
+        by_kind = _tally(entries, attrgetter("kind"))
         known = [k for k in KIND_ORDER if k in by_kind]
         rows = ["| kind | conflicts | flags |", "|---|--:|--:|"]
         for kind in known + sorted(k for k in by_kind if k not in KIND_ORDER):
@@ -416,23 +396,18 @@ def _size(text: str) -> int:
     return len(text.encode())
 
 
-def _omitted(n: int, total: int, what: str, limit: int) -> str:
-    return f"_{n} of {total} {what} omitted to stay under GitHub's {limit:,}-character limit; see the JSON report._"
-
-
-def _assemble(
-    head: str, conflicts: Sequence[str], flags: Sequence[str], n_conflicts: int, n_flags: int, limit: int
-) -> list[str]:
+def _assemble(head: str, sections: Sequence[str], kept: int, n_conflicts: int, limit: int) -> list[str]:
+    """The body's parts: ``head``, then the first ``kept`` sections (conflicts, then flags) under their titles."""
     parts = [head]
-    for title, kept, total, what in (
-        ("### Conflicts", conflicts, n_conflicts, "conflicts"),
-        ("### Review flags", flags, n_flags, "review flags"),
+    for title, what, start, end in (
+        ("### Conflicts", "conflicts", 0, n_conflicts),
+        ("### Review flags", "review flags", n_conflicts, len(sections)),
     ):
-        if total:
-            parts.append(title)
-            parts.extend(kept)
-            if len(kept) < total:
-                parts.append(_omitted(total - len(kept), total, what, limit))
+        if end > start:
+            parts += [title, *sections[start : min(kept, end)]]
+            if kept < end:
+                omitted = f"{end - max(kept, start)} of {end - start} {what} omitted"
+                parts.append(f"_{omitted} to stay under GitHub's {limit:,}-character limit; see the JSON report._")
     return parts
 
 
@@ -459,33 +434,27 @@ def markdown(report: dict[str, object], *, upstream_url: str = UPSTREAM_URL, lim
     the last entries are cut to an excerpt, then left out, each with a note, and at last whole
     sections are dropped from the end with a line saying how many.
     """
-    view = _View(_read(report), upstream_url.rstrip("/"))
-    r = view.report
+    r, url = _read(report), upstream_url.rstrip("/")
     entries = r.conflicts + r.flags
-    head = _head(view)
-    levels = [0] * len(entries)
-    sections = [_section(view, e, 0) for e in entries]
+    head = _head(r, url)
+    sections = [_section(r, url, e, 0) for e in entries]
     sizes = [_size(s) for s in sections]
     kept = len(entries)
-    n_c = len(r.conflicts)
 
     def total() -> int:
         """Size of the body as it stands: sections measured once each, the rest (empty placeholders) here."""
-        kept_c, kept_f = min(kept, n_c), max(kept - n_c, 0)
-        parts = _assemble(head, [""] * kept_c, [""] * kept_f, n_c, len(r.flags), limit)
+        parts = _assemble(head, [""] * len(entries), kept, len(r.conflicts), limit)
         return sum(sizes[:kept]) + sum(_size(p) for p in parts) + 2 * (len(parts) - 1) + 1  # + final newline
 
-    for level in (1, 2):
+    for level in (1, 2):  # from the last entry up: first cut its sides to an excerpt, then leave them out
         for i in reversed(range(len(entries))):
             if total() <= limit:
                 break
-            if levels[i] < level:
-                levels[i] = level
-                sections[i] = _section(view, entries[i], level)
-                sizes[i] = _size(sections[i])
+            sections[i] = _section(r, url, entries[i], level)
+            sizes[i] = _size(sections[i])
     while kept and total() > limit:
         kept -= 1
-    parts = _assemble(head, sections[: min(kept, n_c)], sections[n_c:kept], n_c, len(r.flags), limit)
+    parts = _assemble(head, sections, kept, len(r.conflicts), limit)
     text = "\n\n".join(parts) + "\n"
     if _size(text) > limit:  # the head alone is too long: cut it on a character boundary
         room = limit - _size("\n\n" + TRUNCATED_NOTE + "\n")

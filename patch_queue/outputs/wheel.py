@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,7 @@ class WheelMeta:
     version: str
     summary: str
     requires: tuple[str, ...]  # Requires-Dist, in order
-    extras: tuple[tuple[str, tuple[str, ...]], ...]  # (extra, its requirements)
+    omni: str  # the one requirement of the extra "omni"
     urls: tuple[tuple[str, str], ...]  # Project-URL (label, url)
     readme: str
 
@@ -187,7 +188,7 @@ def wheel_meta(queue: Queue, *, package: str, patches: list[str]) -> WheelMeta:
         version=version,
         summary=summary,
         requires=tuple(requires),
-        extras=(("omni", (omni,)),),
+        omni=omni,
         urls=tuple(urls),
         readme=readme,
     )
@@ -197,10 +198,14 @@ def _toml(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
 
 
+def _toml_list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(map(_toml, values)) + "]"
+
+
 def pyproject(meta: WheelMeta, package: str, *, data_files: list[str]) -> str:
     lines = [
         "[build-system]",
-        f"requires = [{_toml(BUILD_REQUIRES)}]",
+        f"requires = {_toml_list([BUILD_REQUIRES])}",
         'build-backend = "setuptools.build_meta"',
         "",
         "[project]",
@@ -210,22 +215,22 @@ def pyproject(meta: WheelMeta, package: str, *, data_files: list[str]) -> str:
         'readme = {file = "README.md", content-type = "text/markdown"}',
         f"requires-python = {_toml(PYTHON_REQUIRES)}",
         f"license = {_toml(LICENSE)}",
-        "dependencies = [" + ", ".join(_toml(r) for r in meta.requires) + "]",
+        f"dependencies = {_toml_list(meta.requires)}",
         "",
         "[project.optional-dependencies]",
-        *(f"{extra} = [" + ", ".join(_toml(r) for r in reqs) + "]" for extra, reqs in meta.extras),
+        f"omni = {_toml_list([meta.omni])}",
     ]
     if meta.urls:
         lines += ["", "[project.urls]", *(f"{_toml(label)} = {_toml(url)}" for label, url in meta.urls)]
     lines += [
         "",
         "[tool.setuptools]",
-        f"packages = [{_toml(package)}]",
+        f"packages = {_toml_list([package])}",
         "include-package-data = false",
         "zip-safe = false",
     ]
     if data_files:
-        lines += ["", "[tool.setuptools.package-data]", f"{package} = [" + ", ".join(map(_toml, data_files)) + "]"]
+        lines += ["", "[tool.setuptools.package-data]", f"{package} = {_toml_list(data_files)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -246,8 +251,8 @@ def project_files(meta: WheelMeta, package: str, files: dict[str, bytes]) -> dic
 # -- building -------------------------------------------------------------------------------------
 
 
-def check_backend() -> str:
-    """The setuptools version the build will use; a one-line error when it cannot build the wheel."""
+def check_backend() -> None:
+    """A one-line error when the setuptools the build will use cannot build the wheel."""
     try:
         have = importlib.metadata.version("setuptools")
     except importlib.metadata.PackageNotFoundError:
@@ -259,7 +264,6 @@ def check_backend() -> str:
         raise PqError(
             f"setuptools {have} in {sys.executable} cannot build this wheel; `pip install '{BUILD_REQUIRES}'`"
         )
-    return have
 
 
 def build_wheel_bytes(project: dict[str, bytes], *, epoch: int) -> tuple[str, bytes]:
@@ -276,14 +280,8 @@ def build_wheel_bytes(project: dict[str, bytes], *, epoch: int) -> tuple[str, by
         dist.mkdir()
         result = Path(tmp) / "wheel-name"
         env = {k: v for k, v in os.environ.items() if k not in ("DIST_EXTRA_CONFIG", "SETUPTOOLS_USE_DISTUTILS")}
-        env.update(
-            {
-                "SOURCE_DATE_EPOCH": str(epoch),
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "HOME": tmp,  # no ~/.pydistutils.cfg of the user's
-                "PYTHONHASHSEED": "0",
-            }
-        )
+        # HOME: no ~/.pydistutils.cfg of the user's
+        env.update(SOURCE_DATE_EPOCH=str(epoch), PYTHONDONTWRITEBYTECODE="1", HOME=tmp, PYTHONHASHSEED="0")
         proc = subprocess.run(
             [sys.executable, "-c", _BUILD_SCRIPT, str(dist), str(result)],
             cwd=root,
@@ -314,9 +312,7 @@ def normalise_wheel(data: bytes, *, epoch: int) -> bytes:
     record = records[0]
     dist_info = record.rsplit("/", 1)[0] + "/"
     del entries[record]
-    order = sorted(n for n in entries if not n.startswith(dist_info)) + sorted(
-        n for n in entries if n.startswith(dist_info)
-    )
+    order = sorted(entries, key=lambda n: (n.startswith(dist_info), n))
     lines = [f"{name},{_record_hash(entries[name])},{len(entries[name])}" for name in order] + [f"{record},,"]
     entries[record] = ("\n".join(lines) + "\n").encode("utf-8")
     order.append(record)
@@ -327,20 +323,11 @@ def normalise_wheel(data: bytes, *, epoch: int) -> bytes:
             info = zipfile.ZipInfo(name, date_time=stamp)
             info.create_system = 3  # unix, so the mode below is read
             info.external_attr = (stat.S_IFREG | WHEEL_MODE) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
             zout.writestr(info, entries[name], compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
     return buf.getvalue()
 
 
 # -- the command ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WheelResult:
-    path: Path
-    version: str
-    files: dict[str, bytes]  # the package files, as `pq build --standalone` writes them
-    meta: WheelMeta
 
 
 def wheel_package_files(data: bytes, package: str) -> dict[str, bytes]:
