@@ -26,15 +26,8 @@ def step_of(
     downstream: str = "",
     edited: Sequence[str] = (),
 ) -> Step:
-    names = [n for n, _b in bodies]
-    return Step(
-        kind,
-        command,
-        tuple((n, sha256(b)) for n, b in bodies),
-        upstream,
-        downstream,
-        tuple(n for n in names if n in set(edited)),
-    )
+    patches = tuple((n, sha256(b)) for n, b in bodies)
+    return Step(kind, command, patches, upstream, downstream, tuple(n for n, _h in patches if n in edited))
 
 
 def with_step(
@@ -45,16 +38,12 @@ def with_step(
     A queue of format 1 or 2 has no lineage: it starts with an ``import`` step of ``previous``
     (the bodies it had at its pin), unless ``step`` is an adoption.
     """
-    lineage = queue.lineage
+    lineage = queue.lineage or (step_of("import", "migrate", previous, upstream=queue.upstream),)
     if step.kind == "adopt":
         lineage = (step,)
-    else:
-        if not lineage:
-            lineage = (step_of("import", "migrate", previous, upstream=queue.upstream),)
-        if lineage[-1].patches != step.patches:
-            lineage += (step,)
-    build = {path: sha256(data) for path, data in sorted(top_modules.items())}
-    return replace(queue, lineage=lineage, build=build)
+    elif lineage[-1].patches != step.patches:
+        lineage += (step,)
+    return replace(queue, lineage=lineage, build={path: sha256(data) for path, data in sorted(top_modules.items())})
 
 
 def check_bodies(qdir: QueueDir, queue: Queue, names: list[str], bodies: Sequence[bytes]) -> None:
