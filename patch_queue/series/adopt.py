@@ -47,25 +47,20 @@ class _Matcher:
     def bound(self, a: str, b: str) -> int:
         """An upper bound of ``score(a, b)[0]``: the lines the two texts share, with multiplicity (each
         matched line pairs one line of ``a`` with an equal line of ``b``).  Cheap: no alignment."""
-        hit = self._cache.get((a, b))
-        if hit is not None:
-            return hit[0]
-        known = self._bounds.get((a, b))
-        if known is None:
+        if (a, b) in self._cache:
+            return self._cache[(a, b)][0]
+        if (a, b) not in self._bounds:
             ca, cb = (self._counts.get(t) or self._counts.setdefault(t, Counter(t.splitlines())) for t in (a, b))
             if len(ca) > len(cb):
                 ca, cb = cb, ca
-            known = self._bounds[(a, b)] = sum(min(n, cb[line]) for line, n in ca.items() if line in cb)
-        return known
+            self._bounds[(a, b)] = sum(min(n, cb[line]) for line, n in ca.items() if line in cb)
+        return self._bounds[(a, b)]
 
     def score(self, a: str, b: str) -> tuple[int, float]:
-        key = (a, b)
-        hit = self._cache.get(key)
-        if hit is None:
+        if (a, b) not in self._cache:
             sm = difflib.SequenceMatcher(None, a.splitlines(), b.splitlines(), autojunk=False)
-            hit = (sum(block.size for block in sm.get_matching_blocks()), sm.ratio())
-            self._cache[key] = hit
-        return hit
+            self._cache[(a, b)] = (sum(block.size for block in sm.get_matching_blocks()), sm.ratio())
+        return self._cache[(a, b)]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ dropped (ruff adds and removes parentheses and joins implicitly concatenated str
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 import re
@@ -143,21 +144,16 @@ def annotate(
     if ends[0] is None or ends[1] is None:
         return found
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
-    cache: dict[tuple[str, str], tuple[Culprit, ...]] = {}
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
     code = code_stamp("series/culprits.py", "git/remote.py")
-    out = []
-    for entry in found:
-        before, after = entry.base or "", entry.ours or ""
-        if not (before or after):
-            out.append(entry)
-            continue
-        if (before, after) not in cache:
-            key = derived_key(code, paths[0], finder.old, finder.new, before, after)
-            hit = derived_get("culprits", key)
-            if hit is None:
-                hit = json.dumps([c.as_json() for c in finder.find(before, after)]).encode("utf-8")
-                derived_put("culprits", key, hit)
-            cache[(before, after)] = tuple(Culprit(**c) for c in json.loads(hit))
-        out.append(replace(entry, culprits=cache[(before, after)]))
-    return out
+
+    @functools.cache
+    def culprits(before: str, after: str) -> tuple[Culprit, ...]:
+        key = derived_key(code, paths[0], finder.old, finder.new, before, after)
+        hit = derived_get("culprits", key)
+        if hit is None:
+            hit = json.dumps([c.as_json() for c in finder.find(before, after)]).encode("utf-8")
+            derived_put("culprits", key, hit)
+        return tuple(Culprit(**c) for c in json.loads(hit))
+
+    return [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]

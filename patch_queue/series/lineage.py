@@ -1,10 +1,8 @@
 """The lineage in ``queue.toml``: where the series came from, every step since, and the hashes that lock it.
 
-A step is recorded at every write of ``patches/`` (adopt, a finished refresh, record, new, accept)
-with the sha256 of every patch body after it and the names of the bodies that carry recorded
-edits (:mod:`patch_queue.series.rerere`).  ``[build]`` holds the sha256 of every module at the top of
-the series.  The bodies in ``patches/`` must match the last step (:func:`check_bodies`), so a hand
-edit is caught; without bodies, :mod:`patch_queue.commands.reproduce` rebuilds them from the lineage.
+A step is recorded at every write of ``patches/`` (adopt, a finished refresh, record, new, accept);
+the format and its rules are in :mod:`patch_queue.series.queue`.  The bodies in ``patches/`` must
+match the last step (:func:`check_bodies`), so a hand edit is caught.
 """
 
 from __future__ import annotations

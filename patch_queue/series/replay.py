@@ -136,6 +136,12 @@ def replay_patch(
     return PatchResult(name, status, commit, conflicts, flags)
 
 
+_REFORMATTED = (
+    "the patch's copy of the carried upstream code was laid out with the projection's formatter "
+    "(the new upstream code is); check the diff of this file"
+)
+
+
 def _merge_one(
     repo: ProjectRepo,
     name: str,
@@ -165,17 +171,7 @@ def _merge_one(
         norm_p = normalize(path, p).decode("utf-8")
         norm_c = normalize(path, c).decode("utf-8")
         if norm_c != texts[2]:
-            flags.append(
-                Conflict(
-                    "reformatted",
-                    "the patch's copy of the carried upstream code was laid out with the projection's formatter "
-                    "(the new upstream code is); check the diff of this file",
-                    conflict=False,
-                    patch=name,
-                    file=path,
-                    line=1,
-                )
-            )
+            flags.append(Conflict("reformatted", _REFORMATTED, conflict=False, patch=name, file=path, line=1))
         texts[0], texts[2] = norm_p, norm_c
     do_merge = checked.merge3_checked if path.endswith(".py") else merge.merge3
     result = do_merge(
@@ -236,16 +232,10 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
         hunks = repo.line_hunks(before.get(path) or b"", after.get(path) or b"")
         resolved = sum(1 for c in merged.conflicts if c.file == path)
         tail = f", resolving {resolved} conflict region(s)" if resolved else ""
+        added, removed = sum(h[3] for h in hunks), sum(h[1] for h in hunks)
+        message = f"the maintainer's recorded edits of this merge were applied (+{added} -{removed} lines{tail})"
         flags.append(
-            Conflict(
-                "recorded-edits",
-                f"the maintainer's recorded edits of this merge were applied (+{sum(h[3] for h in hunks)} "
-                f"-{sum(h[1] for h in hunks)} lines{tail})",
-                conflict=False,
-                patch=merged.name,
-                file=path,
-                line=hunks[0][2] + 1,
-            )
+            Conflict("recorded-edits", message, conflict=False, patch=merged.name, file=path, line=hunks[0][2] + 1)
         )
     return PatchResult(merged.name, "modified", final, [], flags)
 
