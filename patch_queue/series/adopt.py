@@ -139,18 +139,14 @@ def search_base(
 
         bounds = {blob: tally(methods, matcher.bound)[0] for blob, methods in by_blob.items()}
         scored_blob: dict[str, tuple[int, int]] = {}
-        best: list[int] = []  # min-heap of the TOP best exact scores, one entry per commit
+        best: list[int] = []  # the TOP best exact scores, one entry per commit, best first
         for blob in sorted(by_blob, key=lambda b: (-bounds[b], b)):
-            if len(best) == TOP and bounds[blob] < best[0]:
+            if len(best) == TOP and bounds[blob] < best[-1]:
                 break
             scored_blob[blob] = tally(by_blob[blob], lambda a, b: matcher.score(a, b)[0])
-            for _commit in range(commits_of[blob]):
-                heapq.heappush(best, scored_blob[blob][0])
-                if len(best) > TOP:
-                    heapq.heappop(best)
+            best = heapq.nlargest(TOP, best + [scored_blob[blob][0]] * commits_of[blob])
         cands = [Candidate(c, *scored_blob[b], commit_time(c)) for c, b in blob_of.items() if b in scored_blob]
-        cands.sort(key=lambda c: (-c.matched, -c.time, c.commit))
-        return cands
+        return sorted(cands, key=lambda c: (-c.matched, -c.time, c.commit))
 
     if not blob_of:
         raise ValueError("no upstream revision holds the upstream file")
@@ -246,10 +242,8 @@ def plan_series(
     with ``formatter`` when one is set), so the later patches hold only the omni edits.
     """
     up = symbols.symbols_ast(upstream_text, path=upstream_path)
-    wanted = sorted({c.upstream for c in carried})
-    up.update(
-        {s.name: s for s in fmt.format_symbols([up[n] for n in wanted], formatter=formatter, line_length=line_length)}
-    )
+    wanted = [up[n] for n in sorted({c.upstream for c in carried})]
+    up.update({s.name: s for s in fmt.format_symbols(wanted, formatter=formatter, line_length=line_length)})
     layout: list[Module] = []
     steps: list[Step] = []
     for path in sorted(modules):

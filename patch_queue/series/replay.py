@@ -125,10 +125,8 @@ def replay_patch(
             conflicts.append(
                 Conflict("deleted-file", "one side deleted the file the other changed", patch=name, file=path, line=1)
             )
-        else:
-            # both sides added the file (no base: merge against empty) or changed it
-            base = p if p is not None else b""
-            result = _merge_one(repo, name, path, base, n, c, labels, normalize, recorded, conflicts, flags)
+        else:  # both sides added the file (no base: merge against empty) or changed it
+            result = _merge_one(repo, path, p or b"", n, c, (*labels, name), normalize, recorded, conflicts, flags)
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, info)
@@ -144,18 +142,17 @@ _REFORMATTED = (
 
 def _merge_one(
     repo: ProjectRepo,
-    name: str,
     path: str,
     p: bytes,
     n: bytes,
     c: bytes,
-    labels: tuple[str, str],
+    diff3_labels: tuple[str, str, str],  # old base, new base, the patch's name
     normalize: Normalize | None,
     recorded: Recorded | None,
     conflicts: list[Conflict],
     flags: list[Conflict],
 ) -> bytes:
-    diff3_labels = (labels[0], labels[1], name)
+    name = diff3_labels[2]
     texts = None
     if not path.startswith(stack.VENDOR):  # vendored and non-UTF-8 files get git's plain line merge
         with contextlib.suppress(UnicodeDecodeError):
@@ -168,15 +165,13 @@ def _merge_one(
             ]
         return m.text
     if normalize is not None:
-        norm_p = normalize(path, p).decode("utf-8")
+        texts[0] = normalize(path, p).decode("utf-8")
         norm_c = normalize(path, c).decode("utf-8")
         if norm_c != texts[2]:
             flags.append(Conflict("reformatted", _REFORMATTED, conflict=False, patch=name, file=path, line=1))
-        texts[0], texts[2] = norm_p, norm_c
+        texts[2] = norm_c
     do_merge = checked.merge3_checked if path.endswith(".py") else merge.merge3
-    result = do_merge(
-        texts[0], texts[1], texts[2], labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded
-    )
+    result = do_merge(*texts, labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded)
     for region in result.regions:
         found = replace(region, patch=name, file=path, symbol=enclosing_symbol(result.text, region.line or 0))
         (conflicts if region.conflict else flags).append(found)

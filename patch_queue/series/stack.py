@@ -176,9 +176,8 @@ def export_patches(repo: ProjectRepo, commits: list[str]) -> list[bytes]:
     blank = set()
     for commit in commits:
         info = repo.commit_info(commit)
-        a = info.author
         subject, description = patchfile.split_message(info.message)
-        patchfile.check_message(subject, description, f"{a.name} <{a.email}>")
+        patchfile.check_message(subject, description, f"{info.author.name} <{info.author.email}>")
         if info.tree == repo.commit_info(info.parents[0]).tree:
             raise PatchError("the diff does not start with a 'diff --git' line", path="<diff>", line=1)
         if not subject:
