@@ -117,7 +117,7 @@ def do_continue(
     remaining = patches[len(new_done) :]
     if not (new_done and new_done[-1][2] == "conflict"):
         if recorded:
-            store.record(recorded, "pq continue: resolutions recorded\n", move=False)
+            store.record(recorded, "pq continue: resolutions recorded\n")
             recorded = []
         more = replay.replay(
             ws.repo,
@@ -136,7 +136,7 @@ def do_continue(
         new_done += [(r.name, r.commit, r.status) for r in more]
         stale_conflicts += [c for r in more for c in r.conflicts]
     if recorded:
-        store.record(recorded, "pq continue: resolutions recorded\n", move=False)
+        store.record(recorded, "pq continue: resolutions recorded\n")
     state = replace(
         state,
         done=tuple(new_done),

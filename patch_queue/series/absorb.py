@@ -100,19 +100,17 @@ def absorb(
         new = _lines(work[path])
         hunks = []
         for start, count, n_start, n_count in repo.line_hunks(old, work[path]):
-            touched = owners[start : start + count]
-            if not count:  # an insertion: it sits between two lines, it needs both
-                touched = owners[max(start - 1, 0) : start + 1]
+            # an insertion sits between two lines: it needs both
+            touched = owners[start : start + count] if count else owners[max(start - 1, 0) : start + 1]
             owner = max(touched, default=0) or skeleton
-            if forced is not None:
-                if forced < owner:
-                    raise QueueError(
-                        f"this edit touches lines {names[owner - 1]} writes, which comes after "
-                        f"{into}; record it into {names[owner - 1]} or a later patch",
-                        path=path,
-                        line=n_start + 1,
-                    )
-                owner = forced
+            if forced is not None and forced < owner:
+                raise QueueError(
+                    f"this edit touches lines {names[owner - 1]} writes, which comes after "
+                    f"{into}; record it into {names[owner - 1]} or a later patch",
+                    path=path,
+                    line=n_start + 1,
+                )
+            owner = forced or owner
             hunks.append(_Hunk(start, count, n_start, new[n_start : n_start + n_count], owner, owner))
         per_file[path] = hunks
     # each patch's new text of each file: the edits it owns (and those of earlier patches) merged in
@@ -139,23 +137,16 @@ def absorb(
                 new_trees[j][path] = trees[j].get(path) or b""
             k = min(h.owner for h in hunks)
         for h in hunks:
+            moved_from = names[h.first_owner - 1] if h.owner != h.first_owner else ""
             placements.append(
-                Placement(
-                    path,
-                    h.new_start + 1,
-                    len(h.new_lines),
-                    h.count,
-                    names[h.owner - 1],
-                    names[h.first_owner - 1] if h.owner != h.first_owner else "",
-                )
+                Placement(path, h.new_start + 1, len(h.new_lines), h.count, names[h.owner - 1], moved_from)
             )
     out: list[tuple[str, str]] = []
     parent = base
     for k, (name, commit) in enumerate(chain, 1):
         info = repo.commit_info(commit)
-        if parent == info.parents[0] and new_trees[k] == trees[k]:
-            out.append((name, commit))
-        else:
-            out.append((name, stack.commit_files(repo, parent, new_trees[k], info)))
-        parent = out[-1][1]
+        if parent != info.parents[0] or new_trees[k] != trees[k]:
+            commit = stack.commit_files(repo, parent, new_trees[k], info)
+        out.append((name, commit))
+        parent = commit
     return out, sorted(placements, key=lambda p: (p.file, p.line))

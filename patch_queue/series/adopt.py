@@ -36,10 +36,6 @@ TOP = 10  # candidates reported by the search
 FENCE = re.compile(r"^\s*#.*Omni-new", re.MULTILINE)
 
 
-def _lines(text: str) -> list[str]:
-    return text.splitlines()
-
-
 class _Matcher:
     """Cached line-alignment scores between texts."""
 
@@ -51,25 +47,20 @@ class _Matcher:
     def bound(self, a: str, b: str) -> int:
         """An upper bound of ``score(a, b)[0]``: the lines the two texts share, with multiplicity (each
         matched line pairs one line of ``a`` with an equal line of ``b``).  Cheap: no alignment."""
-        hit = self._cache.get((a, b))
-        if hit is not None:
-            return hit[0]
-        known = self._bounds.get((a, b))
-        if known is None:
-            ca, cb = (self._counts.get(t) or self._counts.setdefault(t, Counter(_lines(t))) for t in (a, b))
+        if (a, b) in self._cache:
+            return self._cache[(a, b)][0]
+        if (a, b) not in self._bounds:
+            ca, cb = (self._counts.get(t) or self._counts.setdefault(t, Counter(t.splitlines())) for t in (a, b))
             if len(ca) > len(cb):
                 ca, cb = cb, ca
-            known = self._bounds[(a, b)] = sum(min(n, cb[line]) for line, n in ca.items() if line in cb)
-        return known
+            self._bounds[(a, b)] = sum(min(n, cb[line]) for line, n in ca.items() if line in cb)
+        return self._bounds[(a, b)]
 
     def score(self, a: str, b: str) -> tuple[int, float]:
-        key = (a, b)
-        hit = self._cache.get(key)
-        if hit is None:
-            sm = difflib.SequenceMatcher(None, _lines(a), _lines(b), autojunk=False)
-            hit = (sum(block.size for block in sm.get_matching_blocks()), sm.ratio())
-            self._cache[key] = hit
-        return hit
+        if (a, b) not in self._cache:
+            sm = difflib.SequenceMatcher(None, a.splitlines(), b.splitlines(), autojunk=False)
+            self._cache[(a, b)] = (sum(block.size for block in sm.get_matching_blocks()), sm.ratio())
+        return self._cache[(a, b)]
 
 
 @dataclass(frozen=True)
@@ -78,10 +69,6 @@ class Candidate:
     matched: int
     total: int
     time: int
-
-    @property
-    def percent(self) -> float:
-        return 100.0 * self.matched / self.total if self.total else 0.0
 
 
 @dataclass(frozen=True)
@@ -130,11 +117,8 @@ def search_base(
         if blob not in by_blob:
             by_blob[blob] = methods(commit, blob)
 
-    down_lines = {key: len(_lines(text)) for key, text in down.items()}
-
-    commits_of: dict[str, int] = {}
-    for blob in blob_of.values():
-        commits_of[blob] = commits_of.get(blob, 0) + 1
+    down_lines = {key: len(text.splitlines()) for key, text in down.items()}
+    commits_of = Counter(blob_of.values())
 
     def rank(keys: set[tuple[str, str]] | None) -> list[Candidate]:
         """The candidates best first: at least the best ``TOP`` commits and every tie of the best.
@@ -155,18 +139,14 @@ def search_base(
 
         bounds = {blob: tally(methods, matcher.bound)[0] for blob, methods in by_blob.items()}
         scored_blob: dict[str, tuple[int, int]] = {}
-        best: list[int] = []  # min-heap of the TOP best exact scores, one entry per commit
+        best: list[int] = []  # the TOP best exact scores, one entry per commit, best first
         for blob in sorted(by_blob, key=lambda b: (-bounds[b], b)):
-            if len(best) == TOP and bounds[blob] < best[0]:
+            if len(best) == TOP and bounds[blob] < best[-1]:
                 break
             scored_blob[blob] = tally(by_blob[blob], lambda a, b: matcher.score(a, b)[0])
-            for _commit in range(commits_of[blob]):
-                heapq.heappush(best, scored_blob[blob][0])
-                if len(best) > TOP:
-                    heapq.heappop(best)
+            best = heapq.nlargest(TOP, best + [scored_blob[blob][0]] * commits_of[blob])
         cands = [Candidate(c, *scored_blob[b], commit_time(c)) for c, b in blob_of.items() if b in scored_blob]
-        cands.sort(key=lambda c: (-c.matched, -c.time, c.commit))
-        return cands
+        return sorted(cands, key=lambda c: (-c.matched, -c.time, c.commit))
 
     if not blob_of:
         raise ValueError("no upstream revision holds the upstream file")
@@ -179,7 +159,7 @@ def search_base(
     }
     final = rank(carried or None)
     # report the total as the downstream lines of the carried methods, whatever the revision holds
-    total = sum(len(_lines(down[k])) for k in carried) if carried else final[0].total
+    total = sum(down_lines[k] for k in carried) if carried else final[0].total
     final = [Candidate(c.commit, c.matched, total, c.time) for c in final]
     ties = sum(1 for c in final if c.matched == final[0].matched)
     return SearchResult(final[0], ties, len(blob_of), tuple(final[:TOP]))
@@ -209,23 +189,19 @@ def classify(
     for path, text in sorted(modules.items()):
         used: set[str] = set()
         for name, sym in sorted(symbols.symbols_ast(text, path=path).items(), key=lambda kv: kv[1].start):
-            if sym.is_method:
-                if name.count(".") != 1:
-                    continue
-                target = f"{cls}.{name.split('.', 1)[1]}"
-            else:
-                target = name
-                if target == cls or up.get(target) is None or up[target].is_method:
-                    continue
+            if sym.is_method and name.count(".") != 1:
+                continue
+            target = f"{cls}.{name.split('.', 1)[1]}" if sym.is_method else name
             usym = up.get(target)
-            if usym is None or target in used:
+            if usym is None or target in used or (not sym.is_method and (target == cls or usym.is_method)):
                 continue
             if sym.is_method and not _is_copy(target.split(".", 1)[1], sym.text, usym.text, matcher):
                 continue
-            if not sym.is_method and matcher.score(sym.text, usym.text)[1] < CARRY_RATIO:
+            ratio = matcher.score(sym.text, usym.text)[1]
+            if ratio < CARRY_RATIO:
                 continue
             used.add(target)
-            out.append(Carried(path, name, target, round(matcher.score(sym.text, usym.text)[1], 3)))
+            out.append(Carried(path, name, target, round(ratio, 3)))
     return out
 
 
@@ -244,6 +220,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
+def _fences(what: str, text: str) -> list[str]:
+    """The description line that counts the Omni-new fence lines of ``text`` (none when it has none)."""
+    fences = len(FENCE.findall(text))
+    return [f"{what} holds {fences} Omni-new fence lines."] if fences else []
+
+
 def plan_series(
     modules: dict[str, bytes],
     carried: list[Carried],
@@ -260,10 +242,8 @@ def plan_series(
     with ``formatter`` when one is set), so the later patches hold only the omni edits.
     """
     up = symbols.symbols_ast(upstream_text, path=upstream_path)
-    wanted = sorted({c.upstream for c in carried})
-    up.update(
-        {s.name: s for s in fmt.format_symbols([up[n] for n in wanted], formatter=formatter, line_length=line_length)}
-    )
+    wanted = [up[n] for n in sorted({c.upstream for c in carried})]
+    up.update({s.name: s for s in fmt.format_symbols(wanted, formatter=formatter, line_length=line_length)})
     layout: list[Module] = []
     steps: list[Step] = []
     for path in sorted(modules):
@@ -272,20 +252,16 @@ def plan_series(
         stem = path.removesuffix(".py")
         if not mine:
             layout.append(Module(path, "", ()))
-            text = data.decode("utf-8", errors="replace")
-            fences = len(FENCE.findall(text))
             desc = [f"Omni-only module {path}: new in vllm-omni, no upstream counterpart."]
-            if fences:
-                desc.append(f"It holds {fences} Omni-new fence lines.")
+            desc += _fences("It", data.decode("utf-8", errors="replace"))
             steps.append(Step(_slug(stem), f"{stem}: add omni-only module {path}", "\n".join(desc), path, data))
             continue
         text = data.decode("utf-8")
         down = symbols.symbols_ast(text, path=path)
         layout.append(Module(path, upstream_path, tuple(c.upstream for c in mine)))
-        lines = text.splitlines(keepends=True)
         # skeleton: every carried symbol back to its upstream text
         spans = sorted(((down[c.downstream], up[c.upstream]) for c in mine), key=lambda s: s[0].start)
-        skeleton = list(lines)
+        skeleton = text.splitlines(keepends=True)
         for dsym, usym in reversed(spans):
             skeleton[dsym.start - 1 : dsym.end] = usym.text.splitlines(keepends=True)
         omni_only = [n for n, s in down.items() if s.is_method and n not in {c.downstream for c in mine}]
@@ -301,15 +277,8 @@ def plan_series(
         if omni_only:
             desc.append("Omni-only methods: " + ", ".join(omni_only) + ".")
         current = "".join(skeleton)
-        steps.append(
-            Step(
-                _slug(stem),
-                f"{stem}: omni module skeleton and omni-only methods",
-                "\n".join(desc),
-                path,
-                current.encode("utf-8"),
-            )
-        )
+        subject = f"{stem}: omni module skeleton and omni-only methods"
+        steps.append(Step(_slug(stem), subject, "\n".join(desc), path, current.encode("utf-8")))
         # then the omni edits of each carried symbol, in module order
         for dsym, usym in spans:
             if dsym.text == usym.text:
@@ -322,22 +291,13 @@ def plan_series(
             assert "".join(cur_lines[start:end]) == usym.text, (path, dsym.name)
             cur_lines[start:end] = dsym.text.splitlines(keepends=True)
             current = "".join(cur_lines)
-            fences = len(FENCE.findall(dsym.text))
-            short = dsym.name.split(".")[-1]
-            desc_sym = [
+            desc = [
                 f"Omni edits to {usym.name} as carried in {dsym.name} ({path}).",
                 f"Upstream: {upstream_path} at {base_label}.",
             ]
-            if fences:
-                desc_sym.append(f"The method holds {fences} Omni-new fence lines.")
-            steps.append(
-                Step(
-                    f"{_slug(stem)}-{_slug(short)}",
-                    f"{stem}: omni edits in {dsym.name}",
-                    "\n".join(desc_sym),
-                    path,
-                    current.encode("utf-8"),
-                )
-            )
+            desc += _fences("The method", dsym.text)
+            slug = f"{_slug(stem)}-{_slug(dsym.name.split('.')[-1])}"
+            subject = f"{stem}: omni edits in {dsym.name}"
+            steps.append(Step(slug, subject, "\n".join(desc), path, current.encode("utf-8")))
         assert current == text, path
     return tuple(layout), steps

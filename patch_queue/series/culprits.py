@@ -13,10 +13,11 @@ dropped (ruff adds and removes parentheses and joins implicitly concatenated str
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -29,8 +30,6 @@ from patch_queue.sources.cache import code_stamp, derived_get, derived_key, deri
 from patch_queue.sources.snapshot import open_git, upstream_git_location
 
 _PR = re.compile(r"\(#(\d+)\)")
-
-
 _DROPPED = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ,\\()'\""
 
 
@@ -70,25 +69,10 @@ class CulpritFinder:
     def _text(self, commit: str) -> bytes:
         """The normalised text of ``path`` at ``commit``, read once per distinct blob."""
         blob = self.git.blob_id(commit, self.path)
-        text = self._texts.get(blob)
-        if text is None:
-            data = self.git.read(commit, self.path) or b""
+        if blob not in self._texts:
+            self._texts[blob] = normalize(self.git.read(commit, self.path) or b"")
             self.reads += 1
-            text = normalize(data)
-            self._texts[blob] = text
-        return text
-
-    def _first(self, commits: list[str], hit: Callable[[str], bool]) -> int | None:
-        """Index of the first commit where ``hit`` holds, assuming it is monotone (false ... true) and true
-        at ``new``; None when no candidate turns it true."""
-        lo, hi = 0, len(commits)  # hit is false before lo; true at hi (len(commits) stands for ``new``)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if hit(commits[mid]):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo if lo < len(commits) else None
+        return self._texts[blob]
 
     def find(self, before: str, after: str) -> list[Culprit]:
         """The commits that removed ``before`` from the file or brought ``after`` into it, oldest first."""
@@ -100,27 +84,20 @@ class CulpritFinder:
             return []
         old_text = self._text(self.old)
         new_text = self._text(self.new)
-        found: set[int] = set()
+        # bisections for the first commit where the change holds (it holds from there on, and at ``new``)
+        found = set()
         if gone and gone in old_text and gone not in new_text:
-            index = self._first(commits, lambda c: gone not in self._text(c))
-            if index is not None:
-                found.add(index)
+            found.add(bisect.bisect_left(commits, True, key=lambda c: gone not in self._text(c)))
         if came and came in new_text and came not in old_text:
-            index = self._first(commits, lambda c: came in self._text(c))
-            if index is not None:
-                found.add(index)
-        return [self.culprit(commits[i]) for i in sorted(found)]
+            found.add(bisect.bisect_left(commits, True, key=lambda c: came in self._text(c)))
+        # len(commits) stands for ``new``: no candidate made the change
+        return [self.culprit(commits[i]) for i in sorted(found) if i < len(commits)]
 
     def culprit(self, commit: str) -> Culprit:
         """The description of one (local) commit."""
         subject = self.git.subject(commit)
         when = datetime.fromtimestamp(self.git.commit_time(commit), tz=UTC)
-        return Culprit(
-            commit=self.git.public_commit(commit),
-            subject=subject,
-            pr=parse_pr(subject),
-            date=when.date().isoformat(),
-        )
+        return Culprit(self.git.public_commit(commit), subject, parse_pr(subject), when.date().isoformat())
 
 
 def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
@@ -167,21 +144,16 @@ def annotate(
     if ends[0] is None or ends[1] is None:
         return found
     finder = CulpritFinder(git, paths[0], ends[0], ends[1])
-    cache: dict[tuple[str, str], tuple[Culprit, ...]] = {}
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
     code = code_stamp("series/culprits.py", "git/remote.py")
-    out = []
-    for entry in found:
-        before, after = entry.base or "", entry.ours or ""
-        if not (before or after):
-            out.append(entry)
-            continue
-        if (before, after) not in cache:
-            key = derived_key(code, paths[0], finder.old, finder.new, before, after)
-            hit = derived_get("culprits", key)
-            if hit is None:
-                hit = json.dumps([c.as_json() for c in finder.find(before, after)]).encode("utf-8")
-                derived_put("culprits", key, hit)
-            cache[(before, after)] = tuple(Culprit(**c) for c in json.loads(hit))
-        out.append(replace(entry, culprits=cache[(before, after)]))
-    return out
+
+    @functools.cache
+    def culprits(before: str, after: str) -> tuple[Culprit, ...]:
+        key = derived_key(code, paths[0], finder.old, finder.new, before, after)
+        hit = derived_get("culprits", key)
+        if hit is None:
+            hit = json.dumps([c.as_json() for c in finder.find(before, after)]).encode("utf-8")
+            derived_put("culprits", key, hit)
+        return tuple(Culprit(**c) for c in json.loads(hit))
+
+    return [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]

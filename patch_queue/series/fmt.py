@@ -14,6 +14,7 @@ is pinned by the package, so the result is byte-stable.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Sequence
@@ -21,7 +22,8 @@ from dataclasses import replace
 from functools import lru_cache
 
 from patch_queue.errors import PqError
-from patch_queue.merge.symbols import Symbol
+from patch_queue.merge.symbols import Symbol, symbols_ast
+from patch_queue.sources import cache
 
 RUFF = "ruff"
 _MARK = "# pq-format-item-{}"
@@ -84,10 +86,7 @@ def format_symbols(syms: Sequence[Symbol], *, formatter: str, line_length: int) 
         raise PqError(f"unknown projection formatter {formatter!r} (known: {RUFF})")
     texts = _batch(syms, line_length)
     if texts is None:  # one symbol spoiled the batch: format them one by one
-        texts = []
-        for s in syms:
-            one = _batch([s], line_length)
-            texts.append(one[0] if one is not None else s.text)
+        texts = [(_batch([s], line_length) or [s.text])[0] for s in syms]
     return [replace(s, text=t) for s, t in zip(syms, texts, strict=True)]
 
 
@@ -115,49 +114,39 @@ def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter
     cache by their inputs (text, names, formatter settings, the formatter binary, this code)."""
     if formatter == "" or not items:
         return [text for text, _carried in items]
-    from patch_queue.merge.symbols import symbols_ast
-    from patch_queue.sources import cache
-
     keys = [
         cache.derived_key(tool_stamp(), formatter, str(line_length), "\0".join(carried), text)
         for text, carried in items
     ]
-    out: list[str | None] = []
-    for key in keys:
-        hit = cache.derived_get("layout", key)
-        out.append(hit.decode("utf-8") if hit is not None else None)
+    hits = [cache.derived_get("layout", key) for key in keys]
     chosen: list[list[Symbol]] = []
-    for (text, carried), known in zip(items, out, strict=True):
+    for (text, carried), hit in zip(items, hits, strict=True):
         try:
-            syms = symbols_ast(text, path="module") if carried and known is None else {}
+            syms = symbols_ast(text, path="module") if carried and hit is None else {}
         except PqError:
             syms = {}
-        chosen.append([syms[n] for n in downstream_names(syms, carried)] if syms else [])
+        chosen.append([syms[n] for n in downstream_names(syms, carried)])
     done = iter(format_symbols([s for group in chosen for s in group], formatter=formatter, line_length=line_length))
-    for i, ((text, _carried), group) in enumerate(zip(items, chosen, strict=True)):
-        if out[i] is not None:
+    out: list[str] = []
+    for (text, _carried), group, hit, key in zip(items, chosen, hits, keys, strict=True):
+        if hit is not None:
+            out.append(hit.decode("utf-8"))
             continue
         lines = text.splitlines(keepends=True)
         pairs = [(old, next(done)) for old in group]
         for old, new in sorted(pairs, key=lambda pair: -pair[0].start):
             lines[old.start - 1 : old.end] = [new.text]
-        formatted = "".join(lines)
-        out[i] = formatted
-        cache.derived_put("layout", keys[i], formatted.encode("utf-8"))
-    assert all(text is not None for text in out)
-    return [text or "" for text in out]
+        out.append("".join(lines))
+        cache.derived_put("layout", key, out[-1].encode("utf-8"))
+    return out
 
 
 @lru_cache(maxsize=1)
 def tool_stamp() -> str:
     """What a derived layout depends on besides its inputs: the formatter binary and pq's own code."""
-    import os
-
-    from patch_queue.sources.cache import code_stamp
-
     try:
         st = os.stat(_ruff_bin())
         binary = f"{_ruff_bin()} {st.st_size} {st.st_mtime_ns}"
     except (OSError, PqError):
         binary = "no ruff"
-    return binary + " " + code_stamp("series/fmt.py", "merge/symbols.py", "series/stack.py")
+    return binary + " " + cache.code_stamp("series/fmt.py", "merge/symbols.py", "series/stack.py")

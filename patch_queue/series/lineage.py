@@ -1,10 +1,8 @@
 """The lineage in ``queue.toml``: where the series came from, every step since, and the hashes that lock it.
 
-A step is recorded at every write of ``patches/`` (adopt, a finished refresh, record, new, accept)
-with the sha256 of every patch body after it and the names of the bodies that carry recorded
-edits (:mod:`patch_queue.series.rerere`).  ``[build]`` holds the sha256 of every module at the top of
-the series.  The bodies in ``patches/`` must match the last step (:func:`check_bodies`), so a hand
-edit is caught; without bodies, :mod:`patch_queue.commands.reproduce` rebuilds them from the lineage.
+A step is recorded at every write of ``patches/`` (adopt, a finished refresh, record, new, accept);
+the format and its rules are in :mod:`patch_queue.series.queue`.  The bodies in ``patches/`` must
+match the last step (:func:`check_bodies`), so a hand edit is caught.
 """
 
 from __future__ import annotations
@@ -26,15 +24,8 @@ def step_of(
     downstream: str = "",
     edited: Sequence[str] = (),
 ) -> Step:
-    names = [n for n, _b in bodies]
-    return Step(
-        kind,
-        command,
-        tuple((n, sha256(b)) for n, b in bodies),
-        upstream,
-        downstream,
-        tuple(n for n in names if n in set(edited)),
-    )
+    patches = tuple((n, sha256(b)) for n, b in bodies)
+    return Step(kind, command, patches, upstream, downstream, tuple(n for n, _h in patches if n in edited))
 
 
 def with_step(
@@ -45,16 +36,12 @@ def with_step(
     A queue of format 1 or 2 has no lineage: it starts with an ``import`` step of ``previous``
     (the bodies it had at its pin), unless ``step`` is an adoption.
     """
-    lineage = queue.lineage
+    lineage = queue.lineage or (step_of("import", "migrate", previous, upstream=queue.upstream),)
     if step.kind == "adopt":
         lineage = (step,)
-    else:
-        if not lineage:
-            lineage = (step_of("import", "migrate", previous, upstream=queue.upstream),)
-        if lineage[-1].patches != step.patches:
-            lineage += (step,)
-    build = {path: sha256(data) for path, data in sorted(top_modules.items())}
-    return replace(queue, lineage=lineage, build=build)
+    elif lineage[-1].patches != step.patches:
+        lineage += (step,)
+    return replace(queue, lineage=lineage, build={path: sha256(data) for path, data in sorted(top_modules.items())})
 
 
 def check_bodies(qdir: QueueDir, queue: Queue, names: list[str], bodies: Sequence[bytes]) -> None:

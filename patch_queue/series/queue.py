@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,13 +123,13 @@ class Queue:
     format: int = FORMAT  # the format the file was read in
 
     def module(self, path: str) -> Module | None:
-        for m in self.modules:
-            if m.path == path:
-                return m
-        return None
+        return next((m for m in self.modules if m.path == path), None)
 
     def upstream_paths(self) -> list[str]:
         return sorted({m.upstream for m in self.modules if m.upstream})
+
+
+_PIN_KEYS = ("name", "kind", "spec", "pin", "label", "public_commit")  # UpstreamPin's string fields, in order
 
 
 def _q(value: str) -> str:
@@ -141,19 +142,14 @@ def _q(value: str) -> str:
 def _pin_lines(table: str, up: UpstreamPin) -> list[str]:
     return [
         f"[{table}]",
-        f"name = {_q(up.name)}",
-        f"kind = {_q(up.kind)}",
-        f"spec = {_q(up.spec)}",
-        f"pin = {_q(up.pin)}",
-        f"label = {_q(up.label)}",
-        f"public_commit = {_q(up.public_commit)}",
+        *(f"{key} = {_q(getattr(up, key))}" for key in _PIN_KEYS),
         "",
         f"[{table}.files]",
         *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(up.files.items())),
     ]
 
 
-def _list(key: str, values: list[str]) -> list[str]:
+def _list(key: str, values: Sequence[str]) -> list[str]:
     if not values:
         return [f"{key} = []"]
     return [f"{key} = [", *(f"    {_q(v)}," for v in values), "]"]
@@ -177,12 +173,7 @@ def render_queue(q: Queue) -> str:
     ]
     for m in q.modules:
         lines += ["", "[[module]]", f"path = {_q(m.path)}", f"upstream = {_q(m.upstream)}"]
-        if m.symbols:
-            lines.append("symbols = [")
-            lines += [f"    {_q(s)}," for s in m.symbols]
-            lines.append("]")
-        else:
-            lines.append("symbols = []")
+        lines += _list("symbols", m.symbols)
     lines += ["", "[build]", *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(q.build.items()))]
     for step in q.lineage:
         lines += [
@@ -191,7 +182,7 @@ def render_queue(q: Queue) -> str:
             f"kind = {_q(step.kind)}",
             f"command = {_q(step.command)}",
             f"downstream = {_q(step.downstream)}",
-            *_list("edited", list(step.edited)),
+            *_list("edited", step.edited),
             *_list("patches", [f"{digest} {name}" for name, digest in step.patches]),
         ]
         if step.upstream is not None:
@@ -245,18 +236,9 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
         lineage = _parse_lineage(data.get("lineage", []) if fmt >= 3 else [], path)
         if fmt >= 3 and not lineage:
             raise QueueError("format 3 needs a [[lineage]] (where the series came from)", path=path)
-        return Queue(
-            formatter=formatter,
-            line_length=line_length,
-            upstream=pin,
-            downstream_name=_str(down, "name", "downstream"),
-            downstream_release=_str(down, "release", "downstream"),
-            package=_str(down, "package", "downstream"),
-            modules=tuple(modules),
-            lineage=lineage,
-            build={str(k): v for k, v in build.items()},
-            format=fmt,
-        )
+        name, release, package = (_str(down, key, "downstream") for key in ("name", "release", "package"))
+        build = {str(k): v for k, v in build.items()}
+        return Queue(pin, name, release, package, tuple(modules), formatter, line_length, lineage, build, fmt)
     except KeyError as exc:
         raise QueueError(f"missing table or key {exc.args[0]!r}", path=path) from None
     except AttributeError:
@@ -267,15 +249,8 @@ def _parse_pin(up: dict[str, object], where: str, path: str) -> UpstreamPin:
     files = up.get("files", {})
     if not isinstance(files, dict):
         raise QueueError(f"{where}.files must be a table", path=path)
-    return UpstreamPin(
-        name=_str(up, "name", where),
-        kind=_str(up, "kind", where),
-        spec=_str(up, "spec", where),
-        pin=_str(up, "pin", where),
-        label=_str(up, "label", where),
-        public_commit=_str(up, "public_commit", where),
-        files={str(k): str(v) for k, v in files.items()},
-    )
+    name, kind, spec, pin, label, public_commit = (_str(up, key, where) for key in _PIN_KEYS)
+    return UpstreamPin(name, kind, spec, pin, label, public_commit, {str(k): str(v) for k, v in files.items()})
 
 
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
@@ -314,16 +289,9 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
         up = item.get("upstream")
         if up is not None and not isinstance(up, dict):
             raise QueueError(f"{where}.upstream must be a table", path=path)
-        steps.append(
-            Step(
-                kind,
-                _str(item, "command", where),
-                tuple(patches),
-                _parse_pin(up, f"{where}.upstream", path) if up is not None else None,
-                _str(item, "downstream", where),
-                tuple(edited),
-            )
-        )
+        command = _str(item, "command", where)
+        pin = _parse_pin(up, f"{where}.upstream", path) if up is not None else None
+        steps.append(Step(kind, command, tuple(patches), pin, _str(item, "downstream", where), tuple(edited)))
     return tuple(steps)
 
 

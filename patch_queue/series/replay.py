@@ -8,6 +8,8 @@ refs: callers get commits (unreferenced objects) and a list of conflicts, then w
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -19,7 +21,6 @@ from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
 from patch_queue.series import stack
 
-MARKER_START = re.compile(rb"^<{7}(?: |$)", re.MULTILINE)
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
 
 
@@ -32,38 +33,29 @@ class PatchResult:
     flags: list[Conflict] = field(default_factory=list)
 
 
-_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)|^(\s*)class\s+(\w+)")
+_DEF = re.compile(r"^(\s*)(?:(?:async\s+)?def|class)\s+(\w+)")
 
 
 def enclosing_symbol(text: str, line: int) -> str:
     """The Class.method around 1-based ``line`` of (possibly conflicted) source, by indentation."""
     lines = text.splitlines()
     # the indent of the first real code line in the region tells how deep it sits
-    depth = None
+    limit = 0
     for probe in lines[line:]:
-        if MARKER_ANY.match(probe.encode()) or not probe.strip():
-            continue
-        depth = len(probe) - len(probe.lstrip())
-        if probe.lstrip()[:1] in ")]}":
-            depth += 1  # the closing line of a signature belongs inside the def it closes
-        break
-    if depth is None:
-        depth = 0
+        if probe.strip() and not MARKER_ANY.match(probe.encode()):
+            limit = len(probe) - len(probe.lstrip())
+            if probe.lstrip()[0] in ")]}":
+                limit += 1  # the closing line of a signature belongs inside the def it closes
+            break
     names: list[str] = []
-    limit = depth
     for probe in reversed(lines[: line - 1]):
         if limit == 0:
             break
         m = _DEF.match(probe)
-        if not m:
-            continue
-        indent = len(m.group(1) if m.group(1) is not None else m.group(3))
-        if indent < limit:
-            names.append(m.group(2) or m.group(4))
-            limit = indent
-    # keep the outermost class and the method right inside it (Class.method)
-    names.reverse()
-    return ".".join(names[:2])
+        if m and len(m.group(1)) < limit:
+            names.append(m.group(2))
+            limit = len(m.group(1))
+    return ".".join(names[::-1][:2])  # the outermost class and the method right inside it (Class.method)
 
 
 def conflict_lines(data: bytes, theirs: str | None = None) -> list[int]:
@@ -72,18 +64,7 @@ def conflict_lines(data: bytes, theirs: str | None = None) -> list[int]:
     Under --no-stop a later patch's merge carries the markers of earlier patches along; the
     closing label tells which patch a region belongs to.
     """
-    lines = data.split(b"\n")
-    out: list[int] = []
-    opened: int | None = None
-    for number, line in enumerate(lines, 1):
-        if line.startswith(b"<<<<<<<") and opened is None:
-            opened = number
-        elif line.startswith(b">>>>>>>") and opened is not None:
-            label = line[8:].decode("utf-8", errors="replace").strip()
-            if theirs is None or label == theirs:
-                out.append(opened)
-            opened = None
-    return out
+    return [first + 1 for first, _last in _blocks(data.split(b"\n"), theirs)]
 
 
 def has_markers(data: bytes) -> int | None:
@@ -135,33 +116,17 @@ def replay_patch(
             result = n  # the patch leaves this file alone
         elif p == n or c == n:
             result = c
-        elif p is None and n is None:
-            result = c
         elif c is None or n is None:
             # one side deleted what the other changed: keep the surviving text, marked whole
             survivor = c if c is not None else n
             assert survivor is not None
-            result = (
-                b"<<<<<<< "
-                + labels[1].encode()
-                + b" (deleted)\n"
-                + b"||||||| "
-                + labels[0].encode()
-                + b"\n"
-                + b"=======\n"
-                + survivor
-                + (b"" if survivor.endswith(b"\n") else b"\n")
-                + b">>>>>>> "
-                + name.encode()
-                + b"\n"
-            )
+            head = f"<<<<<<< {labels[1]} (deleted)\n||||||| {labels[0]}\n=======\n".encode()
+            result = head + survivor + (b"" if survivor.endswith(b"\n") else b"\n") + f">>>>>>> {name}\n".encode()
             conflicts.append(
                 Conflict("deleted-file", "one side deleted the file the other changed", patch=name, file=path, line=1)
             )
-        else:
-            # both sides added the file (no base: merge against empty) or changed it
-            base = p if p is not None else b""
-            result = _merge_one(repo, name, path, base, n, c, labels, normalize, recorded, conflicts, flags)
+        else:  # both sides added the file (no base: merge against empty) or changed it
+            result = _merge_one(repo, path, p or b"", n, c, (*labels, name), normalize, recorded, conflicts, flags)
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, info)
@@ -169,30 +134,30 @@ def replay_patch(
     return PatchResult(name, status, commit, conflicts, flags)
 
 
+_REFORMATTED = (
+    "the patch's copy of the carried upstream code was laid out with the projection's formatter "
+    "(the new upstream code is); check the diff of this file"
+)
+
+
 def _merge_one(
     repo: ProjectRepo,
-    name: str,
     path: str,
     p: bytes,
     n: bytes,
     c: bytes,
-    labels: tuple[str, str],
+    diff3_labels: tuple[str, str, str],  # old base, new base, the patch's name
     normalize: Normalize | None,
     recorded: Recorded | None,
     conflicts: list[Conflict],
     flags: list[Conflict],
 ) -> bytes:
-    diff3_labels = (labels[0], labels[1], name)
-    if path.startswith(stack.VENDOR):
-        m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
-        if not m.clean:
-            conflicts += [
-                Conflict("both-changed", patch=name, file=path, line=ln) for ln in conflict_lines(m.text, name)
-            ]
-        return m.text
-    try:
-        texts = [x.decode("utf-8") for x in (p, n, c)]
-    except UnicodeDecodeError:
+    name = diff3_labels[2]
+    texts = None
+    if not path.startswith(stack.VENDOR):  # vendored and non-UTF-8 files get git's plain line merge
+        with contextlib.suppress(UnicodeDecodeError):
+            texts = [x.decode("utf-8") for x in (p, n, c)]
+    if texts is None:
         m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
         if not m.clean:
             conflicts += [
@@ -200,25 +165,13 @@ def _merge_one(
             ]
         return m.text
     if normalize is not None:
-        norm_p = normalize(path, p).decode("utf-8")
+        texts[0] = normalize(path, p).decode("utf-8")
         norm_c = normalize(path, c).decode("utf-8")
         if norm_c != texts[2]:
-            flags.append(
-                Conflict(
-                    "reformatted",
-                    "the patch's copy of the carried upstream code was laid out with the projection's formatter "
-                    "(the new upstream code is); check the diff of this file",
-                    conflict=False,
-                    patch=name,
-                    file=path,
-                    line=1,
-                )
-            )
-        texts[0], texts[2] = norm_p, norm_c
+            flags.append(Conflict("reformatted", _REFORMATTED, conflict=False, patch=name, file=path, line=1))
+        texts[2] = norm_c
     do_merge = checked.merge3_checked if path.endswith(".py") else merge.merge3
-    result = do_merge(
-        texts[0], texts[1], texts[2], labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded
-    )
+    result = do_merge(*texts, labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded)
     for region in result.regions:
         found = replace(region, patch=name, file=path, symbol=enclosing_symbol(result.text, region.line or 0))
         (conflicts if region.conflict else flags).append(found)
@@ -246,15 +199,8 @@ def replay(
     results: list[PatchResult] = []
     parent = new_base
     for name, old in patches:
-        res = replay_patch(
-            repo,
-            name,
-            old,
-            parent,
-            labels=labels,
-            normalize=normalize,
-            recorded=None if edited is not None else recorded,
-        )
+        plain = None if edited is not None else recorded
+        res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=plain)
         final = edited(name, res.commit) if edited is not None else None
         if final is not None:
             res = _with_edits(repo, res, final)
@@ -281,16 +227,10 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
         hunks = repo.line_hunks(before.get(path) or b"", after.get(path) or b"")
         resolved = sum(1 for c in merged.conflicts if c.file == path)
         tail = f", resolving {resolved} conflict region(s)" if resolved else ""
+        added, removed = sum(h[3] for h in hunks), sum(h[1] for h in hunks)
+        message = f"the maintainer's recorded edits of this merge were applied (+{added} -{removed} lines{tail})"
         flags.append(
-            Conflict(
-                "recorded-edits",
-                f"the maintainer's recorded edits of this merge were applied (+{sum(h[3] for h in hunks)} "
-                f"-{sum(h[1] for h in hunks)} lines{tail})",
-                conflict=False,
-                patch=merged.name,
-                file=path,
-                line=hunks[0][2] + 1,
-            )
+            Conflict("recorded-edits", message, conflict=False, patch=merged.name, file=path, line=hunks[0][2] + 1)
         )
     return PatchResult(merged.name, "modified", final, [], flags)
 
@@ -348,15 +288,12 @@ def _replacements(top_marked: bytes, resolved: bytes, mine: bytes) -> list[tuple
     Every region of ``mine`` must appear verbatim in ``top_marked``; what replaced it in
     ``resolved`` is found by aligning the unchanged lines around it.  None when one cannot be placed.
     """
-    import difflib
-
     top = top_marked.splitlines(keepends=True)
     res = resolved.splitlines(keepends=True)
     own = mine.splitlines(keepends=True)
-    mapping: dict[int, int] = {}
-    for block in difflib.SequenceMatcher(None, top, res, autojunk=False).get_matching_blocks():
-        for k in range(block.size):
-            mapping[block.a + k] = block.b + k
+    # the lines both sides keep, top -> resolved, increasing on both sides
+    blocks = difflib.SequenceMatcher(None, top, res, autojunk=False).get_matching_blocks()
+    mapping = {block.a + k: block.b + k for block in blocks for k in range(block.size)}
     top_blocks = {b"".join(top[s : e + 1]): (s, e) for s, e in _blocks(top)}
     out: list[tuple[int, int, list[bytes]]] = []
     for s, e in _blocks(own):
@@ -364,10 +301,8 @@ def _replacements(top_marked: bytes, resolved: bytes, mine: bytes) -> list[tuple
         if key not in top_blocks:
             return None
         ts, te = top_blocks[key]
-        before = max((i for i in mapping if i < ts), default=-1)
-        after = min((i for i in mapping if i > te), default=len(top))
-        lo = mapping[before] + 1 if before >= 0 else 0
-        hi = mapping[after] if after < len(top) else len(res)
+        lo = max((mapping[i] + 1 for i in mapping if i < ts), default=0)
+        hi = min((mapping[i] for i in mapping if i > te), default=len(res))
         out.append((s, e, res[lo:hi]))
     return out
 

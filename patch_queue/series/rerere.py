@@ -18,13 +18,13 @@ reproducible (see ``[[lineage]]`` in :mod:`patch_queue.series.queue`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from patch_queue.fsutil import json_bytes
-from patch_queue.git.repo import Person, ProjectRepo
-from patch_queue.series.stack import sha256
+from patch_queue.git.repo import ProjectRepo
+from patch_queue.series.stack import PERSON, sha256
 
 REF = "refs/pq/resolutions"
-_PERSON = Person("pq", "pq@localhost", 0, 0)
 
 
 class Store:
@@ -35,15 +35,12 @@ class Store:
         self._files: dict[str, bytes] = repo.read_tree(repo.commit_info(self.head).tree) if self.head else {}
 
     def lookup(self, key: str) -> str | None:
-        data = self._files.get(f"{key[:2]}/{key}.json")
-        if data is None:
-            return None
-        entry = json.loads(data)
-        resolution = entry.get("resolution")
+        data = self._files.get(_path(key))
+        resolution = None if data is None else json.loads(data).get("resolution")
         return resolution if isinstance(resolution, str) else None
 
     def ref_update(self) -> dict[str, tuple[str | None, str | None]]:
-        """The ref move that records what was added with ``move=False`` ({} when nothing was)."""
+        """The ref move that records what was added ({} when nothing was): the caller moves it with its other writes."""
         return {REF: (self.loaded, self.head)} if self.head != self.loaded else {}
 
     def has_edits(self) -> bool:
@@ -75,7 +72,7 @@ class Store:
         return after if sha256(after) == entry.get("after") else None
 
     def record_edits(self, edits: list[tuple[str, bytes, bytes]], message: str) -> int:
-        """Record (patch name, merged body, final body) triples without moving the ref (see :meth:`ref_update`)."""
+        """Record (patch name, merged body, final body) triples (see :meth:`ref_update`)."""
         entries = {
             _edit_path(name, before): {
                 "patch": name,
@@ -86,48 +83,31 @@ class Store:
             for name, before, after in edits
             if before != after
         }
-        return self._put(
-            {path: json_bytes(e, indent=1) for path, e in entries.items()},
-            message,
-            move=False,
-        )
+        return self._put(entries, message)
 
-    def _put(self, new: dict[str, bytes], message: str, *, move: bool) -> int:
-        files = dict(self._files)
-        changed = 0
-        for path, data in new.items():
-            if files.get(path) != data:
-                files[path] = data
-                changed += 1
+    def record(self, entries: list[dict[str, object]], message: str) -> int:
+        """Add ``entries`` (each with ``key`` and ``resolution``; see :meth:`ref_update`)."""
+        return self._put({_path(str(entry["key"])): entry for entry in entries}, message)
+
+    def _put(self, entries: Mapping[str, object], message: str) -> int:
+        """Commit ``entries`` (path -> JSON) into the store, without moving the ref; how many were new or changed."""
+        new = {path: json_bytes(entry, indent=1) for path, entry in entries.items()}
+        changed = {path: data for path, data in new.items() if self._files.get(path) != data}
         if not changed:
             return 0
+        files = {**self._files, **changed}
         parents = [self.head] if self.head else []
-        commit = self.repo.commit(self.repo.write_tree(files), parents, message, _PERSON, _PERSON)
-        if move:
-            self.repo.update_refs({REF: (self.head, commit)}, "pq: record resolutions")
-            self.loaded = commit
-        self.head, self._files = commit, files
-        return changed
+        self.head = self.repo.commit(self.repo.write_tree(files), parents, message, PERSON, PERSON)
+        self._files = files
+        return len(changed)
 
-    def __len__(self) -> int:
-        return len(self._files)
 
-    def record(self, entries: list[dict[str, object]], message: str, *, move: bool = True) -> int:
-        """Add ``entries`` (each with ``key`` and ``resolution``); returns how many were new or changed.
-
-        ``move=False`` keeps the new commit in the store without moving the ref: the caller moves
-        it with its other writes (:meth:`ref_update`).
-        """
-        new = {}
-        for entry in entries:
-            key = str(entry["key"])
-            new[f"{key[:2]}/{key}.json"] = json_bytes(entry, indent=1)
-        return self._put(new, message, move=move)
+def _path(key: str) -> str:
+    return f"{key[:2]}/{key}.json"
 
 
 def _edit_path(name: str, before: bytes) -> str:
-    key = sha256(name.encode("utf-8") + b"\0" + before)
-    return f"edits/{key[:2]}/{key}.json"
+    return "edits/" + _path(sha256(name.encode("utf-8") + b"\0" + before))
 
 
 def make_ops(before: bytes, after: bytes) -> list[list[object]]:

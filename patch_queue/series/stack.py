@@ -25,12 +25,13 @@ from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.merge import symbols
 from patch_queue.series import diffs, fmt, patchfile
-from patch_queue.series.queue import Module, Queue
+from patch_queue.series.queue import Queue
 from patch_queue.sources import cache
 
 VENDOR = ".pq-upstream/"
 BASE_PERSON_NAME = "pq"
 BASE_PERSON_EMAIL = "pq@localhost"
+PERSON = Person(BASE_PERSON_NAME, BASE_PERSON_EMAIL, 0, 0)  # the author of pq's own commits
 REF_BASE = "refs/pq/base"
 REF_TOP = "refs/pq/top"
 REF_PATCHES = "refs/pq/patches/"
@@ -64,35 +65,21 @@ def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, labe
     if hit is not None:
         try:
             cached = json.loads(hit)
-            return Projection(
-                {
-                    **{VENDOR + p: d for p, d in vendored.items()},
-                    **{p: t.encode("utf-8") for p, t in cached["files"].items()},
-                },
-                tuple(cached["missing"]),
-            )
+            modules = {p: t.encode("utf-8") for p, t in cached["files"].items()}
+            return Projection({**{VENDOR + p: d for p, d in vendored.items()}, **modules}, tuple(cached["missing"]))
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
-    projection = _project(queue, vendored.__getitem__, label=label)
-    cache.derived_put(
-        "projection",
-        key,
-        json.dumps(
-            {
-                "files": {p: d.decode("utf-8") for p, d in projection.files.items() if not p.startswith(VENDOR)},
-                "missing": list(projection.missing),
-            }
-        ).encode("utf-8"),
-    )  # files in module order, as computed
+    projection = _project(queue, vendored, label=label)
+    modules_text = {p: d.decode("utf-8") for p, d in projection.files.items() if not p.startswith(VENDOR)}
+    entry = {"files": modules_text, "missing": list(projection.missing)}  # files in module order, as computed
+    cache.derived_put("projection", key, json.dumps(entry).encode())
     return projection
 
 
-def _project(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str) -> Projection:
-    files: dict[str, bytes] = {}
+def _project(queue: Queue, vendored: dict[str, bytes], *, label: str) -> Projection:
+    files = {VENDOR + path: data for path, data in vendored.items()}
     parsed: dict[str, dict[str, symbols.Symbol]] = {}
-    for path in queue.upstream_paths():
-        data = read_upstream(path)
-        files[VENDOR + path] = data
+    for path, data in vendored.items():
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -118,20 +105,11 @@ def _project(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str)
                 "point --to at a vllm-ascend that has it, or edit the [[module]] in queue.toml",
                 path=m.upstream,
             )
-        found = []
-        for name in m.symbols:
-            sym = parsed[m.upstream].get(name)
-            if sym is None:
-                missing.append(f"{m.path}: {name}")
-            else:
-                found.append(sym)
-        carried.append((m.path, found))
-    # one formatter run for every module
-    laid_out = iter(
-        fmt.format_symbols(
-            [s for _path, found in carried for s in found], formatter=queue.formatter, line_length=queue.line_length
-        )
-    )
+        upstream = parsed[m.upstream]
+        missing += [f"{m.path}: {name}" for name in m.symbols if name not in upstream]
+        carried.append((m.path, [upstream[name] for name in m.symbols if name in upstream]))
+    every = [s for _path, found in carried for s in found]  # one formatter run for every module
+    laid_out = iter(fmt.format_symbols(every, formatter=queue.formatter, line_length=queue.line_length))
     for path, found in carried:
         files[path] = symbols.project([next(laid_out) for _s in found]).encode("utf-8")
     return Projection(files, tuple(missing))
@@ -163,15 +141,7 @@ def base_commit(repo: ProjectRepo, queue: Queue, projection: Projection) -> str:
         for path, data in sorted(projection.files.items())
         if path.startswith(VENDOR)
     ]
-    person = Person(BASE_PERSON_NAME, BASE_PERSON_EMAIL, 0, 0)
-    return repo.commit(tree, [], "\n".join(lines) + "\n", person, person)
-
-
-def check_paths(touched: list[str], modules: tuple[Module, ...], *, path: str) -> None:
-    allowed = {m.path for m in modules}
-    for name in touched:
-        if name not in allowed:
-            raise PatchError(f"touches {name!r}, which is not an output module listed in queue.toml", path=path)
+    return repo.commit(tree, [], "\n".join(lines) + "\n", PERSON, PERSON)
 
 
 def commit_patch(repo: ProjectRepo, parent: str, p: patchfile.PatchFile, queue: Queue, *, path: str) -> str:
@@ -179,7 +149,9 @@ def commit_patch(repo: ProjectRepo, parent: str, p: patchfile.PatchFile, queue: 
     info = repo.commit_info(parent)
     files = repo.read_tree(info.tree)
     touched = diffs.files_touched(p.diff)
-    check_paths(touched, queue.modules, path=path)
+    for name in touched:
+        if queue.module(name) is None:
+            raise PatchError(f"touches {name!r}, which is not an output module listed in queue.toml", path=path)
     changes = diffs.apply(
         p.diff, {k: v for k, v in files.items() if k in touched}, patch_path=path, first_line=p.diff_line
     )
@@ -204,9 +176,8 @@ def export_patches(repo: ProjectRepo, commits: list[str]) -> list[bytes]:
     blank = set()
     for commit in commits:
         info = repo.commit_info(commit)
-        a = info.author
         subject, description = patchfile.split_message(info.message)
-        patchfile.check_message(subject, description, f"{a.name} <{a.email}>")
+        patchfile.check_message(subject, description, f"{info.author.name} <{info.author.email}>")
         if info.tree == repo.commit_info(info.parents[0]).tree:
             raise PatchError("the diff does not start with a 'diff --git' line", path="<diff>", line=1)
         if not subject:
