@@ -21,7 +21,7 @@ from patch_queue.commands.write import (
 )
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import kill_point, read_folder
-from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, checked
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
@@ -335,7 +335,7 @@ def _advance(
     top = new_patches[-1][1] if new_patches else state.new_base
     keep: dict[str, tuple[str | None, str | None]] = {}
     wanted = {REF_REFRESH + "top": top, REF_REFRESH + "base": state.new_base}
-    holder = ws.repo.commit(state.orig_out, [], "pq refresh: saved output folder\n", _PQ, _PQ)
+    holder = ws.repo.commit(state.orig_out, [], "pq refresh: saved output folder\n", stack.PERSON, stack.PERSON)
     wanted[REF_REFRESH + "saved-out"] = holder
     for ref, value in wanted.items():
         keep[ref] = (ws.repo.ref(ref), value)
@@ -346,9 +346,6 @@ def _advance(
     writes.commit()
     outcome.stopped_at = done[-1][0] if last_conflicted and not finished else None
     return outcome
-
-
-_PQ = Person(stack.BASE_PERSON_NAME, stack.BASE_PERSON_EMAIL, 0, 0)
 
 
 def edit_lookup(ws: Workspace, store: rerere.Store, queue: Queue) -> replay.Edited | None:
