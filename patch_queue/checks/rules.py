@@ -312,24 +312,25 @@ def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding
 # signature drift
 
 
-def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str, bool], ...]:
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+_Params = tuple[tuple[str, str, bool], ...]
+
+
+def _params(fn: _Function) -> _Params:
     """(name, kind, has default) of every parameter, in order."""
     a = fn.args
-    out: list[tuple[str, str, bool]] = []
     positional = a.posonlyargs + a.args
     first_default = len(positional) - len(a.defaults)
-    for i, arg in enumerate(positional):
-        out.append((arg.arg, "positional", i >= first_default))
+    out = [(arg.arg, "positional", i >= first_default) for i, arg in enumerate(positional)]
     if a.vararg:
         out.append((a.vararg.arg, "*args", False))
-    for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-        out.append((arg.arg, "keyword", default is not None))
+    out += [(arg.arg, "keyword", default is not None) for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
     if a.kwarg:
         out.append((a.kwarg.arg, "**kwargs", False))
     return tuple(out)
 
 
-def _drift(mine: tuple[tuple[str, str, bool], ...], theirs: tuple[tuple[str, str, bool], ...]) -> str:
+def _drift(mine: _Params, theirs: _Params) -> str:
     """What differs, in words: extra and missing parameters, changed kinds or defaults, order."""
     a = {n: (k, d) for n, k, d in mine}
     b = {n: (k, d) for n, k, d in theirs}
@@ -349,12 +350,9 @@ def _drift(mine: tuple[tuple[str, str, bool], ...], theirs: tuple[tuple[str, str
     return "; ".join(parts)
 
 
-def _methods(tree: ast.Module) -> dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    out: dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            out[node.name] = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-    return out
+def _methods(tree: ast.Module) -> dict[str, dict[str, _Function]]:
+    classes = (node for node in tree.body if isinstance(node, ast.ClassDef))
+    return {c.name: {n.name: n for n in c.body if isinstance(n, _Function)} for c in classes}
 
 
 def check_signatures(
