@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 ERROR = "error"
 WARNING = "warning"
@@ -17,13 +17,7 @@ class Finding:
     message: str  # one line, no trailing period needed
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "rule": self.rule,
-            "severity": self.severity,
-            "file": self.file,
-            "line": self.line,
-            "message": self.message,
-        }
+        return asdict(self)  # pq writes every JSON file with its keys sorted
 
     def render(self, prefix: str = "") -> str:
         where = f"{prefix}{self.file}:{self.line}" if self.line else f"{prefix}{self.file}"

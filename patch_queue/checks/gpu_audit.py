@@ -51,7 +51,7 @@ import re
 import textwrap
 import tokenize
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -119,6 +119,12 @@ class _Code(NamedTuple):
     code: dict[int, str]
     names: dict[int, frozenset[str]]
 
+    def joined(self) -> str:
+        return "".join(self.code.values())
+
+    def all_names(self) -> set[str]:
+        return set[str]().union(*self.names.values())
+
 
 def _string_content(text: str) -> str:
     return text.lstrip("rRbBuUfF").strip("\"'")
@@ -172,12 +178,8 @@ def code_lines(text: str) -> _Code:
         flush()
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return _fallback_code(text)
-    code = {row: "".join(p) for row, p in parts.items() if "".join(p)}
+    code = {row: "".join(p) for row, p in parts.items()}
     return _Code(code, {row: frozenset(names.get(row, set())) - _COMMON_NAMES for row in code})
-
-
-def _norm(text: str) -> str:
-    return "".join(code_lines(text).code.values())
 
 
 def method_code(text: str) -> _Code:
@@ -195,12 +197,26 @@ def method_code(text: str) -> _Code:
     for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
         if arg is not None:
             arg.annotation = None
-    signature = _norm(f"def {fn.name}({ast.unparse(args)}):\n    pass\n").removesuffix("pass")
+    signature = code_lines(f"def {fn.name}({ast.unparse(args)}):\n    pass\n").joined().removesuffix("pass")
     code = {r: c for r, c in base.code.items() if not fn.lineno <= r < fn.body[0].lineno}
     names = {r: n for r, n in base.names.items() if r in code}
     code[fn.lineno] = signature
     names[fn.lineno] = frozenset({fn.name})
     return _Code(dict(sorted(code.items())), names)
+
+
+class _Target:
+    """The normalised code of some texts (the NPU side, or upstream), for line look-ups."""
+
+    def __init__(self, codes: Sequence[_Code]) -> None:
+        self.lines = {c for code in codes for c in code.code.values()}
+        self.joined = "\n".join(code.joined() for code in codes)
+        self.names = set[str]().union(*(code.all_names() for code in codes))
+
+    def has(self, line: _Line, *, by_names: bool = True) -> bool:
+        if line.code in self.lines or (len(line.code) >= _SUBSTRING_MIN and line.code in self.joined):
+            return True
+        return by_names and bool(line.new_names) and line.new_names <= self.names
 
 
 def _indent(line: str) -> int:
@@ -237,12 +253,8 @@ def _hunks(
     """
     base_code = method_code(base)
     omni_code = method_code(omni)
-    upstream = [base_code, *(method_code(old) for old in history)]
-    upstream_codes = {c for version in upstream for c in version.code.values()}
-    upstream_names: set[str] = set(vocabulary)
-    for version in upstream:
-        upstream_names.update(*version.names.values())
-    upstream_joined = "\n".join("".join(version.code.values()) for version in upstream)
+    upstream = _Target([base_code, *(method_code(old) for old in history)])
+    upstream_names = upstream.names | vocabulary
     a_rows, b_rows = list(base_code.code), list(omni_code.code)
     a = [base_code.code[r] for r in a_rows]
     b = [omni_code.code[r] for r in b_rows]
@@ -269,15 +281,14 @@ def _hunks(
         for rows in paragraphs:
             meaningful: list[_Line] = []
             for row in rows:
-                code = omni_code.code[row]
-                if _is_trivial(code) or code in upstream_codes:
-                    continue  # trivial, or an upstream line (moved here, or a generic one like "x=x")
-                new = frozenset(omni_code.names.get(row, frozenset()) - upstream_names)
-                if not new and re.match(r"(from|import)\s", omni_lines[row - 1].strip()):
+                line = _Line(omni_code.code[row], omni_lines[row - 1].strip(), omni_code.names[row] - upstream_names)
+                # trivial, an upstream line (moved here, or a generic one like "x=x") or part of an upstream
+                # statement wrapped differently
+                if _is_trivial(line.code) or upstream.has(line, by_names=False):
+                    continue
+                if not line.new_names and re.match(r"(from|import)\s", line.text):
                     continue  # an upstream import moved into the method
-                if len(code) >= _SUBSTRING_MIN and code in upstream_joined:
-                    continue  # part of an upstream statement, wrapped differently
-                meaningful.append(_Line(code, omni_lines[row - 1].strip(), new))
+                meaningful.append(line)
             if meaningful:
                 out.append(
                     _Hunk(omni_start + rows[0] - 1, tuple(omni_lines[rows[0] - 1 : rows[-1]]), tuple(meaningful))
@@ -324,11 +335,7 @@ def _c3(name: str, classes: Mapping[str, _Class], seen: tuple[str, ...] = ()) ->
     seqs = [_c3(b, classes, (*seen, name)) for b in cls.bases] + [list(cls.bases)]
     out = [name]
     while any(seqs):
-        head = ""
-        for seq in seqs:
-            if seq and not any(seq[0] in s[1:] for s in seqs):
-                head = seq[0]
-                break
+        head = next((seq[0] for seq in seqs if seq and not any(seq[0] in s[1:] for s in seqs)), "")
         if not head:  # inconsistent hierarchy (Python would refuse it): depth-first order
             for seq in seqs:
                 out.extend(c for c in seq if c not in out)
@@ -361,37 +368,17 @@ def _npu_counterpart(gpu_file: str, npu_files: Mapping[str, str]) -> str | None:
     return next((p for p in sorted(npu_files) if posixpath.basename(p) == want), None)
 
 
-class _Target:
-    """The normalised code of some NPU texts, for line look-ups."""
-
-    def __init__(self, texts: Sequence[str]) -> None:
-        codes = [code_lines(t) for t in texts]
-        self.lines = {c for code in codes for c in code.code.values()}
-        self.joined = "\n".join("".join(code.code.values()) for code in codes)
-        self.names: set[str] = set()
-        for code in codes:
-            self.names.update(*code.names.values())
-
-    def has(self, line: _Line, *, by_names: bool = True) -> bool:
-        if line.code in self.lines or (len(line.code) >= _SUBSTRING_MIN and line.code in self.joined):
-            return True
-        return by_names and bool(line.new_names) and line.new_names <= self.names
-
-    def count(self, lines: Sequence[_Line], *, by_names: bool = True) -> int:
-        return sum(1 for line in lines if self.has(line, by_names=by_names))
-
-
 @dataclass(frozen=True)
 class _Where:
     """Where the NPU side resolves one method, for one GPU class."""
 
     npu_file: str
-    npu_line: int
-    runs_gpu: str  # non-empty: the GPU method itself runs on NPU, and why
-    chain: tuple[_Class, ...]  # the omni NPU classes whose method the NPU side runs, in call order
-    modules: tuple[str, ...]  # the NPU modules of the NPU class's MRO (the fallback search)
-    ends_in: str  # the non-omni-NPU class whose method the chain ends in ("" if an NPU method does not delegate)
-    missing: str  # non-empty: no NPU counterpart at all
+    npu_line: int = 0
+    runs_gpu: str = ""  # non-empty: the GPU method itself runs on NPU, and why
+    chain: tuple[_Class, ...] = ()  # the omni NPU classes whose method the NPU side runs, in call order
+    modules: tuple[str, ...] = ()  # the NPU modules of the NPU class's MRO (the fallback search)
+    ends_in: str = ""  # the non-omni-NPU class whose method the chain ends in ("" if an NPU method does not delegate)
+    missing: str = ""  # non-empty: no NPU counterpart at all
 
 
 def _locate(
@@ -399,10 +386,10 @@ def _locate(
 ) -> _Where:
     npu_file = _npu_counterpart(gpu_file, npu_files)
     if npu_file is None:
-        return _Where("", 0, "", (), (), "", f"no NPU module for {posixpath.basename(gpu_file)}")
+        return _Where("", missing=f"no NPU module for {posixpath.basename(gpu_file)}")
     runners = [c for c in classes.values() if c.module == npu_file and ASCEND_CLASS in _c3(c.name, classes)[1:]]
     if not runners:
-        return _Where(npu_file, 0, "", (), (), "", f"no subclass of {ASCEND_CLASS} in {npu_file}")
+        return _Where(npu_file, missing=f"no subclass of {ASCEND_CLASS} in {npu_file}")
     mro = _c3(runners[0].name, classes)
     modules = (
         npu_file,
@@ -419,7 +406,7 @@ def _locate(
         if cls.name == gpu_cls:
             how = f"{chain[-1].name}.{method} calls it" if chain else "inherited"
             line = chain[0].methods[method].start if chain else 0
-            return _Where(npu_file, line, f"runs on NPU as {gpu_cls}.{method} ({how})", tuple(chain), modules, "", "")
+            return _Where(npu_file, line, runs_gpu=f"runs on NPU as {gpu_cls}.{method} ({how})")
         if cls.side != "npu":
             ends_in = cls.name
             break
@@ -429,26 +416,19 @@ def _locate(
             break
         at = nxt
     line = next((c.methods[method].start for c in chain if c.module == npu_file), 0)
-    return _Where(npu_file, line, "", tuple(chain), modules, ends_in, "")
+    return _Where(npu_file, line, chain=tuple(chain), modules=modules, ends_in=ends_in)
 
 
 def _judge(gpu_file: str, method: str, hunk: _Hunk, where: _Where, npu_files: Mapping[str, str]) -> GpuChange:
     lines = hunk.meaningful
     total = len(lines)
+    unjudged = GpuChange(gpu_file, method, hunk.start, hunk.lines, False, "", where.npu_file, where.npu_line)
 
     def change(ported: bool, reason: str, missing: Sequence[_Line]) -> GpuChange:
-        return GpuChange(
-            gpu_file,
-            method,
-            hunk.start,
-            hunk.lines,
-            ported,
-            reason,
-            where.npu_file,
-            where.npu_line,
-            tuple(line.text for line in lines),
-            total - len(missing),
-            tuple(line.text for line in missing),
+        texts = tuple(line.text for line in missing)
+        meaningful = tuple(line.text for line in lines)
+        return replace(
+            unjudged, ported=ported, reason=reason, meaningful=meaningful, found=total - len(missing), missing=texts
         )
 
     if where.missing:
@@ -456,13 +436,13 @@ def _judge(gpu_file: str, method: str, hunk: _Hunk, where: _Where, npu_files: Ma
     if where.runs_gpu:
         return change(True, where.runs_gpu, ())
     names = ", ".join(f"{c.name}.{method}" for c in where.chain)
-    in_method = _Target([c.methods[method].text for c in where.chain]) if where.chain else None
+    in_method = _Target([code_lines(c.methods[method].text) for c in where.chain]) if where.chain else None
     lacking = [line for line in lines if in_method is None or not in_method.has(line)]
     hits = total - len(lacking)
     if in_method is not None and hits >= PORT_RATIO * total:
         return change(True, f"found in {names} ({hits}/{total} lines)", lacking)
     # anywhere else: whole lines only, as a name alone proves nothing in a whole module
-    anywhere = _Target([npu_files[m] for m in where.modules])
+    anywhere = _Target([code_lines(npu_files[m]) for m in where.modules])
     lacking_wide = [line for line in lines if not anywhere.has(line, by_names=False)]
     wide = total - len(lacking_wide)
     if in_method is not None:
@@ -474,9 +454,8 @@ def _judge(gpu_file: str, method: str, hunk: _Hunk, where: _Where, npu_files: Ma
     else:
         runs = f"no NPU method {method}"
     if wide >= PORT_RATIO * total:
-        return change(
-            True, f"{runs}, but found elsewhere in {', '.join(where.modules)} ({wide}/{total} lines)", lacking_wide
-        )
+        elsewhere = f"found elsewhere in {', '.join(where.modules)} ({wide}/{total} lines)"
+        return change(True, f"{runs}, but {elsewhere}", lacking_wide)
     return change(False, runs, lacking)
 
 
@@ -508,10 +487,10 @@ def audit(
     ):
         found = _classes(path, text, side).get(upstream)
         if found is not None:
-            classes[upstream] = _Class(upstream, "", side, found.bases, found.methods)
+            classes[upstream] = replace(found, module="")
     vllm_syms = symbols.symbols_ast(vllm_runner, path=VLLM_RUNNER)
     old_syms = [symbols.symbols_ast(text, path=VLLM_RUNNER) for text in history]
-    vocabulary = frozenset().union(*(frozenset().union(*code_lines(t).names.values()) for t in (vllm_runner, *history)))
+    vocabulary = frozenset[str]().union(*(code_lines(t).all_names() for t in (vllm_runner, *history)))
     carried = adopt.classify(dict(gpu_files), vllm_runner, upstream_path=VLLM_RUNNER, cls=VLLM_CLASS)
 
     out: list[GpuChange] = []
@@ -536,18 +515,11 @@ def findings(changes: Sequence[GpuChange]) -> list[Finding]:
     for c in changes:
         if c.ported:
             continue
-        where = c.npu_file or posixpath.basename(c.gpu_file).replace("gpu_", "npu_", 1)
+        gpu_file = posixpath.basename(c.gpu_file)
+        where = c.npu_file or gpu_file.replace("gpu_", "npu_", 1)
         first = c.first if len(c.first) <= 100 else c.first[:97] + "..."
-        out.append(
-            Finding(
-                posixpath.basename(where),
-                c.npu_line,
-                RULE,
-                WARNING,
-                f"omni GPU change {posixpath.basename(c.gpu_file)}:{c.gpu_line} in {c.method} "
-                f"not on NPU ({c.reason}): {first}",
-            )
-        )
+        message = f"omni GPU change {gpu_file}:{c.gpu_line} in {c.method} not on NPU ({c.reason}): {first}"
+        out.append(Finding(posixpath.basename(where), c.npu_line, RULE, WARNING, message))
     return out
 
 

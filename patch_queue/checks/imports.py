@@ -37,19 +37,12 @@ from __future__ import annotations
 
 import ast
 import posixpath
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.progress import Progress
 from patch_queue.sources.snapshot import Snapshot, release_snapshot
-
-__all__ = [
-    "SourceTree",
-    "check_imports",
-    "tree_from_release",
-    "tree_from_snapshot",
-]
 
 RULE_MODULE = "import-unresolved"
 RULE_NAME = "import-name-unresolved"
@@ -92,6 +85,11 @@ class SourceTree:
     def __repr__(self) -> str:
         return f"SourceTree({self.label or ', '.join(sorted(self.packages))}: {len(self._files)} files)"
 
+    @property
+    def described(self) -> str:
+        """The tree, as findings name it."""
+        return self.label or f"the {', '.join(sorted(self.packages))} sources"
+
     def __len__(self) -> int:
         return len(self._files)
 
@@ -106,13 +104,10 @@ class SourceTree:
         for candidate in (f"{base}/__init__.py", f"{base}.py"):
             if candidate in self._files:
                 return candidate
-        if base in self._dirs and self._parent_exists(dotted):
+        parent = dotted.rpartition(".")[0]
+        if base in self._dirs and (not parent or self.is_package(parent)):
             return base + "/"
         return None
-
-    def _parent_exists(self, dotted: str) -> bool:
-        parent = dotted.rpartition(".")[0]
-        return not parent or self.is_package(parent)
 
     def is_package(self, dotted: str) -> bool:
         path = self.module_path(dotted)
@@ -204,11 +199,7 @@ class SourceTree:
 
     def _owner(self, dotted: str, trees: Mapping[str, SourceTree] | None) -> SourceTree | None:
         top = dotted.partition(".")[0]
-        if top in self.packages:
-            return self
-        if trees is not None:
-            return trees.get(top)
-        return None
+        return self if top in self.packages else (trees or {}).get(top)
 
 
 # -- scanning one module ----------------------------------------------------------------------
@@ -220,7 +211,8 @@ def _scan_module(data: bytes, package: str) -> _Scan:
     except (SyntaxError, ValueError):
         return _Scan(frozenset(), None, (), True)
     binder = _Binder(package)
-    binder.block(tree.body)
+    for stmt in tree.body:
+        binder.stmt(stmt)
     for node in ast.walk(tree):
         if isinstance(node, ast.Global):
             binder.names.update(node.names)
@@ -240,10 +232,6 @@ class _Binder:
         self.all_names: list[str] = []
         self.all_seen = False
         self.all_literal = True
-
-    def block(self, body: Iterable[ast.stmt]) -> None:
-        for stmt in body:
-            self.stmt(stmt)
 
     def stmt(self, node: ast.stmt) -> None:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -353,14 +341,9 @@ class _Binder:
             and len(value.args) == 1
         ):
             return
-        if value.func.attr == "extend":
-            self.dunder_all_extend(value.args[0])
-        elif value.func.attr == "append":
-            arg = value.args[0]
-            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                self.all_names.append(arg.value)
-            else:
-                self.all_literal = False
+        if value.func.attr in ("append", "extend"):
+            # __all__.append(x) is __all__.extend([x])
+            self.dunder_all_extend(value.args[0] if value.func.attr == "extend" else ast.List([value.args[0]]))
 
 
 def _defaults(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> list[ast.expr]:
@@ -381,12 +364,8 @@ def _walk_no_lambda(node: ast.AST) -> Iterator[ast.AST]:
 def _literal_strings(node: ast.expr) -> list[str] | None:
     """The strings of a literal list/tuple (or a ``+`` of them), None for anything else."""
     if isinstance(node, ast.List | ast.Tuple):
-        out: list[str] = []
-        for element in node.elts:
-            if not (isinstance(element, ast.Constant) and isinstance(element.value, str)):
-                return None
-            out.append(element.value)
-        return out
+        out = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        return out if len(out) == len(node.elts) else None
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _literal_strings(node.left), _literal_strings(node.right)
         return None if left is None or right is None else left + right
@@ -398,7 +377,7 @@ def _absolute(module: str | None, level: int, package: str) -> str | None:
     if level == 0:
         return module
     parts = package.split(".") if package else []
-    if level - 1 >= len(parts) or not parts:
+    if level - 1 >= len(parts):
         return None
     base = parts[: len(parts) - (level - 1)]
     return ".".join([*base, module] if module else base)
@@ -418,89 +397,57 @@ def check_imports(text: str, *, file: str, package: str, trees: Mapping[str, Sou
         module = ast.parse(text)
     except (SyntaxError, ValueError):
         return []
-    checker = _Checker(file, trees)
+    out: list[Finding] = []
     for node in ast.walk(module):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                checker.module(alias.name, getattr(alias, "lineno", node.lineno), f"import {alias.name}")
+                out += _missing_module(alias.name, trees, file, alias.lineno, f"import {alias.name}")
         elif isinstance(node, ast.ImportFrom):
-            checker.from_import(node, package)
-    return sorted(set(checker.findings))
+            out += _from_import(node, package, file, trees)
+    return sorted(set(out))
 
 
-class _Checker:
-    def __init__(self, file: str, trees: Mapping[str, SourceTree]) -> None:
-        self.file = file
-        self.trees = trees
-        self.findings: list[Finding] = []
-        self._exports: dict[tuple[int, str], tuple[frozenset[str], bool]] = {}
+def _missing_module(
+    dotted: str, trees: Mapping[str, SourceTree], file: str, line: int, statement: str
+) -> list[Finding]:
+    """The finding for ``dotted`` when its tree lacks it; none when it exists or is not checked."""
+    tree = trees.get(dotted.partition(".")[0])
+    if tree is None or tree.module_path(dotted) is not None:
+        return []
+    # Name the deepest package that is there: the part below it is what moved or went.
+    parts = dotted.split(".")
+    n = next((n for n in range(len(parts) - 1, 0, -1) if tree.module_path(".".join(parts[:n])) is not None), 0)
+    hint = f": {'.'.join(parts[:n])} has no {parts[n]}" if 0 < n < len(parts) - 1 else ""
+    message = f"{statement}: no module named '{dotted}' in {tree.described}{hint}"
+    return [Finding(file, line, RULE_MODULE, ERROR, message)]
 
-    def tree(self, dotted: str) -> SourceTree | None:
-        return self.trees.get(dotted.partition(".")[0])
 
-    def where(self, tree: SourceTree) -> str:
-        return tree.label or f"the {', '.join(sorted(tree.packages))} sources"
-
-    def module(self, dotted: str, line: int, statement: str) -> bool:
-        """Report ``dotted`` when its tree lacks it; True when it exists or is not checked."""
-        tree = self.tree(dotted)
-        if tree is None or tree.module_path(dotted) is not None:
-            return True
-        # Name the deepest package that is there: the part below it is what moved or went.
-        parts = dotted.split(".")
-        hint = ""
-        for n in range(len(parts) - 1, 0, -1):
-            if tree.module_path(".".join(parts[:n])) is not None:
-                if n < len(parts) - 1:
-                    hint = f": {'.'.join(parts[:n])} has no {parts[n]}"
-                break
-        message = f"{statement}: no module named '{dotted}' in {self.where(tree)}{hint}"
-        self.findings.append(Finding(self.file, line, RULE_MODULE, ERROR, message))
-        return False
-
-    def from_import(self, node: ast.ImportFrom, package: str) -> None:
-        dotted = _absolute(node.module, node.level, package)
-        dots = "." * node.level + (node.module or "")
-        if dotted is None:
-            top = package.partition(".")[0]
-            if top in self.trees:
-                message = f"from {dots} import: relative import beyond the top-level package (in package {package})"
-                self.findings.append(Finding(self.file, node.lineno, RULE_MODULE, ERROR, message))
-            return
-        tree = self.tree(dotted)
-        if tree is None:
-            return
-        if not self.module(dotted, node.lineno, f"from {dots} import"):
-            return
-        names = [alias for alias in node.names if alias.name != "*"]
-        if not names:
-            return
-        if tree.is_open(dotted):
-            return
-        bound, open_ = self.exports(tree, dotted)
-        if open_:
-            return
-        for alias in names:
-            if alias.name in bound or tree.has_submodule(dotted, alias.name):
-                continue
-            line = getattr(alias, "lineno", node.lineno)
-            message = (
-                f"cannot import name '{alias.name}' from '{dotted}' ({tree.module_path(dotted)} in {self.where(tree)})"
-            )
-            self.findings.append(Finding(self.file, line, RULE_NAME, ERROR, message))
-
-    def exports(self, tree: SourceTree, dotted: str) -> tuple[frozenset[str], bool]:
-        """(bound names, star imports followed across all trees; True when a star import is unknowable)."""
-        key = (id(tree), dotted)
-        cached = self._exports.get(key)
-        if cached is not None:
-            return cached
-        names, unknown, _complete = tree._resolve(dotted, self.trees, frozenset())
+def _from_import(node: ast.ImportFrom, package: str, file: str, trees: Mapping[str, SourceTree]) -> list[Finding]:
+    dotted = _absolute(node.module, node.level, package)
+    dots = "." * node.level + (node.module or "")
+    if dotted is None:
+        if package.partition(".")[0] not in trees:
+            return []
+        message = f"from {dots} import: relative import beyond the top-level package (in package {package})"
+        return [Finding(file, node.lineno, RULE_MODULE, ERROR, message)]
+    tree = trees.get(dotted.partition(".")[0])
+    if tree is None:
+        return []
+    missing = _missing_module(dotted, trees, file, node.lineno, f"from {dots} import")
+    names = [alias for alias in node.names if alias.name != "*"]
+    if missing or not names or tree.is_open(dotted):
+        return missing
+    bound, unknown, _complete = tree._resolve(dotted, trees, frozenset())
+    if unknown:
         # A star import of a package we have no sources for (or of a module whose exports are
         # computed) may bind anything: nothing is reported then.
-        result = (names or frozenset(), bool(unknown))
-        self._exports[key] = result
-        return result
+        return []
+    where = f"{tree.module_path(dotted)} in {tree.described}"
+    return [
+        Finding(file, alias.lineno, RULE_NAME, ERROR, f"cannot import name '{alias.name}' from '{dotted}' ({where})")
+        for alias in names
+        if alias.name not in (bound or ()) and not tree.has_submodule(dotted, alias.name)
+    ]
 
 
 # -- building trees from real sources ---------------------------------------------------------

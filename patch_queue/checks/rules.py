@@ -24,7 +24,7 @@ import io
 import re
 import tokenize
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -62,10 +62,11 @@ def _squash(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def _block_texts(text: str) -> list[tuple[anchors.Block, str]]:
+def _block_keys(text: str) -> list[tuple[anchors.Block, str]]:
+    """Each omni block of ``text`` with its text squashed (no whitespace): what blocks are compared by."""
     lines = text.splitlines(keepends=True)
     blocks, _problems = anchors.parse_blocks(text)
-    return [(b, "".join(lines[b.start - 1 : b.end])) for b in blocks]
+    return [(b, _squash("".join(lines[b.start - 1 : b.end]))) for b in blocks]
 
 
 def check_blocks(reference: Mapping[str, str], files: Mapping[str, str], *, what: str) -> list[Finding]:
@@ -77,73 +78,47 @@ def check_blocks(reference: Mapping[str, str], files: Mapping[str, str], *, what
     """
     out: list[Finding] = []
     for path in sorted(reference):
-        ref_blocks = _block_texts(reference[path])
+        ref_blocks = _block_keys(reference[path])
         if not ref_blocks:
             continue
         text = files.get(path)
         if text is None:
-            out.append(
-                Finding(
-                    path,
-                    0,
-                    "omni-block-missing",
-                    ERROR,
-                    f"the module with {len(ref_blocks)} omni blocks of {what} is gone",
-                )
-            )
+            message = f"the module with {len(ref_blocks)} omni blocks of {what} is gone"
+            out.append(Finding(path, 0, "omni-block-missing", ERROR, message))
             continue
-        now = _block_texts(text)
+        now = _block_keys(text)
         unmatched = list(range(len(now)))  # blocks of the checked text no reference block accounts for
-        lost: list[anchors.Block] = []
-        ref_keys = [_squash(t) for _b, t in ref_blocks]
-        for (block, _body), key in zip(ref_blocks, ref_keys, strict=True):
-            hit = next((i for i in unmatched if _squash(now[i][1]) == key), None)
+        lost: list[tuple[anchors.Block, str]] = []
+        for block, key in ref_blocks:
+            hit = next((i for i in unmatched if now[i][1] == key), None)
             if hit is None:
-                lost.append(block)
+                lost.append((block, key))
             else:
                 unmatched.remove(hit)
+        ref_keys = {key for _block, key in ref_blocks}
         for i in list(unmatched):
-            key = _squash(now[i][1])
+            block, key = now[i]
             if key in ref_keys:  # one more copy of a block the reference has
-                out.append(
-                    Finding(
-                        path,
-                        now[i][0].start,
-                        "omni-block-duplicated",
-                        ERROR,
-                        f"omni block {now[i][0].first!r} of {what} appears more often than there",
-                    )
-                )
+                message = f"omni block {block.first!r} of {what} appears more often than there"
+                out.append(Finding(path, block.start, "omni-block-duplicated", ERROR, message))
                 unmatched.remove(i)
-        for block in lost:
-            body = _squash(next(t for b, t in ref_blocks if b is block))
-            similar = [
-                i
-                for i in unmatched
-                if now[i][0].first == block.first
-                or difflib.SequenceMatcher(None, _squash(now[i][1]), body, autojunk=False).ratio() >= 0.6
-            ]
-            if similar:
-                unmatched.remove(similar[0])
-                out.append(
-                    Finding(
-                        path,
-                        now[similar[0]][0].start,
-                        "omni-block-changed",
-                        WARNING,
-                        f"omni block {block.index} of {what} ({block.first!r}) was changed",
-                    )
-                )
+        for block, key in lost:
+            similar = next(
+                (
+                    i
+                    for i in unmatched
+                    if now[i][0].first == block.first
+                    or difflib.SequenceMatcher(None, now[i][1], key, autojunk=False).ratio() >= 0.6
+                ),
+                None,
+            )
+            if similar is not None:
+                unmatched.remove(similar)
+                message = f"omni block {block.index} of {what} ({block.first!r}) was changed"
+                out.append(Finding(path, now[similar][0].start, "omni-block-changed", WARNING, message))
             else:
-                out.append(
-                    Finding(
-                        path,
-                        0,
-                        "omni-block-missing",
-                        ERROR,
-                        f"omni block {block.index} of {what} (line {block.start}: {block.first!r}) is gone",
-                    )
-                )
+                message = f"omni block {block.index} of {what} (line {block.start}: {block.first!r}) is gone"
+                out.append(Finding(path, 0, "omni-block-missing", ERROR, message))
     return sorted(set(out))
 
 
@@ -164,7 +139,14 @@ class Rule:
         return not self.files or any(fnmatch.fnmatch(Path(path).name, g) for g in self.files)
 
 
-_KINDS = {"regex", "call-keyword", "assign-call", "duplicate"}
+# the options each kind of rule needs
+_KINDS: dict[str, tuple[str, ...]] = {
+    "regex": ("pattern",),
+    "call-keyword": ("call", "keyword"),
+    "assign-call": ("attribute", "allowed"),
+    "duplicate": (),
+}
+_FIELDS = ("id", "kind", "severity", "message")
 
 
 def parse_rules(text: str, *, path: str) -> list[Rule]:
@@ -177,20 +159,14 @@ def parse_rules(text: str, *, path: str) -> list[Rule]:
         where = f"rule[{i}]"
         if not isinstance(raw, dict):
             raise QueueError(f"{where} must be a table", path=path)
-        for key in ("id", "kind", "severity", "message"):
+        for key in _FIELDS:
             if not isinstance(raw.get(key), str) or not raw[key]:
                 raise QueueError(f"{where}.{key} must be a non-empty string", path=path)
         if raw["kind"] not in _KINDS:
             raise QueueError(f"{where}.kind {raw['kind']!r} is not one of {', '.join(sorted(_KINDS))}", path=path)
         if raw["severity"] not in (ERROR, WARNING):
             raise QueueError(f"{where}.severity must be 'error' or 'warning'", path=path)
-        need = {
-            "regex": ("pattern",),
-            "call-keyword": ("call", "keyword"),
-            "assign-call": ("attribute", "allowed"),
-            "duplicate": (),
-        }[raw["kind"]]
-        for key in need:
+        for key in _KINDS[raw["kind"]]:
             if key not in raw:
                 raise QueueError(f"{where} ({raw['id']}) needs {key!r}", path=path)
         if raw["kind"] == "regex":
@@ -198,9 +174,10 @@ def parse_rules(text: str, *, path: str) -> list[Rule]:
                 re.compile(str(raw["pattern"]))
             except re.error as exc:
                 raise QueueError(f"{where} ({raw['id']}): bad pattern: {exc}", path=path) from None
-        files = raw.get("files", [])
-        options = {k: v for k, v in raw.items() if k not in ("id", "kind", "severity", "message", "files")}
-        rules.append(Rule(raw["id"], raw["kind"], raw["severity"], raw["message"], options, tuple(files)))
+        options = {k: v for k, v in raw.items() if k not in (*_FIELDS, "files")}
+        rules.append(
+            Rule(raw["id"], raw["kind"], raw["severity"], raw["message"], options, tuple(raw.get("files", [])))
+        )
     return rules
 
 
@@ -217,25 +194,17 @@ def load_rules(project_patches: Path | None = None) -> list[Rule]:
 
 def code_only(text: str) -> str:
     """``text`` with comments and string literals blanked (line and column numbers kept)."""
-    lines = text.splitlines(keepends=True)
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return text
-    out = [list(line) for line in lines]
+    out = [list(line) for line in text.splitlines(keepends=True)]
     for tok in tokens:
-        if tok.type not in (tokenize.COMMENT, tokenize.STRING):
-            continue
-        (sr, sc), (er, ec) = tok.start, tok.end
-        for row in range(sr, er + 1):
-            if row - 1 >= len(out):
-                break
-            line = out[row - 1]
-            lo = sc if row == sr else 0
-            hi = ec if row == er else len(line)
-            for col in range(lo, min(hi, len(line))):
-                if line[col] != "\n":
-                    line[col] = " "
+        if tok.type in (tokenize.COMMENT, tokenize.STRING):
+            (sr, sc), (er, ec) = tok.start, tok.end
+            for row, line in enumerate(out[sr - 1 : er], sr):
+                lo, hi = (sc if row == sr else 0), min(ec if row == er else len(line), len(line))
+                line[lo:hi] = [" " if c != "\n" else c for c in line[lo:hi]]
     return "".join("".join(line) for line in out)
 
 
@@ -256,13 +225,12 @@ def _duplicates(tree: ast.AST, lines: list[str], min_lines: int) -> list[tuple[i
     for node in ast.walk(tree):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        end = node.end_lineno or node.lineno
-        body: list[tuple[int, str]] = []
-        for number in range(node.lineno, end + 1):
-            squashed = _squash(lines[number - 1]) if number - 1 < len(lines) else ""
-            if not squashed or squashed.startswith("#") or _TRIVIAL.match(squashed):
-                continue
-            body.append((number, squashed))
+        own = enumerate(lines[node.lineno - 1 : node.end_lineno or node.lineno], node.lineno)
+        body = [
+            (n, s)
+            for n, s in ((n, _squash(line)) for n, line in own)
+            if s and not s.startswith("#") and not _TRIVIAL.match(s)
+        ]
         starts = {n.lineno for n in ast.walk(node) if isinstance(n, ast.stmt)}
         seen: dict[tuple[str, ...], int] = {}
         last_hit = -min_lines
@@ -280,6 +248,21 @@ def _duplicates(tree: ast.AST, lines: list[str], min_lines: int) -> list[tuple[i
     return found
 
 
+def _assigned_calls(tree: ast.AST, attribute: object) -> Iterator[tuple[int, str]]:
+    """(line, callee name) of every ``self.<attribute> = callee(...)``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Call):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(
+                isinstance(t, ast.Attribute)
+                and t.attr == attribute
+                and isinstance(t.value, ast.Name)
+                and t.value.id == "self"
+                for t in targets
+            ):
+                yield node.lineno, _call_name(node.value.func)
+
+
 def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding]:
     out: list[Finding] = []
     for path, text in sorted(files.items()):
@@ -288,60 +271,40 @@ def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding
         except SyntaxError:
             continue  # reported by check_parse
         code = code_only(text)
-        lines = text.splitlines()
         for rule in rules:
             if not rule.applies(path):
                 continue
+            opts = rule.options
+            hits: list[tuple[int, str]]  # (line, message)
             if rule.kind == "regex":
-                haystack = text if rule.options.get("scope") == "all" else code
-                for m in re.finditer(str(rule.options["pattern"]), haystack):
-                    out.append(
-                        Finding(path, haystack.count("\n", 0, m.start()) + 1, rule.id, rule.severity, rule.message)
-                    )
+                haystack = text if opts.get("scope") == "all" else code
+                hits = [
+                    (haystack.count("\n", 0, m.start()) + 1, rule.message)
+                    for m in re.finditer(str(opts["pattern"]), haystack)
+                ]
             elif rule.kind == "call-keyword":
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.Call) and _call_name(node.func) == rule.options["call"]:
-                        for kw in node.keywords:
-                            if kw.arg == rule.options["keyword"]:
-                                out.append(Finding(path, kw.value.lineno, rule.id, rule.severity, rule.message))
+                hits = [
+                    (kw.value.lineno, rule.message)
+                    for node in ast.walk(tree)
+                    if isinstance(node, ast.Call) and _call_name(node.func) == opts["call"]
+                    for kw in node.keywords
+                    if kw.arg == opts["keyword"]
+                ]
             elif rule.kind == "assign-call":
-                listed = rule.options["allowed"]
+                listed = opts["allowed"]
                 allowed = {str(a) for a in listed} if isinstance(listed, list) else set()
-                for node in ast.walk(tree):
-                    if not isinstance(node, ast.Assign | ast.AnnAssign) or node.value is None:
-                        continue
-                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                    hit = any(
-                        isinstance(t, ast.Attribute)
-                        and t.attr == rule.options["attribute"]
-                        and isinstance(t.value, ast.Name)
-                        and t.value.id == "self"
-                        for t in targets
-                    )
-                    if hit and isinstance(node.value, ast.Call):
-                        callee = _call_name(node.value.func)
-                        if callee not in allowed:
-                            out.append(
-                                Finding(
-                                    path,
-                                    node.lineno,
-                                    rule.id,
-                                    rule.severity,
-                                    f"{rule.message} (found {callee or 'a call'})",
-                                )
-                            )
-            elif rule.kind == "duplicate":
-                min_lines = int(str(rule.options.get("min_lines", 6)))
-                for line, first, name in _duplicates(tree, lines, min_lines):
-                    out.append(
-                        Finding(
-                            path,
-                            line,
-                            rule.id,
-                            rule.severity,
-                            f"{rule.message}: {name} repeats lines from line {first}",
-                        )
-                    )
+                hits = [
+                    (line, f"{rule.message} (found {callee or 'a call'})")
+                    for line, callee in _assigned_calls(tree, opts["attribute"])
+                    if callee not in allowed
+                ]
+            else:  # duplicate (parse_rules admits no other kind)
+                min_lines = int(str(opts.get("min_lines", 6)))
+                hits = [
+                    (line, f"{rule.message}: {name} repeats lines from line {first}")
+                    for line, first, name in _duplicates(tree, text.splitlines(), min_lines)
+                ]
+            out += (Finding(path, line, rule.id, rule.severity, message) for line, message in hits)
     return sorted(set(out))
 
 
@@ -349,24 +312,25 @@ def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding
 # signature drift
 
 
-def _params(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[tuple[str, str, bool], ...]:
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+_Params = tuple[tuple[str, str, bool], ...]
+
+
+def _params(fn: _Function) -> _Params:
     """(name, kind, has default) of every parameter, in order."""
     a = fn.args
-    out: list[tuple[str, str, bool]] = []
     positional = a.posonlyargs + a.args
     first_default = len(positional) - len(a.defaults)
-    for i, arg in enumerate(positional):
-        out.append((arg.arg, "positional", i >= first_default))
+    out = [(arg.arg, "positional", i >= first_default) for i, arg in enumerate(positional)]
     if a.vararg:
         out.append((a.vararg.arg, "*args", False))
-    for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-        out.append((arg.arg, "keyword", default is not None))
+    out += [(arg.arg, "keyword", default is not None) for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
     if a.kwarg:
         out.append((a.kwarg.arg, "**kwargs", False))
     return tuple(out)
 
 
-def _drift(mine: tuple[tuple[str, str, bool], ...], theirs: tuple[tuple[str, str, bool], ...]) -> str:
+def _drift(mine: _Params, theirs: _Params) -> str:
     """What differs, in words: extra and missing parameters, changed kinds or defaults, order."""
     a = {n: (k, d) for n, k, d in mine}
     b = {n: (k, d) for n, k, d in theirs}
@@ -386,12 +350,9 @@ def _drift(mine: tuple[tuple[str, str, bool], ...], theirs: tuple[tuple[str, str
     return "; ".join(parts)
 
 
-def _methods(tree: ast.Module) -> dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    out: dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            out[node.name] = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-    return out
+def _methods(tree: ast.Module) -> dict[str, dict[str, _Function]]:
+    classes = (node for node in tree.body if isinstance(node, ast.ClassDef))
+    return {c.name: {n.name: n for n in c.body if isinstance(n, _Function)} for c in classes}
 
 
 def check_signatures(
@@ -423,13 +384,6 @@ def check_signatures(
                 kinds = {k for _n, k, _d in mine}
                 if "*args" in kinds and "**kwargs" in kinds:
                     continue
-                out.append(
-                    Finding(
-                        path,
-                        fn.lineno,
-                        "signature-drift",
-                        WARNING,
-                        f"{cls}.{name} vs {base_class}.{name} at {label}: {_drift(mine, theirs)}",
-                    )
-                )
+                message = f"{cls}.{name} vs {base_class}.{name} at {label}: {_drift(mine, theirs)}"
+                out.append(Finding(path, fn.lineno, "signature-drift", WARNING, message))
     return out
