@@ -26,10 +26,7 @@ def cache_dir() -> Path:
     explicit = os.environ.get("PQ_CACHE")
     if explicit:
         return Path(explicit).expanduser().resolve()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return (Path(xdg).expanduser() / "pq").resolve()
-    return (Path.home() / ".cache" / "pq").resolve()
+    return (Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "pq").resolve()
 
 
 def code_stamp(*modules: str) -> str:
