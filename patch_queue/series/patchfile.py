@@ -32,11 +32,9 @@ no file system)::
   (optionally followed by white space or a file name), starts with ``diff -`` or ``Index: ``.
 - the diff part is read and applied by :mod:`patch_queue.series.diffs`.
 
-Why not git or a library for these: ``git mailinfo`` and ``git apply --cached`` take one process per
-patch (a refresh reads the whole series) and their errors name neither the patch file's line nor
-the hunk; ``unidiff`` reads hunks, but leniently (an unknown header line becomes "patch info",
-quoted names stay quoted, copies are not understood) and its errors carry no line, so it would be
-a second parse next to the one that finds the line to name.
+Why not git or a library: ``git mailinfo`` and ``git apply --cached`` take a process per patch (a
+refresh reads the whole series) and their errors name neither the patch file's line nor the hunk;
+``unidiff`` is lenient (unknown header lines, quoted names, copies) and its errors carry no line.
 """
 
 from __future__ import annotations
