@@ -153,11 +153,8 @@ class UpstreamGit:
         return digest.hexdigest()
 
     def _revparse(self, ref: str) -> str | None:
-        candidates = [ref]
-        if ref.startswith("origin/"):
-            # A mirror has no remote-tracking refs: "origin/releases/x" is the branch "releases/x".
-            candidates.append(ref.removeprefix("origin/"))
-        for candidate in candidates:
+        # A mirror has no remote-tracking refs: "origin/releases/x" is the branch "releases/x".
+        for candidate in dict.fromkeys([ref, ref.removeprefix("origin/")]):
             try:
                 obj = self._repo.revparse_single(candidate)
                 return str(obj.peel(pygit2.Commit).id)
@@ -172,12 +169,7 @@ class UpstreamGit:
         if _FULL_SHA.match(ref) and pygit2.Oid(hex=ref) in self._repo:
             obj = self._repo[ref]
             return str(obj.id) if isinstance(obj, pygit2.Commit) else None
-        local = self._revparse(ref)
-        if local is not None:
-            return local
-        if _HEX.match(ref) and len(ref) >= 7:
-            return self.find_public(ref)
-        return None
+        return self._revparse(ref) or self.find_public(ref)
 
     def resolve(self, ref: str) -> str:
         """The 40-hex commit for a branch, tag, local sha (abbreviated or not) or public sha."""

@@ -1,7 +1,7 @@
 """The project repository: objects, commits, refs under ``refs/pq/``, diffs and file merges.
 
-This module and :mod:`patch_queue.git.remote` are the only ones that talk to pygit2 / git;
-everything else passes plain values (paths, bytes, hex ids).
+Only this package (``git/``) talks to pygit2 / git; everything else passes plain values (paths,
+bytes, hex ids).
 
 Invariants:
 - Commits are deterministic: author and committer come from the caller with fixed times, so
@@ -200,11 +200,10 @@ class ProjectRepo:
                             path=str(self.gitdir / name),
                         )
                 for name, (old, new) in sorted(updates.items()):
-                    if new is None:
-                        if old is not None:
-                            tx.remove(name)
-                    else:
+                    if new is not None:
                         tx.set_target(name, pygit2.Oid(hex=new), message=message)
+                    elif old is not None:
+                        tx.remove(name)
         except pygit2.GitError as exc:
             raise QueueError(f"could not move {', '.join(sorted(updates))}: {exc}", path=str(self.gitdir)) from None
 
@@ -247,7 +246,7 @@ class ProjectRepo:
             oid = m.group(1).decode()
             if oid in ids and oid not in starts.values():
                 starts[m.start()] = oid
-        at = sorted(starts)
+        at = list(starts)  # in the order of the text
         if len(at) != len(ids) or any(out[a - 2 : a] != b"\n\n" for a in at[1:]):  # a blank line between two
             raise PqError(f"git format-patch wrote {len(at)} patches for {len(ids)} commits", path=str(self.gitdir))
         return {starts[a]: _short_ids(out[a:b]) for a, b in zip(at, [*(a - 1 for a in at[1:]), len(out)], strict=True)}

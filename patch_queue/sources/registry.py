@@ -92,11 +92,7 @@ def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str,
     ranked: dict[str, tuple[int, str]] = {}
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "list"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
