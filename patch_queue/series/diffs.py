@@ -19,6 +19,9 @@ _HUNK = re.compile(r"@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@(
 _MODE_LINE = re.compile(r"(old|new|new file|deleted file) mode ([0-7]{6})")
 _SIMILARITY = re.compile(r"(?:similarity|dissimilarity) index \d{1,3}%")
 _INDEX = re.compile(r"index [0-9a-f]+\.\.[0-9a-f]+(?: [0-7]{6})?")
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a C-quoted name, as git writes it
+_ESCAPE = re.compile(rb'\\([abtnvfr"\\]|[0-3][0-7][0-7])?')  # a backslash and what it escapes (None: bad)
+_C_ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13, b'"': 34, b"\\": 92}
 
 
 @dataclass
@@ -73,11 +76,9 @@ class DiffParser:
     def parse(self, start: int) -> tuple[list[_FileDiff], int]:
         self.i = start
         files: list[_FileDiff] = []
-        while True:
-            line = self.peek()
-            if line is None or not line.startswith("diff --git "):
-                return files, self.i
+        while (line := self.peek()) is not None and line.startswith("diff --git "):
             files.append(self.file_diff())
+        return files, self.i
 
     def file_diff(self) -> _FileDiff:
         start = self.i
@@ -283,43 +284,23 @@ class DiffParser:
 
 def quoted_end(s: str) -> int | None:
     """Index just past the closing quote of the C-quoted string at the start of s."""
-    i = 1
-    while i < len(s):
-        if s[i] == "\\":
-            i += 2
-        elif s[i] == '"':
-            return i + 1
-        else:
-            i += 1
-    return None
-
-
-_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+    m = _QUOTED.match(s)
+    return m.end() if m else None
 
 
 def _unquote(s: str, error: ErrorFactory) -> str:
     """Undoes git's C-style quoting of a file name ("caf\\303\\251")."""
     if len(s) < 2 or not s.startswith('"') or quoted_end(s) != len(s):
         raise error(f"malformed quoted file name {s}")
-    out = bytearray()
-    i = 1
-    while i < len(s) - 1:
-        c = s[i]
-        if c != "\\":
-            out += c.encode("utf-8", "surrogatepass")
-            i += 1
-            continue
-        e = s[i + 1]
-        if e in _C_ESCAPES:
-            out.append(_C_ESCAPES[e])
-            i += 2
-        elif re.fullmatch("[0-3][0-7][0-7]", s[i + 1 : i + 4]):
-            out.append(int(s[i + 1 : i + 4], 8))
-            i += 4
-        else:
+
+    def unescape(m: re.Match[bytes]) -> bytes:
+        escape = m.group(1)
+        if escape is None:
             raise error(f"malformed quoted file name {s}")
+        return bytes([_C_ESCAPES[escape] if len(escape) == 1 else int(escape, 8)])
+
     try:
-        return out.decode("utf-8")
+        return _ESCAPE.sub(unescape, s[1:-1].encode("utf-8", "surrogatepass")).decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"file name {s} is not valid UTF-8") from None
 

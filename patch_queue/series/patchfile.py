@@ -105,13 +105,10 @@ def check_message(subject: str, description: str, author: str) -> None:
 
 def _patchbreak(line: str) -> bool:
     """git mailinfo's patchbreak(): where git am stops reading the commit message."""
-    if line.startswith("diff -") or line.startswith("Index: "):
+    if line.startswith(("diff -", "Index: ")):
         return True
-    if len(line) < 3 or not line.startswith("---"):
-        return False
-    if line[3:4] == " " and line[4:5] != "" and line[4] not in _SPACE:
-        return True
-    return all(c in _SPACE for c in line[3:])
+    rest = line[3:]  # after "---": white space only, or one space and a file name
+    return line.startswith("---") and (not rest.strip(_SPACE) or (rest[:1] == " " and rest[1:2].strip(_SPACE) != ""))
 
 
 def _check_description(description: str, error: ErrorFactory, first_line: int = 0) -> None:
@@ -135,9 +132,8 @@ def _decode_utf8(data: bytes, path: str) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise PatchError(
-            f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column})", path=path, line=line
-        ) from None
+        message = f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column})"
+        raise PatchError(message, path=path, line=line) from None
 
 
 def _decode_words(text: str, error: ErrorFactory) -> str:
