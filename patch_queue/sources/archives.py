@@ -94,9 +94,7 @@ def release_files(name: str, version: str, prefix: str, progress: Progress | Non
 def clean_member(name: str) -> str:
     """A safe relative path, or "" for names that would escape the archive's root."""
     name = posixpath.normpath(name.replace("\\", "/")).lstrip("/")
-    if name in ("", ".") or name == ".." or name.startswith("../"):
-        return ""
-    return name
+    return "" if name in ("", ".", "..") or name.startswith("../") else name
 
 
 def _open_zip(pinned: Pinned) -> zipfile.ZipFile | None:
@@ -141,14 +139,11 @@ def _unpack_sdist(pinned: Pinned) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(pinned.data), mode="r:gz") as sdist:
         for member in sdist:
-            if not member.isfile():
-                continue
             # sdists hold "<name>-<version>/..."; the project root is that folder.
             name = clean_member(member.name.split("/", 1)[1] if "/" in member.name else "")
-            if name:
-                handle = sdist.extractfile(member)
-                if handle is not None:
-                    members[name] = handle.read()
+            handle = sdist.extractfile(member) if member.isfile() and name else None
+            if handle is not None:
+                members[name] = handle.read()
     return members
 
 

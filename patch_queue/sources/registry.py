@@ -111,9 +111,8 @@ def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str,
     settings = {option: value for option, (_, value) in ranked.items()}
     # Without pip (or if its config command failed) the PIP_* variables still say what the user wants.
     for option in ("index-url", "extra-index-url", "cert", "timeout", "default-timeout"):
-        env_value = os.environ.get("PIP_" + option.upper().replace("-", "_"))
-        if env_value is not None and option not in settings:
-            settings[option] = env_value
+        if (env_value := os.environ.get("PIP_" + option.upper().replace("-", "_"))) is not None:
+            settings.setdefault(option, env_value)
     return settings
 
 

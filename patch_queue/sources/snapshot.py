@@ -160,9 +160,7 @@ def git_snapshot(repo: UpstreamGit, ref: str) -> Snapshot:
 
 def upstream_git_location(upstream_git: str | None) -> str:
     """Where the upstream history lives: the argument, else ``PQ_UPSTREAM_GIT``, else the public repo."""
-    if upstream_git:
-        return upstream_git
-    return os.environ.get("PQ_UPSTREAM_GIT") or UPSTREAM_GIT_URL
+    return upstream_git or os.environ.get("PQ_UPSTREAM_GIT") or UPSTREAM_GIT_URL
 
 
 _open_repos: dict[tuple[str, Path], UpstreamGit] = {}
