@@ -224,13 +224,15 @@ class ProjectRepo:
         ids = list(dict.fromkeys(commits))
         if not ids:
             return {}
+        common = self.gitdir / "commondir"  # a linked work tree keeps its objects in the main repository
+        objects = (self.gitdir / common.read_text().strip() if common.is_file() else self.gitdir) / "objects"
         with tempfile.TemporaryDirectory(prefix="pq-format-") as scratch:
             (Path(scratch) / "refs").mkdir()
             (Path(scratch) / "HEAD").write_text("ref: refs/heads/main\n")
             (Path(scratch) / "config").write_text("[core]\n\tbare = true\n")
             env = {
                 "GIT_DIR": scratch,
-                "GIT_OBJECT_DIRECTORY": str(self._objects_dir()),
+                "GIT_OBJECT_DIRECTORY": str(objects),
                 "GIT_CONFIG_NOSYSTEM": "1",
                 "GIT_CONFIG_GLOBAL": os.devnull,
                 "GIT_CONFIG_PARAMETERS": "",
@@ -250,10 +252,6 @@ class ProjectRepo:
         if len(at) != len(ids) or any(out[a - 2 : a] != b"\n\n" for a in at[1:]):  # a blank line between two
             raise PqError(f"git format-patch wrote {len(at)} patches for {len(ids)} commits", path=str(self.gitdir))
         return {starts[a]: _short_ids(out[a:b]) for a, b in zip(at, [*(a - 1 for a in at[1:]), len(out)], strict=True)}
-
-    def _objects_dir(self) -> Path:
-        common = self.gitdir / "commondir"  # a linked work tree keeps its objects in the main repository
-        return (self.gitdir / common.read_text().strip() if common.is_file() else self.gitdir) / "objects"
 
     def merge_file(
         self, base: bytes, ours: bytes, theirs: bytes, *, labels: tuple[str, str, str], path: str

@@ -234,9 +234,7 @@ class DiffParser:
             raise self.error(f"file name {name!r} is an absolute path")
         if not name.startswith(prefix):
             raise self.error(f"file name {name!r} does not start with {prefix!r}")
-        return self.check_path(name[len(prefix) :])
-
-    def check_path(self, name: str) -> str:
+        name = name[len(prefix) :]
         if name.startswith("/"):
             raise self.error(f"file name {name!r} is an absolute path")
         parts = name.split("/")
@@ -319,8 +317,7 @@ def parse_diff(diff: str, *, path: str, first_line: int) -> list[_FileDiff]:
     return files
 
 
-# --------------------------------------------------------------------------------------------
-# Applying.
+# -- applying ----------------------------------------------------------------------------------
 
 
 def files_touched(diff: str) -> list[str]:

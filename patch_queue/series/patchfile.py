@@ -78,8 +78,7 @@ class PatchFile:
     diff_line: int = field(default=1, compare=False, repr=False)
 
 
-# --------------------------------------------------------------------------------------------
-# Before git writes a patch.
+# -- before git writes a patch -----------------------------------------------------------------
 
 
 def split_message(message: str) -> tuple[str, str]:
@@ -122,8 +121,7 @@ def _check_description(description: str, error: ErrorFactory, first_line: int = 
         raise error(f"description line {i + 1} {first!r} would be read as a mail header by git am", first_line + i)
 
 
-# --------------------------------------------------------------------------------------------
-# Parsing.
+# -- parsing -----------------------------------------------------------------------------------
 
 
 def _decode_utf8(data: bytes, path: str) -> str:
