@@ -9,7 +9,6 @@ GitPython costs ~60 ms to import, so nothing imports it until a git command runs
 from __future__ import annotations
 
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,38 +51,28 @@ def _reason_of(lines: list[str], fallback: str) -> str:
     lines = [line.strip().removeprefix("stderr:").strip().strip("'\"").strip() for line in lines]
     lines = [line for line in lines if line]
     for line in lines:
-        for prefix in ("fatal:", "error:"):
-            if line.startswith(prefix):
-                return line[len(prefix) :].strip()
+        if line.startswith(("fatal:", "error:")):
+            return line.partition(":")[2].strip()
     return lines[0] if lines else fallback
 
 
-def run(cwd: Path | str, *args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> bytes:
-    """stdout of ``git args...`` in ``cwd``; :class:`GitFailed` with git's reason when it exits non-zero."""
+def _execute(cwd: Path | str, args: tuple[str, ...], **options: Any) -> Any:
+    """GitPython's ``execute`` of ``git args...`` in ``cwd``; :class:`GitFailed` with git's reason on failure."""
     git = gitpython()
     try:
-        out = git.Git(str(cwd)).execute(
-            ["git", *args],
-            istream=None if input is None else _stdin(input),
-            env={**GIT_ENV, **(env or {})},
-            stdout_as_string=False,
-            strip_newline_in_stdout=False,
-        )
+        return git.Git(str(cwd)).execute(["git", *args], **options)
     except (git.GitCommandError, OSError) as exc:
         raise GitFailed(args[0] if args else "", reason(exc)) from None
-    return bytes(out)
 
 
-def _stdin(data: bytes) -> IO[bytes]:
-    """stdin for :func:`run`: GitPython hands ``istream`` to Popen, which needs a real file."""
-    f = tempfile.TemporaryFile()
-    f.write(data)
-    f.seek(0)
-    return f
+def run(cwd: Path | str, *args: str, env: dict[str, str] | None = None) -> bytes:
+    """stdout of ``git args...`` in ``cwd``; :class:`GitFailed` with git's reason when it exits non-zero."""
+    env = {**GIT_ENV, **(env or {})}
+    return bytes(_execute(cwd, args, env=env, stdout_as_string=False, strip_newline_in_stdout=False))
 
 
-def clone(location: str, dest: Path, *, mirror: bool = False, progress: CloneProgress | None = None) -> None:
-    """``git clone [--mirror] location dest``; with ``progress``, git reports its phases as it goes."""
+def clone_mirror(location: str, dest: Path, *, progress: CloneProgress | None = None) -> None:
+    """``git clone --mirror location dest``; with ``progress``, git reports its phases as it goes."""
     git = gitpython()
     handler = None
     if progress is not None:
@@ -107,7 +96,7 @@ def clone(location: str, dest: Path, *, mirror: bool = False, progress: ClonePro
 
         handler = CallableRemoteProgress(update)
     try:
-        git.Repo.clone_from(location, str(dest), mirror=mirror, env=GIT_ENV, progress=handler)
+        git.Repo.clone_from(location, str(dest), mirror=True, env=GIT_ENV, progress=handler)
     except git.GitCommandError as exc:
         # with a progress handler git's stderr went to the handler, which keeps the lines that are no progress
         lines = [*handler.error_lines, *handler.other_lines] if handler is not None and not exc.stderr else []
@@ -119,11 +108,8 @@ def stream(cwd: Path | str, *args: str, input: bytes) -> Iterator[IO[bytes]]:
     """``git args...`` in ``cwd``, fed ``input`` while the caller reads its stdout as it comes (a request and
     answer protocol such as ``cat-file --batch``); git is ended when the block is left, read to the end
     or not.  GitPython starts the process (``as_process``); the streams are the caller's."""
-    git = gitpython()
-    try:
-        running = git.Git(str(cwd)).execute(["git", *args], as_process=True, istream=subprocess.PIPE, env=GIT_ENV)
-    except (git.GitCommandError, OSError) as exc:
-        raise GitFailed(args[0] if args else "", reason(exc)) from None
+    # keep GitPython's handle while git runs: collecting it ends git
+    running = _execute(cwd, args, as_process=True, istream=subprocess.PIPE, env=GIT_ENV)
     proc: subprocess.Popen[bytes] = running.proc
     assert proc.stdin is not None and proc.stdout is not None
     stdin, stdout = proc.stdin, proc.stdout

@@ -18,9 +18,12 @@ import tempfile
 import time
 from bisect import bisect_left
 from collections.abc import Iterator
+from contextlib import suppress
+from itertools import takewhile
 from pathlib import Path
 
 import pygit2
+from pygit2.enums import FileMode
 
 from patch_queue.errors import SourceError
 from patch_queue.fsutil import atomic_write
@@ -57,7 +60,7 @@ class UpstreamGit:
         self._touching: dict[tuple[str, str], list[str]] = {}
         self._trailers: tuple[str, dict[str, str], list[str]] | None = None
         if self._valid_clone():
-            if not is_url(self.location) and self._source_stamp() != self._read_stamp():
+            if not is_url(self.location) and self._source_stamp() != _read(self.path / "pq-source-stamp"):
                 # Local paths and bundles are cheap to fetch from, so keep the mirror current
                 # (skipped while the source is unchanged: a fetch costs a git process, ~0.1 s).
                 self.fetch()
@@ -91,7 +94,7 @@ class UpstreamGit:
             with bar("Cloning") as shown:
                 # git reports its phases only to a bar that shows: elsewhere it runs as it always did
                 on_phase = (lambda phase, done, total: shown.update(done, total, what=phase)) if shown.shown else None
-                command.clone(self.location, tmp / "repo.git", mirror=True, progress=on_phase)
+                command.clone_mirror(self.location, tmp / "repo.git", progress=on_phase)
             try:
                 os.rename(tmp / "repo.git", self.path)
             except OSError:
@@ -102,15 +105,6 @@ class UpstreamGit:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self._fetched = True
-
-    def _stamp_file(self) -> Path:
-        return self.path / "pq-source-stamp"
-
-    def _read_stamp(self) -> str | None:
-        try:
-            return self._stamp_file().read_text()
-        except OSError:
-            return None
 
     def _source_stamp(self) -> str | None:
         """What a local source looks like now: a bundle's size and mtime, a repository's refs; None for
@@ -137,11 +131,9 @@ class UpstreamGit:
             # The cached mirror still answers everything it knew; say why it may be stale.
             say(self._progress, f"warning: cannot fetch {self.location} ({exc.reason}); using the cached clone")
         else:
-            if stamp is not None:
-                try:
-                    self._stamp_file().write_text(stamp)
-                except OSError:
-                    pass  # a read-only cache fetches every time
+            with suppress(OSError):  # a read-only cache fetches every time
+                if stamp is not None:
+                    (self.path / "pq-source-stamp").write_text(stamp)
         self._fetched = True
         self._touching.clear()
         self._trailers = None
@@ -160,22 +152,9 @@ class UpstreamGit:
             digest.update(f"{name} {target}\n".encode())
         return digest.hexdigest()
 
-    def _tips(self) -> list[pygit2.Oid]:
-        tips: list[pygit2.Oid] = []
-        for name in self._repo.references:
-            try:
-                commit = self._repo.references[name].peel(pygit2.Commit)
-            except (KeyError, ValueError, pygit2.GitError):
-                continue  # a ref to a tree or blob, or a dangling symbolic ref
-            tips.append(commit.id)
-        return tips
-
     def _revparse(self, ref: str) -> str | None:
-        candidates = [ref]
-        if ref.startswith("origin/"):
-            # A mirror has no remote-tracking refs: "origin/releases/x" is the branch "releases/x".
-            candidates.append(ref.removeprefix("origin/"))
-        for candidate in candidates:
+        # A mirror has no remote-tracking refs: "origin/releases/x" is the branch "releases/x".
+        for candidate in dict.fromkeys([ref, ref.removeprefix("origin/")]):
             try:
                 obj = self._repo.revparse_single(candidate)
                 return str(obj.peel(pygit2.Commit).id)
@@ -190,12 +169,7 @@ class UpstreamGit:
         if _FULL_SHA.match(ref) and pygit2.Oid(hex=ref) in self._repo:
             obj = self._repo[ref]
             return str(obj.id) if isinstance(obj, pygit2.Commit) else None
-        local = self._revparse(ref)
-        if local is not None:
-            return local
-        if _HEX.match(ref) and len(ref) >= 7:
-            return self.find_public(ref)
-        return None
+        return self._revparse(ref) or self.find_public(ref)
 
     def resolve(self, ref: str) -> str:
         """The 40-hex commit for a branch, tag, local sha (abbreviated or not) or public sha."""
@@ -214,32 +188,30 @@ class UpstreamGit:
     def _cache_file(self, kind: str) -> Path:
         return self.path.parent / f"{self.path.name.removesuffix('.git')}.{kind}.json"
 
+    def _load_cache(self, kind: str, tips: str, field: str) -> dict[str, object] | None:
+        """The ``field`` of the cache file of ``kind`` when it was made for these ``tips``."""
+        try:
+            loaded = json.loads(self._cache_file(kind).read_text())
+        except (OSError, ValueError):
+            return None
+        value = loaded.get(field) if isinstance(loaded, dict) and loaded.get("tips") == tips else None
+        return value if isinstance(value, dict) else None
+
     def commits_touching(self, path: str) -> list[str]:
         """Every commit reachable from any ref that changed ``path``, newest first (topological)."""
         tips = self.tip_key()
-        key = (path, tips)
-        cached = self._touching.get(key)
-        if cached is not None:
-            return list(cached)
-        disk = self._cache_file("touching")
-        stored: dict[str, object] = {}
-        try:
-            loaded = json.loads(disk.read_text())
-            if isinstance(loaded, dict) and loaded.get("tips") == tips:
-                stored = loaded
-        except (OSError, ValueError):
-            pass
-        paths = stored.get("paths")
-        if isinstance(paths, dict) and isinstance(paths.get(path), list):
-            commits = [str(sha) for sha in paths[path]]
-        else:
-            # git's own log is the reference answer (history simplification, topo order); it is fast.
-            out = command.run(self.path, "log", "--all", "--topo-order", "--format=%H", "--", path)
-            commits = out.decode().split()
-            new_paths = dict(paths) if isinstance(paths, dict) else {}
-            new_paths[path] = commits
-            _write_json(disk, {"tips": tips, "paths": new_paths})
-        self._touching[key] = commits
+        commits = self._touching.get((path, tips))
+        if commits is None:
+            paths = self._load_cache("touching", tips, "paths") or {}
+            stored = paths.get(path)
+            if isinstance(stored, list):
+                commits = [str(sha) for sha in stored]
+            else:
+                # git's own log is the reference answer (history simplification, topo order); it is fast.
+                out = command.run(self.path, "log", "--all", "--topo-order", "--format=%H", "--", path)
+                commits = out.decode().split()
+                _write_json(self._cache_file("touching"), {"tips": tips, "paths": {**paths, path: commits}})
+            self._touching[(path, tips)] = commits
         return list(commits)
 
     def commits_between(self, old: str, new: str, path: str) -> list[str]:
@@ -250,9 +222,7 @@ class UpstreamGit:
         walker.hide(pygit2.Oid(hex=old))
         found: list[str] = []
         for commit in walker:
-            mine = _blob_at(commit, path)
-            parent = _blob_at(commit.parents[0], path) if commit.parents else None
-            if mine != parent:
+            if _file(commit.tree, path) != (_file(commit.parents[0].tree, path) if commit.parents else None):
                 found.append(str(commit.id))
         return found
 
@@ -265,19 +235,10 @@ class UpstreamGit:
             raise SourceError(f"'{commit}' is not a commit in {self.location}")
         return obj
 
-    def _entry(self, commit: str, path: str) -> pygit2.Object | None:
-        tree = self._commit(commit).tree
-        try:
-            return tree[path.strip("/")]
-        except (KeyError, ValueError):
-            return None
-
     def read(self, commit: str, path: str) -> bytes | None:
         """The file's bytes at ``commit``, or None when the path is absent (or a directory)."""
-        entry = self._entry(commit, path)
-        if not isinstance(entry, pygit2.Blob):
-            return None
-        return bytes(entry.data)
+        blob = _file(self._commit(commit).tree, path)
+        return None if blob is None else bytes(blob.data)
 
     def read_blobs(self, blobs: list[str]) -> Iterator[tuple[str, bytes]]:
         """The contents of many blobs, in the order given, from one ``git cat-file --batch``: git's
@@ -296,8 +257,8 @@ class UpstreamGit:
 
     def blob_id(self, commit: str, path: str) -> str | None:
         """The blob sha of ``path`` at ``commit``: equal ids mean equal content, so it keys caches."""
-        entry = self._entry(commit, path)
-        return str(entry.id) if isinstance(entry, pygit2.Blob) else None
+        blob = _file(self._commit(commit).tree, path)
+        return None if blob is None else str(blob.id)
 
     def public_commit(self, commit: str) -> str:
         """The ``Upstream-Commit`` trailer of a commit (the public sha), else the commit itself."""
@@ -314,29 +275,23 @@ class UpstreamGit:
 
     def _trailer_map(self) -> tuple[dict[str, str], list[str]]:
         tips = self.tip_key()
-        if self._trailers is not None and self._trailers[0] == tips:
-            return self._trailers[1], self._trailers[2]
-        disk = self._cache_file("trailers")
-        mapping: dict[str, str] | None = None
-        try:
-            loaded = json.loads(disk.read_text())
-            if isinstance(loaded, dict) and loaded.get("tips") == tips and isinstance(loaded.get("map"), dict):
-                mapping = {str(k): str(v) for k, v in loaded["map"].items()}
-        except (OSError, ValueError):
-            pass
-        if mapping is None:
-            mapping = {}
-            walker = self._repo.walk(None, pygit2.enums.SortMode.NONE)
-            for tip in self._tips():
-                walker.push(tip)
-            for commit in walker:
-                found = _TRAILER.findall(commit.message)
-                if found:
-                    mapping.setdefault(found[-1].lower(), str(commit.id))
-            _write_json(disk, {"tips": tips, "map": mapping})
-        keys = sorted(mapping)
-        self._trailers = (tips, mapping, keys)
-        return mapping, keys
+        if self._trailers is None or self._trailers[0] != tips:
+            stored = self._load_cache("trailers", tips, "map")
+            mapping = {str(k): str(v) for k, v in stored.items()} if stored is not None else {}
+            if stored is None:
+                walker = self._repo.walk(None, pygit2.enums.SortMode.NONE)
+                for name in self._repo.references:
+                    try:
+                        walker.push(self._repo.references[name].peel(pygit2.Commit).id)
+                    except (KeyError, ValueError, pygit2.GitError):
+                        continue  # a ref to a tree or blob, or a dangling symbolic ref
+                for commit in walker:
+                    found = _TRAILER.findall(commit.message)
+                    if found:
+                        mapping.setdefault(found[-1].lower(), str(commit.id))
+                _write_json(self._cache_file("trailers"), {"tips": tips, "map": mapping})
+            self._trailers = (tips, mapping, sorted(mapping))
+        return self._trailers[1], self._trailers[2]
 
     def find_public(self, prefix: str) -> str | None:
         """The local commit whose ``Upstream-Commit`` trailer starts with ``prefix`` (>= 7 hex chars)."""
@@ -344,15 +299,9 @@ class UpstreamGit:
         if len(prefix) < 7 or len(prefix) > 40 or not _HEX.match(prefix):
             return None
         mapping, keys = self._trailer_map()
-        exact = mapping.get(prefix)
-        if exact is not None:
-            return exact
-        start = bisect_left(keys, prefix)
-        matches: list[str] = []
-        for key in keys[start:]:
-            if not key.startswith(prefix):
-                break
-            matches.append(key)
+        if prefix in mapping:
+            return mapping[prefix]
+        matches = list(takewhile(lambda key: key.startswith(prefix), keys[bisect_left(keys, prefix) :]))
         if len(matches) > 1:
             shown = ", ".join(m[:12] for m in matches[:5])
             raise SourceError(f"ambiguous upstream commit '{prefix}' in {self.location}: matches {shown}")
@@ -360,41 +309,36 @@ class UpstreamGit:
 
     def list_files(self, commit: str, prefix: str) -> list[str]:
         """Sorted paths of the files at ``commit`` whose path starts with ``prefix``."""
-        tree: pygit2.Object = self._commit(commit).tree
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        if base:
-            try:
-                tree = self._commit(commit).tree[base]
-            except KeyError:
-                return []
-            if not isinstance(tree, pygit2.Tree):
-                return []
-        files: list[str] = []
-        _walk_tree(tree, base + "/" if base else "", files)
-        return sorted(f for f in files if f.startswith(prefix))
+        try:
+            tree = self._commit(commit).tree[base] if base else self._commit(commit).tree
+        except KeyError:
+            return []
+        if not isinstance(tree, pygit2.Tree):
+            return []
+        index = pygit2.Index()
+        index.read_tree(tree)
+        base = base + "/" if base else ""
+        return sorted(name for e in index if e.mode != FileMode.COMMIT and (name := base + e.path).startswith(prefix))
 
 
-def _blob_at(commit: pygit2.Commit, path: str) -> pygit2.Oid | None:
+def _file(tree: pygit2.Tree, path: str) -> pygit2.Blob | None:
+    """The blob at ``path`` in ``tree``; None when the path is absent or not a file."""
     try:
-        entry = commit.tree[path.strip("/")]
+        entry = tree[path.strip("/")]
     except (KeyError, ValueError):
         return None
-    return entry.id if isinstance(entry, pygit2.Blob) else None
+    return entry if isinstance(entry, pygit2.Blob) else None
 
 
-def _walk_tree(tree: pygit2.Object, prefix: str, out: list[str]) -> None:
-    assert isinstance(tree, pygit2.Tree)
-    for entry in tree:
-        name = f"{prefix}{entry.name}"
-        if isinstance(entry, pygit2.Tree):
-            _walk_tree(entry, name + "/", out)
-        elif isinstance(entry, pygit2.Blob):
-            out.append(name)
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
 
 
 def _write_json(path: Path, data: object) -> None:
     """Write a cache file atomically; a cache that cannot be written is only slower, never wrong."""
-    try:
+    with suppress(OSError):
         atomic_write(path, json.dumps(data).encode())
-    except OSError:
-        pass

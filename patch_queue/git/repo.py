@@ -1,7 +1,7 @@
 """The project repository: objects, commits, refs under ``refs/pq/``, diffs and file merges.
 
-This module and :mod:`patch_queue.git.remote` are the only ones that talk to pygit2 / git;
-everything else passes plain values (paths, bytes, hex ids).
+Only this package (``git/``) talks to pygit2 / git; everything else passes plain values (paths,
+bytes, hex ids).
 
 Invariants:
 - Commits are deterministic: author and committer come from the caller with fixed times, so
@@ -17,15 +17,18 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pygit2
 from pygit2 import ffi
 from pygit2.enums import FileMode
 
 from patch_queue.errors import PqError, QueueError
-from patch_queue.git import command, diff
+from patch_queue.git import command
 
 REF_PREFIX = "refs/pq/"
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,11 @@ class ProjectRepo:
 
     _BLOB_CACHE = 32
 
-    def _remember(self, oid: pygit2.Oid, data: bytes) -> None:
-        if len(self._blobs) >= self._BLOB_CACHE:
-            del self._blobs[next(iter(self._blobs))]
-        self._blobs[oid] = data
+    def _keep(self, cache: dict[K, V], key: K, value: V) -> None:
+        """Remember ``key`` in a small cache of recent blobs, forgetting the oldest one when it is full."""
+        if len(cache) >= self._BLOB_CACHE:
+            del cache[next(iter(cache))]
+        cache[key] = value
 
     def _write_blob(self, data: bytes) -> pygit2.Oid:
         """The blob of ``data``, written only when the object store lacks it (hashing is 3x cheaper than
@@ -86,18 +90,14 @@ class ProjectRepo:
             oid = pygit2.hash(data)
             if oid not in self._repo.odb:
                 oid = self._repo.create_blob(data)
-            if len(self._oids) >= self._BLOB_CACHE:
-                del self._oids[next(iter(self._oids))]
-            self._oids[data] = oid
+            self._keep(self._oids, data, oid)
         return oid
 
     def _blob_data(self, oid: pygit2.Oid) -> bytes:
         data = self._blobs.get(oid)
         if data is None:
-            blob = self._repo[oid]
-            assert isinstance(blob, pygit2.Blob)
-            data = blob.data
-            self._remember(oid, data)
+            data = self._repo[oid].peel(pygit2.Blob).data
+            self._keep(self._blobs, oid, data)
         return data
 
     # ---- objects -------------------------------------------------------------------------
@@ -105,9 +105,7 @@ class ProjectRepo:
         return str(self._write_blob(data))
 
     def read_blob(self, oid: str) -> bytes:
-        obj = self._repo[oid]
-        assert isinstance(obj, pygit2.Blob)
-        return obj.data
+        return self._repo[oid].peel(pygit2.Blob).data
 
     def tree_of_blobs(self, blobs: list[str]) -> str:
         """A flat tree whose entries are the given blobs (named by their ids): keeps them reachable."""
@@ -125,48 +123,17 @@ class ProjectRepo:
 
     def write_tree(self, files: dict[str, bytes]) -> str:
         """A tree holding exactly ``files`` (slash-separated paths), as regular files."""
-        nested: dict[str, object] = {}
+        index = pygit2.Index()
         for path, data in files.items():
-            parts = path.split("/")
-            node = nested
-            for part in parts[:-1]:
-                child = node.setdefault(part, {})
-                assert isinstance(child, dict)
-                node = child
-            node[parts[-1]] = data
-
-        def build(node: dict[str, object]) -> pygit2.Oid:
-            tb = self._repo.TreeBuilder()
-            for name in sorted(node):
-                value = node[name]
-                if isinstance(value, dict):
-                    tb.insert(name, build(value), FileMode.TREE)
-                else:
-                    assert isinstance(value, bytes)
-                    oid = self._write_blob(value)
-                    self._remember(oid, value)
-                    tb.insert(name, oid, FileMode.BLOB)
-            return tb.write()
-
-        return str(build(nested))
+            oid = self._write_blob(data)
+            self._keep(self._blobs, oid, data)
+            index.add(pygit2.IndexEntry(path, oid, FileMode.BLOB))
+        return str(index.write_tree(self._repo))
 
     def read_tree(self, oid: str) -> dict[str, bytes]:
-        obj = self._repo[oid]
-        tree = obj.peel(pygit2.Tree)
-        out: dict[str, bytes] = {}
-
-        def walk(t: pygit2.Tree, prefix: str) -> None:
-            for entry in t:
-                name = prefix + (entry.name or "")
-                if entry.type_str == "tree":
-                    sub = self._repo[entry.id]
-                    assert isinstance(sub, pygit2.Tree)
-                    walk(sub, name + "/")
-                else:
-                    out[name] = self._blob_data(entry.id)
-
-        walk(tree, "")
-        return out
+        index = pygit2.Index()
+        index.read_tree(self._repo[oid].peel(pygit2.Tree))
+        return {entry.path: self._blob_data(entry.id) for entry in index}
 
     def commit(self, tree: str, parents: list[str], message: str, author: Person, committer: Person) -> str:
         oid = self._repo.create_commit(
@@ -233,11 +200,10 @@ class ProjectRepo:
                             path=str(self.gitdir / name),
                         )
                 for name, (old, new) in sorted(updates.items()):
-                    if new is None:
-                        if old is not None:
-                            tx.remove(name)
-                    else:
+                    if new is not None:
                         tx.set_target(name, pygit2.Oid(hex=new), message=message)
+                    elif old is not None:
+                        tx.remove(name)
         except pygit2.GitError as exc:
             raise QueueError(f"could not move {', '.join(sorted(updates))}: {exc}", path=str(self.gitdir)) from None
 
@@ -247,11 +213,6 @@ class ProjectRepo:
         return str(pygit2.hash(data))
 
     # ---- diffs and merges ----------------------------------------------------------------
-    @staticmethod
-    def line_hunks(old: bytes, new: bytes) -> list[tuple[int, int, int, int]]:
-        """The changed line ranges of ``old`` -> ``new`` (see :func:`patch_queue.git.diff.line_hunks`)."""
-        return diff.line_hunks(old, new)
-
     def format_patches(self, commits: list[str]) -> dict[str, bytes]:
         """What ``git format-patch`` writes for each commit (against its first parent), from one git run.
 
@@ -263,13 +224,15 @@ class ProjectRepo:
         ids = list(dict.fromkeys(commits))
         if not ids:
             return {}
+        common = self.gitdir / "commondir"  # a linked work tree keeps its objects in the main repository
+        objects = (self.gitdir / common.read_text().strip() if common.is_file() else self.gitdir) / "objects"
         with tempfile.TemporaryDirectory(prefix="pq-format-") as scratch:
             (Path(scratch) / "refs").mkdir()
             (Path(scratch) / "HEAD").write_text("ref: refs/heads/main\n")
             (Path(scratch) / "config").write_text("[core]\n\tbare = true\n")
             env = {
                 "GIT_DIR": scratch,
-                "GIT_OBJECT_DIRECTORY": str(self._objects_dir()),
+                "GIT_OBJECT_DIRECTORY": str(objects),
                 "GIT_CONFIG_NOSYSTEM": "1",
                 "GIT_CONFIG_GLOBAL": os.devnull,
                 "GIT_CONFIG_PARAMETERS": "",
@@ -285,14 +248,10 @@ class ProjectRepo:
             oid = m.group(1).decode()
             if oid in ids and oid not in starts.values():
                 starts[m.start()] = oid
-        at = sorted(starts)
+        at = list(starts)  # in the order of the text
         if len(at) != len(ids) or any(out[a - 2 : a] != b"\n\n" for a in at[1:]):  # a blank line between two
             raise PqError(f"git format-patch wrote {len(at)} patches for {len(ids)} commits", path=str(self.gitdir))
         return {starts[a]: _short_ids(out[a:b]) for a, b in zip(at, [*(a - 1 for a in at[1:]), len(out)], strict=True)}
-
-    def _objects_dir(self) -> Path:
-        common = self.gitdir / "commondir"  # a linked work tree keeps its objects in the main repository
-        return (self.gitdir / common.read_text().strip() if common.is_file() else self.gitdir) / "objects"
 
     def merge_file(
         self, base: bytes, ours: bytes, theirs: bytes, *, labels: tuple[str, str, str], path: str
@@ -302,13 +261,8 @@ class ProjectRepo:
         ``labels`` are (base, ours, theirs).  pygit2 does not expose the merge options, so the
         libgit2 call is made through pygit2's own cffi binding.
         """
-        entries = []
-        keep = []
-        for data in (base, ours, theirs):
-            entry = pygit2.IndexEntry(path, self._write_blob(data), FileMode.BLOB)
-            centry, ref = entry._to_c()
-            entries.append(centry)
-            keep.append(ref)
+        # each C entry lives as long as its companion in the pair
+        converted = [pygit2.IndexEntry(path, self._write_blob(d), FileMode.BLOB)._to_c() for d in (base, ours, theirs)]
         opts = ffi.new("git_merge_file_options *")
         opts.version = 1
         c_labels = [ffi.new("char[]", label.encode()) for label in labels]
@@ -316,7 +270,7 @@ class ProjectRepo:
         opts.flags = int(pygit2.enums.MergeFileFlag.STYLE_DIFF3)
         opts.marker_size = 7
         result = ffi.new("git_merge_file_result *")
-        err = pygit2.C.git_merge_file_from_index(result, self._repo._repo, entries[0], entries[1], entries[2], opts)
+        err = pygit2.C.git_merge_file_from_index(result, self._repo._repo, *(c for c, _ in converted), opts)
         if err < 0:
             raise PqError(f"libgit2 merge of {path} failed ({err})")
         try:
@@ -325,8 +279,6 @@ class ProjectRepo:
         finally:
             pygit2.C.git_merge_file_result_free(result)
         return FileMerge(text, clean)
-
-    # ---- work tree -----------------------------------------------------------------------
 
 
 _MBOX_FROM = re.compile(rb"^From ([0-9a-f]{40,64}) Mon Sep 17 00:00:00 2001$", re.MULTILINE)

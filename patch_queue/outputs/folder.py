@@ -14,7 +14,7 @@ from pathlib import Path
 
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import read_folder
-from patch_queue.git.repo import ProjectRepo
+from patch_queue.git.diff import line_hunks
 from patch_queue.project.journal import Writes
 from patch_queue.series.stack import sha256
 
@@ -73,7 +73,7 @@ def edits(out: Path, built: dict[str, bytes]) -> list[Edited]:
                 reference = None  # the top moved since (a hand-edited series): count against nothing better
         elif data is None or reference is None or data == reference:
             continue
-        hunks = ProjectRepo.line_hunks(reference or b"", data or b"")
+        hunks = line_hunks(reference or b"", data or b"")
         found.append(Edited(rel, sum(h[3] for h in hunks), sum(h[1] for h in hunks)))
     return found
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from patch_queue.errors import QueueError
+from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.series import stack
 
@@ -55,7 +56,7 @@ def blame(repo: ProjectRepo, texts: list[bytes | None]) -> list[int]:
             continue
         out: list[int] = []
         pos = 0
-        for start, count, _n_start, n_count in repo.line_hunks(old, new):
+        for start, count, _n_start, n_count in line_hunks(old, new):
             out += owners[pos:start]
             out += [k] * n_count
             pos = start + count
@@ -99,7 +100,7 @@ def absorb(
         skeleton = next(k for k in range(1, len(trees)) if history[k] != history[k - 1])
         new = _lines(work[path])
         hunks = []
-        for start, count, n_start, n_count in repo.line_hunks(old, work[path]):
+        for start, count, n_start, n_count in line_hunks(old, work[path]):
             # an insertion sits between two lines: it needs both
             touched = owners[start : start + count] if count else owners[max(start - 1, 0) : start + 1]
             owner = max(touched, default=0) or skeleton

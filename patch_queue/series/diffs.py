@@ -16,8 +16,12 @@ from patch_queue.errors import PatchError
 ErrorFactory = Callable[..., PatchError]
 DIFF_LABEL = "<diff>"
 _HUNK = re.compile(r"@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@(?: .*)?")
-_MODE = r"([0-7]{6})"
+_MODE_LINE = re.compile(r"(old|new|new file|deleted file) mode ([0-7]{6})")
+_SIMILARITY = re.compile(r"(?:similarity|dissimilarity) index \d{1,3}%")
 _INDEX = re.compile(r"index [0-9a-f]+\.\.[0-9a-f]+(?: [0-7]{6})?")
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)  # a C-quoted name, as git writes it
+_ESCAPE = re.compile(rb'\\([abtnvfr"\\]|[0-3][0-7][0-7])?')  # a backslash and what it escapes (None: bad)
+_C_ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13, b'"': 34, b"\\": 92}
 
 
 @dataclass
@@ -72,15 +76,15 @@ class DiffParser:
     def parse(self, start: int) -> tuple[list[_FileDiff], int]:
         self.i = start
         files: list[_FileDiff] = []
-        while True:
-            line = self.peek()
-            if line is None or not line.startswith("diff --git "):
-                return files, self.i
+        while (line := self.peek()) is not None and line.startswith("diff --git "):
             files.append(self.file_diff())
+        return files, self.i
 
     def file_diff(self) -> _FileDiff:
-        fd = _FileDiff(line=self.first_line + self.i)
-        git_names = self.git_names(self.lines[self.i])
+        start = self.i
+        fd = _FileDiff(line=self.first_line + start)
+        git_names = self.git_names(self.lines[start])
+        shown = git_names[1] if git_names is not None else "?"
         self.i += 1
         new_mode_file = deleted_mode_file = False
         rename: list[str | None] = [None, None]
@@ -89,9 +93,9 @@ class DiffParser:
         plus: str | None = None
         has_minus = False
         while (line := self.peek()) is not None:
-            if line.startswith("diff --git ") or line.startswith("@@"):
-                if line.startswith("@@"):
-                    raise self.error(f"hunk without '---'/'+++' lines in the diff for {_shown(git_names)}")
+            if line.startswith("@@"):
+                raise self.error(f"hunk without '---'/'+++' lines in the diff for {shown}")
+            if line.startswith("diff --git ") or line in ("", "-- "):
                 break
             if line.startswith("--- "):
                 has_minus = True
@@ -99,53 +103,39 @@ class DiffParser:
                 self.i += 1
                 nxt = self.peek()
                 if nxt is None or not nxt.startswith("+++ "):
-                    raise self.error(f"'---' line without a '+++' line in the diff for {_shown(git_names)}")
+                    raise self.error(f"'---' line without a '+++' line in the diff for {shown}")
                 plus = self.file_name(nxt[4:], "b/")
                 self.i += 1
                 break
             if line == "GIT binary patch" or line.startswith("Binary files "):
-                name = _shown(git_names)
-                raise self.error(f"binary patch for {name} is not supported (pq keeps text changes only)")
-            if line in ("", "-- "):
-                break
-            m: re.Match[str] | None
-            if m := re.fullmatch("old mode " + _MODE, line):
-                fd.old_mode = m.group(1)
-            elif m := re.fullmatch("new mode " + _MODE, line):
-                fd.new_mode = m.group(1)
-            elif m := re.fullmatch("new file mode " + _MODE, line):
-                fd.new_mode = m.group(1)
-                new_mode_file = True
-            elif m := re.fullmatch("deleted file mode " + _MODE, line):
-                fd.old_mode = m.group(1)
-                deleted_mode_file = True
-            elif re.fullmatch(r"(?:similarity|dissimilarity) index \d{1,3}%", line):
-                pass
+                raise self.error(f"binary patch for {shown} is not supported (pq keeps text changes only)")
+            if m := _MODE_LINE.fullmatch(line):
+                which, mode = m.groups()
+                if which in ("old", "deleted file"):
+                    fd.old_mode = mode
+                else:
+                    fd.new_mode = mode
+                new_mode_file |= which == "new file"
+                deleted_mode_file |= which == "deleted file"
             elif m := re.fullmatch(r"(rename|copy) (from|to) (.+)", line):
                 target = rename if m.group(1) == "rename" else copy
                 target[0 if m.group(2) == "from" else 1] = self.file_name(m.group(3), "")
-            elif _INDEX.fullmatch(line):
-                pass
-            else:
-                raise self.error(f"unexpected line in the header of the diff for {_shown(git_names)}")
+            elif not (_SIMILARITY.fullmatch(line) or _INDEX.fullmatch(line)):
+                raise self.error(f"unexpected line in the header of the diff for {shown}")
             self.i += 1
 
         # Work out the kind and the paths, and check that every source of names agrees.
         if (rename[0] is None) != (rename[1] is None) or (copy[0] is None) != (copy[1] is None):
-            raise self.error(
-                f"incomplete rename/copy header in the diff for {_shown(git_names)}", fd.line - self.first_line
-            )
+            raise self.error(f"incomplete rename/copy header in the diff for {shown}", start)
         is_add = new_mode_file or (has_minus and minus is None)
         is_delete = deleted_mode_file or (has_minus and plus is None)
         renamed = rename[0] is not None or copy[0] is not None
-        if (
-            (is_add and is_delete)
-            or (has_minus and minus is None and plus is None)
-            or (renamed and (is_add or is_delete))
-        ):
-            raise self.error(f"contradictory header in the diff for {_shown(git_names)}", fd.line - self.first_line)
-        if has_minus and ((new_mode_file and minus is not None) or (deleted_mode_file and plus is not None)):
-            raise self.error(f"contradictory header in the diff for {_shown(git_names)}", fd.line - self.first_line)
+        # a "new file" or "deleted file" line that the '---'/'+++' names contradict
+        modes_disagree = has_minus and (
+            (new_mode_file and minus is not None) or (deleted_mode_file and plus is not None)
+        )
+        if (is_add and is_delete) or (renamed and (is_add or is_delete)) or modes_disagree:
+            raise self.error(f"contradictory header in the diff for {shown}", start)
         if rename[0] is not None:
             fd.kind, fd.old_path, fd.new_path = "rename", rename[0], rename[1]
         elif copy[0] is not None:
@@ -155,7 +145,7 @@ class DiffParser:
         elif git_names is not None:
             fd.old_path, fd.new_path = git_names
         else:
-            raise self.error("cannot tell the file name from the 'diff --git' line", fd.line - self.first_line)
+            raise self.error("cannot tell the file name from the 'diff --git' line", start)
         if is_add:
             fd.kind, fd.old_path = "add", None
         elif is_delete:
@@ -166,17 +156,14 @@ class DiffParser:
             a, b = git_names
             if a != (fd.old_path or fd.new_path) or b != (fd.new_path or fd.old_path):
                 raise self.error(
-                    f"the 'diff --git' line disagrees with the file names in the diff for {fd.name}",
-                    fd.line - self.first_line,
+                    f"the 'diff --git' line disagrees with the file names in the diff for {fd.name}", start
                 )
         if fd.kind == "modify" and fd.old_path != fd.new_path:
             raise self.error(f"the '---' and '+++' names differ in the diff for {fd.name}")
 
         if has_minus:
-            number = 0
             while (line := self.peek()) is not None and line.startswith("@@"):
-                number += 1
-                fd.hunks.append(self.hunk(fd, number))
+                fd.hunks.append(self.hunk(fd, len(fd.hunks) + 1))
             if not fd.hunks:
                 raise self.error(f"no hunk after the '---'/'+++' lines of the diff for {fd.name} (truncated patch?)")
             if fd.kind == "add" and (fd.hunks[0].old_count or len(fd.hunks) > 1):
@@ -184,7 +171,7 @@ class DiffParser:
             if fd.kind == "delete" and (fd.hunks[-1].new_count or len(fd.hunks) > 1):
                 raise self.error(f"hunk 1 for {fd.name} does not delete the file", fd.hunks[0].line - self.first_line)
         elif fd.kind == "modify" and (fd.old_mode is None or fd.new_mode is None):
-            raise self.error(f"the diff for {fd.name} has no hunks (truncated patch?)", fd.line - self.first_line)
+            raise self.error(f"the diff for {fd.name} has no hunks (truncated patch?)", start)
         return fd
 
     def hunk(self, fd: _FileDiff, number: int) -> _Hunk:
@@ -247,9 +234,7 @@ class DiffParser:
             raise self.error(f"file name {name!r} is an absolute path")
         if not name.startswith(prefix):
             raise self.error(f"file name {name!r} does not start with {prefix!r}")
-        return self.check_path(name[len(prefix) :])
-
-    def check_path(self, name: str) -> str:
+        name = name[len(prefix) :]
         if name.startswith("/"):
             raise self.error(f"file name {name!r} is an absolute path")
         parts = name.split("/")
@@ -295,64 +280,36 @@ class DiffParser:
         return self.strip_prefix(a, "a/"), self.strip_prefix(b, "b/")
 
 
-def _shown(names: tuple[str, str] | None) -> str:
-    return names[1] if names is not None else "?"
-
-
 def quoted_end(s: str) -> int | None:
     """Index just past the closing quote of the C-quoted string at the start of s."""
-    i = 1
-    while i < len(s):
-        if s[i] == "\\":
-            i += 2
-        elif s[i] == '"':
-            return i + 1
-        else:
-            i += 1
-    return None
-
-
-_C_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+    m = _QUOTED.match(s)
+    return m.end() if m else None
 
 
 def _unquote(s: str, error: ErrorFactory) -> str:
     """Undoes git's C-style quoting of a file name ("caf\\303\\251")."""
     if len(s) < 2 or not s.startswith('"') or quoted_end(s) != len(s):
         raise error(f"malformed quoted file name {s}")
-    out = bytearray()
-    i = 1
-    while i < len(s) - 1:
-        c = s[i]
-        if c != "\\":
-            out += c.encode("utf-8", "surrogatepass")
-            i += 1
-            continue
-        e = s[i + 1]
-        if e in _C_ESCAPES:
-            out.append(_C_ESCAPES[e])
-            i += 2
-        elif re.fullmatch("[0-3][0-7][0-7]", s[i + 1 : i + 4]):
-            out.append(int(s[i + 1 : i + 4], 8))
-            i += 4
-        else:
+
+    def unescape(m: re.Match[bytes]) -> bytes:
+        escape = m.group(1)
+        if escape is None:
             raise error(f"malformed quoted file name {s}")
+        return bytes([_C_ESCAPES[escape] if len(escape) == 1 else int(escape, 8)])
+
     try:
-        return out.decode("utf-8")
+        return _ESCAPE.sub(unescape, s[1:-1].encode("utf-8", "surrogatepass")).decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"file name {s} is not valid UTF-8") from None
 
 
-def _diff_lines(diff: str, path: str, first_line: int) -> list[str]:
+def parse_diff(diff: str, *, path: str, first_line: int) -> list[_FileDiff]:
     if not diff.startswith("diff --git "):
         raise PatchError("the diff does not start with a 'diff --git' line", path=path, line=first_line)
     if not diff.endswith("\n"):
         line = first_line + diff.count("\n")
         raise PatchError("the diff does not end with a newline (truncated patch?)", path=path, line=line)
-    return diff[:-1].split("\n")
-
-
-def parse_diff(diff: str, *, path: str, first_line: int) -> list[_FileDiff]:
-    lines = _diff_lines(diff, path, first_line)
+    lines = diff[:-1].split("\n")
     parser = DiffParser(lines, path=path, first_line=first_line)
     files, end = parser.parse(0)
     if end != len(lines):
@@ -360,20 +317,15 @@ def parse_diff(diff: str, *, path: str, first_line: int) -> list[_FileDiff]:
     return files
 
 
-# --------------------------------------------------------------------------------------------
-# Applying.
+# -- applying ----------------------------------------------------------------------------------
 
 
 def files_touched(diff: str) -> list[str]:
     """The paths a diff changes, in order: new paths, deleted files by their old path, renames by both."""
-    out: list[str] = []
+    out: list[str | None] = []
     for fd in parse_diff(diff, path=DIFF_LABEL, first_line=1):
-        names = [fd.old_path] if fd.kind in ("delete", "rename") else []
-        names.append(fd.new_path)
-        for name in names:
-            if name is not None and name not in out:
-                out.append(name)
-    return out
+        out += [fd.old_path, fd.new_path] if fd.kind in ("delete", "rename") else [fd.new_path]
+    return [name for name in dict.fromkeys(out) if name is not None]
 
 
 def _split_lines(content: bytes) -> list[bytes]:
@@ -384,12 +336,12 @@ def _split_lines(content: bytes) -> list[bytes]:
     return out
 
 
-def _encode(line: _Line, error: ErrorFactory) -> bytes:
-    try:
-        raw = line.text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise error("the diff has text that is not valid UTF-8") from None
-    return raw + b"\n" if line.eol else raw
+def _encode(line: _Line) -> bytes:
+    return line.text.encode("utf-8") + (b"\n" if line.eol else b"")
+
+
+def _does_not_apply(fd: _FileDiff, h: _Hunk, patch_path: str) -> PatchError:
+    return PatchError(f"hunk {h.number} for {fd.name} does not apply", path=patch_path, line=h.line)
 
 
 def _apply_hunks(content: bytes, fd: _FileDiff, patch_path: str) -> bytes:
@@ -397,22 +349,21 @@ def _apply_hunks(content: bytes, fd: _FileDiff, patch_path: str) -> bytes:
     out: list[bytes] = []
     pos = 0
     for h in fd.hunks:
-
-        def fail(message: str = "", at: int | None = None, h: _Hunk = h) -> PatchError:
-            return PatchError(f"hunk {h.number} for {fd.name} does not apply", path=patch_path, line=h.line)
-
-        old = [_encode(x, fail) for x in h.lines if x.tag != "+"]
-        new = [_encode(x, fail) for x in h.lines if x.tag != "-"]
+        try:
+            old = [_encode(x) for x in h.lines if x.tag != "+"]
+            new = [_encode(x) for x in h.lines if x.tag != "-"]
+        except UnicodeEncodeError:  # text that is not valid UTF-8
+            raise _does_not_apply(fd, h, patch_path) from None
         start = h.old_start - 1 if h.old_count else h.old_start
         if start < pos or start + len(old) > len(lines) or lines[start : start + len(old)] != old:
-            raise fail()
+            raise _does_not_apply(fd, h, patch_path)
         out.extend(lines[pos:start])
         if new and out and not out[-1].endswith(b"\n"):
-            raise fail()
+            raise _does_not_apply(fd, h, patch_path)
         out.extend(new)
         pos = start + len(old)
         if out and not out[-1].endswith(b"\n") and pos < len(lines):
-            raise fail()
+            raise _does_not_apply(fd, h, patch_path)
     out.extend(lines[pos:])
     return b"".join(out)
 
@@ -441,21 +392,14 @@ def apply(diff: str, files: Mapping[str, bytes], *, patch_path: str, first_line:
         if new_path is not None and new_path != fd.old_path and current(new_path) is not None:
             raise PatchError(f"{new_path} already exists, the patch creates it", path=patch_path, line=fd.line)
         content = _apply_hunks(source, fd, patch_path)
-        if fd.kind == "delete":
-            assert fd.old_path is not None
-            if content:
-                if fd.hunks:
-                    last = fd.hunks[-1]
-                    raise PatchError(
-                        f"hunk {last.number} for {fd.name} does not apply", path=patch_path, line=last.line
-                    )
-                message = f"{fd.name} is not empty, the patch deletes it as an empty file"
-                raise PatchError(message, path=patch_path, line=fd.line)
-            result[fd.old_path] = None
-            continue
-        if fd.kind == "rename":
+        if fd.kind == "delete" and content:
+            if fd.hunks:
+                raise _does_not_apply(fd, fd.hunks[-1], patch_path)
+            message = f"{fd.name} is not empty, the patch deletes it as an empty file"
+            raise PatchError(message, path=patch_path, line=fd.line)
+        if fd.kind in ("delete", "rename"):
             assert fd.old_path is not None
             result[fd.old_path] = None
-        assert new_path is not None
-        result[new_path] = content
+        if new_path is not None:
+            result[new_path] = content
     return result

@@ -32,19 +32,20 @@ no file system)::
   (optionally followed by white space or a file name), starts with ``diff -`` or ``Index: ``.
 - the diff part is read and applied by :mod:`patch_queue.series.diffs`.
 
-Why not git or a library for these: ``git mailinfo`` and ``git apply --cached`` take one process per
-patch (a refresh reads the whole series) and their errors name neither the patch file's line nor
-the hunk; ``unidiff`` reads hunks, but leniently (an unknown header line becomes "patch info",
-quoted names stay quoted, copies are not understood) and its errors carry no line, so it would be
-a second parse next to the one that finds the line to name.
+Why not git or a library: ``git mailinfo`` and ``git apply --cached`` take a process per patch (a
+refresh reads the whole series) and their errors name neither the patch file's line nor the hunk;
+``unidiff`` is lenient (unknown header lines, quoted names, copies) and its errors carry no line.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import dropwhile, takewhile
 
 from patch_queue.errors import PatchError
 from patch_queue.series.diffs import DiffParser, ErrorFactory, quoted_end
@@ -59,8 +60,6 @@ _Q_TEXT = re.compile(r"(?:[^=]|=[0-9A-Fa-f]{2})*")
 _INBODY = re.compile(r"(?i)(?:from|subject|date):|\[PATCH\](?:[ \t\r]|$)")
 _MBOX_FROM = re.compile(r"From [0-9a-f]{40,64} Mon Sep 17 00:00:00 2001")
 _CHARSETS = {"utf-8", "utf8", "us-ascii", "ascii"}
-
-"""Makes the PatchError for a message (and optionally a 0-based line index) at a place known to the maker."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +78,7 @@ class PatchFile:
     diff_line: int = field(default=1, compare=False, repr=False)
 
 
-# --------------------------------------------------------------------------------------------
-# Before git writes a patch.
+# -- before git writes a patch -----------------------------------------------------------------
 
 
 def split_message(message: str) -> tuple[str, str]:
@@ -89,17 +87,9 @@ def split_message(message: str) -> tuple[str, str]:
     The subject is the first paragraph joined with spaces; the description is the rest without
     leading blank lines, trailing white space on each line and trailing blank lines.
     """
-    lines = message.split("\n")
-    i = 0
-    while i < len(lines) and not lines[i].rstrip(_SPACE):
-        i += 1
-    subject: list[str] = []
-    while i < len(lines) and lines[i].rstrip(_SPACE):
-        subject.append(lines[i].rstrip(_SPACE))
-        i += 1
-    while i < len(lines) and not lines[i].rstrip(_SPACE):
-        i += 1
-    body = [line.rstrip(_SPACE) for line in lines[i:]]
+    lines = list(dropwhile(operator.not_, [line.rstrip(_SPACE) for line in message.split("\n")]))
+    subject = list(takewhile(bool, lines))
+    body = dropwhile(operator.not_, lines[len(subject) :])
     return " ".join(subject), "\n".join(body).rstrip(_SPACE)
 
 
@@ -114,13 +104,10 @@ def check_message(subject: str, description: str, author: str) -> None:
 
 def _patchbreak(line: str) -> bool:
     """git mailinfo's patchbreak(): where git am stops reading the commit message."""
-    if line.startswith("diff -") or line.startswith("Index: "):
+    if line.startswith(("diff -", "Index: ")):
         return True
-    if len(line) < 3 or not line.startswith("---"):
-        return False
-    if line[3:4] == " " and line[4:5] != "" and line[4] not in _SPACE:
-        return True
-    return all(c in _SPACE for c in line[3:])
+    rest = line[3:]  # after "---": white space only, or one space and a file name
+    return line.startswith("---") and (not rest.strip(_SPACE) or (rest[:1] == " " and rest[1:2].strip(_SPACE) != ""))
 
 
 def _check_description(description: str, error: ErrorFactory, first_line: int = 0) -> None:
@@ -134,8 +121,7 @@ def _check_description(description: str, error: ErrorFactory, first_line: int = 
         raise error(f"description line {i + 1} {first!r} would be read as a mail header by git am", first_line + i)
 
 
-# --------------------------------------------------------------------------------------------
-# Parsing.
+# -- parsing -----------------------------------------------------------------------------------
 
 
 def _decode_utf8(data: bytes, path: str) -> str:
@@ -144,9 +130,8 @@ def _decode_utf8(data: bytes, path: str) -> str:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise PatchError(
-            f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column})", path=path, line=line
-        ) from None
+        message = f"not valid UTF-8 (byte 0x{data[e.start]:02x} at column {column})"
+        raise PatchError(message, path=path, line=line) from None
 
 
 def _decode_words(text: str, error: ErrorFactory) -> str:
@@ -182,20 +167,16 @@ def _decode_words(text: str, error: ErrorFactory) -> str:
                 raw = base64.b64decode(payload, validate=True)
             except (binascii.Error, ValueError):
                 raise error("malformed base64 encoded header text") from None
+        elif _Q_TEXT.fullmatch(payload):
+            raw = binascii.a2b_qp(payload.encode("utf-8"), header=True)
         else:
-            raw = _q_decode(payload, error)
+            raise error("malformed quoted-printable encoded header text")
         pending.append(raw)
         pending_charset = charset
         pos = m.end()
     flush()
     out.append(text[pos:])
     return "".join(out)
-
-
-def _q_decode(payload: str, error: ErrorFactory) -> bytes:
-    if not _Q_TEXT.fullmatch(payload):
-        raise error("malformed quoted-printable encoded header text")
-    return binascii.a2b_qp(payload.encode("utf-8"), header=True)
 
 
 def _patch_tag_length(subject: str) -> int:
@@ -216,27 +197,25 @@ def _unfold(first: str, continuations: list[str], prefix_len: int = 0) -> str:
     return first + "".join(continuations)
 
 
-def _parse_author(first: str, continuations: list[str], error: ErrorFactory) -> str:
-    raw = _unfold(first, continuations)
+def _parse_author(raw: str, error: ErrorFactory) -> str:
     if raw.startswith("=?"):
-        text = _decode_words(raw, error)
-        m = _IDENT.fullmatch(text)
-        if m is None:
-            raise error("From: header is not of the form 'Name <email>'")
-        return text
-    if raw.startswith('"'):
+        raw = _decode_words(raw, error)
+    elif raw.startswith('"'):
         end = quoted_end(raw)
         if end is None:
             raise error("From: header has an unterminated quoted name")
-        name = re.sub(r"\\(.)", r"\1", raw[1 : end - 1])
-        rest = raw[end:]
-        m = re.fullmatch(r" <([^<>\n\r]*)>", rest)
-        if m is None or not _IDENT.fullmatch(f"{name} <{m.group(1)}>"):
+        email = re.fullmatch(r" <[^<>\n\r]*>", raw[end:])
+        if email is None:
             raise error("From: header is not of the form 'Name <email>'")
-        return f"{name} <{m.group(1)}>"
+        raw = re.sub(r"\\(.)", r"\1", raw[1 : end - 1]) + email.group()
     if _IDENT.fullmatch(raw) is None:
         raise error("From: header is not of the form 'Name <email>'")
     return raw
+
+
+def _first(lines: list[str], start: int, found: Callable[[str], object]) -> int:
+    """The index of the first of ``lines[start:]`` that is ``found``, else ``len(lines)``."""
+    return next((i for i in range(start, len(lines)) if found(lines[i])), len(lines))
 
 
 def parse(data: bytes, *, path: str) -> PatchFile:
@@ -247,11 +226,11 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     if ends_with_newline:
         lines.pop()
 
-    def error_at(index: int) -> ErrorFactory:
-        def make(message: str = "", at: int | None = None) -> PatchError:
-            return PatchError(message, path=path, line=(index if at is None else at) + 1)
+    def fail(message: str, index: int) -> PatchError:
+        return PatchError(message, path=path, line=index + 1)
 
-        return make
+    def error_at(index: int) -> ErrorFactory:
+        return lambda message="", at=None: fail(message, index if at is None else at)
 
     if not lines or not lines[0].startswith("From "):
         raise PatchError("not an mbox patch: it does not start with a 'From ' line", path=path, line=1)
@@ -259,50 +238,46 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     # Mail headers, up to the first blank line.
     headers: dict[str, tuple[int, str, list[str]]] = {}
     current: str | None = None
-    i = 0
-    while True:
-        if i >= len(lines):
-            raise PatchError("not an mbox patch: the mail header does not end with a blank line", path=path, line=i)
-        line = lines[i]
+    for i, line in enumerate(lines):
         if "\r" in line:
-            raise PatchError("mail header line ends with CR LF (DOS line ends)", path=path, line=i + 1)
+            raise fail("mail header line ends with CR LF (DOS line ends)", i)
         if i == 0:
-            i += 1
             continue
         if line == "":
             break
         if line[0] in " \t":
             if current is None:
-                raise PatchError("not an mbox patch: malformed mail header line", path=path, line=i + 1)
+                raise fail("not an mbox patch: malformed mail header line", i)
             headers[current][2].append(line)
         else:
             m = _HEADER.fullmatch(line)
             if m is None:
-                raise PatchError("not an mbox patch: malformed mail header line", path=path, line=i + 1)
+                raise fail("not an mbox patch: malformed mail header line", i)
             current = m.group(1).lower()
             value = m.group(2)[1:] if m.group(2).startswith(" ") else m.group(2)
             if current in headers and current in ("from", "subject", "date"):
-                raise PatchError(f"duplicate {m.group(1)}: header", path=path, line=i + 1)
+                raise fail(f"duplicate {m.group(1)}: header", i)
             headers.setdefault(current, (i, value, []))
-        i += 1
+    else:
+        raise PatchError(
+            "not an mbox patch: the mail header does not end with a blank line", path=path, line=len(lines)
+        )
     header_end = i
 
     if "subject" not in headers:
-        raise PatchError("not an mbox patch: no Subject: header", path=path, line=header_end + 1)
+        raise fail("not an mbox patch: no Subject: header", header_end)
     for name in ("from", "date"):
         if name not in headers:
-            raise PatchError(f"no {name.capitalize()}: header", path=path, line=header_end + 1)
+            raise fail(f"no {name.capitalize()}: header", header_end)
     cte = headers.get("content-transfer-encoding")
     if cte is not None and _unfold(cte[1], cte[2]).strip().lower() not in ("7bit", "8bit", "binary"):
-        raise PatchError("unsupported Content-Transfer-Encoding (expected 8bit)", path=path, line=cte[0] + 1)
+        raise fail("unsupported Content-Transfer-Encoding (expected 8bit)", cte[0])
     ctype = headers.get("content-type")
     if ctype is not None:
         value = _unfold(ctype[1], ctype[2]).strip().lower()
         charset = re.search(r"charset=\"?([^\";\s]+)", value)
         if not value.startswith("text/plain") or (charset is not None and charset.group(1) not in _CHARSETS):
-            raise PatchError(
-                "unsupported Content-Type (expected text/plain; charset=UTF-8)", path=path, line=ctype[0] + 1
-            )
+            raise fail("unsupported Content-Type (expected text/plain; charset=UTF-8)", ctype[0])
 
     index, first, continuations = headers["subject"]
     prefix_len = _patch_tag_length(first)
@@ -310,48 +285,35 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     if "=?" in subject:
         subject = _decode_words(subject, error_at(index))
     if "\n" in subject or "\r" in subject:
-        raise PatchError("the Subject: header has a line break in it", path=path, line=index + 1)
+        raise fail("the Subject: header has a line break in it", index)
     index, first, continuations = headers["from"]
-    author = _parse_author(first, continuations, error_at(index))
+    author = _parse_author(_unfold(first, continuations), error_at(index))
     index, first, continuations = headers["date"]
     date = _unfold(first, continuations)
     if not date.strip():
-        raise PatchError("empty Date: header", path=path, line=index + 1)
+        raise fail("empty Date: header", index)
 
     # The message body, up to where git am would stop reading it.
     body_start = header_end + 1
-    k = body_start
-    while k < len(lines) and not _patchbreak(lines[k]):
-        k += 1
-    description_lines = lines[body_start:k]
-    while description_lines and description_lines[-1] == "":
-        description_lines.pop()
-    description = "\n".join(description_lines)
+    k = _first(lines, body_start, _patchbreak)
+    description = "\n".join(lines[body_start:k]).rstrip("\n")
     _check_description(description, error_at(body_start), body_start)
 
-    diff_start = k
-    while diff_start < len(lines) and not lines[diff_start].startswith("diff --git "):
-        diff_start += 1
+    diff_start = _first(lines, k, lambda line: line.startswith("diff --git "))
     if diff_start >= len(lines):
         raise PatchError("no diff in the patch (no 'diff --git' line)", path=path, line=max(len(lines), 1))
-    for j in range(diff_start, len(lines)):
-        if "\0" in lines[j]:
-            raise PatchError(
-                "binary content (a NUL byte) in the diff; pq keeps text changes only", path=path, line=j + 1
-            )
+    if (nul := _first(lines, diff_start, lambda line: "\0" in line)) < len(lines):
+        raise fail("binary content (a NUL byte) in the diff; pq keeps text changes only", nul)
 
     parser = DiffParser(lines, path=path, first_line=1)
     parser.parse(diff_start)
     end = parser.i
     if end == len(lines) and not ends_with_newline:
         raise PatchError("the last line has no newline (truncated patch?)", path=path, line=len(lines))
-    for j in range(end, len(lines)):
-        if _MBOX_FROM.fullmatch(lines[j]):
-            raise PatchError("more than one patch in the file (one commit per file expected)", path=path, line=j + 1)
-    rest = end
-    while rest < len(lines) and lines[rest] == "":
-        rest += 1
+    if (mbox := _first(lines, end, _MBOX_FROM.fullmatch)) < len(lines):
+        raise fail("more than one patch in the file (one commit per file expected)", mbox)
+    rest = _first(lines, end, bool)
     if rest < len(lines) and lines[rest] != "-- ":  # anything after "-- " is the signature
-        raise PatchError("unexpected line after the diff", path=path, line=rest + 1)
+        raise fail("unexpected line after the diff", rest)
     diff = "\n".join(lines[diff_start:end]) + "\n"
     return PatchFile(subject, description, author, date, diff, diff_line=diff_start + 1)

@@ -224,7 +224,7 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
     for path in sorted(set(before) | set(after)):
         if before.get(path) == after.get(path):
             continue
-        hunks = repo.line_hunks(before.get(path) or b"", after.get(path) or b"")
+        hunks = line_hunks(before.get(path) or b"", after.get(path) or b"")
         resolved = sum(1 for c in merged.conflicts if c.file == path)
         tail = f", resolving {resolved} conflict region(s)" if resolved else ""
         added, removed = sum(h[3] for h in hunks), sum(h[1] for h in hunks)

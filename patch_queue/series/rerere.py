@@ -21,6 +21,7 @@ import json
 from collections.abc import Mapping
 
 from patch_queue.fsutil import json_bytes
+from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.series.stack import PERSON, sha256
 
@@ -115,7 +116,7 @@ def make_ops(before: bytes, after: bytes) -> list[list[object]]:
     new = after.splitlines(keepends=True)
     return [
         [start, count, b"".join(new[n_start : n_start + n_count]).decode("utf-8", "surrogateescape")]
-        for start, count, n_start, n_count in ProjectRepo.line_hunks(before, after)
+        for start, count, n_start, n_count in line_hunks(before, after)
     ]
 
 

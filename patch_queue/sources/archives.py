@@ -14,6 +14,7 @@ import json
 import posixpath
 import tarfile
 import zipfile
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,16 +36,6 @@ class Pinned:
     data: bytes
 
 
-def _pin_file(project: str, version: str) -> Path:
-    return cache_dir() / "dist" / f"{project}=={version}.json"
-
-
-def _unknown_release(project: str, version: str, files: list[registry.DistFile]) -> SourceError:
-    newest = registry.newest_version(files)
-    hint = f"newest on the registry: {newest}" if newest else "no such package on the registry"
-    return SourceError(f"unknown release {project}=={version} ({hint})")
-
-
 def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
     """Download (or take from the cache) the archive of one release and verify its sha256."""
     project = registry.normalize_name(name)
@@ -52,24 +43,23 @@ def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
     if parsed is None:
         raise SourceError(f"'{version}' is not a valid version in {project}=={version}")
     canon = parsed.text
-    dist_dir = cache_dir() / "dist"
-    pin_path = _pin_file(project, canon)
+    pin_path = cache_dir() / "dist" / f"{project}=={canon}.json"
 
     # A release's files are immutable on the registry, so the choice made once is reused and a
     # pinned release resolves without the network; the sha256 is still checked on every use.
     dist: registry.DistFile | None = None
-    try:
+    with suppress(OSError, ValueError, KeyError, TypeError):
         pin = json.loads(pin_path.read_text())
         dist = registry.DistFile(pin["filename"], pin["url"], pin["sha256"], parsed, pin["kind"], False)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     if dist is None:
         files = registry.project_files(project)
         dist = registry.pick_file(d for d in files if d.version.key == parsed.key)
         if dist is None:
-            raise _unknown_release(project, canon, files)
+            newest = registry.newest_version(files)
+            hint = f"newest on the registry: {newest}" if newest else "no such package on the registry"
+            raise SourceError(f"unknown release {project}=={canon} ({hint})")
 
-    archive = dist_dir / dist.filename
+    archive = pin_path.parent / dist.filename
     data: bytes | None = None
     if archive.is_file():
         data = archive.read_bytes()
@@ -104,37 +94,44 @@ def release_files(name: str, version: str, prefix: str, progress: Progress | Non
 def clean_member(name: str) -> str:
     """A safe relative path, or "" for names that would escape the archive's root."""
     name = posixpath.normpath(name.replace("\\", "/")).lstrip("/")
-    if name in ("", ".") or name == ".." or name.startswith("../"):
-        return ""
-    return name
+    return "" if name in ("", ".", "..") or name.startswith("../") else name
+
+
+def _open_zip(pinned: Pinned) -> zipfile.ZipFile | None:
+    """A wheel, or the cached unpacked copy of an sdist (None when there is none)."""
+    return zipfile.ZipFile(io.BytesIO(pinned.data)) if pinned.filename.endswith(".whl") else _open_index(pinned)
+
+
+def _zip_names(archive: zipfile.ZipFile) -> dict[str, str]:
+    """``{clean relative path: member name}`` of the regular files of a zip, in its order."""
+    return {
+        name: info.filename
+        for info in archive.infolist()
+        if (name := clean_member(info.filename)) and not info.is_dir()
+    }
 
 
 def archive_members(pinned: Pinned, prefix: str) -> dict[str, bytes]:
     """The regular files of an archive under ``prefix``; an sdist's top folder is stripped."""
-    where = f"{pinned.filename} (pinned sha256 {pinned.sha256[:12]})"
-
-    def read_zip(archive: zipfile.ZipFile) -> dict[str, bytes]:
-        with archive:
-            return {
-                name: archive.read(info)
-                for info in archive.infolist()
-                if (name := clean_member(info.filename)) and not info.is_dir() and name.startswith(prefix)
-            }
-
     try:
-        if pinned.filename.endswith(".whl"):
-            return read_zip(zipfile.ZipFile(io.BytesIO(pinned.data)))
-        index = _open_index(pinned)
-        if index is not None:
-            try:
-                return read_zip(index)
-            except zipfile.BadZipFile:  # a damaged member (CRC): unpack the verified archive again
-                _index_path(pinned).unlink(missing_ok=True)
+        archive = _open_zip(pinned)
+        if archive is not None:
+            with archive:
+                try:
+                    return {
+                        name: archive.read(member)
+                        for name, member in _zip_names(archive).items()
+                        if name.startswith(prefix)
+                    }
+                except zipfile.BadZipFile:  # a damaged member (CRC): unpack the verified archive again
+                    if pinned.filename.endswith(".whl"):
+                        raise
+                    _index_path(pinned).unlink(missing_ok=True)
         members = _unpack_sdist(pinned)
         _write_index(pinned, members)
         return {name: data for name, data in members.items() if name.startswith(prefix)}
     except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
-        raise SourceError(f"cannot read archive {where}: {exc}") from exc
+        raise SourceError(f"cannot read archive {pinned.filename} (pinned sha256 {pinned.sha256[:12]}): {exc}") from exc
 
 
 def _unpack_sdist(pinned: Pinned) -> dict[str, bytes]:
@@ -142,14 +139,11 @@ def _unpack_sdist(pinned: Pinned) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(pinned.data), mode="r:gz") as sdist:
         for member in sdist:
-            if not member.isfile():
-                continue
             # sdists hold "<name>-<version>/..."; the project root is that folder.
             name = clean_member(member.name.split("/", 1)[1] if "/" in member.name else "")
-            if name:
-                handle = sdist.extractfile(member)
-                if handle is not None:
-                    members[name] = handle.read()
+            handle = sdist.extractfile(member) if member.isfile() and name else None
+            if handle is not None:
+                members[name] = handle.read()
     return members
 
 
@@ -168,11 +162,11 @@ def _open_index(pinned: Pinned) -> zipfile.ZipFile | None:
     except (OSError, zipfile.BadZipFile):
         path.unlink(missing_ok=True)
         return None
-    if index.comment != pinned.sha256.encode():
-        index.close()
-        path.unlink(missing_ok=True)
-        return None
-    return index
+    if index.comment == pinned.sha256.encode():
+        return index
+    index.close()
+    path.unlink(missing_ok=True)
+    return None
 
 
 def _write_index(pinned: Pinned, members: dict[str, bytes]) -> None:
@@ -183,10 +177,8 @@ def _write_index(pinned: Pinned, members: dict[str, bytes]) -> None:
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             index.writestr(info, members[name], compress_type=zipfile.ZIP_DEFLATED, compresslevel=1)
         index.comment = pinned.sha256.encode()
-    try:
+    with suppress(OSError):  # a read-only cache only costs time
         atomic_write(_index_path(pinned), buffer.getvalue())
-    except OSError:
-        pass  # a read-only cache only costs time
 
 
 class ArchiveReader:
@@ -196,49 +188,39 @@ class ArchiveReader:
 
     def __init__(self, pinned: Pinned) -> None:
         self.filename = pinned.filename
-        self._source = pinned
-        self._pinned: Pinned | None = pinned
+        self._pinned = pinned
         self._zip: zipfile.ZipFile | None = None
-        self._names: dict[str, str] = {}  # clean relative path -> zip member name
-        self._members: dict[str, bytes] | None = None
+        self._names: dict[str, str] | None = None  # clean relative path -> zip member name, once loaded
+        self._members: dict[str, bytes] | None = None  # every file, when there is no zip to read them from
 
-    def _load(self) -> None:
-        pinned = self._pinned
-        if pinned is None:
-            return
-        index = None if pinned.filename.endswith(".whl") else _open_index(pinned)
-        if pinned.filename.endswith(".whl") or index is not None:
+    def _load(self) -> dict[str, str]:
+        if self._names is None:
             try:
-                self._zip = index or zipfile.ZipFile(io.BytesIO(pinned.data))
+                self._zip = _open_zip(self._pinned)
             except zipfile.BadZipFile as exc:
-                raise SourceError(f"cannot read archive {pinned.filename}: {exc}") from exc
-            for info in self._zip.infolist():
-                name = clean_member(info.filename)
-                if name and not info.is_dir():
-                    self._names[name] = info.filename
-        else:
-            self._members = archive_members(pinned, "")
-        self._pinned = None
+                raise SourceError(f"cannot read archive {self.filename}: {exc}") from exc
+            if self._zip is None:
+                self._members = archive_members(self._pinned, "")
+            self._names = {} if self._zip is None else _zip_names(self._zip)
+        return self._names
 
     def read(self, path: str) -> bytes | None:
-        self._load()
+        member = self._load().get(path)
         if self._members is not None:
             return self._members.get(path)
-        member = self._names.get(path)
         if member is None or self._zip is None:
             return None
         try:
             return self._zip.read(member)
         except zipfile.BadZipFile:
-            if self._source.filename.endswith(".whl"):
+            if self.filename.endswith(".whl"):
                 raise SourceError(f"cannot read {member} from {self.filename}") from None
             # the cached unpacked copy is damaged (CRC): drop it and read the verified archive
             self._zip = None
-            _index_path(self._source).unlink(missing_ok=True)
-            self._members = archive_members(self._source, "")
+            _index_path(self._pinned).unlink(missing_ok=True)
+            self._members = archive_members(self._pinned, "")
             return self._members.get(path)
 
     def list_files(self, prefix: str) -> list[str]:
-        self._load()
-        names = self._members if self._members is not None else self._names
+        names = self._load() if self._members is None else self._members
         return sorted(name for name in names if name.startswith(prefix))

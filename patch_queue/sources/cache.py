@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextlib import suppress
 from pathlib import Path
 
 
@@ -26,10 +27,7 @@ def cache_dir() -> Path:
     explicit = os.environ.get("PQ_CACHE")
     if explicit:
         return Path(explicit).expanduser().resolve()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return (Path(xdg).expanduser() / "pq").resolve()
-    return (Path.home() / ".cache" / "pq").resolve()
+    return (Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "pq").resolve()
 
 
 def code_stamp(*modules: str) -> str:
@@ -111,19 +109,14 @@ class MethodCache:
         self._dirty = False
         self._known: dict[str, str] | None = None
         body = read_sealed(self.path)
-        try:
+        with suppress(ValueError, KeyError, TypeError, AttributeError):  # a cache of another shape: start afresh
             data = json.loads(body) if body is not None else {}
             if data.get("format") == self.FORMAT and data.get("scanner") == self._scanner:
                 self._texts, self._blobs = dict(data["texts"]), dict(data["blobs"])
-        except (ValueError, KeyError, TypeError, AttributeError):
-            self._texts, self._blobs = {}, {}
 
     def get(self, blob: str) -> dict[str, str] | None:
-        names = self._blobs.get(blob)
-        if names is None:
-            return None
         try:
-            return {name: self._texts[key] for name, key in names.items()}
+            return {name: self._texts[key] for name, key in self._blobs[blob].items()}
         except KeyError:
             return None
 

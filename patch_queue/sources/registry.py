@@ -13,6 +13,7 @@ names).  It is imported where it is used: it costs ~25 ms, and most commands nev
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import html.parser
 import json
@@ -27,6 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -77,23 +79,20 @@ def normalize_name(name: str) -> str:
 # which beats [global].  Within a rank, later lines of `pip config list` come from files that
 # pip loads later and so override earlier ones.
 _SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}
-_pip_settings_memo: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
 
 def _pip_settings() -> dict[str, str]:
     """pip's effective settings for downloads, from ``python -m pip config list``."""
-    env_key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_")))
-    memo = _pip_settings_memo.get(env_key)
-    if memo is not None:
-        return dict(memo)
+    return dict(_pip_settings_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_")))))
+
+
+@functools.cache
+def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str, str]:
+    """:func:`_pip_settings` once per set of ``PIP_*`` variables."""
     ranked: dict[str, tuple[int, str]] = {}
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "list"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
@@ -112,11 +111,9 @@ def _pip_settings() -> dict[str, str]:
     settings = {option: value for option, (_, value) in ranked.items()}
     # Without pip (or if its config command failed) the PIP_* variables still say what the user wants.
     for option in ("index-url", "extra-index-url", "cert", "timeout", "default-timeout"):
-        env_value = os.environ.get("PIP_" + option.upper().replace("-", "_"))
-        if env_value is not None and option not in settings:
-            settings[option] = env_value
-    _pip_settings_memo[env_key] = settings
-    return dict(settings)
+        if (env_value := os.environ.get("PIP_" + option.upper().replace("-", "_"))) is not None:
+            settings.setdefault(option, env_value)
+    return settings
 
 
 def _default_index() -> str:
@@ -133,11 +130,7 @@ def index_urls() -> list[str]:
     settings = _pip_settings()
     primary = settings.get("index-url", "").strip() or _default_index()
     extras = settings.get("extra-index-url", "").split()
-    urls: list[str] = []
-    for url in [primary, *extras]:
-        if url and url not in urls:
-            urls.append(url)
-    return urls
+    return list(dict.fromkeys(url for url in [primary, *extras] if url))
 
 
 def _timeout() -> float:
@@ -207,7 +200,7 @@ def _file_version(project: str, filename: str) -> tuple[Version, Literal["wheel"
 
 
 class _AnchorParser(html.parser.HTMLParser):
-    """Collect the anchors of a PEP 503 page: (href, text, attributes)."""
+    """Collect the anchors of a PEP 503 page: (href, attributes), and its ``<base>``."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -223,30 +216,26 @@ class _AnchorParser(html.parser.HTMLParser):
 
 
 def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> list[DistFile]:
-    files: list[DistFile] = []
     entries: list[tuple[str, str, str | None, bool]] = []  # filename, url, sha256, yanked
     if content_type.split(";")[0].strip() == _JSON_TYPE:
-        data = json.loads(body)
-        for item in data.get("files", []):
+        for item in json.loads(body).get("files", []):
             url = urllib.parse.urljoin(page_url, item["url"])
             hashes = item.get("hashes") or {}
-            yanked = item.get("yanked", False)
-            entries.append((item["filename"], url, hashes.get("sha256"), bool(yanked)))
+            entries.append((item["filename"], url, hashes.get("sha256"), bool(item.get("yanked", False))))
     else:
         parser = _AnchorParser()
         parser.feed(body.decode("utf-8", "replace"))
         base = urllib.parse.urljoin(page_url, parser.base) if parser.base else page_url
         for href, attributes in parser.anchors:
-            url = urllib.parse.urljoin(base, href)
-            url, _, fragment = url.partition("#")
+            url, _, fragment = urllib.parse.urljoin(base, href).partition("#")
             filename = urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(url).path))
             hashes = dict(urllib.parse.parse_qsl(fragment))
             entries.append((filename, url, hashes.get("sha256"), "data-yanked" in attributes))
+    files: list[DistFile] = []
     for filename, url, sha256, yanked in entries:
         parsed = _file_version(project, filename)
         if parsed is not None:
-            version, kind = parsed
-            files.append(DistFile(filename, url, sha256.lower() if sha256 else None, version, kind, yanked))
+            files.append(DistFile(filename, url, sha256.lower() if sha256 else None, *parsed, yanked))
     return files
 
 
@@ -317,11 +306,8 @@ def pick_file(files: Iterable[DistFile]) -> DistFile | None:
 
 def newest_version(files: Iterable[DistFile]) -> str | None:
     """The highest version that has a file :func:`pick_file` would read, by PEP 440 order."""
-    usable = [d for d in files if pick_file([d]) is not None]
-    versions = {dist.version.text: dist.version for dist in usable}
-    if not versions:
-        return None
-    return max(versions.values(), key=lambda v: v.key).text
+    versions = [dist.version for dist in files if pick_file([dist]) is not None]
+    return max(versions, key=lambda v: v.key).text if versions else None
 
 
 def newest_release(name: str) -> str:
@@ -344,11 +330,9 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
     dest.parent.mkdir(parents=True, exist_ok=True)
     for stale in dest.parent.glob(f".part-{dest.name}.*"):
         # left by a download that was killed; an hour-old one cannot still be running usefully
-        try:
+        with suppress(OSError):
             if time.time() - stale.stat().st_mtime > 3600:
                 stale.unlink()
-        except OSError:
-            pass
     fd, tmp_name = tempfile.mkstemp(prefix=f".part-{dest.name}.", dir=dest.parent)
     tmp = Path(tmp_name)
     digest = hashlib.sha256()

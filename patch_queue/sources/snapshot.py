@@ -36,18 +36,10 @@ class _Reader(Protocol):
     def list_files(self, prefix: str) -> list[str]: ...
 
 
-class _NoReader:
-    def read(self, path: str) -> bytes | None:
-        return None
-
-    def list_files(self, prefix: str) -> list[str]:
-        return []
-
-
+@dataclass(frozen=True)
 class _GitReader:
-    def __init__(self, repo: UpstreamGit, commit: str) -> None:
-        self.repo = repo
-        self.commit = commit
+    repo: UpstreamGit
+    commit: str
 
     def read(self, path: str) -> bytes | None:
         return self.repo.read(self.commit, path)
@@ -56,24 +48,18 @@ class _GitReader:
         return self.repo.list_files(self.commit, prefix)
 
 
+@dataclass(frozen=True)
 class _DirReader:
     """Files on disk; ``mount`` is prepended when the directory is the package folder itself."""
 
-    def __init__(self, root: Path, mount: str) -> None:
-        self.root = root
-        self.mount = mount
-
-    def _disk(self, path: str) -> Path | None:
-        if not path.startswith(self.mount):
-            return None
-        relative = path[len(self.mount) :]
-        return self.root / relative if relative else self.root
+    root: Path
+    mount: str
 
     def read(self, path: str) -> bytes | None:
-        disk = self._disk(path)
-        if disk is None or not disk.is_file():
+        if not path.startswith(self.mount):
             return None
-        return disk.read_bytes()
+        disk = self.root / path[len(self.mount) :]
+        return disk.read_bytes() if disk.is_file() else None
 
     def list_files(self, prefix: str) -> list[str]:
         files: list[str] = []
@@ -97,8 +83,8 @@ class Snapshot:
     spec: str
     pin: str
     label: str
-    public_commit: str | None
-    _reader: _Reader = field(default_factory=_NoReader, repr=False, compare=False, hash=False)
+    _reader: _Reader = field(repr=False, compare=False, hash=False)
+    public_commit: str | None = None
 
     def _check(self, path: str) -> str:
         clean = archives.clean_member(path)
@@ -130,7 +116,6 @@ def release_snapshot(name: str, version: str, progress: Progress | None = None) 
         spec=f"{pinned.project}=={pinned.version}",
         pin=f"{pinned.filename}#sha256={pinned.sha256}",
         label=f"{pinned.project} {pinned.version}",
-        public_commit=None,
         _reader=archives.ArchiveReader(pinned),
     )
 
@@ -148,7 +133,6 @@ def dir_snapshot(path: str | Path) -> Snapshot:
         spec=f"dir:{root}",
         pin="",
         label=f"dir {root}",
-        public_commit=None,
         _reader=_DirReader(root, mount),
     )
 
@@ -161,12 +145,11 @@ def git_snapshot(repo: UpstreamGit, ref: str) -> Snapshot:
     """A commit of the upstream repository, by any ref :meth:`UpstreamGit.resolve` accepts."""
     sha = repo.resolve(ref)
     public = repo.public_commit(sha)
-    label = f"git {public[:12]}"  # the public commit: the same label (and patch text) from every mirror
     return Snapshot(
         kind="git",
         spec=f"git:{repo.location}@{sha}",
         pin=sha,
-        label=label,
+        label=f"git {public[:12]}",  # the public commit: the same label (and patch text) from every mirror
         public_commit=public,
         _reader=_GitReader(repo, sha),
     )
@@ -177,9 +160,7 @@ def git_snapshot(repo: UpstreamGit, ref: str) -> Snapshot:
 
 def upstream_git_location(upstream_git: str | None) -> str:
     """Where the upstream history lives: the argument, else ``PQ_UPSTREAM_GIT``, else the public repo."""
-    if upstream_git:
-        return upstream_git
-    return os.environ.get("PQ_UPSTREAM_GIT") or UPSTREAM_GIT_URL
+    return upstream_git or os.environ.get("PQ_UPSTREAM_GIT") or UPSTREAM_GIT_URL
 
 
 _open_repos: dict[tuple[str, Path], UpstreamGit] = {}
@@ -207,10 +188,7 @@ _RELEASE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
 
 
 def resolve_upstream(
-    spec: str | None,
-    *,
-    upstream_git: str | None = None,
-    progress: Progress | None = None,
+    spec: str | None, *, upstream_git: str | None = None, progress: Progress | None = None
 ) -> Snapshot:
     """Resolve an upstream spec to a pinned snapshot.
 
@@ -220,10 +198,7 @@ def resolve_upstream(
     the ``Upstream-Commit`` trailer) in the upstream git repository.
     """
     if spec is None or spec.strip() in ("", "latest"):
-        newest = registry.newest_version(registry.project_files(UPSTREAM_PROJECT))
-        if newest is None:
-            raise SourceError(f"no release of {UPSTREAM_PROJECT} on the registry")
-        return release_snapshot(UPSTREAM_PROJECT, newest, progress)
+        return release_snapshot(UPSTREAM_PROJECT, registry.newest_release(UPSTREAM_PROJECT), progress)
     spec = spec.strip()
     if spec.startswith("git:"):
         location, at, ref = spec[4:].rpartition("@")
