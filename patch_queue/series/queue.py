@@ -157,7 +157,7 @@ def _list(key: str, values: Sequence[str]) -> list[str]:
 
 def render_queue(q: Queue) -> str:
     lines = [
-        "# pq patch queue; the format is documented in patch_queue/queue.py.",
+        "# pq patch queue; the format is documented in patch_queue/series/queue.py.",
         f"format = {FORMAT}",
         "",
         *_pin_lines("upstream", q.upstream),
