@@ -515,6 +515,25 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         newest_release("pq-fixture-none")
 
 
+def test_sdist_listed_before_it_was_ever_unpacked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first look into an sdist (no unpacked copy in the cache yet) lists what every later one does."""
+    module = {"pq_fixture_pkg/__init__.py": b"VALUE = 1\n", "pq_fixture_pkg/sub/mod.py": b"X = 2\n"}
+    _file_index(
+        tmp_path / "index",
+        "pq-fixture-pkg",
+        {"pq_fixture_pkg-0.9.tar.gz": _sdist("pq_fixture_pkg", "0.9", module)},
+        yanked=set(),
+        bad=set(),
+    )
+    monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path / 'index' / 'simple'}")
+    monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    listed = ["PKG-INFO", *sorted(module)]
+    cold = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+    assert cold.list_files() == listed and cold.read("pq_fixture_pkg/sub/mod.py") == b"X = 2\n"
+    assert resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None).list_files() == listed
+
+
 def test_method_cache_round_trip_and_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
     cache = MethodCache("Runner")

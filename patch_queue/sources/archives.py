@@ -222,5 +222,5 @@ class ArchiveReader:
             return self._members.get(path)
 
     def list_files(self, prefix: str) -> list[str]:
-        names = self._load() if self._members is None else self._members
-        return sorted(name for name in names if name.startswith(prefix))
+        names = self._load()  # an sdist not unpacked yet: loading reads its members
+        return sorted(name for name in (names if self._members is None else self._members) if name.startswith(prefix))
