@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -9,7 +10,7 @@ from patch_queue.commands.write import (
     DOWNSTREAM_PACKAGE,
     FORMATTER,
     StepInfo,
-    build_top,
+    finish,
     patch_files,
     refuse_out_edits,
     write_series,
@@ -21,11 +22,7 @@ from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import (
-    LoadedStack,
-    Workspace,
-    stack_ref_updates,
-)
+from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import adopt as adopt_mod
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, UpstreamPin
@@ -55,8 +52,8 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
     """(module files, downstream name, release) of a vllm-omni release spec or a directory."""
     if "==" in source:
         name, version = source.split("==", 1)
-        files = release_files(name.strip(), version.strip(), DOWNSTREAM_PACKAGE + "/", progress=progress)
         prefix = DOWNSTREAM_PACKAGE + "/"
+        files = release_files(name.strip(), version.strip(), prefix, progress=progress)
         local = {k.removeprefix(prefix): v for k, v in files.items()}
         modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
         if not modules:
@@ -82,8 +79,7 @@ def do_adopt(
     discard: bool = False,
     progress: Progress | None = None,
 ) -> AdoptResult:
-    if refresh_state.pending(ws):
-        raise QueueError("a refresh is in progress; finish it with `pq continue` or `pq abort` first")
+    refresh_state.refuse_pending(ws, "a refresh is in progress; finish it with `pq continue` or `pq abort` first")
     if not force and patch_files(ws):
         raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
     if not force and ws.queue_dir.exists():
@@ -99,9 +95,7 @@ def do_adopt(
     result = replace(result, discarded=dropped)
     writes = Writes(ws, "adopt")
     write_series(ws, loaded, writes=writes, step=StepInfo("adopt", "adopt", loaded.queue.upstream, result.downstream))
-    writes.move_refs(stack_ref_updates(ws, loaded, len(loaded.patches)))
-    build_top(ws, loaded, writes=writes, applied=len(loaded.patches))
-    writes.commit()
+    finish(ws, loaded, writes, len(loaded.patches))
     return result
 
 
@@ -150,15 +144,7 @@ def plan_adopt(
     layout, steps = adopt_mod.plan_series(
         modules, carried, upstream_text, base_label=label, formatter=FORMATTER[0], line_length=FORMATTER[1]
     )
-    pin = UpstreamPin(
-        name="vllm-ascend",
-        kind=snapshot.kind,
-        spec=portable_spec(snapshot),
-        pin=snapshot.pin,
-        label=label,
-        public_commit=snapshot.public_commit or "",
-        files={upath: stack.sha256(snapshot.read(upath))},
-    )
+    pin = snapshot_pin(snapshot, "vllm-ascend", [upath])
     queue = Queue(pin, down_name, down_release, DOWNSTREAM_PACKAGE, layout, FORMATTER[0], FORMATTER[1])
     projection = stack.project_modules(queue, snapshot.read, label=label)
     base = stack.base_commit(ws.repo, queue, projection)
@@ -190,8 +176,15 @@ def plan_adopt(
     )
 
 
-def portable_spec(snapshot: Snapshot) -> str:
-    """The spec recorded in queue.toml: a git pin by its public commit, never a machine's path."""
-    if snapshot.kind == "git":
-        return snapshot.public_commit or snapshot.pin
-    return snapshot.spec
+def snapshot_pin(snapshot: Snapshot, name: str, paths: Iterable[str]) -> UpstreamPin:
+    """The pin queue.toml records for ``snapshot`` and the sha256 of its ``paths``; its spec names a git pin
+    by its public commit, never a machine's path."""
+    return UpstreamPin(
+        name=name,
+        kind=snapshot.kind,
+        spec=(snapshot.public_commit or snapshot.pin) if snapshot.kind == "git" else snapshot.spec,
+        pin=snapshot.pin,
+        label=snapshot.label,
+        public_commit=snapshot.public_commit or "",
+        files={p: stack.sha256(snapshot.read(p)) for p in paths},
+    )

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 from patch_queue.checks.findings import ERROR, WARNING, Finding
-from patch_queue.commands.write import (
-    REF_PREVIOUS,
-    module_files,
-    sync_stack,
-)
+from patch_queue.commands.write import REF_PREVIOUS, module_files, sync_stack
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
-from patch_queue.project.workspace import (
-    Workspace,
-)
+from patch_queue.project.workspace import Workspace
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
@@ -36,9 +31,7 @@ class CheckOutcome:
         return sum(1 for f in self.findings if f.severity == ERROR)
 
     def as_json(self) -> dict[str, object]:
-        counts: dict[str, int] = {}
-        for f in self.findings:
-            counts[f.rule] = counts.get(f.rule, 0) + 1
+        counts = Counter(f.rule for f in self.findings)
         return {
             "format": 1,
             "reference": self.reference,
@@ -176,7 +169,7 @@ def do_check(
     else:
         loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
         queue, base = loaded.queue, loaded.base
-        previous = ws.repo.ref(REF_PREVIOUS) or (loaded.patches[-1][1] if loaded.patches else base)
+        previous = ws.repo.ref(REF_PREVIOUS) or loaded.top()
     label = "the previous build" if ws.repo.ref(REF_PREVIOUS) == previous else "the series"
     reference = module_texts(module_files(ws, previous))
     return run_checks(

@@ -4,27 +4,14 @@ from __future__ import annotations
 
 import re
 
-from patch_queue.commands.write import (
-    StepInfo,
-    _no_refresh,
-    build_top,
-    module_files,
-    refuse_out_edits,
-    sync_stack,
-    write_series,
-)
+from patch_queue.commands.write import StepInfo, finish, module_files, refuse_out_edits, sync_stack, write_series
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.git.repo import Person
 from patch_queue.outputs import folder as output
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import (
-    LoadedStack,
-    Workspace,
-    applied_count,
-    base_for_queue,
-    stack_ref_updates,
-)
+from patch_queue.project.refresh_state import refuse_pending
+from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, base_for_queue
 from patch_queue.series import absorb, lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import render_queue
 
@@ -35,7 +22,7 @@ def do_accept(ws: Workspace, *, upstream_git: str | None, discard: bool = False)
     Returns how many bodies differ from the last step.  Such a step cannot be reproduced without
     the bodies: a fork that commits them is where it belongs.
     """
-    _no_refresh(ws)
+    refuse_pending(ws)
     queue = ws.queue_dir.load_queue()
     names = ws.queue_dir.load_series()
     bodies = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
@@ -49,14 +36,12 @@ def do_accept(ws: Workspace, *, upstream_git: str | None, discard: bool = False)
             path=ws.rel(ws.queue_dir.queue_path),
         )
     loaded = LoadedStack(queue, base, stack.import_series(ws.repo, queue, base, bodies))
-    top = module_files(ws, loaded.patches[-1][1] if loaded.patches else base)
+    top = module_files(ws, loaded.top())
     step = lineage.step_of("import", "accept", bodies, upstream=queue.upstream)
     new_queue = lineage.with_step(queue, step, top)
     writes = Writes(ws, "accept")
     writes.write(ws.queue_dir.queue_path, render_queue(new_queue).encode(), group="patches")
-    writes.move_refs(stack_ref_updates(ws, loaded, len(loaded.patches)))
-    build_top(ws, loaded, writes=writes, applied=len(loaded.patches))
-    writes.commit()
+    finish(ws, loaded, writes, len(loaded.patches))
     return changed
 
 
@@ -66,7 +51,7 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
     Like ``git commit``: edit ``npu_worker/`` first, then ``pq new NAME``; ``pq record`` folds
     later edits into it.  An empty patch is refused, since git format-patch has no form for it.
     """
-    _no_refresh(ws)
+    refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").removesuffix(".patch")
@@ -75,7 +60,7 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
     if any(n.split("-", 1)[-1] == f"{slug}.patch" for n in loaded.names):
         raise QueueError(f"a patch named {slug} already exists")
     filename = f"{len(loaded.patches) + 1:04d}-{slug}.patch"
-    parent = loaded.patches[applied - 1][1] if applied else loaded.base
+    parent = loaded.top(applied)
     info = ws.repo.commit_info(parent)
     work = _work_edits(ws, loaded, parent)
     if not work:
@@ -101,9 +86,7 @@ def _write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int,
     writes = Writes(ws, command)
     writes.move_refs(store.ref_update())
     write_series(ws, new, writes=writes, step=StepInfo("edit", command, edited=tuple(n for n, _b, _a in changes)))
-    writes.move_refs(stack_ref_updates(ws, new, applied))
-    build_top(ws, new, writes=writes, applied=applied)
-    writes.commit()
+    finish(ws, new, writes, applied)
 
 
 def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes]:
@@ -147,14 +130,14 @@ def _rechain(ws: Workspace, loaded: LoadedStack, patches: list[tuple[str, str]],
 def do_record(ws: Workspace, *, upstream_git: str | None, into: str | None = None) -> list[absorb.Placement]:
     """Put the maintainer's edits of the output files into the applied patches that own their lines
     (all into ``into`` when given); returns where each edit went ([] when there was none)."""
-    _no_refresh(ws)
+    refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     if not applied:
         raise QueueError("no patch is applied; `pq push` or `pq new NAME` first")
     if into is not None and into not in loaded.names:
         into = next((n for n in loaded.names if replay.patch_key(n) == replay.patch_key(into)), into)
-    work = _work_edits(ws, loaded, loaded.patches[applied - 1][1])
+    work = _work_edits(ws, loaded, loaded.top(applied))
     if not work:
         return []
     absorbed, placements = absorb.absorb(ws.repo, loaded.base, loaded.patches[:applied], work, into=into)
@@ -167,7 +150,7 @@ def do_push_pop(
     ws: Workspace, *, push: bool, all_: bool, upstream_git: str | None, discard: bool = False
 ) -> tuple[int, int, str]:
     """Apply or unapply patches; returns (applied before, after, what --discard dropped)."""
-    _no_refresh(ws)
+    refuse_pending(ws)
     dropped = output.discarded(refuse_out_edits(ws, discard=discard))
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
@@ -179,10 +162,7 @@ def do_push_pop(
         if applied == 0:
             raise QueueError("no patch is applied")
         target = 0 if all_ else applied - 1
-    writes = Writes(ws, "push" if push else "pop")
-    writes.move_refs(stack_ref_updates(ws, loaded, target))
-    build_top(ws, loaded, writes=writes, applied=target)
-    writes.commit()
+    finish(ws, loaded, Writes(ws, "push" if push else "pop"), target)
     return applied, target, dropped
 
 

@@ -6,20 +6,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from patch_queue.checks.findings import ERROR, Finding
-from patch_queue.commands.adopt import portable_spec
+from patch_queue.commands.adopt import snapshot_pin
 from patch_queue.commands.check import CheckOutcome, module_texts, run_checks
 from patch_queue.commands.write import (
     REF_PREVIOUS,
     REF_REFRESH,
     StepInfo,
-    build_top,
+    finish,
     module_files,
     refuse_links,
     refuse_out_edits,
     sync_stack,
     write_series,
 )
-from patch_queue.errors import PqError, QueueError
+from patch_queue.errors import PqError
 from patch_queue.fsutil import kill_point, read_folder
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, checked
@@ -32,11 +32,10 @@ from patch_queue.project.workspace import (
     REF_JOURNAL,
     LoadedStack,
     Workspace,
-    stack_ref_updates,
 )
 from patch_queue.series import absorb, culprits, fmt, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue
-from patch_queue.sources.snapshot import Snapshot, resolve_upstream
+from patch_queue.sources.snapshot import resolve_upstream
 
 
 @dataclass
@@ -57,20 +56,6 @@ class RefreshOutcome:
     check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
     placements: list[absorb.Placement] = field(default_factory=list)  # where `pq continue` put edits
     discarded: str = ""  # what --discard dropped from the output folder
-
-
-def _target_queue(queue: Queue, snapshot: Snapshot) -> tuple[Queue, stack.Projection]:
-    files = {p: stack.sha256(snapshot.read(p)) for p in queue.upstream_paths()}
-    pin = UpstreamPin(
-        name=queue.upstream.name,
-        kind=snapshot.kind,
-        spec=portable_spec(snapshot),
-        pin=snapshot.pin,
-        label=snapshot.label,
-        public_commit=snapshot.public_commit or "",
-        files=files,
-    )
-    return target_queue(queue, pin, snapshot.read)
 
 
 def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
@@ -98,15 +83,15 @@ def do_refresh(
     check_sources: bool = True,
     discard: bool = False,
 ) -> RefreshOutcome:
-    if refresh_state.pending(ws):
-        raise QueueError("a refresh is already in progress; `pq continue` or `pq abort` it first")
+    refresh_state.refuse_pending(ws, "a refresh is already in progress; `pq continue` or `pq abort` it first")
     refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
     snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress)
     kill_point("after-download")
-    target, projection = _target_queue(loaded.queue, snapshot)
+    pin = snapshot_pin(snapshot, loaded.queue.upstream.name, loaded.queue.upstream_paths())
+    target, projection = target_queue(loaded.queue, pin, snapshot.read)
     new_base = stack.base_commit(ws.repo, target, projection)
     labels = (f"base {loaded.queue.upstream.label}", f"upstream {snapshot.label}")
     store = rerere.Store(ws.repo)
@@ -134,7 +119,7 @@ def do_refresh(
     )
     state = refresh_state.RefreshState(
         orig_refs=orig,
-        orig_out=_save_out(ws),
+        orig_out=ws.repo.write_tree(read_folder(ws.out)),  # kept by a ref while the refresh is open
         orig_queue=ws.queue_dir.queue_path.read_text(encoding="utf-8"),
         old_base_label=loaded.queue.upstream.label,
         target_queue=render_queue(target),
@@ -241,11 +226,6 @@ def normalizer(
     return normalize
 
 
-def _save_out(ws: Workspace) -> str:
-    """The output folder as a tree object (kept by a ref while the refresh is open)."""
-    return ws.repo.write_tree(read_folder(ws.out))
-
-
 def _advance(
     ws: Workspace,
     state: refresh_state.RefreshState,
@@ -268,6 +248,7 @@ def _advance(
     finished = len(done) == len(patches)
     last_conflicted = bool(done) and done[-1][2] == "conflict"
     new_patches = [(n, c) for n, c, _s in done]
+    top_files = module_files(ws, new_patches[-1][1]) if new_patches else {}
     outcome = RefreshOutcome(
         base_label=state.old_base_label,
         target_label=target.upstream.label,
@@ -276,11 +257,8 @@ def _advance(
         removed_symbols=list(state.removed_symbols),
         finished=finished,
         flags=list(state.flags),
-        blocks=(
-            state.blocks_before,
-            _count_blocks(module_files(ws, new_patches[-1][1])) if new_patches else 0,
-        ),
-        fences=fence_problems(module_files(ws, new_patches[-1][1])) if new_patches else [],
+        blocks=(state.blocks_before, _count_blocks(top_files)),
+        fences=fence_problems(top_files),
         upstream_commits=state.upstream_commits,
         downstream=(target.downstream_name, target.downstream_release),
         out=ws.rel(ws.out),
@@ -298,16 +276,12 @@ def _advance(
         write_series(
             ws, loaded, writes=writes, step=StepInfo("refresh", command, target.upstream, edited=tuple(edited))
         )
-        updates = stack_ref_updates(ws, loaded, len(new_patches))
         old_top = patches[-1][1] if patches else None
         if old_top is not None and old_top != new_patches[-1][1]:
-            updates[REF_PREVIOUS] = (ws.repo.ref(REF_PREVIOUS), old_top)
-        for ref in ws.repo.refs(REF_REFRESH):
-            updates[ref] = (ws.repo.ref(ref), None)
-        writes.move_refs(updates)
-        built = build_top(ws, loaded, writes=writes, applied=len(new_patches))
+            writes.move_refs({REF_PREVIOUS: (ws.repo.ref(REF_PREVIOUS), old_top)})
         writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
-        writes.commit()
+        # the stack's ref moves also delete refs/pq/refresh/
+        built = finish(ws, loaded, writes, len(new_patches))
         if state.check:
             # the refresh is done and written: a check that cannot run is a finding, never a failure
             say(progress, "Checking the new runners (pq check) ...")
@@ -333,13 +307,9 @@ def _advance(
         return outcome
     # stopped (or finished with conflicts under --no-stop): keep everything needed to go on or back
     top = new_patches[-1][1] if new_patches else state.new_base
-    keep: dict[str, tuple[str | None, str | None]] = {}
-    wanted = {REF_REFRESH + "top": top, REF_REFRESH + "base": state.new_base}
     holder = ws.repo.commit(state.orig_out, [], "pq refresh: saved output folder\n", stack.PERSON, stack.PERSON)
-    wanted[REF_REFRESH + "saved-out"] = holder
-    for ref, value in wanted.items():
-        keep[ref] = (ws.repo.ref(ref), value)
-    writes.move_refs(keep)
+    wanted = {REF_REFRESH + "top": top, REF_REFRESH + "base": state.new_base, REF_REFRESH + "saved-out": holder}
+    writes.move_refs({ref: (ws.repo.ref(ref), value) for ref, value in wanted.items()})
     writes.move_refs(store.ref_update())
     writes.write(ws.state_dir / refresh_state.STATE_FILE, state.bytes(), group="state")
     output.sync(ws.out, module_files(ws, top), writes)

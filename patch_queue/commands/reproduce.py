@@ -22,7 +22,6 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
     Workspace,
-    stack_ref_updates,
     upstream_reader,
 )
 from patch_queue.series import lineage, patchfile, replay, rerere, stack
@@ -43,8 +42,7 @@ class Reproduced:
 def do_reproduce(
     ws: Workspace, *, upstream_git: str | None, discard: bool = False, progress: Progress | None = None
 ) -> Reproduced:
-    if refresh_state.pending(ws):
-        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+    refresh_state.refuse_pending(ws)
     queue = ws.queue_dir.load_queue()
     shown = ws.rel(ws.queue_dir.queue_path)
     if not queue.lineage:
@@ -94,7 +92,7 @@ def do_reproduce(
             "([upstream] or [[module]] was edited by hand)",
             path=shown,
         )
-    top = write.module_files(ws, loaded.patches[-1][1] if loaded.patches else loaded.base)
+    top = write.module_files(ws, loaded.top())
     for path, digest in sorted(queue.build.items()):
         got = top.get(path)
         if got is None or stack.sha256(got) != digest:
@@ -109,10 +107,8 @@ def do_reproduce(
         writes.write(ws.queue_dir.root / name, body, group="patches")
     series = ws.queue_dir.series_path
     if not series.is_file() or parse_series(series.read_text(encoding="utf-8", errors="replace")) != final_stack.names:
-        writes.write(ws.queue_dir.series_path, render_series(final_stack.names).encode(), group="patches")
-    writes.move_refs(stack_ref_updates(ws, final_stack, len(final_stack.patches)))
-    write.build_top(ws, final_stack, writes=writes, applied=len(final_stack.patches))
-    writes.commit()
+        writes.write(series, render_series(final_stack.names).encode(), group="patches")
+    write.finish(ws, final_stack, writes, len(final_stack.patches))
     return Reproduced(len(queue.lineage), len(final.names), edited, False, output.discarded(dropped))
 
 
@@ -129,6 +125,13 @@ def _check(step: Step, where: str, bodies: list[tuple[str, bytes]], why: str) ->
                 f"reproduced body has sha256 {stack.sha256(data)[:12]}, {where} records {digest[:12]}: {why}",
                 path=f"patches/{name}",
             )
+
+
+def _edits_missing(where: str, name: str) -> QueueError:
+    return QueueError(
+        f"the recorded edits of {where} for this patch are not in refs/pq/resolutions; " + FETCH_HINT,
+        path=f"patches/{name}",
+    )
 
 
 def _bodies(ws: Workspace, patches: list[tuple[str, str]]) -> list[tuple[str, bytes]]:
@@ -152,12 +155,8 @@ def _adopt(
             f"{where}: the upstream at {at} is not the one recorded (sha256 of its files differs)",
             path="patches/queue.toml",
         )
-    _check(
-        step,
-        where,
-        _bodies(ws, loaded.patches),
-        "pq adopt gives another series than the one recorded (a different pq version?)",
-    )
+    why = "pq adopt gives another series than the one recorded (a different pq version?)"
+    _check(step, where, _bodies(ws, loaded.patches), why)
     return loaded
 
 
@@ -193,10 +192,7 @@ def _refresh(
     for r in results:
         took = any(f.kind == "recorded-edits" for f in r.flags)
         if r.name in step.edited and not took:
-            raise QueueError(
-                f"the recorded edits of {where} for this patch are not in refs/pq/resolutions; " + FETCH_HINT,
-                path=f"patches/{r.name}",
-            )
+            raise _edits_missing(where, r.name)
         if r.conflicts:
             c = r.conflicts[0]
             raise QueueError(
@@ -205,12 +201,8 @@ def _refresh(
                 path=f"patches/{r.name}",
             )
     patches = [(r.name, r.commit) for r in results]
-    _check(
-        step,
-        where,
-        _bodies(ws, patches),
-        "the merge gives another result than the one recorded (a different pq version?)",
-    )
+    why = "the merge gives another result than the one recorded (a different pq version?)"
+    _check(step, where, _bodies(ws, patches), why)
     return LoadedStack(target, new_base, patches)
 
 
@@ -221,10 +213,7 @@ def _edit(ws: Workspace, loaded: LoadedStack, step: Step, where: str, store: rer
         before = old.get(name, b"")
         after = store.lookup_edit(name, before) if name in step.edited else before
         if after is None:
-            raise QueueError(
-                f"the recorded edits of {where} for this patch are not in refs/pq/resolutions; " + FETCH_HINT,
-                path=f"patches/{name}",
-            )
+            raise _edits_missing(where, name)
         if name not in old and name not in step.edited:
             raise QueueError(f"{where} lists a patch it neither had nor recorded", path=f"patches/{name}")
         bodies.append((name, after))

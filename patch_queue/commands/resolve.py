@@ -12,10 +12,7 @@ from patch_queue.commands.refresh import (
     edit_lookup,
     normalizer,
 )
-from patch_queue.commands.write import (
-    module_files,
-    out_edits,
-)
+from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.merge.conflict import Conflict
@@ -30,6 +27,7 @@ from patch_queue.project.workspace import (
     applied_count,
     check_no_journal,
     load_stack,
+    ref_moves,
 )
 from patch_queue.series import absorb, replay, rerere, stack
 
@@ -47,14 +45,11 @@ def do_continue(
         raise QueueError("nothing to continue: no conflicted patch")
     top_marked = module_files(ws, done[-1][1])
     for rel, data in sorted(work.items()):
-        if rel in top_marked:
-            line = replay.has_markers(data)
-            if line is not None:
-                raise QueueError(
-                    "conflict markers remain; resolve them, then run `pq continue`",
-                    path=ws.rel(ws.out / rel),
-                    line=line,
-                )
+        line = replay.has_markers(data) if rel in top_marked else None
+        if line is not None:
+            raise QueueError(
+                "conflict markers remain; resolve them, then run `pq continue`", path=ws.rel(ws.out / rel), line=line
+            )
     resolved = {k: work.get(k, v) for k, v in top_marked.items()}
     labels = state.labels
     normalize = normalizer(target)
@@ -177,14 +172,10 @@ def _resolved_regions(
 def do_abort(ws: Workspace) -> None:
     """Put every file and ref back as before the refresh, in one journaled write."""
     state = refresh_state.require(ws)
-    orig = state.orig_refs
-    current = ws.repo.refs()
-    updates: dict[str, tuple[str | None, str | None]] = {}
-    for ref in sorted(set(current) | set(orig)):
-        if ref in (rerere.REF, REF_JOURNAL):
-            continue  # recorded resolutions outlive an abort; the journal's ref is the journal's
-        if current.get(ref) != orig.get(ref):
-            updates[ref] = (current.get(ref), orig.get(ref))
+    # recorded resolutions outlive an abort; the journal's ref is the journal's
+    kept = (rerere.REF, REF_JOURNAL)
+    current = {k: v for k, v in ws.repo.refs().items() if k not in kept}
+    updates = ref_moves(current, {k: v for k, v in state.orig_refs.items() if k not in kept})
     saved = ws.repo.read_tree(state.orig_out)
     writes = Writes(ws, "abort")
     # the output folder as it was saved when the refresh began: whatever is there and was not then goes

@@ -68,7 +68,7 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
     for name, data in exported.items():
         writes.write(root / name, data, group="patches")
     writes.write(ws.queue_dir.series_path, render_series(loaded.names).encode(), group="patches")
-    top = module_files(ws, loaded.patches[-1][1] if loaded.patches else loaded.base)
+    top = module_files(ws, loaded.top())
     made = lineage.step_of(
         step.kind,
         step.command,
@@ -143,8 +143,16 @@ def build_top(
     """Build the top of the stack: ``applied`` patches on (default: as refs/pq/top says)."""
     if applied is None:
         applied = applied_count(ws, loaded)
-    top = loaded.patches[applied - 1][1] if applied else loaded.base
-    return build_files(ws, top, out=out or ws.out, standalone_pkg=standalone_pkg, writes=writes)
+    return build_files(ws, loaded.top(applied), out=out or ws.out, standalone_pkg=standalone_pkg, writes=writes)
+
+
+def finish(ws: Workspace, loaded: LoadedStack, writes: Writes, applied: int) -> dict[str, bytes]:
+    """Move refs/pq/ to ``loaded`` with ``applied`` patches on, build that top into the output folder and
+    apply ``writes``; returns the built files."""
+    writes.move_refs(stack_ref_updates(ws, loaded, applied))
+    built = build_top(ws, loaded, writes=writes, applied=applied)
+    writes.commit()
+    return built
 
 
 def do_build(
@@ -157,10 +165,10 @@ def do_build(
     progress: Progress | None = None,
 ) -> tuple[dict[str, bytes], str]:
     """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
-    if refresh_state.pending(ws):
-        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
-    refuse_links(ws, (out or ws.out).resolve(), patches=False)
-    dropped = refuse_out_edits(ws, discard=discard, out=(out or ws.out).resolve())
+    refresh_state.refuse_pending(ws)
+    target = (out or ws.out).resolve()
+    refuse_links(ws, target, patches=False)
+    dropped = refuse_out_edits(ws, discard=discard, out=target)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg), output.discarded(dropped)
 
@@ -191,15 +199,9 @@ def refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
             )
 
 
-def _no_refresh(ws: Workspace) -> None:
-    if refresh_state.pending(ws):
-        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
-
-
 def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None) -> Path:
     """Build the wheel of the top of the stack into ``out`` (default ``dist/``); npu_worker/ is not touched."""
-    if refresh_state.pending(ws):
-        raise QueueError("a refresh is in progress; `pq continue` or `pq abort` first")
+    refresh_state.refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     applied = applied_count(ws, loaded)
     total = len(loaded.patches)
@@ -214,7 +216,7 @@ def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progr
             "names the whole series",
             path=str(ws.queue_dir.series_path),
         )
-    top = loaded.patches[applied - 1][1]
+    top = loaded.top(applied)
     package = ws.out.name
     files = standalone(module_files(ws, top), package)
     if not any(p.endswith(".py") for p in files):

@@ -7,7 +7,7 @@ flag) and what ``pq abort`` needs to put back (the refs, the output folder, ``qu
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import json_bytes
@@ -46,29 +46,14 @@ class RefreshState:
         return parse_queue(self.target_queue, path=".git/pq/refresh.json")
 
     def as_json(self) -> dict[str, object]:
-        return {
-            "version": 1,
-            "orig_refs": self.orig_refs,
-            "orig_out": self.orig_out,
-            "orig_queue": self.orig_queue,
-            "old_base_label": self.old_base_label,
-            "target_queue": self.target_queue,
-            "new_base": self.new_base,
-            "labels": list(self.labels),
-            "patches": [list(p) for p in self.patches],
-            "done": [list(d) for d in self.done],
-            "no_stop": self.no_stop,
-            "removed_symbols": list(self.removed_symbols),
-            "conflicts": [c.as_json() for c in self.conflicts],
-            "flags": [c.as_json() for c in self.flags],
-            "blocks_before": self.blocks_before,
-            "check": self.check,
-            "check_sources": self.check_sources,
-            "upstream_git": self.upstream_git,
-            "upstream_commits": list(self.upstream_commits),
-            "recorded": self.recorded,
-            "discarded": self.discarded,
-        }
+        # json writes the tuples as lists
+        data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(
+            version=1,
+            conflicts=[c.as_json() for c in self.conflicts],
+            flags=[c.as_json() for c in self.flags],
+        )
+        return data
 
     def bytes(self) -> bytes:
         return json_bytes(self.as_json())
@@ -151,9 +136,11 @@ def _read(ws: Workspace) -> dict[str, object] | None:
     return data
 
 
-def pending(ws: Workspace) -> bool:
-    """A refresh waits for `pq continue` or `pq abort` (a file that is no JSON object is an error naming it)."""
-    return _read(ws) is not None
+def refuse_pending(ws: Workspace, message: str = "a refresh is in progress; `pq continue` or `pq abort` first") -> None:
+    """Refuse a command while a refresh waits for `pq continue` or `pq abort` (a file that is no JSON
+    object is an error naming it)."""
+    if _read(ws) is not None:
+        raise QueueError(message)
 
 
 def load(ws: Workspace) -> RefreshState | None:

@@ -214,8 +214,6 @@ def upstream_reader(
                         "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
                     )
                 snapshot = resolve_upstream(commit, upstream_git=location, progress=progress)
-            elif up.kind == "release":
-                snapshot = resolve_upstream(up.spec, progress=progress)
             else:
                 snapshot = resolve_upstream(up.spec, progress=progress)
         return snapshot
@@ -269,6 +267,12 @@ class LoadedStack:
     def names(self) -> list[str]:
         return [n for n, _ in self.patches]
 
+    def top(self, applied: int | None = None) -> str:
+        """The commit with ``applied`` patches on (default: all of them)."""
+        if applied is None:
+            applied = len(self.patches)
+        return self.patches[applied - 1][1] if applied else self.base
+
 
 def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
     from patch_queue.series import lineage
@@ -306,10 +310,8 @@ def applied_count(ws: Workspace, loaded: LoadedStack) -> int:
 
 def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[str, tuple[str | None, str | None]]:
     """Ref moves that make refs/pq/ describe ``loaded`` with ``applied`` patches on."""
-    want: dict[str, str] = {stack.REF_BASE: loaded.base}
-    want[stack.REF_TOP] = loaded.patches[applied - 1][1] if applied else loaded.base
-    for name, commit in loaded.patches:
-        want[stack.REF_PATCHES + name] = commit
+    want = {stack.REF_BASE: loaded.base, stack.REF_TOP: loaded.top(applied)}
+    want.update((stack.REF_PATCHES + name, commit) for name, commit in loaded.patches)
     # refs/pq/resolutions (recorded resolutions) and refs/pq/previous (the build before the last
     # refresh, the reference of `pq check`) are not part of the stack and are never moved here
     have = {
@@ -317,8 +319,11 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
         for k, v in ws.repo.refs().items()
         if not k.startswith("refs/pq/orig/") and k not in ("refs/pq/resolutions", "refs/pq/previous", REF_JOURNAL)
     }
-    updates: dict[str, tuple[str | None, str | None]] = {}
-    for ref in sorted(set(want) | set(have)):
-        if have.get(ref) != want.get(ref):
-            updates[ref] = (have.get(ref), want.get(ref))
-    return updates
+    return ref_moves(have, want)
+
+
+def ref_moves(have: dict[str, str], want: dict[str, str]) -> dict[str, tuple[str | None, str | None]]:
+    """The moves (old, new) that turn the refs ``have`` into ``want`` (a ref missing from ``want`` goes)."""
+    return {
+        ref: (have.get(ref), want.get(ref)) for ref in sorted(set(want) | set(have)) if have.get(ref) != want.get(ref)
+    }
