@@ -24,22 +24,16 @@ def say(progress: Progress | None, message: str) -> None:
 
 
 class Bar:
-    """How far one long step has got.  This one shows nothing: stderr is not a terminal."""
+    """How far one long step has got.  Without ``update`` it shows nothing: stderr is not a terminal."""
 
-    shown = False
+    def __init__(self, update: Callable[[float, float | None, str | None], None] | None = None) -> None:
+        self._update = update
+        self.shown = update is not None
 
     def update(self, done: float, total: float | None = None, *, what: str | None = None) -> None:
         """``done`` of ``total`` units (None: not known yet); ``what`` renames the step (a clone's phase)."""
-
-
-class _TerminalBar(Bar):
-    shown = True
-
-    def __init__(self, update: Callable[[float, float | None, str | None], None]) -> None:
-        self._update = update
-
-    def update(self, done: float, total: float | None = None, *, what: str | None = None) -> None:
-        self._update(done, total, what)
+        if self._update is not None:
+            self._update(done, total, what)
 
 
 def _terminal() -> bool:
@@ -75,4 +69,4 @@ def bar(what: str, *, unit: str = "") -> Iterator[Bar]:
             else:
                 shown.update(task, completed=done, total=total)
 
-        yield _TerminalBar(update)
+        yield Bar(update)

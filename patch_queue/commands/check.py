@@ -100,21 +100,15 @@ def source_checks(
             trees["vllm_omni"] = imports.tree_from_release(queue.downstream_name, release, "vllm_omni/")
             trees["vllm"] = imports.tree_from_release("vllm", release, "vllm/")
     except PqError as exc:
-        out.append(
+        return [
             _warning("sources-unavailable", f"import resolution and the GPU audit need the upstream sources: {exc}")
-        )
-        return out
+        ]
     package = queue.package.replace("/", ".")
     for path, text in sorted(files.items()):
         out += imports.check_imports(text, file=path, package=package, trees=trees)
     if not release or "vllm" not in trees:
-        out.append(
-            _warning(
-                "gpu-audit-skipped",
-                "the GPU-side audit needs the pinned vllm-omni release (the series was adopted from a folder)",
-            )
-        )
-        return out
+        why = "the GPU-side audit needs the pinned vllm-omni release (the series was adopted from a folder)"
+        return out + [_warning("gpu-audit-skipped", why)]
     try:
         gpu = release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
         gpu_files = {
@@ -124,19 +118,16 @@ def source_checks(
         }
         vllm_runner = gpu_audit.load_vllm_runner(release)
     except PqError as exc:
-        out.append(_warning("sources-unavailable", f"the GPU-side audit needs vLLM {release}: {exc}"))
-        return out
+        return out + [_warning("sources-unavailable", f"the GPU-side audit needs vLLM {release}: {exc}")]
     ascend = snapshot.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8", errors="replace")
     broken = sorted(k for k, v in files.items() if not _parses(v))
     if broken:  # the parse rule reports them; an audit of half the runners would only mislead
-        out.append(
-            _warning("gpu-audit-skipped", f"the GPU-side audit needs runners that parse; {', '.join(broken)} do not")
-        )
-        return out
+        why = f"the GPU-side audit needs runners that parse; {', '.join(broken)} do not"
+        return out + [_warning("gpu-audit-skipped", why)]
     try:
         out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
     except PqError as exc:
-        out.append(_warning("gpu-audit-skipped", f"the GPU-side audit could not run: {exc}"))
+        return out + [_warning("gpu-audit-skipped", f"the GPU-side audit could not run: {exc}")]
     return out
 
 

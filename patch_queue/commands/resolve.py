@@ -40,8 +40,7 @@ def do_continue(
     target = state.target()
     patches, done = state.patches, state.done
     work = read_folder(ws.out)
-    conflicted = [i for i, d in enumerate(done) if d[2] == "conflict"]
-    if not conflicted:
+    if not any(status == "conflict" for _n, _c, status in done):
         raise QueueError("nothing to continue: no conflicted patch")
     top_marked = module_files(ws, done[-1][1])
     for rel, data in sorted(work.items()):
@@ -55,13 +54,10 @@ def do_continue(
     normalize = normalizer(target)
     store = rerere.Store(ws.repo)
     replayed: set[str] = set()
-    new_flags: list[Conflict] = []
     # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
     # onto that patch's own result; rebase what follows onto the resolved commits
-    new_done: list[tuple[str, str, str]] = []
     parent = state.new_base
     results: list[replay.PatchResult] = []
-    stale_conflicts: list[Conflict] = []
     recorded: list[dict[str, object]] = []
     stop = not state.no_stop
     for name, commit, status in done:
@@ -89,34 +85,27 @@ def do_continue(
             )
             res.status = status if not res.conflicts else "conflict"
             replayed.add(name)
-            new_flags += res.flags
-            stale_conflicts += res.conflicts
-        if on_patch is not None:
-            on_patch(res)
+        on_patch(res)
         results.append(res)
-        new_done.append((res.name, res.commit, res.status))
         parent = res.commit
         if res.conflicts and stop:
             break
     # the maintainer's edits outside the conflict regions go into the patches that own their lines
     placements: list[absorb.Placement] = []
-    if len(new_done) == len(done) and not stale_conflicts:
-        chain = [(n, c) for n, c, _s in new_done]
+    if len(results) == len(done) and not any(r.conflicts for r in results):
+        chain = [(r.name, r.commit) for r in results]
         absorbed, placements = absorb.absorb(ws.repo, state.new_base, chain, resolved)
         for i, ((n, c), (_n, moved)) in enumerate(zip(chain, absorbed, strict=True)):
             if moved != c:
-                new_done[i] = (n, moved, "modified")
                 results[i] = replay.PatchResult(n, "modified", moved, results[i].conflicts, results[i].flags)
         parent = absorbed[-1][1]
     # then the patches not replayed yet
-    remaining = patches[len(new_done) :]
-    if not (new_done and new_done[-1][2] == "conflict"):
-        if recorded:
-            store.record(recorded, "pq continue: resolutions recorded\n")
-            recorded = []
+    if recorded:  # before the replay below, which looks them up
+        store.record(recorded, "pq continue: resolutions recorded\n")
+    if not (results and results[-1].status == "conflict"):
         more = replay.replay(
             ws.repo,
-            list(remaining),
+            list(patches[len(results) :]),
             parent,
             labels=labels,
             stop=stop,
@@ -126,17 +115,12 @@ def do_continue(
             edited=edit_lookup(ws, store, target),
         )
         replayed.update(r.name for r in more)
-        new_flags += [c for r in more for c in r.flags]
         results += more
-        new_done += [(r.name, r.commit, r.status) for r in more]
-        stale_conflicts += [c for r in more for c in r.conflicts]
-    if recorded:
-        store.record(recorded, "pq continue: resolutions recorded\n")
     state = replace(
         state,
-        done=tuple(new_done),
-        conflicts=tuple(stale_conflicts),
-        flags=tuple([f for f in state.flags if f.patch not in replayed] + new_flags),
+        done=tuple((r.name, r.commit, r.status) for r in results),
+        conflicts=tuple(c for r in results for c in r.conflicts),
+        flags=tuple([f for f in state.flags if f.patch not in replayed] + [f for r in results for f in r.flags]),
     )
     return _advance(
         ws, state, target, results, progress=progress, command="continue", store=store, placements=placements

@@ -100,21 +100,6 @@ def module_files(ws: Workspace, commit: str) -> dict[str, bytes]:
     return {k: v for k, v in files.items() if not k.startswith(stack.VENDOR)}
 
 
-def build_files(
-    ws: Workspace, commit: str, *, out: Path, standalone_pkg: bool, writes: Writes | None = None
-) -> dict[str, bytes]:
-    """Write the modules of ``commit`` into ``out`` (through ``writes``, else as a journaled write of its own)."""
-    files = module_files(ws, commit)
-    if standalone_pkg:
-        files = standalone(files, out.name)
-    own = writes is None
-    writes = writes or Writes(ws, "build")
-    output.sync(out, files, writes)
-    if own:
-        writes.commit()
-    return files
-
-
 def _built_top(ws: Workspace) -> dict[str, bytes]:
     top = ws.repo.ref(stack.REF_TOP)
     return module_files(ws, top) if top is not None and ws.repo.has_object(top) else {}
@@ -140,10 +125,17 @@ def build_top(
     writes: Writes | None = None,
     applied: int | None = None,
 ) -> dict[str, bytes]:
-    """Build the top of the stack: ``applied`` patches on (default: as refs/pq/top says)."""
-    if applied is None:
-        applied = applied_count(ws, loaded)
-    return build_files(ws, loaded.top(applied), out=out or ws.out, standalone_pkg=standalone_pkg, writes=writes)
+    """Write the top of the stack, ``applied`` patches on (default: as refs/pq/top says), into ``out`` (through
+    ``writes``, else as a journaled write of its own)."""
+    out = out or ws.out
+    files = module_files(ws, loaded.top(applied_count(ws, loaded) if applied is None else applied))
+    if standalone_pkg:
+        files = standalone(files, out.name)
+    journal = writes or Writes(ws, "build")
+    output.sync(out, files, journal)
+    if writes is None:
+        journal.commit()
+    return files
 
 
 def finish(ws: Workspace, loaded: LoadedStack, writes: Writes, applied: int) -> dict[str, bytes]:

@@ -137,23 +137,19 @@ def _read_holder(lock: Path) -> dict[str, object] | None:
 def _holder_alive(holder: dict[str, object]) -> bool:
     pid = holder["pid"]
     assert isinstance(pid, int)
-    if pid <= 0 or not _alive(pid):
+    if pid <= 0:
         return False
-    recorded = holder.get("start")
-    if recorded is None:
-        return True  # no start time recorded: trust the pid
-    now = _start_time(pid)
-    return now is None or now == recorded  # None: no /proc here, so the pid is all we know
-
-
-def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass  # alive, another user's
+    recorded = holder.get("start")
+    if recorded is None:
+        return True  # no start time recorded: trust the pid
+    now = _start_time(pid)
+    return now is None or now == recorded  # None: no /proc here, so the pid is all we know
 
 
 def _start_time(pid: int) -> int | None:
