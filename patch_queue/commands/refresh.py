@@ -246,7 +246,6 @@ def _advance(
     writes = Writes(ws, command)
     patches, done, conflicts = state.patches, state.done, list(state.conflicts)
     finished = len(done) == len(patches)
-    last_conflicted = bool(done) and done[-1][2] == "conflict"
     new_patches = [(n, c) for n, c, _s in done]
     top_files = module_files(ws, new_patches[-1][1]) if new_patches else {}
     outcome = RefreshOutcome(
@@ -314,7 +313,7 @@ def _advance(
     writes.write(ws.state_dir / refresh_state.STATE_FILE, state.bytes(), group="state")
     output.sync(ws.out, module_files(ws, top), writes)
     writes.commit()
-    outcome.stopped_at = done[-1][0] if last_conflicted and not finished else None
+    outcome.stopped_at = done[-1][0] if done and done[-1][2] == "conflict" and not finished else None
     return outcome
 
 

@@ -73,7 +73,6 @@ def do_reproduce(
     dropped = write.refuse_out_edits(ws, discard=discard)
     store = rerere.Store(ws.repo)
     loaded: LoadedStack | None = None
-    edited = 0
     for i, step in enumerate(queue.lineage, 1):
         where = f"lineage step {i} ({step.kind}, `pq {step.command}`)"
         if step.kind == "adopt":
@@ -84,7 +83,6 @@ def do_reproduce(
         else:
             assert loaded is not None
             loaded = _edit(ws, loaded, step, where, store)
-        edited += len(step.edited)
     assert loaded is not None
     if loaded.queue.modules != queue.modules or loaded.queue.upstream.files != queue.upstream.files:
         raise QueueError(
@@ -109,6 +107,7 @@ def do_reproduce(
     if not series.is_file() or parse_series(series.read_text(encoding="utf-8", errors="replace")) != final_stack.names:
         writes.write(series, render_series(final_stack.names).encode(), group="patches")
     write.finish(ws, final_stack, writes, len(final_stack.patches))
+    edited = sum(len(step.edited) for step in queue.lineage)
     return Reproduced(len(queue.lineage), len(final.names), edited, False, output.discarded(dropped))
 
 

@@ -83,16 +83,15 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
         writes.write(root / name, None, group="patches")
 
 
-_IMPORT = re.compile(r"^(\s*)(from|import)(\s+)vllm_omni\.platforms\.npu\.worker\b", re.MULTILINE)
+_IMPORT = re.compile(r"^(\s*(?:from|import)\s+)vllm_omni\.platforms\.npu\.worker\b", re.MULTILINE)
 
 
 def standalone(files: dict[str, bytes], package: str) -> dict[str, bytes]:
     """Point the in-tree imports of the worker package into the standalone ``package``."""
-    out = {}
-    for path, data in files.items():
-        text = data.decode("utf-8")
-        out[path] = _IMPORT.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{package}", text).encode("utf-8")
-    return out
+    return {
+        path: _IMPORT.sub(lambda m: m.group(1) + package, data.decode("utf-8")).encode("utf-8")
+        for path, data in files.items()
+    }
 
 
 def module_files(ws: Workspace, commit: str) -> dict[str, bytes]:

@@ -45,23 +45,22 @@ class _File:
     new: str | None
 
 
+def _roots(ws: Workspace) -> dict[str, Path]:
+    return {"git": ws.repo.gitdir, "work": ws.root}  # .git first: it is below the work tree
+
+
 def _key(ws: Workspace, path: Path) -> str:
     path = path.absolute()
-    for prefix, root in (("git:", ws.repo.gitdir), ("work:", ws.root)):
-        try:
-            return prefix + path.relative_to(root).as_posix()
-        except ValueError:
-            continue
+    for kind, root in _roots(ws).items():
+        if path.is_relative_to(root):
+            return f"{kind}:{path.relative_to(root).as_posix()}"
     return "abs:" + str(path)
 
 
 def _path(ws: Workspace, key: str) -> Path:
     kind, _, rel = key.partition(":")
-    if kind == "git":
-        return ws.repo.gitdir / rel
-    if kind == "work":
-        return ws.root / rel
-    return Path(rel)
+    root = _roots(ws).get(kind)
+    return root / rel if root is not None else Path(rel)
 
 
 def _read(path: Path) -> bytes | None:

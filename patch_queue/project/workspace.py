@@ -8,6 +8,7 @@ series gives the same commit ids and moves no ref).
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import time
@@ -193,26 +194,22 @@ def upstream_reader(
 ) -> Callable[[str], bytes]:
     """Read the pinned upstream's files, each checked against its sha256 in queue.toml."""
     up = queue.upstream
-    snapshot: Snapshot | None = None
 
+    @functools.cache  # opened on the first read (a failed open is tried again on the next)
     def snap() -> Snapshot:
-        nonlocal snapshot
-        if snapshot is None:
-            if up.kind == "git":
-                location = upstream_git_location(upstream_git)
-                git = open_git(location, progress=progress)
-                commit = up.pin if _has_commit(git, up.pin) else None
-                if commit is None and up.public_commit:
-                    commit = git.find_public(up.public_commit)
-                if commit is None:
-                    raise SourceError(
-                        f"pinned upstream commit {up.public_commit or up.pin} is not in {location}; "
-                        "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
-                    )
-                snapshot = resolve_upstream(commit, upstream_git=location, progress=progress)
-            else:
-                snapshot = resolve_upstream(up.spec, progress=progress)
-        return snapshot
+        if up.kind != "git":
+            return resolve_upstream(up.spec, progress=progress)
+        location = upstream_git_location(upstream_git)
+        git = open_git(location, progress=progress)
+        commit = up.pin if _has_commit(git, up.pin) else None
+        if commit is None and up.public_commit:
+            commit = git.find_public(up.public_commit)
+        if commit is None:
+            raise SourceError(
+                f"pinned upstream commit {up.public_commit or up.pin} is not in {location}; "
+                "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
+            )
+        return resolve_upstream(commit, upstream_git=location, progress=progress)
 
     def read(path: str) -> bytes:
         data = snap().read(path)
