@@ -50,8 +50,7 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
             finally:
                 os.close(dfd)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 

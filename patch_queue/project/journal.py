@@ -95,19 +95,16 @@ class Writes:
 
     def commit(self) -> None:
         repo = self.ws.repo
+
+        def blob(data: bytes | None) -> str | None:
+            return None if data is None else repo.write_blob(data)
+
         files: list[_File] = []
         for path, (group, data) in sorted(self._files.items(), key=lambda kv: (GROUPS.index(kv[1][0]), str(kv[0]))):
             old = _read(path)
             if old == data:
                 continue
-            files.append(
-                _File(
-                    _key(self.ws, path),
-                    group,
-                    None if old is None else repo.write_blob(old),
-                    None if data is None else repo.write_blob(data),
-                )
-            )
+            files.append(_File(_key(self.ws, path), group, blob(old), blob(data)))
         refs = {k: v for k, v in sorted(self._refs.items()) if v[0] != v[1]}
         if not files and not refs:
             return
