@@ -35,6 +35,7 @@ import functools
 import hashlib
 import itertools
 import re
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -54,7 +55,7 @@ class MergeResult:
 
     @property
     def clean(self) -> bool:
-        return not any(r.conflict for r in self.regions)
+        return not self.conflicts
 
     @property
     def conflicts(self) -> list[Conflict]:
@@ -154,8 +155,7 @@ def _squash(lines: Sequence[str]) -> str:
 
     Omni block tokens stay in: a side that adds or drops a block never counts as layout-only.
     """
-    text = "".join(lines)
-    return re.sub(r"[\s,\\#()\[\]]", "", text).replace("'", '"')
+    return re.sub(r"[\s,\\#()\[\]]", "", "".join(lines)).replace("'", '"')
 
 
 _TRAILING_COMMENT = re.compile(r"\s+#[^\"']*$")
@@ -175,24 +175,18 @@ def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str])
     """A three-way merge of the region word by word; None unless it is clean."""
     bw, ow, tw = (_WORD.findall("".join(x)) for x in (base, ours, theirs))
 
-    def ops(other: list[str], side: int) -> list[tuple[int, int, tuple[str, ...], int]]:
+    def ops(other: list[str]) -> list[tuple[int, int, tuple[str, ...]]]:
         sm = difflib.SequenceMatcher(None, bw, other, autojunk=False)
-        return [(i1, i2, tuple(other[j1:j2]), side) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
+        return [(i1, i2, tuple(other[j1:j2])) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
 
-    mine, pat = ops(ow, 0), ops(tw, 1)
-    for s1, e1, w1, _ in mine:
-        for s2, e2, w2, _ in pat:
-            if (s1, e1, w1) == (s2, e2, w2):
-                continue
-            if s1 <= e2 and s2 <= e1:  # overlapping or touching
+    mine, pat = ops(ow), ops(tw)
+    for s1, e1, w1 in mine:
+        for s2, e2, w2 in pat:
+            if (s1, e1, w1) != (s2, e2, w2) and s1 <= e2 and s2 <= e1:  # overlapping or touching
                 return None
     out: list[str] = []
     pos = 0
-    done: set[tuple[int, int, tuple[str, ...]]] = set()
-    for s, e, w, _side in sorted(mine + pat):
-        if (s, e, w) in done:
-            continue
-        done.add((s, e, w))
+    for s, e, w in sorted(set(mine + pat)):  # an edit both sides made is taken once
         out += bw[pos:s]
         out += w
         pos = e
@@ -203,10 +197,8 @@ def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str])
 def _tokens_whole(merged: list[str], sources: list[str]) -> bool:
     """Every omni block token of a word-level merge still stands alone on its own line."""
     tokens = {line for line in sources if line.startswith(_TOKEN)}
-    text = "".join(merged)
-    return all(line in tokens for line in merged if _TOKEN in line) and text.count(_TOKEN) == sum(
-        1 for line in merged if line.startswith(_TOKEN)
-    )
+    starting = sum(1 for line in merged if line.startswith(_TOKEN))
+    return all(line in tokens for line in merged if _TOKEN in line) and "".join(merged).count(_TOKEN) == starting
 
 
 _CONTINUATION = re.compile(r"^(elif\b|else\s*:|except\b|finally\s*:)")
@@ -238,21 +230,18 @@ def _replaced_wholesale(
     end: int,
     ours: list[_Hunk],
     theirs: list[_Hunk],
-    expand: Callable[[Sequence[str]], list[str]] = list,
+    expand: Callable[[Sequence[str]], list[str]],
 ) -> bool:
     """Upstream changed only base lines the patch deleted (no look-alike of them left in its text).
 
     The patch's text is looked at with its omni blocks unfolded: a block that wraps an upstream
     line it kept does not replace that line.
     """
-    gone: set[int] = set()
-    for h in theirs:
-        gone.update(range(h.start, h.end))
+    gone = {j for h in theirs for j in range(h.start, h.end)}
     new_text = expand([line for h in theirs for line in h.lines])
     for h in ours:
-        if h.insertion:
-            inside = h.start - 1 in gone and h.start in gone
-            if not inside and not (h.start - 1 in gone and _continues(h.lines, base, h.start)):
+        if h.insertion:  # must sit inside the deletion, or carry on the deleted line above it
+            if not (h.start - 1 in gone and (h.start in gone or _continues(h.lines, base, h.start))):
                 return False
             continue
         for j in range(h.start, h.end):
@@ -289,24 +278,28 @@ def merge3(
     info = {**sides[0].info, **sides[1].info, **sides[2].info}
     b_lines, o_lines, t_lines = sides[0].lines, sides[1].lines, sides[2].lines
     hunks = _diff(b_lines, o_lines, "o") + _diff(b_lines, t_lines, "t")
+    theirs_hunks = [h for h in hunks if h.side == "t"]
     out: list[str] = []
     pending: list[tuple[int, Conflict, list[str]]] = []  # (index in out, region, folded text placed)
     pos = 0
-    theirs_changed: list[tuple[int, int]] = [(h.start, h.end) for h in hunks if h.side == "t"]
 
     def expand(lines: Sequence[str]) -> list[str]:
+        """The lines with each omni block token replaced by its block's lines."""
         res: list[str] = []
-        for line in lines:
-            res += blocks.get(line, [line])
+        pos = 0
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
+            res += lines[pos:k]
+            res += blocks.get(lines[k], [lines[k]])
+            pos = k + 1
+        res += lines[pos:]
         return res
 
+    def joined(lines: Sequence[str]) -> str:
+        return "".join(expand(lines))
+
     def anchor_of(*texts: Sequence[str]) -> Anchor | None:
-        for text in texts:
-            for line in text:
-                if line in info:
-                    block = info[line]
-                    return Anchor(block.index, block.start, block.first, block.fenced)
-        return None
+        block = next((info[line] for line in itertools.chain(*texts) if line in info), None)
+        return Anchor(block.index, block.start, block.first, block.fenced) if block else None
 
     def emit_region(region: Conflict, lines: list[str]) -> None:
         pending.append((len(out), region, lines))
@@ -323,64 +316,38 @@ def merge3(
         o = _apply(b_lines, start, end, mine)
         t = _apply(b_lines, start, end, pat)
         if not pat:
-            near = any(s - NEAR <= end and start <= e + NEAR for s, e in theirs_changed)
+            near = [h for h in theirs_hunks if h.start - NEAR <= end and start <= h.end + NEAR]
             if near:
-                region = Conflict(
-                    "near-block",
-                    "upstream changed lines next to an omni change; merged cleanly",
-                    False,
-                    _j(b, expand),
-                    _j(o, expand),
-                    _j(b, expand),
-                    anchor=anchor_of(_near_lines(t_lines, b_lines, start, end, hunks)),
-                )
-                emit_region(region, o)
+                message = "upstream changed lines next to an omni change; merged cleanly"
+                anchor = anchor_of([line for h in near for line in h.lines])
+                emit_region(Conflict("near-block", message, False, joined(b), joined(o), joined(b), anchor=anchor), o)
             else:
                 out += o
             continue
-        if not mine:
+        if not mine or o == t:
             out += t
             continue
-        if o == t:
-            out += o
-            continue
-        decided = _decide(b_lines, start, end, mine, pat, b, o, t, expand) if index not in veto else None
-        if decided is not None and not _blocks_kept(b, o, t, decided[2]):
-            decided = None  # never drop or duplicate an omni block: leave it to a human
+        eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
-        if decided is not None:
+        decided = None if index in veto else _decide(b_lines, start, end, mine, pat, b, o, t, expand)
+        if decided is not None and _blocks_kept(b, o, t, decided[2]):  # never drop or duplicate an omni block
             kind, message, lines = decided
-            region = Conflict(
-                kind, message, False, _j(b, expand), _j(o, expand), _j(t, expand), anchor=anchor, group=index
-            )
-            emit_region(region, lines)
+            emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
         kind = "both-changed"
         if all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = "anchor-lost"
         elif _replaced_wholesale(b_lines, start, end, mine, pat, expand):
             kind = "upstream-changed-replaced"
-        eb, eo, et = _j(b, expand), _j(o, expand), _j(t, expand)
         key = _key(key_prefix, anchor, eb, eo, et)
         reuse = recorded(key) if recorded is not None else None
         if reuse is not None:
-            region = Conflict(
-                "reused",
-                f"a recorded resolution of this {kind} conflict was applied",
-                False,
-                eb,
-                eo,
-                et,
-                key=key,
-                anchor=anchor,
-                reused=True,
-                group=index,
-            )
+            message = f"a recorded resolution of this {kind} conflict was applied"
+            region = Conflict("reused", message, False, eb, eo, et, key=key, anchor=anchor, reused=True, group=index)
             emit_region(region, reuse.splitlines(keepends=True))
             continue
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
-        region = Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index)
-        emit_region(region, [_MARK])
+        emit_region(Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index), [_MARK])
     out += b_lines[pos:]
     return _finish(out, pending, expand, labels)
 
@@ -398,36 +365,17 @@ def _blocks_kept(b: list[str], o: list[str], t: list[str], lines: list[str]) -> 
 
     A block both sides added counts once: the decision that would double it is refused.
     """
-
-    def count(seq: list[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for line in seq:
-            if line.startswith(_TOKEN):
-                out[line] = out.get(line, 0) + 1
-        return out
-
-    cb, co, ct, got = count(b), count(o), count(t), count(lines)
-    for token in set(cb) | set(co) | set(ct) | set(got):
-        base = cb.get(token, 0)
-        d_o, d_t = co.get(token, 0) - base, ct.get(token, 0) - base
+    cb, co, ct, got = (Counter(line for line in seq if line.startswith(_TOKEN)) for seq in (b, o, t, lines))
+    for token in cb | co | ct | got:
+        base = cb[token]
+        d_o, d_t = co[token] - base, ct[token] - base
         if d_o * d_t > 0:  # both sides added (or both removed) the block: once, not twice
             want = base + (d_o if abs(d_o) >= abs(d_t) else d_t)
         else:
             want = base + d_o + d_t
-        if got.get(token, 0) != max(0, want):
+        if got[token] != max(0, want):
             return False
     return True
-
-
-def _near_lines(t_lines: list[str], b_lines: list[str], start: int, end: int, hunks: list[_Hunk]) -> list[str]:
-    """The patch's new lines from its hunks within NEAR lines of base range [start, end)."""
-    return [
-        line for h in hunks if h.side == "t" and h.start - NEAR <= end and start <= h.end + NEAR for line in h.lines
-    ]
-
-
-def _j(lines: Sequence[str], expand: Callable[[Sequence[str]], list[str]]) -> str:
-    return "".join(expand(lines))
 
 
 def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) -> str:
@@ -470,9 +418,7 @@ def _decide(
     if _code(t) == _code(b) and _code(o) != _code(b):
         return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
     words = _word_merge(b, o, t)
-    if words is not None and not _tokens_whole(words, b + o + t):
-        words = None
-    if words is not None:
+    if words is not None and _tokens_whole(words, b + o + t):
         return "merged-words", "both sides changed these lines in different words; merged word by word", words
     if _replaced_wholesale(base, start, end, mine, pat, expand):
         return "kept-replacement", "upstream changed lines the omni patch replaced; the omni text is kept", t
@@ -503,35 +449,36 @@ def _place(
     """
     changed: set[int] = set()
     deleted: set[int] = set()  # base lines the fixed side removed without putting anything in their place
-    fixed_ins: dict[int, list[str]] = {}
+    fixed_ins: defaultdict[int, list[str]] = defaultdict(list)
     replace_at: dict[int, _Hunk] = {}
     for h in fixed:
         changed.update(range(h.start, h.end))
         if not h.lines:
             deleted.update(range(h.start, h.end))
         if h.insertion:
-            fixed_ins.setdefault(h.start, []).extend(h.lines)
+            fixed_ins[h.start].extend(h.lines)
         else:
             replace_at[h.start] = h
 
     def kept(j: int) -> bool:
         return 0 <= j < len(base) and j not in changed
 
-    slot_a: dict[int, list[str]] = {}  # right after base line k-1, before fixed insertions at k
-    slot_b: dict[int, list[str]] = {}  # right before base line k, after fixed insertions at k
+    slot_a: defaultdict[int, list[str]] = defaultdict(list)  # right after base line k-1, before fixed insertions at k
+    slot_b: defaultdict[int, list[str]] = defaultdict(list)  # right before base line k, after fixed insertions at k
     both = False
     for h in inserts:
         k = h.start
         if k in fixed_ins:
             both = True
             # upstream's new lines stay right under the anchor line; the omni lines follow them
-            (slot_b if upstream_first else slot_a).setdefault(k, []).extend(h.lines)
+            slot = slot_b if upstream_first else slot_a
         elif kept(k - 1) or k == 0:
-            slot_a.setdefault(k, []).extend(h.lines)
+            slot = slot_a
         elif (kept(k) or k >= len(base)) and not (k - 1 in deleted and _continues(h.lines, base, k)):
-            slot_b.setdefault(k, []).extend(h.lines)
+            slot = slot_b
         else:
             return None  # both anchors gone, or the lines carry on code the other side deleted
+        slot[k].extend(h.lines)
     out: list[str] = []
     j = start
     while True:
@@ -557,23 +504,14 @@ def _finish(
     text: list[str] = []
     regions: list[Conflict] = []
     i = 0
-
-    def expand_into(lines: list[str]) -> None:
-        pos = 0
-        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
-            text.extend(lines[pos:k])
-            text.extend(expand([lines[k]]))
-            pos = k + 1
-        text.extend(lines[pos:])
-
     for index, region, placed in pending:  # in output order; a region may place no line at all
-        expand_into(out[i:index])
+        text += expand(out[i:index])
         body = _markers(region, labels) if region.conflict else expand(placed)
         resolution = region.resolution if region.conflict else "".join(body)
         regions.append(replace(region, line=len(text) + 1, length=len(body), resolution=resolution))
         text += body
         i = index + len(placed)
-    expand_into(out[i:])
+    text += expand(out[i:])
     return MergeResult("".join(text), regions)
 
 
