@@ -44,7 +44,7 @@ class FenceProblem:
     message: str
 
 
-def _indent(line: str) -> int:
+def indent_of(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
@@ -67,7 +67,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
     def close(i: int) -> None:
         """Line ``i`` closes the open block (reported when at another indentation)."""
         assert open_at is not None
-        indent = _indent(lines[i])
+        indent = indent_of(lines[i])
         if indent != open_indent:
             problems.append(
                 FenceProblem(
@@ -95,7 +95,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
         line = lines[i]
         if FENCE.match(line):
             if open_at is None:
-                open_at, open_indent = i, _indent(line)
+                open_at, open_indent = i, indent_of(line)
             else:
                 close(i)
                 open_at = None
@@ -106,7 +106,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
                 open_at = None
                 continue
             stripped = line.strip()
-            if stripped and _indent(line) < open_indent and not stripped.startswith("#"):
+            if stripped and indent_of(line) < open_indent and not stripped.startswith("#"):
                 problems.append(
                     FenceProblem(
                         open_at + 1, f"Omni-new block is not closed before line {i + 1}, which leaves its indentation"
@@ -115,7 +115,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
                 open_at = None
             continue
         if INLINE.search(line) and not line.lstrip().startswith("#"):
-            blocks.append((i, i, _indent(line), False))
+            blocks.append((i, i, indent_of(line), False))
     if open_at is not None:
         problems.append(FenceProblem(open_at + 1, "Omni-new block is never closed"))
     out = [

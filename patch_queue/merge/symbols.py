@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from patch_queue.errors import PqError
+from patch_queue.merge.anchors import indent_of
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,6 @@ def _is_comment(line: str) -> bool:
     return line.lstrip().startswith("#")
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
 def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int) -> tuple[int, int]:
     """Widen [first, last] (0-based) over the glued comment block above and trailing comments below.
 
@@ -53,7 +50,7 @@ def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int
     sibling's last statement), so a comment is never claimed by two symbols.
     """
     start = first
-    while start - 1 >= floor and _is_comment(lines[start - 1]) and _indent(lines[start - 1]) == indent:
+    while start - 1 >= floor and _is_comment(lines[start - 1]) and indent_of(lines[start - 1]) == indent:
         start -= 1
     end = last
     probe = last + 1
@@ -62,7 +59,7 @@ def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int
         if not line.strip():
             probe += 1
             continue
-        if _is_comment(line) and _indent(line) > indent:
+        if _is_comment(line) and indent_of(line) > indent:
             end = probe
             probe += 1
             continue
@@ -158,7 +155,7 @@ def scan_methods(source: str, class_name: str) -> dict[str, str]:
         if current is not None:
             buf.append(source[prev:start])
         prev = end
-        ind = _indent(line)
+        ind = indent_of(line)
         if ind == 0 and not stripped.startswith("#"):
             flush()
             return out
@@ -209,7 +206,7 @@ def _scan_methods_lines(source: str, class_name: str) -> dict[str, str]:
             if current is not None:
                 buf.append(line)
             continue
-        ind = _indent(line)
+        ind = indent_of(line)
         if ind == 0 and not stripped.startswith("#"):
             break
         if ind <= 4:

@@ -77,12 +77,11 @@ class _Side:
 def _fold(text: str) -> _Side:
     """The text with its omni blocks folded (cached: a replay folds each patch's text twice; read-only)."""
     lines = text.splitlines(keepends=True)
-    found, _problems = anchors.parse_blocks(text)
     blocks: dict[str, list[str]] = {}
     info: dict[str, anchors.Block] = {}
     out: list[str] = []
     pos = 0
-    for b in found:
+    for b in anchors.parse_blocks(text)[0]:
         if not b.fenced or b.start - 1 < pos:
             continue
         body = lines[b.start - 1 : b.end]
@@ -109,8 +108,7 @@ class _Hunk:
 
 
 def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
-    a = "".join(base).encode("utf-8", "surrogateescape")
-    b = "".join(other).encode("utf-8", "surrogateescape")
+    a, b = ("".join(x).encode("utf-8", "surrogateescape") for x in (base, other))
     return [
         _Hunk(start, start + count, tuple(other[new_start : new_start + new_count]), side)
         for start, count, new_start, new_count in diff.line_hunks(a, b, patience=True)
@@ -119,10 +117,9 @@ def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
 
 def _groups(hunks: list[_Hunk]) -> list[list[_Hunk]]:
     """Hunks gathered where they overlap, or where an insertion touches another hunk (its anchor)."""
-    ordered = sorted(hunks, key=lambda h: (h.start, h.end, h.side))
     groups: list[list[_Hunk]] = []
     end = -1
-    for h in ordered:
+    for h in sorted(hunks, key=lambda h: (h.start, h.end, h.side)):
         if groups:
             g = groups[-1]
             inserted_at_end = any(x.insertion and x.start == end for x in g)
@@ -163,11 +160,11 @@ _TRAILING_COMMENT = re.compile(r"\s+#[^\"']*$")
 
 def _code(lines: Sequence[str]) -> str:
     """The squashed text without comments (whole comment lines and plain trailing comments)."""
-    kept = []
-    for line in lines:
-        if line.lstrip().startswith("#") and not line.startswith(_TOKEN):
-            continue
-        kept.append(_TRAILING_COMMENT.sub("", line.rstrip("\n")) + "\n")
+    kept = [
+        _TRAILING_COMMENT.sub("", line.rstrip("\n")) + "\n"
+        for line in lines
+        if not line.lstrip().startswith("#") or line.startswith(_TOKEN)
+    ]
     return _squash(kept)
 
 
@@ -204,10 +201,6 @@ def _tokens_whole(merged: list[str], sources: list[str]) -> bool:
 _CONTINUATION = re.compile(r"^(elif\b|else\s*:|except\b|finally\s*:)")
 
 
-def _indent_of(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
 def _continues(lines: Sequence[str], base: list[str], k: int) -> bool:
     """Inserted ``lines`` carry on the statement above them (``elif``/``else``/``except``/``finally``,
     or code deeper than the line that follows), so they belong to the code before position ``k``."""
@@ -217,7 +210,7 @@ def _continues(lines: Sequence[str], base: list[str], k: int) -> bool:
     if _CONTINUATION.match(first.lstrip()):
         return True
     following = next((line for line in base[k:] if line.strip()), None)
-    return following is not None and _indent_of(first) > _indent_of(following)
+    return following is not None and anchors.indent_of(first) > anchors.indent_of(following)
 
 
 def _similar(a: str, b: str) -> bool:
@@ -225,12 +218,7 @@ def _similar(a: str, b: str) -> bool:
 
 
 def _replaced_wholesale(
-    base: list[str],
-    start: int,
-    end: int,
-    ours: list[_Hunk],
-    theirs: list[_Hunk],
-    expand: Callable[[Sequence[str]], list[str]],
+    base: list[str], ours: list[_Hunk], theirs: list[_Hunk], expand: Callable[[Sequence[str]], list[str]]
 ) -> bool:
     """Upstream changed only base lines the patch deleted (no look-alike of them left in its text).
 
@@ -245,9 +233,7 @@ def _replaced_wholesale(
                 return False
             continue
         for j in range(h.start, h.end):
-            if j not in gone:
-                return False
-            if base[j].strip() and any(_similar(base[j], line) for line in new_text):
+            if j not in gone or (base[j].strip() and any(_similar(base[j], line) for line in new_text)):
                 return False
     return True
 
@@ -337,7 +323,7 @@ def merge3(
         kind = "both-changed"
         if all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = "anchor-lost"
-        elif _replaced_wholesale(b_lines, start, end, mine, pat, expand):
+        elif _replaced_wholesale(b_lines, mine, pat, expand):
             kind = "upstream-changed-replaced"
         key = _key(key_prefix, anchor, eb, eo, et)
         reuse = recorded(key) if recorded is not None else None
@@ -420,7 +406,7 @@ def _decide(
     words = _word_merge(b, o, t)
     if words is not None and _tokens_whole(words, b + o + t):
         return "merged-words", "both sides changed these lines in different words; merged word by word", words
-    if _replaced_wholesale(base, start, end, mine, pat, expand):
+    if _replaced_wholesale(base, mine, pat, expand):
         return "kept-replacement", "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
 
