@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from patch_queue.errors import PqError
@@ -116,73 +116,65 @@ def _trim_blank_tail(text: str) -> str:
     return text
 
 
-def scan_methods(source: str, class_name: str) -> dict[str, str]:
-    """Approximate method texts of one top-level class by indentation alone (adopt search only)."""
-    if any(ch in source for ch in _OTHER_BREAKS):
-        return _scan_methods_lines(source, class_name)
-    # the same scan, visiting only the lines indented 4 or less: deeper and blank lines only
-    # ever go to the current method, so they are taken as whole slices between those lines
-    out: dict[str, str] = {}
+def _trim_blank_lines(text: str) -> str:
+    """``text`` without its trailing blank lines, for any line break."""
+    lines = text.splitlines(keepends=True)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "".join(lines)
+
+
+def _shallow_lines(source: str, class_name: str) -> Iterator[tuple[str, str]]:
+    """(the text since the previous one, the line) for each non-blank line of the body of class
+    ``class_name`` indented 4 or less, then (the rest of the source, "").
+
+    Only the lines indented 4 or less are visited: the deeper and blank lines between them are
+    taken as whole slices.  Lines must end in "\n" only.
+    """
     pos = 0
-    body = -1
     while pos < len(source):
         end = source.find("\n", pos) + 1 or len(source)
         m = _CLASS.match(source[pos:end])
         pos = end
         if m and m.group(1) == class_name:
-            body = end
             break
-    if body < 0:
-        return out
-    current: str | None = None
-    buf: list[str] = []
-    pending: list[str] = []
-    prev = body
-
-    def flush() -> None:
-        nonlocal current, buf
-        if current is not None and current not in out:
-            out[current] = _trim_blank_tail("".join(buf))
-        current, buf = None, []
-
-    for found in _SHALLOW.finditer(source, body - 1):
+    else:
+        return
+    prev = pos
+    for found in _SHALLOW.finditer(source, pos - 1):
         start = found.start() + 1
         end = source.find("\n", start) + 1 or len(source)
         line = source[start:end]
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if current is not None:
-            buf.append(source[prev:start])
-        prev = end
-        ind = indent_of(line)
-        if ind == 0 and not stripped.startswith("#"):
-            flush()
-            return out
-        m = _DEF.match(line)
-        if m and ind == 4:
-            flush()
-            current = m.group(2)
-            buf = pending + [line]
-            pending = []
-        elif current is not None and stripped[0] in ")]}":
-            buf.append(line)
-        elif ind == 4 and stripped.startswith(("@", "#")):
-            flush()
-            pending.append(line)
+        if line.strip():
+            yield source[prev:start], line
+            prev = end
+    yield source[prev:], ""
+
+
+def _shallow_lines_any_break(source: str, class_name: str) -> Iterator[tuple[str, str]]:
+    """:func:`_shallow_lines` for any line break, one line at a time."""
+    lines = iter(source.splitlines(keepends=True))
+    for line in lines:
+        m = _CLASS.match(line)
+        if m and m.group(1) == class_name:
+            break
+    else:
+        return
+    gap: list[str] = []
+    for line in lines:
+        if line.strip() and indent_of(line) <= 4:
+            yield "".join(gap), line
+            gap = []
         else:
-            flush()
-            pending = []
-    if current is not None:
-        buf.append(source[prev:])
-    flush()
-    return out
+            gap.append(line)
+    yield "".join(gap), ""
 
 
-def _scan_methods_lines(source: str, class_name: str) -> dict[str, str]:
-    lines = source.splitlines(keepends=True)
+def scan_methods(source: str, class_name: str) -> dict[str, str]:
+    """Approximate method texts of one top-level class by indentation alone (adopt search only)."""
+    plain = not any(ch in source for ch in _OTHER_BREAKS)  # the fast path: lines end in "\n" only
+    trim = _trim_blank_tail if plain else _trim_blank_lines
     out: dict[str, str] = {}
-    in_class = False
     current: str | None = None
     buf: list[str] = []
     pending: list[str] = []  # decorators/comments seen before the next def
@@ -190,43 +182,30 @@ def _scan_methods_lines(source: str, class_name: str) -> dict[str, str]:
     def flush() -> None:
         nonlocal current, buf
         if current is not None and current not in out:
-            while buf and not buf[-1].strip():
-                buf.pop()
-            out[current] = "".join(buf)
+            out[current] = trim("".join(buf))
         current, buf = None, []
 
-    for line in lines:
-        if not in_class:
-            m = _CLASS.match(line)
-            if m and m.group(1) == class_name:
-                in_class = True
-            continue
-        stripped = line.strip()
-        if not stripped:
-            if current is not None:
-                buf.append(line)
-            continue
-        ind = indent_of(line)
-        if ind == 0 and not stripped.startswith("#"):
-            break
-        if ind <= 4:
-            m = _DEF.match(line)
-            if m and ind == 4:
-                flush()
-                current = m.group(2)
-                buf = pending + [line]
-                pending = []
-            elif current is not None and stripped[0] in ")]}":
-                buf.append(line)  # the closing line of a multi-line signature
-            elif ind == 4 and stripped.startswith(("@", "#")):
-                flush()
-                pending.append(line)
-            else:
-                flush()
-                pending = []
-            continue
+    for gap, line in (_shallow_lines if plain else _shallow_lines_any_break)(source, class_name):
         if current is not None:
-            buf.append(line)
+            buf.append(gap)  # deeper and blank lines only ever go to the current method
+        stripped = line.strip()
+        ind = indent_of(line)
+        if not stripped or (ind == 0 and not stripped.startswith("#")):
+            break  # the end of the source or of the class
+        m = _DEF.match(line)
+        if m and ind == 4:
+            flush()
+            current = m.group(2)
+            buf = pending + [line]
+            pending = []
+        elif current is not None and stripped[0] in ")]}":
+            buf.append(line)  # the closing line of a multi-line signature
+        elif ind == 4 and stripped.startswith(("@", "#")):
+            flush()
+            pending.append(line)
+        else:
+            flush()
+            pending = []
     flush()
     return out
 
