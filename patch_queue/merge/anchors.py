@@ -14,6 +14,7 @@ method or branch it starts in).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
 
     def close(i: int) -> None:
         """Line ``i`` closes the open block (reported when at another indentation)."""
+        nonlocal open_at
         assert open_at is not None
         indent = indent_of(lines[i])
         if indent != open_indent:
@@ -77,16 +79,15 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
                 )
             )
         blocks.append((open_at, i, open_indent, True))
+        open_at = None
 
     # outside an open block only lines that carry the word can matter: skip straight to them
     marked = list(itertools.compress(range(len(lines)), map(str.__contains__, lines, itertools.repeat("Omni-new"))))
-    nxt = 0  # index into ``marked``
     i = -1
     while True:
         i += 1
         if open_at is None:
-            while nxt < len(marked) and marked[nxt] < i:
-                nxt += 1
+            nxt = bisect.bisect_left(marked, i)
             if nxt == len(marked):
                 break
             i = marked[nxt]
@@ -98,12 +99,10 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
                 open_at, open_indent = i, indent_of(line)
             else:
                 close(i)
-                open_at = None
             continue
         if open_at is not None:
             if PLAIN.match(line):
                 close(i)
-                open_at = None
                 continue
             stripped = line.strip()
             if stripped and indent_of(line) < open_indent and not stripped.startswith("#"):

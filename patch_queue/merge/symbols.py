@@ -53,17 +53,12 @@ def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int
     while start - 1 >= floor and _is_comment(lines[start - 1]) and indent_of(lines[start - 1]) == indent:
         start -= 1
     end = last
-    probe = last + 1
-    while probe < len(lines):
+    for probe in range(last + 1, len(lines)):
         line = lines[probe]
-        if not line.strip():
-            probe += 1
-            continue
         if _is_comment(line) and indent_of(line) > indent:
             end = probe
-            probe += 1
-            continue
-        break
+        elif line.strip():
+            break
     return start, end
 
 
@@ -217,12 +212,8 @@ def project(texts: Sequence[Symbol]) -> str:
     modules lay them out, so diff hunks against the downstream file stay small and readable.
     """
     parts: list[str] = []
-    previous: Symbol | None = None
-    for sym in texts:
-        if previous is not None:
-            blank = 1 if (sym.is_method and previous.is_method) else 2
-            parts.append("\n" * blank)
-        text = sym.text if sym.text.endswith("\n") else sym.text + "\n"
-        parts.append(text)
-        previous = sym
+    for i, sym in enumerate(texts):
+        if i:
+            parts.append("\n" if sym.is_method and texts[i - 1].is_method else "\n\n")
+        parts.append(sym.text if sym.text.endswith("\n") else sym.text + "\n")
     return "".join(parts)
