@@ -46,6 +46,7 @@ from patch_queue.merge.conflict import Anchor, Conflict
 NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
 _TOKEN = "\u241fpq-omni-block:"  # no NUL: libgit2 would call the text binary
 _WORD = re.compile(r"\w+|\s+|[^\w\s]")
+_Expand = Callable[[Sequence[str]], list[str]]  # folded lines -> the lines with their omni blocks unfolded
 
 
 @dataclass
@@ -217,9 +218,7 @@ def _similar(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio() >= 0.6
 
 
-def _replaced_wholesale(
-    base: list[str], ours: list[_Hunk], theirs: list[_Hunk], expand: Callable[[Sequence[str]], list[str]]
-) -> bool:
+def _replaced_wholesale(base: list[str], ours: list[_Hunk], theirs: list[_Hunk], expand: _Expand) -> bool:
     """Upstream changed only base lines the patch deleted (no look-alike of them left in its text).
 
     The patch's text is looked at with its omni blocks unfolded: a block that wraps an upstream
@@ -315,7 +314,7 @@ def merge3(
             continue
         eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
-        decided = None if index in veto else _decide(b_lines, start, end, mine, pat, b, o, t, expand)
+        decided = None if index in veto else _decide(b_lines, start, end, mine, pat, expand)
         if decided is not None and _blocks_kept(b, o, t, decided[2]):  # never drop or duplicate an omni block
             kind, message, lines = decided
             emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
@@ -372,17 +371,10 @@ def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) 
 
 
 def _decide(
-    base: list[str],
-    start: int,
-    end: int,
-    mine: list[_Hunk],
-    pat: list[_Hunk],
-    b: list[str],
-    o: list[str],
-    t: list[str],
-    expand: Callable[[Sequence[str]], list[str]],
+    base: list[str], start: int, end: int, mine: list[_Hunk], pat: list[_Hunk], expand: _Expand
 ) -> tuple[str, str, list[str]] | None:
     """(kind, message, lines) of an automatic resolution of a group, or None for a conflict."""
+    b, o, t = base[start:end], _apply(base, start, end, mine), _apply(base, start, end, pat)
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
         return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
     for fixed, inserts, upstream_first, moved in (
@@ -417,13 +409,7 @@ def _has_run(lines: list[str], run: list[str]) -> bool:
 
 
 def _place(
-    base: list[str],
-    start: int,
-    end: int,
-    fixed: list[_Hunk],
-    inserts: list[_Hunk],
-    *,
-    upstream_first: bool,
+    base: list[str], start: int, end: int, fixed: list[_Hunk], inserts: list[_Hunk], *, upstream_first: bool
 ) -> tuple[list[str], bool] | None:
     """Apply ``fixed``, then put each pure insertion of ``inserts`` next to its surviving anchor line.
 
@@ -481,10 +467,7 @@ def _place(
 
 
 def _finish(
-    out: list[str],
-    pending: list[tuple[int, Conflict, list[str]]],
-    expand: Callable[[Sequence[str]], list[str]],
-    labels: tuple[str, str, str],
+    out: list[str], pending: list[tuple[int, Conflict, list[str]]], expand: _Expand, labels: tuple[str, str, str]
 ) -> MergeResult:
     """Expand tokens and conflict placeholders into the final text, filling each region's line."""
     text: list[str] = []
@@ -502,18 +485,15 @@ def _finish(
 
 
 def _markers(region: Conflict, labels: tuple[str, str, str]) -> list[str]:
-    def body(s: str) -> list[str]:
-        lines = s.splitlines(keepends=True)
+    def section(marker: str, side: str | None) -> list[str]:
+        lines = (side or "").splitlines(keepends=True)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
-        return lines
+        return [marker, *lines]
 
-    return (
-        [f"<<<<<<< {labels[1]}\n"]
-        + body(region.ours or "")
-        + [f"||||||| {labels[0]}\n"]
-        + body(region.base or "")
-        + ["=======\n"]
-        + body(region.theirs or "")
-        + [f">>>>>>> {labels[2]}\n"]
-    )
+    return [
+        *section(f"<<<<<<< {labels[1]}\n", region.ours),
+        *section(f"||||||| {labels[0]}\n", region.base),
+        *section("=======\n", region.theirs),
+        f">>>>>>> {labels[2]}\n",
+    ]
