@@ -73,8 +73,7 @@ def symbols_ast(source: str, *, path: str = "<source>") -> dict[str, Symbol]:
 
     def collect(body: Iterable[ast.stmt], prefix: str, indent: int, floor: int) -> None:
         for node in body:
-            kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-            if isinstance(node, kinds):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
                 last = (node.end_lineno or node.lineno) - 1
                 start, end = _extent(lines, first, last, indent, floor)

@@ -121,15 +121,13 @@ def _groups(hunks: list[_Hunk]) -> list[list[_Hunk]]:
     groups: list[list[_Hunk]] = []
     end = -1
     for h in sorted(hunks, key=lambda h: (h.start, h.end, h.side)):
-        if groups:
-            g = groups[-1]
-            inserted_at_end = any(x.insertion and x.start == end for x in g)
-            if h.start < end or (h.start == end and (h.insertion or inserted_at_end)):
-                g.append(h)
-                end = max(end, h.end)
-                continue
-        groups.append([h])
-        end = h.end
+        touches = h.start == end and (h.insertion or any(x.insertion and x.start == end for x in groups[-1]))
+        if h.start < end or touches:  # never true for the first hunk: end is -1
+            groups[-1].append(h)
+            end = max(end, h.end)
+        else:
+            groups.append([h])
+            end = h.end
     return groups
 
 
@@ -334,7 +332,19 @@ def merge3(
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
         emit_region(Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index), [_MARK])
     out += b_lines[pos:]
-    return _finish(out, pending, expand, labels)
+    # unfold the tokens and the conflict placeholders into the final text, filling in each region's line
+    text: list[str] = []
+    regions: list[Conflict] = []
+    i = 0
+    for at, region, placed in pending:  # in output order; a region may place no line at all
+        text += expand(out[i:at])
+        body = _markers(region, labels) if region.conflict else expand(placed)
+        resolution = region.resolution if region.conflict else "".join(body)
+        regions.append(replace(region, line=len(text) + 1, length=len(body), resolution=resolution))
+        text += body
+        i = at + len(placed)
+    text += expand(out[i:])
+    return MergeResult("".join(text), regions)
 
 
 _MARK = "\u241fpq-conflict\n"
@@ -464,24 +474,6 @@ def _place(
         out.append(base[j])
         j += 1
     return out, both
-
-
-def _finish(
-    out: list[str], pending: list[tuple[int, Conflict, list[str]]], expand: _Expand, labels: tuple[str, str, str]
-) -> MergeResult:
-    """Expand tokens and conflict placeholders into the final text, filling each region's line."""
-    text: list[str] = []
-    regions: list[Conflict] = []
-    i = 0
-    for index, region, placed in pending:  # in output order; a region may place no line at all
-        text += expand(out[i:index])
-        body = _markers(region, labels) if region.conflict else expand(placed)
-        resolution = region.resolution if region.conflict else "".join(body)
-        regions.append(replace(region, line=len(text) + 1, length=len(body), resolution=resolution))
-        text += body
-        i = index + len(placed)
-    text += expand(out[i:])
-    return MergeResult("".join(text), regions)
 
 
 def _markers(region: Conflict, labels: tuple[str, str, str]) -> list[str]:
