@@ -429,18 +429,14 @@ def _place(
     one place, upstream's lines go first and the omni lines after them: on the upgrades from
     vllm-omni 0.14.0 to 0.20.0 this agreed with the maintainers more often than the reverse.
     """
-    changed: set[int] = set()
-    deleted: set[int] = set()  # base lines the fixed side removed without putting anything in their place
+    changed = {j for h in fixed for j in range(h.start, h.end)}
+    # base lines the fixed side removed without putting anything in their place
+    deleted = {j for h in fixed if not h.lines for j in range(h.start, h.end)}
+    replace_at = {h.start: h for h in fixed if not h.insertion}
     fixed_ins: defaultdict[int, list[str]] = defaultdict(list)
-    replace_at: dict[int, _Hunk] = {}
     for h in fixed:
-        changed.update(range(h.start, h.end))
-        if not h.lines:
-            deleted.update(range(h.start, h.end))
         if h.insertion:
             fixed_ins[h.start].extend(h.lines)
-        else:
-            replace_at[h.start] = h
 
     def kept(j: int) -> bool:
         return 0 <= j < len(base) and j not in changed
