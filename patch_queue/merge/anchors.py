@@ -14,6 +14,7 @@ method or branch it starts in).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ class FenceProblem:
     message: str
 
 
-def _indent(line: str) -> int:
+def indent_of(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
@@ -66,8 +67,9 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
 
     def close(i: int) -> None:
         """Line ``i`` closes the open block (reported when at another indentation)."""
+        nonlocal open_at
         assert open_at is not None
-        indent = _indent(lines[i])
+        indent = indent_of(lines[i])
         if indent != open_indent:
             problems.append(
                 FenceProblem(
@@ -77,16 +79,15 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
                 )
             )
         blocks.append((open_at, i, open_indent, True))
+        open_at = None
 
     # outside an open block only lines that carry the word can matter: skip straight to them
     marked = list(itertools.compress(range(len(lines)), map(str.__contains__, lines, itertools.repeat("Omni-new"))))
-    nxt = 0  # index into ``marked``
     i = -1
     while True:
         i += 1
         if open_at is None:
-            while nxt < len(marked) and marked[nxt] < i:
-                nxt += 1
+            nxt = bisect.bisect_left(marked, i)
             if nxt == len(marked):
                 break
             i = marked[nxt]
@@ -95,18 +96,16 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
         line = lines[i]
         if FENCE.match(line):
             if open_at is None:
-                open_at, open_indent = i, _indent(line)
+                open_at, open_indent = i, indent_of(line)
             else:
                 close(i)
-                open_at = None
             continue
         if open_at is not None:
             if PLAIN.match(line):
                 close(i)
-                open_at = None
                 continue
             stripped = line.strip()
-            if stripped and _indent(line) < open_indent and not stripped.startswith("#"):
+            if stripped and indent_of(line) < open_indent and not stripped.startswith("#"):
                 problems.append(
                     FenceProblem(
                         open_at + 1, f"Omni-new block is not closed before line {i + 1}, which leaves its indentation"
@@ -115,7 +114,7 @@ def parse_blocks(text: str) -> tuple[list[Block], list[FenceProblem]]:
                 open_at = None
             continue
         if INLINE.search(line) and not line.lstrip().startswith("#"):
-            blocks.append((i, i, _indent(line), False))
+            blocks.append((i, i, indent_of(line), False))
     if open_at is not None:
         problems.append(FenceProblem(open_at + 1, "Omni-new block is never closed"))
     out = [

@@ -3,9 +3,11 @@ the helpers that read one side of a conflicted text."""
 
 from __future__ import annotations
 
+import ast
 import functools
 from collections.abc import Callable
 
+from patch_queue.merge.conflict import Conflict
 from patch_queue.merge.three_way import MergeResult, merge3
 
 
@@ -36,15 +38,8 @@ def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str
     return "".join(out), where
 
 
-def ours_side(text: str) -> tuple[str, list[int]]:
-    """``text`` with every conflict region reduced to its first (upstream) side, and the line map."""
-    return one_side(text, "ours")
-
-
 def syntax_error_line(text: str) -> int | None:
     """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles."""
-    import ast
-
     try:
         ast.parse(text)
     except SyntaxError as exc:
@@ -55,7 +50,7 @@ def syntax_error_line(text: str) -> int | None:
 @functools.lru_cache(maxsize=16)
 def _ours_side_error(text: str) -> int | None:
     """:func:`syntax_error_line` of the upstream side of ``text`` (cached: a replay checks each text twice)."""
-    return syntax_error_line(ours_side(text)[0])
+    return syntax_error_line(one_side(text)[0])
 
 
 def merge3_checked(
@@ -73,12 +68,19 @@ def merge3_checked(
     side): then the merged text, read the same way, must compile too.  The resolution nearest
     before the first syntax error is vetoed and the merge redone, until it compiles.
     """
-    result = merge3(base, ours, theirs, labels=labels, key_prefix=key_prefix, recorded=recorded)
-    if not any(not r.conflict and r.group >= 0 and r.kind != "near-block" for r in result.regions):
+
+    def run(veto: frozenset[int] = frozenset()) -> MergeResult:
+        return merge3(base, ours, theirs, labels=labels, key_prefix=key_prefix, recorded=recorded, veto=veto)
+
+    def automatic(r: Conflict) -> bool:  # near-block flags are in no group
+        return not r.conflict and r.group >= 0
+
+    result = run()
+    if not any(automatic(r) for r in result.regions):
         return result  # no automatic resolution that a veto could take back: nothing to check
     veto: set[int] = set()
     for attempt in range(12):
-        probe, where = ours_side(result.text)
+        probe, where = one_side(result.text)
         error = syntax_error_line(probe)
         if error is None:
             return result
@@ -86,20 +88,9 @@ def merge3_checked(
         if attempt == 0 and any(_ours_side_error(x) is not None for x in (base, ours, theirs)):
             return result
         line = where[min(error, len(where)) - 1]
-        decided = [
-            r
-            for r in result.regions
-            if not r.conflict
-            and r.group >= 0
-            and r.group not in veto
-            and r.kind != "near-block"
-            and (r.line or 0) <= line + 1
-        ]
+        decided = [r for r in result.regions if automatic(r) and r.group not in veto and (r.line or 0) <= line + 1]
         if not decided:
             return result
-        culprit = max(decided, key=lambda r: r.line or 0)
-        veto.add(culprit.group)
-        result = merge3(
-            base, ours, theirs, labels=labels, key_prefix=key_prefix, recorded=recorded, veto=frozenset(veto)
-        )
+        veto.add(max(decided, key=lambda r: r.line or 0).group)
+        result = run(frozenset(veto))
     return result

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -94,15 +97,11 @@ class Conflict:
     def from_json(cls, raw: object, where: str, *, conflict: bool = True) -> Conflict:
         """Read :meth:`as_json`; ``conflict`` when the data does not say."""
         data = mapping(raw, where)
-        a = data.get("anchor")
         anchor = None
-        if a is not None:
-            am = mapping(a, f"{where}.anchor")
-            anchor = Anchor(
-                integer(am, "index", f"{where}.anchor"),
-                integer(am, "line", f"{where}.anchor"),
-                string(am, "text", f"{where}.anchor"),
-            )
+        if data.get("anchor") is not None:
+            aw = f"{where}.anchor"
+            a = mapping(data["anchor"], aw)
+            anchor = Anchor(integer(a, "index", aw), integer(a, "line", aw), string(a, "text", aw))
         culprits = []
         for i, c_raw in enumerate(listing(data, "culprits", where)):
             cw = f"{where}.culprits[{i}]"
@@ -111,10 +110,7 @@ class Conflict:
                 Culprit(string(c, "commit", cw), string(c, "subject", cw), integer(c, "pr", cw), string(c, "date", cw))
             )
         sides = mapping(data.get("sides"), f"{where}.sides")
-        side = {
-            n: string(sides, n, f"{where}.sides") if sides.get(n) is not None else None
-            for n in ("base", "upstream", "patch")
-        }
+        side = {n: _read(sides, n, f"{where}.sides", str, "a string") for n in ("base", "upstream", "patch")}
         is_conflict = boolean(data, "conflict", where, conflict)
         return cls(
             kind=string(data, "kind", where) or ("conflict" if is_conflict else "flag"),
@@ -124,7 +120,7 @@ class Conflict:
             ours=side["upstream"],
             theirs=side["patch"],
             line=integer(data, "line", where),
-            resolution=string(data, "resolution", where) if data.get("resolution") is not None else None,
+            resolution=_read(data, "resolution", where, str, "a string"),
             key=string(data, "key", where),
             anchor=anchor,
             reused=boolean(data, "reused", where, False),
@@ -142,31 +138,27 @@ def wrong(where: str, expected: str, value: object) -> ValueError:
     return ValueError(f"report {where}: expected {expected}, got {type(value).__name__}")
 
 
-def string(data: Mapping[str, object], key: str, where: str) -> str:
-    value = data.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise wrong(f"{where}.{key}", "a string", value)
-    return value
-
-
-def integer(data: Mapping[str, object], key: str, where: str) -> int | None:
+def _read(data: Mapping[str, object], key: str, where: str, kind: type[_T], expected: str) -> _T | None:
+    """``data[key]``, None when missing or null; a ValueError when it is not a ``kind`` (a bool is no integer)."""
     value = data.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise wrong(f"{where}.{key}", "an integer", value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise wrong(f"{where}.{key}", expected, value)
     return value
+
+
+def string(data: Mapping[str, object], key: str, where: str) -> str:
+    return _read(data, key, where, str, "a string") or ""
+
+
+def integer(data: Mapping[str, object], key: str, where: str) -> int | None:
+    return _read(data, key, where, int, "an integer")
 
 
 def boolean(data: Mapping[str, object], key: str, where: str, default: bool) -> bool:
-    value = data.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise wrong(f"{where}.{key}", "true or false", value)
-    return value
+    value = _read(data, key, where, bool, "true or false")
+    return default if value is None else value
 
 
 def mapping(value: object, where: str) -> Mapping[str, object]:
@@ -178,9 +170,4 @@ def mapping(value: object, where: str) -> Mapping[str, object]:
 
 
 def listing(data: Mapping[str, object], key: str, where: str) -> list[object]:
-    value = data.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise wrong(f"{where}.{key}", "a list", value)
-    return value
+    return _read(data, key, where, list, "a list") or []

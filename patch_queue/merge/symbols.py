@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from patch_queue.errors import PqError
+from patch_queue.merge.anchors import indent_of
 
 
 @dataclass(frozen=True)
@@ -42,10 +43,6 @@ def _is_comment(line: str) -> bool:
     return line.lstrip().startswith("#")
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
 def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int) -> tuple[int, int]:
     """Widen [first, last] (0-based) over the glued comment block above and trailing comments below.
 
@@ -53,20 +50,15 @@ def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int
     sibling's last statement), so a comment is never claimed by two symbols.
     """
     start = first
-    while start - 1 >= floor and _is_comment(lines[start - 1]) and _indent(lines[start - 1]) == indent:
+    while start - 1 >= floor and _is_comment(lines[start - 1]) and indent_of(lines[start - 1]) == indent:
         start -= 1
     end = last
-    probe = last + 1
-    while probe < len(lines):
+    for probe in range(last + 1, len(lines)):
         line = lines[probe]
-        if not line.strip():
-            probe += 1
-            continue
-        if _is_comment(line) and _indent(line) > indent:
+        if _is_comment(line) and indent_of(line) > indent:
             end = probe
-            probe += 1
-            continue
-        break
+        elif line.strip():
+            break
     return start, end
 
 
@@ -81,8 +73,7 @@ def symbols_ast(source: str, *, path: str = "<source>") -> dict[str, Symbol]:
 
     def collect(body: Iterable[ast.stmt], prefix: str, indent: int, floor: int) -> None:
         for node in body:
-            kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-            if isinstance(node, kinds):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
                 last = (node.end_lineno or node.lineno) - 1
                 start, end = _extent(lines, first, last, indent, floor)
@@ -119,73 +110,65 @@ def _trim_blank_tail(text: str) -> str:
     return text
 
 
-def scan_methods(source: str, class_name: str) -> dict[str, str]:
-    """Approximate method texts of one top-level class by indentation alone (adopt search only)."""
-    if any(ch in source for ch in _OTHER_BREAKS):
-        return _scan_methods_lines(source, class_name)
-    # the same scan, visiting only the lines indented 4 or less: deeper and blank lines only
-    # ever go to the current method, so they are taken as whole slices between those lines
-    out: dict[str, str] = {}
+def _trim_blank_lines(text: str) -> str:
+    """``text`` without its trailing blank lines, for any line break."""
+    lines = text.splitlines(keepends=True)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "".join(lines)
+
+
+def _shallow_lines(source: str, class_name: str) -> Iterator[tuple[str, str]]:
+    """(the text since the previous one, the line) for each non-blank line of the body of class
+    ``class_name`` indented 4 or less, then (the rest of the source, "").
+
+    Only the lines indented 4 or less are visited: the deeper and blank lines between them are
+    taken as whole slices.  Lines must end in "\n" only.
+    """
     pos = 0
-    body = -1
     while pos < len(source):
         end = source.find("\n", pos) + 1 or len(source)
         m = _CLASS.match(source[pos:end])
         pos = end
         if m and m.group(1) == class_name:
-            body = end
             break
-    if body < 0:
-        return out
-    current: str | None = None
-    buf: list[str] = []
-    pending: list[str] = []
-    prev = body
-
-    def flush() -> None:
-        nonlocal current, buf
-        if current is not None and current not in out:
-            out[current] = _trim_blank_tail("".join(buf))
-        current, buf = None, []
-
-    for found in _SHALLOW.finditer(source, body - 1):
+    else:
+        return
+    prev = pos
+    for found in _SHALLOW.finditer(source, pos - 1):
         start = found.start() + 1
         end = source.find("\n", start) + 1 or len(source)
         line = source[start:end]
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if current is not None:
-            buf.append(source[prev:start])
-        prev = end
-        ind = _indent(line)
-        if ind == 0 and not stripped.startswith("#"):
-            flush()
-            return out
-        m = _DEF.match(line)
-        if m and ind == 4:
-            flush()
-            current = m.group(2)
-            buf = pending + [line]
-            pending = []
-        elif current is not None and stripped[0] in ")]}":
-            buf.append(line)
-        elif ind == 4 and stripped.startswith(("@", "#")):
-            flush()
-            pending.append(line)
+        if line.strip():
+            yield source[prev:start], line
+            prev = end
+    yield source[prev:], ""
+
+
+def _shallow_lines_any_break(source: str, class_name: str) -> Iterator[tuple[str, str]]:
+    """:func:`_shallow_lines` for any line break, one line at a time."""
+    lines = iter(source.splitlines(keepends=True))
+    for line in lines:
+        m = _CLASS.match(line)
+        if m and m.group(1) == class_name:
+            break
+    else:
+        return
+    gap: list[str] = []
+    for line in lines:
+        if line.strip() and indent_of(line) <= 4:
+            yield "".join(gap), line
+            gap = []
         else:
-            flush()
-            pending = []
-    if current is not None:
-        buf.append(source[prev:])
-    flush()
-    return out
+            gap.append(line)
+    yield "".join(gap), ""
 
 
-def _scan_methods_lines(source: str, class_name: str) -> dict[str, str]:
-    lines = source.splitlines(keepends=True)
+def scan_methods(source: str, class_name: str) -> dict[str, str]:
+    """Approximate method texts of one top-level class by indentation alone (adopt search only)."""
+    plain = not any(ch in source for ch in _OTHER_BREAKS)  # the fast path: lines end in "\n" only
+    trim = _trim_blank_tail if plain else _trim_blank_lines
     out: dict[str, str] = {}
-    in_class = False
     current: str | None = None
     buf: list[str] = []
     pending: list[str] = []  # decorators/comments seen before the next def
@@ -193,43 +176,30 @@ def _scan_methods_lines(source: str, class_name: str) -> dict[str, str]:
     def flush() -> None:
         nonlocal current, buf
         if current is not None and current not in out:
-            while buf and not buf[-1].strip():
-                buf.pop()
-            out[current] = "".join(buf)
+            out[current] = trim("".join(buf))
         current, buf = None, []
 
-    for line in lines:
-        if not in_class:
-            m = _CLASS.match(line)
-            if m and m.group(1) == class_name:
-                in_class = True
-            continue
-        stripped = line.strip()
-        if not stripped:
-            if current is not None:
-                buf.append(line)
-            continue
-        ind = _indent(line)
-        if ind == 0 and not stripped.startswith("#"):
-            break
-        if ind <= 4:
-            m = _DEF.match(line)
-            if m and ind == 4:
-                flush()
-                current = m.group(2)
-                buf = pending + [line]
-                pending = []
-            elif current is not None and stripped[0] in ")]}":
-                buf.append(line)  # the closing line of a multi-line signature
-            elif ind == 4 and stripped.startswith(("@", "#")):
-                flush()
-                pending.append(line)
-            else:
-                flush()
-                pending = []
-            continue
+    for gap, line in (_shallow_lines if plain else _shallow_lines_any_break)(source, class_name):
         if current is not None:
-            buf.append(line)
+            buf.append(gap)  # deeper and blank lines only ever go to the current method
+        stripped = line.strip()
+        ind = indent_of(line)
+        if not stripped or (ind == 0 and not stripped.startswith("#")):
+            break  # the end of the source or of the class
+        m = _DEF.match(line)
+        if m and ind == 4:
+            flush()
+            current = m.group(2)
+            buf = pending + [line]
+            pending = []
+        elif current is not None and stripped[0] in ")]}":
+            buf.append(line)  # the closing line of a multi-line signature
+        elif ind == 4 and stripped.startswith(("@", "#")):
+            flush()
+            pending.append(line)
+        else:
+            flush()
+            pending = []
     flush()
     return out
 
@@ -241,12 +211,8 @@ def project(texts: Sequence[Symbol]) -> str:
     modules lay them out, so diff hunks against the downstream file stay small and readable.
     """
     parts: list[str] = []
-    previous: Symbol | None = None
-    for sym in texts:
-        if previous is not None:
-            blank = 1 if (sym.is_method and previous.is_method) else 2
-            parts.append("\n" * blank)
-        text = sym.text if sym.text.endswith("\n") else sym.text + "\n"
-        parts.append(text)
-        previous = sym
+    for i, sym in enumerate(texts):
+        if i:
+            parts.append("\n" if sym.is_method and texts[i - 1].is_method else "\n\n")
+        parts.append(sym.text if sym.text.endswith("\n") else sym.text + "\n")
     return "".join(parts)

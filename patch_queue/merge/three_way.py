@@ -35,6 +35,7 @@ import functools
 import hashlib
 import itertools
 import re
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -45,6 +46,7 @@ from patch_queue.merge.conflict import Anchor, Conflict
 NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
 _TOKEN = "\u241fpq-omni-block:"  # no NUL: libgit2 would call the text binary
 _WORD = re.compile(r"\w+|\s+|[^\w\s]")
+_Expand = Callable[[Sequence[str]], list[str]]  # folded lines -> the lines with their omni blocks unfolded
 
 
 @dataclass
@@ -54,7 +56,7 @@ class MergeResult:
 
     @property
     def clean(self) -> bool:
-        return not any(r.conflict for r in self.regions)
+        return not self.conflicts
 
     @property
     def conflicts(self) -> list[Conflict]:
@@ -76,12 +78,11 @@ class _Side:
 def _fold(text: str) -> _Side:
     """The text with its omni blocks folded (cached: a replay folds each patch's text twice; read-only)."""
     lines = text.splitlines(keepends=True)
-    found, _problems = anchors.parse_blocks(text)
     blocks: dict[str, list[str]] = {}
     info: dict[str, anchors.Block] = {}
     out: list[str] = []
     pos = 0
-    for b in found:
+    for b in anchors.parse_blocks(text)[0]:
         if not b.fenced or b.start - 1 < pos:
             continue
         body = lines[b.start - 1 : b.end]
@@ -108,8 +109,7 @@ class _Hunk:
 
 
 def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
-    a = "".join(base).encode("utf-8", "surrogateescape")
-    b = "".join(other).encode("utf-8", "surrogateescape")
+    a, b = ("".join(x).encode("utf-8", "surrogateescape") for x in (base, other))
     return [
         _Hunk(start, start + count, tuple(other[new_start : new_start + new_count]), side)
         for start, count, new_start, new_count in diff.line_hunks(a, b, patience=True)
@@ -118,19 +118,16 @@ def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
 
 def _groups(hunks: list[_Hunk]) -> list[list[_Hunk]]:
     """Hunks gathered where they overlap, or where an insertion touches another hunk (its anchor)."""
-    ordered = sorted(hunks, key=lambda h: (h.start, h.end, h.side))
     groups: list[list[_Hunk]] = []
     end = -1
-    for h in ordered:
-        if groups:
-            g = groups[-1]
-            inserted_at_end = any(x.insertion and x.start == end for x in g)
-            if h.start < end or (h.start == end and (h.insertion or inserted_at_end)):
-                g.append(h)
-                end = max(end, h.end)
-                continue
-        groups.append([h])
-        end = h.end
+    for h in sorted(hunks, key=lambda h: (h.start, h.end, h.side)):
+        touches = h.start == end and (h.insertion or any(x.insertion and x.start == end for x in groups[-1]))
+        if h.start < end or touches:  # never true for the first hunk: end is -1
+            groups[-1].append(h)
+            end = max(end, h.end)
+        else:
+            groups.append([h])
+            end = h.end
     return groups
 
 
@@ -154,8 +151,7 @@ def _squash(lines: Sequence[str]) -> str:
 
     Omni block tokens stay in: a side that adds or drops a block never counts as layout-only.
     """
-    text = "".join(lines)
-    return re.sub(r"[\s,\\#()\[\]]", "", text).replace("'", '"')
+    return re.sub(r"[\s,\\#()\[\]]", "", "".join(lines)).replace("'", '"')
 
 
 _TRAILING_COMMENT = re.compile(r"\s+#[^\"']*$")
@@ -163,11 +159,11 @@ _TRAILING_COMMENT = re.compile(r"\s+#[^\"']*$")
 
 def _code(lines: Sequence[str]) -> str:
     """The squashed text without comments (whole comment lines and plain trailing comments)."""
-    kept = []
-    for line in lines:
-        if line.lstrip().startswith("#") and not line.startswith(_TOKEN):
-            continue
-        kept.append(_TRAILING_COMMENT.sub("", line.rstrip("\n")) + "\n")
+    kept = [
+        _TRAILING_COMMENT.sub("", line.rstrip("\n")) + "\n"
+        for line in lines
+        if not line.lstrip().startswith("#") or line.startswith(_TOKEN)
+    ]
     return _squash(kept)
 
 
@@ -175,24 +171,18 @@ def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str])
     """A three-way merge of the region word by word; None unless it is clean."""
     bw, ow, tw = (_WORD.findall("".join(x)) for x in (base, ours, theirs))
 
-    def ops(other: list[str], side: int) -> list[tuple[int, int, tuple[str, ...], int]]:
+    def ops(other: list[str]) -> list[tuple[int, int, tuple[str, ...]]]:
         sm = difflib.SequenceMatcher(None, bw, other, autojunk=False)
-        return [(i1, i2, tuple(other[j1:j2]), side) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
+        return [(i1, i2, tuple(other[j1:j2])) for tag, i1, i2, j1, j2 in sm.get_opcodes() if tag != "equal"]
 
-    mine, pat = ops(ow, 0), ops(tw, 1)
-    for s1, e1, w1, _ in mine:
-        for s2, e2, w2, _ in pat:
-            if (s1, e1, w1) == (s2, e2, w2):
-                continue
-            if s1 <= e2 and s2 <= e1:  # overlapping or touching
+    mine, pat = ops(ow), ops(tw)
+    for s1, e1, w1 in mine:
+        for s2, e2, w2 in pat:
+            if (s1, e1, w1) != (s2, e2, w2) and s1 <= e2 and s2 <= e1:  # overlapping or touching
                 return None
     out: list[str] = []
     pos = 0
-    done: set[tuple[int, int, tuple[str, ...]]] = set()
-    for s, e, w, _side in sorted(mine + pat):
-        if (s, e, w) in done:
-            continue
-        done.add((s, e, w))
+    for s, e, w in sorted(set(mine + pat)):  # an edit both sides made is taken once
         out += bw[pos:s]
         out += w
         pos = e
@@ -203,17 +193,11 @@ def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str])
 def _tokens_whole(merged: list[str], sources: list[str]) -> bool:
     """Every omni block token of a word-level merge still stands alone on its own line."""
     tokens = {line for line in sources if line.startswith(_TOKEN)}
-    text = "".join(merged)
-    return all(line in tokens for line in merged if _TOKEN in line) and text.count(_TOKEN) == sum(
-        1 for line in merged if line.startswith(_TOKEN)
-    )
+    starting = sum(1 for line in merged if line.startswith(_TOKEN))
+    return all(line in tokens for line in merged if _TOKEN in line) and "".join(merged).count(_TOKEN) == starting
 
 
 _CONTINUATION = re.compile(r"^(elif\b|else\s*:|except\b|finally\s*:)")
-
-
-def _indent_of(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
 
 
 def _continues(lines: Sequence[str], base: list[str], k: int) -> bool:
@@ -225,40 +209,28 @@ def _continues(lines: Sequence[str], base: list[str], k: int) -> bool:
     if _CONTINUATION.match(first.lstrip()):
         return True
     following = next((line for line in base[k:] if line.strip()), None)
-    return following is not None and _indent_of(first) > _indent_of(following)
+    return following is not None and anchors.indent_of(first) > anchors.indent_of(following)
 
 
 def _similar(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio() >= 0.6
 
 
-def _replaced_wholesale(
-    base: list[str],
-    start: int,
-    end: int,
-    ours: list[_Hunk],
-    theirs: list[_Hunk],
-    expand: Callable[[Sequence[str]], list[str]] = list,
-) -> bool:
+def _replaced_wholesale(base: list[str], ours: list[_Hunk], theirs: list[_Hunk], expand: _Expand) -> bool:
     """Upstream changed only base lines the patch deleted (no look-alike of them left in its text).
 
     The patch's text is looked at with its omni blocks unfolded: a block that wraps an upstream
     line it kept does not replace that line.
     """
-    gone: set[int] = set()
-    for h in theirs:
-        gone.update(range(h.start, h.end))
+    gone = {j for h in theirs for j in range(h.start, h.end)}
     new_text = expand([line for h in theirs for line in h.lines])
     for h in ours:
-        if h.insertion:
-            inside = h.start - 1 in gone and h.start in gone
-            if not inside and not (h.start - 1 in gone and _continues(h.lines, base, h.start)):
+        if h.insertion:  # must sit inside the deletion, or carry on the deleted line above it
+            if not (h.start - 1 in gone and (h.start in gone or _continues(h.lines, base, h.start))):
                 return False
             continue
         for j in range(h.start, h.end):
-            if j not in gone:
-                return False
-            if base[j].strip() and any(_similar(base[j], line) for line in new_text):
+            if j not in gone or (base[j].strip() and any(_similar(base[j], line) for line in new_text)):
                 return False
     return True
 
@@ -289,24 +261,28 @@ def merge3(
     info = {**sides[0].info, **sides[1].info, **sides[2].info}
     b_lines, o_lines, t_lines = sides[0].lines, sides[1].lines, sides[2].lines
     hunks = _diff(b_lines, o_lines, "o") + _diff(b_lines, t_lines, "t")
+    theirs_hunks = [h for h in hunks if h.side == "t"]
     out: list[str] = []
     pending: list[tuple[int, Conflict, list[str]]] = []  # (index in out, region, folded text placed)
     pos = 0
-    theirs_changed: list[tuple[int, int]] = [(h.start, h.end) for h in hunks if h.side == "t"]
 
     def expand(lines: Sequence[str]) -> list[str]:
+        """The lines with each omni block token replaced by its block's lines."""
         res: list[str] = []
-        for line in lines:
-            res += blocks.get(line, [line])
+        pos = 0
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
+            res += lines[pos:k]
+            res += blocks.get(lines[k], [lines[k]])
+            pos = k + 1
+        res += lines[pos:]
         return res
 
+    def joined(lines: Sequence[str]) -> str:
+        return "".join(expand(lines))
+
     def anchor_of(*texts: Sequence[str]) -> Anchor | None:
-        for text in texts:
-            for line in text:
-                if line in info:
-                    block = info[line]
-                    return Anchor(block.index, block.start, block.first, block.fenced)
-        return None
+        block = next((info[line] for line in itertools.chain(*texts) if line in info), None)
+        return Anchor(block.index, block.start, block.first, block.fenced) if block else None
 
     def emit_region(region: Conflict, lines: list[str]) -> None:
         pending.append((len(out), region, lines))
@@ -323,66 +299,52 @@ def merge3(
         o = _apply(b_lines, start, end, mine)
         t = _apply(b_lines, start, end, pat)
         if not pat:
-            near = any(s - NEAR <= end and start <= e + NEAR for s, e in theirs_changed)
+            near = [h for h in theirs_hunks if h.start - NEAR <= end and start <= h.end + NEAR]
             if near:
-                region = Conflict(
-                    "near-block",
-                    "upstream changed lines next to an omni change; merged cleanly",
-                    False,
-                    _j(b, expand),
-                    _j(o, expand),
-                    _j(b, expand),
-                    anchor=anchor_of(_near_lines(t_lines, b_lines, start, end, hunks)),
-                )
-                emit_region(region, o)
+                message = "upstream changed lines next to an omni change; merged cleanly"
+                anchor = anchor_of([line for h in near for line in h.lines])
+                emit_region(Conflict("near-block", message, False, joined(b), joined(o), joined(b), anchor=anchor), o)
             else:
                 out += o
             continue
-        if not mine:
+        if not mine or o == t:
             out += t
             continue
-        if o == t:
-            out += o
-            continue
-        decided = _decide(b_lines, start, end, mine, pat, b, o, t, expand) if index not in veto else None
-        if decided is not None and not _blocks_kept(b, o, t, decided[2]):
-            decided = None  # never drop or duplicate an omni block: leave it to a human
+        eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
-        if decided is not None:
+        decided = None if index in veto else _decide(b_lines, start, end, mine, pat, expand)
+        if decided is not None and _blocks_kept(b, o, t, decided[2]):  # never drop or duplicate an omni block
             kind, message, lines = decided
-            region = Conflict(
-                kind, message, False, _j(b, expand), _j(o, expand), _j(t, expand), anchor=anchor, group=index
-            )
-            emit_region(region, lines)
+            emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
         kind = "both-changed"
         if all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = "anchor-lost"
-        elif _replaced_wholesale(b_lines, start, end, mine, pat, expand):
+        elif _replaced_wholesale(b_lines, mine, pat, expand):
             kind = "upstream-changed-replaced"
-        eb, eo, et = _j(b, expand), _j(o, expand), _j(t, expand)
         key = _key(key_prefix, anchor, eb, eo, et)
         reuse = recorded(key) if recorded is not None else None
         if reuse is not None:
-            region = Conflict(
-                "reused",
-                f"a recorded resolution of this {kind} conflict was applied",
-                False,
-                eb,
-                eo,
-                et,
-                key=key,
-                anchor=anchor,
-                reused=True,
-                group=index,
-            )
+            message = f"a recorded resolution of this {kind} conflict was applied"
+            region = Conflict("reused", message, False, eb, eo, et, key=key, anchor=anchor, reused=True, group=index)
             emit_region(region, reuse.splitlines(keepends=True))
             continue
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
-        region = Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index)
-        emit_region(region, [_MARK])
+        emit_region(Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index), [_MARK])
     out += b_lines[pos:]
-    return _finish(out, pending, expand, labels)
+    # unfold the tokens and the conflict placeholders into the final text, filling in each region's line
+    text: list[str] = []
+    regions: list[Conflict] = []
+    i = 0
+    for at, region, placed in pending:  # in output order; a region may place no line at all
+        text += expand(out[i:at])
+        body = _markers(region, labels) if region.conflict else expand(placed)
+        resolution = region.resolution if region.conflict else "".join(body)
+        regions.append(replace(region, line=len(text) + 1, length=len(body), resolution=resolution))
+        text += body
+        i = at + len(placed)
+    text += expand(out[i:])
+    return MergeResult("".join(text), regions)
 
 
 _MARK = "\u241fpq-conflict\n"
@@ -398,36 +360,17 @@ def _blocks_kept(b: list[str], o: list[str], t: list[str], lines: list[str]) -> 
 
     A block both sides added counts once: the decision that would double it is refused.
     """
-
-    def count(seq: list[str]) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for line in seq:
-            if line.startswith(_TOKEN):
-                out[line] = out.get(line, 0) + 1
-        return out
-
-    cb, co, ct, got = count(b), count(o), count(t), count(lines)
-    for token in set(cb) | set(co) | set(ct) | set(got):
-        base = cb.get(token, 0)
-        d_o, d_t = co.get(token, 0) - base, ct.get(token, 0) - base
+    cb, co, ct, got = (Counter(line for line in seq if line.startswith(_TOKEN)) for seq in (b, o, t, lines))
+    for token in cb | co | ct | got:
+        base = cb[token]
+        d_o, d_t = co[token] - base, ct[token] - base
         if d_o * d_t > 0:  # both sides added (or both removed) the block: once, not twice
             want = base + (d_o if abs(d_o) >= abs(d_t) else d_t)
         else:
             want = base + d_o + d_t
-        if got.get(token, 0) != max(0, want):
+        if got[token] != max(0, want):
             return False
     return True
-
-
-def _near_lines(t_lines: list[str], b_lines: list[str], start: int, end: int, hunks: list[_Hunk]) -> list[str]:
-    """The patch's new lines from its hunks within NEAR lines of base range [start, end)."""
-    return [
-        line for h in hunks if h.side == "t" and h.start - NEAR <= end and start <= h.end + NEAR for line in h.lines
-    ]
-
-
-def _j(lines: Sequence[str], expand: Callable[[Sequence[str]], list[str]]) -> str:
-    return "".join(expand(lines))
 
 
 def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) -> str:
@@ -438,17 +381,10 @@ def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) 
 
 
 def _decide(
-    base: list[str],
-    start: int,
-    end: int,
-    mine: list[_Hunk],
-    pat: list[_Hunk],
-    b: list[str],
-    o: list[str],
-    t: list[str],
-    expand: Callable[[Sequence[str]], list[str]],
+    base: list[str], start: int, end: int, mine: list[_Hunk], pat: list[_Hunk], expand: _Expand
 ) -> tuple[str, str, list[str]] | None:
     """(kind, message, lines) of an automatic resolution of a group, or None for a conflict."""
+    b, o, t = base[start:end], _apply(base, start, end, mine), _apply(base, start, end, pat)
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
         return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
     for fixed, inserts, upstream_first, moved in (
@@ -470,11 +406,9 @@ def _decide(
     if _code(t) == _code(b) and _code(o) != _code(b):
         return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
     words = _word_merge(b, o, t)
-    if words is not None and not _tokens_whole(words, b + o + t):
-        words = None
-    if words is not None:
+    if words is not None and _tokens_whole(words, b + o + t):
         return "merged-words", "both sides changed these lines in different words; merged word by word", words
-    if _replaced_wholesale(base, start, end, mine, pat, expand):
+    if _replaced_wholesale(base, mine, pat, expand):
         return "kept-replacement", "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
 
@@ -485,13 +419,7 @@ def _has_run(lines: list[str], run: list[str]) -> bool:
 
 
 def _place(
-    base: list[str],
-    start: int,
-    end: int,
-    fixed: list[_Hunk],
-    inserts: list[_Hunk],
-    *,
-    upstream_first: bool,
+    base: list[str], start: int, end: int, fixed: list[_Hunk], inserts: list[_Hunk], *, upstream_first: bool
 ) -> tuple[list[str], bool] | None:
     """Apply ``fixed``, then put each pure insertion of ``inserts`` next to its surviving anchor line.
 
@@ -501,37 +429,34 @@ def _place(
     one place, upstream's lines go first and the omni lines after them: on the upgrades from
     vllm-omni 0.14.0 to 0.20.0 this agreed with the maintainers more often than the reverse.
     """
-    changed: set[int] = set()
-    deleted: set[int] = set()  # base lines the fixed side removed without putting anything in their place
-    fixed_ins: dict[int, list[str]] = {}
-    replace_at: dict[int, _Hunk] = {}
+    changed = {j for h in fixed for j in range(h.start, h.end)}
+    # base lines the fixed side removed without putting anything in their place
+    deleted = {j for h in fixed if not h.lines for j in range(h.start, h.end)}
+    replace_at = {h.start: h for h in fixed if not h.insertion}
+    fixed_ins: defaultdict[int, list[str]] = defaultdict(list)
     for h in fixed:
-        changed.update(range(h.start, h.end))
-        if not h.lines:
-            deleted.update(range(h.start, h.end))
         if h.insertion:
-            fixed_ins.setdefault(h.start, []).extend(h.lines)
-        else:
-            replace_at[h.start] = h
+            fixed_ins[h.start].extend(h.lines)
 
     def kept(j: int) -> bool:
         return 0 <= j < len(base) and j not in changed
 
-    slot_a: dict[int, list[str]] = {}  # right after base line k-1, before fixed insertions at k
-    slot_b: dict[int, list[str]] = {}  # right before base line k, after fixed insertions at k
+    slot_a: defaultdict[int, list[str]] = defaultdict(list)  # right after base line k-1, before fixed insertions at k
+    slot_b: defaultdict[int, list[str]] = defaultdict(list)  # right before base line k, after fixed insertions at k
     both = False
     for h in inserts:
         k = h.start
         if k in fixed_ins:
             both = True
             # upstream's new lines stay right under the anchor line; the omni lines follow them
-            (slot_b if upstream_first else slot_a).setdefault(k, []).extend(h.lines)
+            slot = slot_b if upstream_first else slot_a
         elif kept(k - 1) or k == 0:
-            slot_a.setdefault(k, []).extend(h.lines)
+            slot = slot_a
         elif (kept(k) or k >= len(base)) and not (k - 1 in deleted and _continues(h.lines, base, k)):
-            slot_b.setdefault(k, []).extend(h.lines)
+            slot = slot_b
         else:
             return None  # both anchors gone, or the lines carry on code the other side deleted
+        slot[k].extend(h.lines)
     out: list[str] = []
     j = start
     while True:
@@ -547,49 +472,16 @@ def _place(
     return out, both
 
 
-def _finish(
-    out: list[str],
-    pending: list[tuple[int, Conflict, list[str]]],
-    expand: Callable[[Sequence[str]], list[str]],
-    labels: tuple[str, str, str],
-) -> MergeResult:
-    """Expand tokens and conflict placeholders into the final text, filling each region's line."""
-    text: list[str] = []
-    regions: list[Conflict] = []
-    i = 0
-
-    def expand_into(lines: list[str]) -> None:
-        pos = 0
-        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
-            text.extend(lines[pos:k])
-            text.extend(expand([lines[k]]))
-            pos = k + 1
-        text.extend(lines[pos:])
-
-    for index, region, placed in pending:  # in output order; a region may place no line at all
-        expand_into(out[i:index])
-        body = _markers(region, labels) if region.conflict else expand(placed)
-        resolution = region.resolution if region.conflict else "".join(body)
-        regions.append(replace(region, line=len(text) + 1, length=len(body), resolution=resolution))
-        text += body
-        i = index + len(placed)
-    expand_into(out[i:])
-    return MergeResult("".join(text), regions)
-
-
 def _markers(region: Conflict, labels: tuple[str, str, str]) -> list[str]:
-    def body(s: str) -> list[str]:
-        lines = s.splitlines(keepends=True)
+    def section(marker: str, side: str | None) -> list[str]:
+        lines = (side or "").splitlines(keepends=True)
         if lines and not lines[-1].endswith("\n"):
             lines[-1] += "\n"
-        return lines
+        return [marker, *lines]
 
-    return (
-        [f"<<<<<<< {labels[1]}\n"]
-        + body(region.ours or "")
-        + [f"||||||| {labels[0]}\n"]
-        + body(region.base or "")
-        + ["=======\n"]
-        + body(region.theirs or "")
-        + [f">>>>>>> {labels[2]}\n"]
-    )
+    return [
+        *section(f"<<<<<<< {labels[1]}\n", region.ours),
+        *section(f"||||||| {labels[0]}\n", region.base),
+        *section("=======\n", region.theirs),
+        f">>>>>>> {labels[2]}\n",
+    ]
