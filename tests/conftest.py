@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 RELEASES = ["0.14.0", "0.16.0", "0.18.0", "0.20.0", "0.22.0", "0.24.0", "0.30.0"]
+BASE_030 = "cf0baa38dfb2"  # what adopt finds for vllm-omni 0.30.0 in the bundle (see test_round_trip)
 
 
 def corpus_dir() -> Path | None:
@@ -114,3 +115,14 @@ def state(path: Path) -> dict[str, object]:
         "refs": git(path, "for-each-ref", "--format=%(refname) %(objectname)"),
         "files": files,
     }
+
+
+@pytest.fixture(scope="module")
+def adopted_030(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    found = corpus_dir()
+    if found is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
+    proj = new_project(tmp_path_factory.mktemp("adopted") / "p")
+    pq(proj, "adopt", str(found / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
+    return proj

@@ -9,9 +9,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import RELEASES, copy_project, git, new_project, pq, state
-
-BASE_030 = "cf0baa38dfb2"  # what adopt finds for vllm-omni 0.30.0 in the bundle (see test_round_trip)
+from conftest import BASE_030, RELEASES, copy_project, git, new_project, pq, state
 
 
 def omni_lines(text: str) -> Counter[str]:
@@ -38,21 +36,6 @@ def test_round_trip(corpus: Path, tmp_path: Path, release: str) -> None:
     # and the stack is visible to git
     log = git(proj, "log", "--format=%s", "refs/pq/top")
     assert len(log.splitlines()) == len(series) + 1  # the patches and the base
-
-
-@pytest.fixture(scope="module")
-def adopted_030(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from conftest import corpus_dir
-
-    found = corpus_dir()
-    if found is None:
-        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    import os
-
-    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
-    proj = new_project(tmp_path_factory.mktemp("adopted") / "p")
-    pq(proj, "adopt", str(found / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
-    return proj
 
 
 def test_adopt_from_registry_matches_directory(adopted_030: Path, tmp_path: Path) -> None:

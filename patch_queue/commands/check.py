@@ -65,9 +65,10 @@ def run_checks(
     progress: Progress | None = None,
 ) -> CheckOutcome:
     """Every check of ``pq check`` on ``files`` (module name -> text)."""
+    from patch_queue.checks import names
     from patch_queue.checks import rules as check
 
-    findings = check.check_parse(files) + check.check_fences(files)
+    findings = check.check_parse(files) + check.check_fences(files) + names.check_names(files)
     findings += check.check_blocks(reference, files, what=reference_label)
     findings += check.check_rules(files, check.load_rules(ws.queue_dir.root))
     vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)

@@ -106,6 +106,7 @@ def do_refresh(
             normalize=normalizer(target, ws.repo, loaded.patches),
             recorded=store.lookup,
             edited=edit_lookup(ws, store, target),
+            imports=import_sync(target, loaded.patches),
         )
     removed = list(projection.missing)
     orig = {
@@ -177,6 +178,15 @@ def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
         _blocks, problems = anchors.parse_blocks(text)
         out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
     return out
+
+
+def import_sync(queue: Queue, patches: Sequence[tuple[str, str]]) -> replay.Imports | None:
+    """The import reconciliation of the runner modules that carry upstream code, against the old series'
+    top (the last of ``patches``: name, old commit)."""
+    modules = {m.path: m.upstream for m in queue.modules if m.upstream}
+    if not modules or not patches:
+        return None
+    return replay.Imports(modules, queue.line_length, patches[-1][1])
 
 
 def normalizer(
@@ -350,10 +360,13 @@ def _merge_edits(
     recorded edits: each old patch merged onto the final patch below it, no recorded regions.
     """
     normalize = normalizer(target, ws.repo, old)
+    imports = import_sync(target, old)
     out = []
     parent = new_base
     for (name, old_commit), (_name, commit) in zip(old, final, strict=True):
-        merged = replay.replay_patch(ws.repo, name, old_commit, parent, labels=labels, normalize=normalize)
+        merged = replay.replay_patch(
+            ws.repo, name, old_commit, parent, labels=labels, normalize=normalize, imports=imports
+        )
         if merged.commit != commit:
             before, after = stack.export_patches(ws.repo, [merged.commit, commit])
             if before != after:

@@ -187,6 +187,7 @@ def _refresh(
         stop=False,
         normalize=refresh.normalizer(target, ws.repo, loaded.patches),
         edited=refresh.edit_lookup(ws, store, target),
+        imports=refresh.import_sync(target, loaded.patches),
     )
     for r in results:
         took = any(f.kind == "recorded-edits" for f in r.flags)

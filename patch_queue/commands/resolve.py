@@ -10,6 +10,7 @@ from patch_queue.commands.refresh import (
     _advance,
     _killable,
     edit_lookup,
+    import_sync,
     normalizer,
 )
 from patch_queue.commands.write import module_files, out_edits
@@ -52,6 +53,7 @@ def do_continue(
     resolved = {k: work.get(k, v) for k, v in top_marked.items()}
     labels = state.labels
     normalize = normalizer(target)
+    imports = import_sync(target, patches)
     store = rerere.Store(ws.repo)
     replayed: set[str] = set()
     # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
@@ -81,7 +83,14 @@ def do_continue(
             res = replay.PatchResult(name, status, commit)
         else:
             res = replay.replay_patch(
-                ws.repo, name, commit, parent, labels=labels, normalize=normalize, recorded=store.lookup
+                ws.repo,
+                name,
+                commit,
+                parent,
+                labels=labels,
+                normalize=normalize,
+                recorded=store.lookup,
+                imports=imports,
             )
             res.status = status if not res.conflicts else "conflict"
             replayed.add(name)
@@ -113,6 +122,7 @@ def do_continue(
             normalize=normalize,
             recorded=store.lookup,
             edited=edit_lookup(ws, store, target),
+            imports=imports,
         )
         replayed.update(r.name for r in more)
         results += more

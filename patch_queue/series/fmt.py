@@ -14,11 +14,12 @@ is pinned by the package, so the result is byte-stable.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from patch_queue.errors import PqError
@@ -40,7 +41,8 @@ def _ruff_bin() -> str:
     return str(find_ruff_bin())
 
 
-def _run(source: str, line_length: int) -> str | None:
+def format_source(source: str, line_length: int) -> str | None:
+    """``source`` laid out by ``ruff format``; None when the formatter refuses it."""
     proc = subprocess.run(
         [_ruff_bin(), "format", "--isolated", "--line-length", str(line_length), "--stdin-filename", "p.py", "-"],
         input=source.encode("utf-8"),
@@ -48,6 +50,40 @@ def _run(source: str, line_length: int) -> str | None:
         check=False,
     )
     return proc.stdout.decode("utf-8") if proc.returncode == 0 else None
+
+
+@dataclass(frozen=True, order=True)
+class Lint:
+    """One finding of ``ruff check`` on a text: where (1-based line and column), the rule, the name it is about."""
+
+    line: int
+    column: int
+    code: str  # e.g. "F821"
+    name: str  # the source text the finding points at (the undefined or unused name)
+    message: str
+
+
+def lint(text: str, select: Sequence[str]) -> list[Lint] | None:
+    """``ruff check`` with only the rules ``select`` (no configuration) on ``text``; None when it does not parse."""
+    proc = subprocess.run(
+        [_ruff_bin(), "check", "--isolated", "--no-cache", "--select", ",".join(select)]
+        + ["--output-format", "json", "--stdin-filename", "p.py", "-"],
+        input=text.encode("utf-8"),
+        capture_output=True,
+        check=False,
+    )
+    if proc.returncode not in (0, 1):
+        raise PqError(f"ruff check failed: {proc.stderr.decode('utf-8', 'replace').strip()}")
+    lines = text.splitlines()
+    out: list[Lint] = []
+    for item in json.loads(proc.stdout):
+        if item.get("code") not in select:
+            return None  # a syntax error ("invalid-syntax")
+        start, end = item["location"], item["end_location"]
+        row = lines[start["row"] - 1] if start["row"] <= len(lines) else ""
+        name = row[start["column"] - 1 : end["column"] - 1] if end["row"] == start["row"] else ""
+        out.append(Lint(start["row"], start["column"], item["code"], name, item["message"]))
+    return sorted(out)
 
 
 def _wrap(sym: Symbol) -> str:
@@ -65,7 +101,7 @@ def _unwrap(sym: Symbol, text: str) -> str:
 
 def _batch(items: Sequence[Symbol], line_length: int) -> list[str] | None:
     source = "".join(f"{_MARK.format(i)}\n{_wrap(s)}\n\n" for i, s in enumerate(items))
-    out = _run(source, line_length)
+    out = format_source(source, line_length)
     if out is None:
         return None
     parts = _MARK_RE.split(out)

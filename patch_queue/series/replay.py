@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from patch_queue.git.diff import line_hunks
@@ -19,7 +19,7 @@ from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import checked
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
-from patch_queue.series import stack
+from patch_queue.series import reimport, stack
 
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
 
@@ -33,6 +33,18 @@ class PatchResult:
     flags: list[Conflict] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Imports:
+    """What the import reconciliation of the runner modules needs (:mod:`patch_queue.series.reimport`):
+    runner module path -> the upstream file it carries code of, the formatter's line length, and the
+    old series' top commit (whose omni code may still use an import)."""
+
+    modules: Mapping[str, str]
+    line_length: int
+    old_top: str
+
+
+_IMPORT_LINE = re.compile(rb"^(?:from|import) .*$", re.MULTILINE)
 _DEF = re.compile(r"^(\s*)(?:(?:async\s+)?def|class)\s+(\w+)")
 
 
@@ -92,11 +104,13 @@ def replay_patch(
     labels: tuple[str, str],
     normalize: Normalize | None = None,
     recorded: Recorded | None = None,
+    imports: Imports | None = None,
 ) -> PatchResult:
     """Cherry-pick ``old_commit`` onto ``new_parent``. ``labels`` = (old base label, new base label).
 
     ``normalize(path, data)`` lays out the carried symbols of the old sides the way the new base
-    is laid out (the projection's formatter); ``recorded(key)`` gives recorded resolutions.
+    is laid out (the projection's formatter); ``recorded(key)`` gives recorded resolutions;
+    ``imports``: reconcile the imports of a runner module in the patch that writes them.
     """
     info = repo.commit_info(old_commit)
     old_parent = repo.commit_info(info.parents[0])
@@ -127,11 +141,62 @@ def replay_patch(
             )
         else:  # both sides added the file (no base: merge against empty) or changed it
             result = _merge_one(repo, path, p or b"", n, c, (*labels, name), normalize, recorded, conflicts, flags)
+        upstream = imports.modules.get(path) if imports is not None else None
+        if imports is not None and upstream and result is not None and _imports_of(p) != _imports_of(c):
+            before = result
+            result = _reimport(repo, imports, path, upstream, result, p_files, n_files, name, flags)
+            if result != before:
+                hunks = line_hunks(before, result)
+                conflicts[:] = [_moved(f, hunks) if f.file == path else f for f in conflicts]
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, info)
     status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
     return PatchResult(name, status, commit, conflicts, flags)
+
+
+def _imports_of(data: bytes | None) -> list[bytes]:
+    return _IMPORT_LINE.findall(data or b"")
+
+
+def _reimport(
+    repo: ProjectRepo,
+    imports: Imports,
+    path: str,
+    upstream: str,
+    merged: bytes,
+    p_files: dict[str, bytes],
+    n_files: dict[str, bytes],
+    name: str,
+    flags: list[Conflict],
+) -> bytes:
+    """``merged`` with its imports reconciled with the new upstream file; one review flag per change."""
+    new_up, old_up = n_files.get(stack.VENDOR + upstream), p_files.get(stack.VENDOR + upstream)
+    if new_up is None:
+        return merged
+    omni = repo.read_tree(repo.commit_info(imports.old_top).tree).get(path, b"")
+    try:
+        text, changes = reimport.reconcile(
+            merged.decode("utf-8"),
+            new_upstream=new_up.decode("utf-8"),
+            old_upstream=None if old_up is None else old_up.decode("utf-8"),
+            upstream_module=upstream.removesuffix(".py").replace("/", "."),
+            omni=omni.decode("utf-8"),
+            old_base=p_files.get(path, b"").decode("utf-8"),
+            line_length=imports.line_length,
+        )
+    except UnicodeDecodeError:
+        return merged
+    if not changes:
+        return merged
+    out = text.encode("utf-8")
+    hunks = line_hunks(merged, out)
+    flags[:] = [_moved(f, hunks) if f.file == path else f for f in flags]
+    flags += [
+        Conflict(c.kind, c.message, conflict=False, resolution=c.statement, patch=name, file=path, line=c.line)
+        for c in changes
+    ]
+    return out
 
 
 _REFORMATTED = (
@@ -189,6 +254,7 @@ def replay(
     normalize: Normalize | None = None,
     recorded: Recorded | None = None,
     edited: Edited | None = None,
+    imports: Imports | None = None,
 ) -> list[PatchResult]:
     """Replay ``patches`` (name, old commit) on ``new_base``; stops after the first conflict if ``stop``.
 
@@ -200,12 +266,14 @@ def replay(
     parent = new_base
     for name, old in patches:
         plain = None if edited is not None else recorded
-        res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=plain)
+        res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=plain, imports=imports)
         final = edited(name, res.commit) if edited is not None else None
         if final is not None:
             res = _with_edits(repo, res, final)
         elif edited is not None and res.conflicts and recorded is not None:
-            res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded)
+            res = replay_patch(
+                repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded, imports=imports
+            )
         _follow_results(repo, results, parent, res.commit)
         results.append(res)
         if progress is not None:

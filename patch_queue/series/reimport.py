@@ -1,0 +1,367 @@
+"""The imports of a runner module after a replay: what merged upstream code needs, what upstream dropped.
+
+The runner modules copy methods of the upstream module (``vllm_ascend/worker/model_runner_v1.py``)
+but have imports of their own, written by the maintainers for the upstream code of their time.
+When a refresh merges newer upstream code, that code may use names the runner never imported
+(``is_circular_kv_cache_spec``), which compiles and fails at run time.  :func:`reconcile` runs on
+the merge result of the patch that owns a module's import block (its skeleton) and:
+
+- adds, for every name the module uses but does not bind (``ruff`` F821 on each side of every
+  conflict region), the import the new upstream module has for it, or an import from the upstream
+  module itself when upstream defines the name at its top level (``import-added``).  A name
+  upstream only imports under ``if TYPE_CHECKING:`` or inside a function is left for ``pq check``.
+  The name joins an existing ``from M import`` of the same module, else a new statement goes
+  after the last import of the same kind and section that sorts before it (isort's order: standard
+  library, third party, ``vllm_omni``); the statement is laid out by the formatter;
+- flags every import the old upstream module had (or a name it defined) that the new one has no
+  more (``import-stale``), and removes it when nothing uses it: neither the module as merged
+  (``ruff`` F401) nor the omni code of the whole old series (``omni``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from patch_queue.git.diff import line_hunks
+from patch_queue.series import fmt
+
+ADDED = "import-added"
+STALE = "import-stale"
+_MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
+_FIRST_PARTY = "vllm_omni"
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str  # ADDED | STALE
+    line: int  # 1-based line of the import statement in the result (of the statement it was removed from)
+    statement: str  # the statement written, or the one upstream no longer has
+    names: tuple[str, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """How a module's top level binds a name: ``from module import origin as name``, ``import module``, or a
+    definition (``module`` is None)."""
+
+    module: str | None
+    origin: str
+    line: int
+
+    def statement(self, name: str) -> str:
+        if self.module is None:
+            raise ValueError("a definition is no import")
+        if self.origin == "":  # import a.b [as name]
+            return f"import {self.module}" + ("" if self.module.split(".")[0] == name else f" as {name}")
+        return f"from {self.module} import {self.origin}" + ("" if self.origin == name else f" as {name}")
+
+
+def sides(text: str) -> list[str]:
+    """``text`` as each side of its conflict regions would leave it (upstream, patch); [text] without regions."""
+    if not any(_MARKER.match(line) for line in text.splitlines()):
+        return [text]
+    out = []
+    for keep in ("upstream", "patch"):
+        lines, part = [], ""
+        for line in text.splitlines(keepends=True):
+            m = _MARKER.match(line)
+            if m:
+                part = {"<": "upstream", "|": "base", "=": "patch", ">": ""}[m.group(1)[0]]
+            elif part in ("", keep):
+                lines.append(line)
+        out.append("".join(lines))
+    return out
+
+
+def bindings(text: str, module: str) -> dict[str, _Binding]:
+    """The names the top level of ``text`` (the module ``module``) binds, outside ``if TYPE_CHECKING:``."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    out: dict[str, _Binding] = {}
+    for node in _top(tree.body):
+        if isinstance(node, ast.ImportFrom):
+            source = _absolute(node.module, node.level, module)
+            for alias in node.names:
+                if source is not None and alias.name != "*":
+                    out.setdefault(alias.asname or alias.name, _Binding(source, alias.name, node.lineno))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                name = alias.asname or alias.name.split(".")[0]
+                out.setdefault(name, _Binding(alias.name if alias.asname else name, "", node.lineno))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.setdefault(node.name, _Binding(None, node.name, node.lineno))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out.setdefault(t.id, _Binding(None, t.id, node.lineno))
+    return out
+
+
+def _top(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
+    """The statements of a module's top level, looking into ``try`` and ``if`` (not ``if TYPE_CHECKING``)."""
+    for node in body:
+        if isinstance(node, ast.Try):
+            yield from _top(node.body)
+        elif isinstance(node, ast.If):
+            if "TYPE_CHECKING" not in ast.unparse(node.test):
+                yield from _top(node.body)
+                yield from _top(node.orelse)
+        else:
+            yield node
+
+
+def _absolute(module: str | None, level: int, package_of: str) -> str | None:
+    if level == 0:
+        return module
+    parts = package_of.split(".")[:-level]
+    return ".".join(parts + ([module] if module else [])) if parts else None
+
+
+def reconcile(
+    text: str,
+    *,
+    new_upstream: str,
+    old_upstream: str | None,
+    upstream_module: str,
+    omni: str = "",
+    old_base: str = "",
+    line_length: int = 120,
+) -> tuple[str, list[Change]]:
+    """``text`` (a merged runner module, conflict regions allowed) with its imports reconciled with
+    ``new_upstream`` (the text of the module ``upstream_module``).  ``old_upstream``: that module as the
+    series knew it; ``omni``: the old series' final text of this runner, whose lines that are not
+    ``old_upstream``'s are the omni code that may still use an import; ``old_base``: this runner
+    before the patch in the old series.  A use on a line the old series deleted (in ``old_base``, not
+    in ``omni``) does not count: the later patches of the series will most likely delete it again."""
+    views = sides(text)
+    found = [fmt.lint(v, ("F821", "F401")) for v in views]
+    if any(f is None for f in found):
+        return text, []  # a side that does not parse: the parse check reports it
+    lints = [
+        lint
+        for view, f in zip(views, found, strict=True)
+        for lint in f or []
+        if lint.code != "F821" or not _deleted_again(view.splitlines(), lint.line, old_base, omni)
+    ]
+    upstream = bindings(new_upstream, upstream_module)
+    own = _statements(views[0], text)
+    add: dict[str, list[str]] = {}  # module -> aliases ("name" or "origin as name") to import from it
+    plain: list[tuple[str, str]] = []  # (`import x` statement, the name it binds)
+    for name in dict.fromkeys(lint.name for lint in lints if lint.code == "F821"):
+        where = upstream.get(name)
+        if where is None:
+            continue
+        if where.origin == "":
+            plain.append((where.statement(name), name))
+        else:
+            add.setdefault(where.module or upstream_module, []).append(
+                name if where.origin == name else f"{where.origin} as {name}"
+            )
+    drop: dict[int, list[str]] = {}  # statement index -> aliases to remove
+    changes: list[Change] = []
+    unused = {lint.name for lint in lints if lint.code == "F401"}
+    uses = _uses(omni, old_upstream or "")
+    for i, alias, note in _stale(own, old_upstream, upstream, upstream_module) if old_upstream is not None else []:
+        name = alias.split(" as ")[-1]
+        said = f"the new upstream {upstream_module} no longer binds `{name}` the way this import takes it{note}"
+        if name in unused and name not in uses and "#" not in own[i].source:
+            drop.setdefault(i, []).append(alias)
+            changes.append(Change(STALE, own[i].first, own[i].source.strip(), (name,), said + "; unused: removed"))
+        else:
+            changes.append(Change(STALE, own[i].first, own[i].source.strip(), (name,), said + "; still used: check it"))
+    edits: list[tuple[int, int, list[str], Change | None]] = []  # (first, last, new lines, what was added)
+    for i, stmt in enumerate(own):
+        extra = add.pop(stmt.module, []) if _joinable(stmt) else []
+        if not extra and i not in drop:
+            continue
+        node = stmt.node
+        assert isinstance(node, ast.ImportFrom)
+        old = [a.name + (f" as {a.asname}" if a.asname else "") for a in node.names]
+        kept = [a for a in dict.fromkeys(old + extra) if a not in drop.get(i, [])]
+        exploded = stmt.source.rstrip().removesuffix(")").rstrip().endswith(",")
+        new = _render(stmt.module, sorted(kept, key=_order), exploded, line_length) if kept else ""
+        edits.append((stmt.first, stmt.last, new.splitlines(keepends=True), _added(stmt.module, extra, upstream)))
+    for module, names in sorted(add.items()):
+        at = _insert_at(own, module, is_from=True)
+        new = _render(module, sorted(names, key=_order), False, line_length)
+        edits.append((at, at - 1, new.splitlines(keepends=True), _added(module, names, upstream)))
+    for statement, name in plain:
+        at = _insert_at(own, statement.split()[1], is_from=False)
+        edits.append((at, at - 1, [statement + "\n"], _added(statement, [name], upstream)))
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    pos = 1
+    moved: list[tuple[int, int]] = []  # (old line, its new line) where the edits start and end
+    for first, last, new_lines, change in sorted(edits, key=lambda e: (e[0], e[1])):
+        out += lines[pos - 1 : first - 1]
+        moved.append((first, len(out) + 1))
+        if change is not None:
+            hit = next((k for k, x in enumerate(new_lines) if re.search(rf"\b{change.names[0]}\b", x)), 0)
+            changes.append(replace(change, line=len(out) + 1 + hit))
+        out += new_lines
+        pos = last + 1
+        moved.append((pos, len(out) + 1))
+
+    def follow(line: int) -> int:  # a stale import's line after the edits (where it stood, if removed)
+        old, new = max(((o, n) for o, n in moved if o <= line), default=(line, line))
+        return new + line - old
+
+    out += lines[pos - 1 :]
+    changes = [replace(c, line=follow(c.line)) if c.kind == STALE else c for c in changes]
+    return "".join(out), sorted(changes, key=lambda c: (c.line, c.kind, c.names))
+
+
+def _deleted_again(lines: Sequence[str], line: int, old_base: str, omni: str) -> bool:
+    """Whether the use on 1-based ``line`` of ``lines`` is on a line the old series deleted (a hunk of
+    ``old_base`` -> ``omni`` that removes it) while the lines that hunk removed, and the line either side,
+    stand unchanged, one after the other, in ``lines``: then the later patches delete them again.  Where
+    upstream changed them, the merge keeps upstream's code or conflicts on it (a side a maintainer may
+    take), and the name is imported."""
+    text = lines[line - 1].strip()
+    old = old_base.splitlines()
+    stripped = [x.strip() for x in lines]
+    for start, count, _new_start, _new_count in line_hunks(old_base.encode(), omni.encode()):
+        # with a line of context either side: upstream changing the line next to it conflicts too
+        removed = [x.strip() for x in old[max(0, start - 1) : start + count + 1]]
+        if text in removed[1:-1] and _contains(stripped, removed):
+            return True
+    return False
+
+
+def _contains(lines: Sequence[str], block: Sequence[str]) -> bool:
+    first = block[0]
+    return any(lines[i : i + len(block)] == list(block) for i, x in enumerate(lines) if x == first)
+
+
+def _added(source: str, aliases: Sequence[str], upstream: dict[str, _Binding]) -> Change | None:
+    """The change that imports ``aliases`` from the module ``source`` (or, for ``import x``, by that statement)."""
+    if not aliases:
+        return None
+    ordered = sorted(aliases, key=_order)
+    names = tuple(a.split(" as ")[-1] for a in ordered)
+    statement = source if source.startswith("import ") else f"from {source} import {', '.join(ordered)}"
+    how = [
+        f"`{n}` ({'defined' if upstream[n].module is None else 'imported'} at upstream line {upstream[n].line})"
+        for n in names
+    ]
+    return Change(ADDED, 0, statement, names, f"merged upstream code uses {', '.join(how)}; added `{statement}`")
+
+
+@dataclass(frozen=True)
+class _Stmt:
+    node: ast.Import | ast.ImportFrom
+    first: int  # 1-based lines in the merged text
+    last: int
+    source: str
+
+    @property
+    def module(self) -> str:
+        if isinstance(self.node, ast.ImportFrom):
+            return "." * self.node.level + (self.node.module or "")
+        return self.node.names[0].name
+
+
+def _joinable(stmt: _Stmt) -> bool:
+    """A ``from M import`` that can take more names: absolute, no star, no comment inside."""
+    node = stmt.node
+    return (
+        isinstance(node, ast.ImportFrom)
+        and not node.level
+        and "#" not in stmt.source
+        and not any(a.name == "*" for a in node.names)
+    )
+
+
+def _statements(view: str, text: str) -> list[_Stmt]:
+    """The unconditional top-level import statements of ``view`` that stand before the first conflict
+    region of ``text`` (so their lines are the same in both)."""
+    first_marker = next((i for i, line in enumerate(text.splitlines()) if _MARKER.match(line)), None)
+    lines = view.splitlines(keepends=True)
+    out = []
+    for node in ast.parse(view).body:
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        last = node.end_lineno or node.lineno
+        if first_marker is not None and last > first_marker:
+            break
+        out.append(_Stmt(node, node.lineno, last, "".join(lines[node.lineno - 1 : last])))
+    return out
+
+
+def _uses(omni: str, old_upstream: str) -> set[str]:
+    """The words of the omni lines of ``omni`` (not lines of the old upstream, not imports)."""
+    upstream_lines = {line.strip() for line in old_upstream.splitlines()}
+    words: set[str] = set()
+    for line in omni.splitlines():
+        if line.strip() not in upstream_lines and not re.match(r"\s*(from|import)\s", line):
+            words.update(re.findall(r"[A-Za-z_]\w*", line))
+    return words
+
+
+def _stale(own: list[_Stmt], old: str, new: dict[str, _Binding], upstream_module: str) -> list[tuple[int, str, str]]:
+    """(statement index, alias, note) for each name a ``from M import`` of the runner takes the way the old
+    upstream module bound it (the same import, or its own definition) while the new one does not."""
+    before = bindings(old, upstream_module)
+    out = []
+    for i, stmt in enumerate(own):
+        node = stmt.node
+        if not isinstance(node, ast.ImportFrom) or node.level:
+            continue
+        for a in node.names:
+            now = new.get(a.name)
+            if _takes(before.get(a.name), a.name, node.module, upstream_module) and not _takes(
+                now, a.name, node.module, upstream_module
+            ):
+                note = "" if now is None or now.module is None else f" (it has `{now.statement(a.name)}`)"
+                out.append((i, a.name + (f" as {a.asname}" if a.asname else ""), note))
+    return out
+
+
+def _takes(b: _Binding | None, origin: str, module: str | None, upstream_module: str) -> bool:
+    """Whether ``from module import origin`` takes what the binding ``b`` of the upstream module binds."""
+    return b is not None and b.origin == origin and (b.module or upstream_module) == module
+
+
+def _section(module: str) -> int:
+    top = module.split(".")[0]
+    if module.startswith(".") or top == _FIRST_PARTY:
+        return 3
+    if top == "__future__":
+        return 0
+    return 1 if top in sys.stdlib_module_names else 2
+
+
+def _order(alias: str) -> tuple[int, str]:
+    """isort's order by type: CONSTANTS, Classes, functions."""
+    bare = alias.split(" as ")[0]
+    kind = 0 if len(bare) > 1 and bare.isupper() else (1 if bare[:1].isupper() else 2)
+    return kind, bare.lower()
+
+
+def _insert_at(own: list[_Stmt], module: str, *, is_from: bool) -> int:
+    """Where a new statement goes: after the last one of its section and kind that sorts before it, else
+    before the first of its section, else after every import."""
+    key = (_section(module), is_from, module.lower())
+    peers = [s for s in own if _section(s.module) == key[0]]
+    before = [s for s in peers if (key[0], isinstance(s.node, ast.ImportFrom), s.module.lower()) <= key]
+    if before:
+        return before[-1].last + 1
+    if peers:
+        return peers[0].first
+    return own[-1].last + 1 if own else 1
+
+
+def _render(module: str, names: list[str], exploded: bool, line_length: int) -> str:
+    if exploded:
+        source = f"from {module} import (\n" + "".join(f"    {n},\n" for n in names) + ")\n"
+    else:
+        source = f"from {module} import {', '.join(names)}\n"
+    return fmt.format_source(source, line_length) or source

@@ -1,0 +1,196 @@
+"""Import reconciliation after a merge (patch_queue/series/reimport.py) and the names check of pq check."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+from conftest import copy_project, git, new_project, pq
+
+from patch_queue.checks.names import check_names
+from patch_queue.series import fmt, reimport
+
+UP = "vllm_ascend.worker.model_runner_v1"
+NEW_UPSTREAM = """import os
+from typing import TYPE_CHECKING
+
+from vllm.v1.outputs import EMPTY_OUTPUT, ModelRunnerOutput, make_output
+from vllm_ascend.ops import build_topk as topk_builder
+
+if TYPE_CHECKING:
+    from vllm.v1.core.sched.output import SchedulerOutput
+
+
+def graph_capture():
+    pass
+
+
+class NPUModelRunner:
+    pass
+"""
+OLD_UPSTREAM = """from vllm.v1.outputs import EMPTY_OUTPUT
+from vllm.v1.gone import removed_helper, still_used
+
+
+def old_capture():
+    pass
+"""
+RUNNER = """from typing import Any
+
+import torch
+from vllm.v1.gone import removed_helper
+from vllm.v1.gone import still_used
+from vllm.v1.outputs import EMPTY_OUTPUT, make_output
+from vllm_ascend.worker.model_runner_v1 import old_capture
+
+from vllm_omni.outputs import OmniOutput
+
+
+class R:
+    def execute_model(self) -> Any:
+        out = ModelRunnerOutput(EMPTY_OUTPUT, make_output(), topk_builder(torch.ones(1)))
+        with graph_capture():
+            pass
+        s: SchedulerOutput | None = None
+        return out, os.getpid(), s, OmniOutput
+"""
+
+
+def lints(text: str) -> list[tuple[str, str]]:
+    return [(x.code, x.name) for view in reimport.sides(text) for x in fmt.lint(view, ("F821",)) or []]
+
+
+def test_names_upstream_binds_are_imported_grouped_and_flagged() -> None:
+    omni = "class R:\n    def f(self):\n        return still_used()\n"
+    out, changes = reimport.reconcile(
+        RUNNER, new_upstream=NEW_UPSTREAM, old_upstream=OLD_UPSTREAM, upstream_module=UP, omni=omni
+    )
+    lines = out.splitlines()
+    # joined into the existing statement, laid out by the formatter (isort's order: constants, classes, functions)
+    assert "from vllm.v1.outputs import EMPTY_OUTPUT, ModelRunnerOutput, make_output" in lines
+    # new statements sorted into their section: `import os` with the standard library, aliases kept
+    assert lines.index("import os") < lines.index("from typing import Any") < lines.index("import torch")
+    assert "from vllm_ascend.ops import build_topk as topk_builder" in lines
+    assert "from vllm_ascend.worker.model_runner_v1 import graph_capture" in lines
+    assert lines.index("from vllm_ascend.ops import build_topk as topk_builder") < lines.index(
+        "from vllm_omni.outputs import OmniOutput"
+    )
+    # the upstream name it only imports under TYPE_CHECKING is left for pq check, and nothing else is undefined
+    assert lints(out) == [("F821", "SchedulerOutput")]
+    added = {n for c in changes if c.kind == reimport.ADDED for n in c.names}
+    assert added == {"ModelRunnerOutput", "topk_builder", "graph_capture", "os"}
+    for c in changes:  # each change points at its own line (a removed import: where it stood)
+        assert c.message.endswith("removed") or any(n in lines[c.line - 1] for n in c.names), c
+    # stale: upstream dropped them; the unused one is removed, the one omni code uses is kept and flagged
+    stale = {c.names[0]: c.message for c in changes if c.kind == reimport.STALE}
+    assert set(stale) == {"removed_helper", "still_used", "old_capture"}
+    assert stale["removed_helper"].endswith("removed") and "removed_helper" not in out
+    assert stale["still_used"].endswith("check it") and "from vllm.v1.gone import still_used" in lines
+    assert stale["old_capture"].endswith("removed") and "old_capture" not in out
+
+
+def test_both_sides_of_a_conflict_are_read_and_a_second_run_changes_nothing() -> None:
+    text = RUNNER.replace(
+        "        with graph_capture():\n",
+        "<<<<<<< upstream\n        with graph_capture():\n||||||| base\n        with old():\n"
+        "=======\n        with os.fdopen(0):\n>>>>>>> patch\n",
+    ).replace("os.getpid(), ", "")
+    out, changes = reimport.reconcile(text, new_upstream=NEW_UPSTREAM, old_upstream=None, upstream_module=UP)
+    assert {n for c in changes for n in c.names} >= {"graph_capture", "os"}
+    assert not any(c.kind == reimport.STALE for c in changes)  # no old upstream: nothing to call stale
+    assert [n for _code, n in lints(out)] == ["SchedulerOutput", "SchedulerOutput"]
+    again, more = reimport.reconcile(out, new_upstream=NEW_UPSTREAM, old_upstream=None, upstream_module=UP)
+    assert (again, more) == (out, [])
+
+
+def test_a_text_that_does_not_parse_is_left_alone() -> None:
+    text = RUNNER + "def broken(:\n"
+    assert reimport.reconcile(text, new_upstream=NEW_UPSTREAM, old_upstream=OLD_UPSTREAM, upstream_module=UP) == (
+        text,
+        [],
+    )
+
+
+def test_the_names_check() -> None:
+    found = check_names({"m.py": "import os\nimport sys\nimport sys\n\n\ndef f():\n    return sys, undefined_x\n"})
+    got = [(f.line, f.rule, f.severity) for f in found]
+    assert got == [(1, "import-unused", "warning"), (3, "name-redefined", "warning"), (7, "name-undefined", "error")]
+    assert "undefined_x" in found[-1].message
+    assert check_names({"m.py": "def f(:\n"}) == []  # the parse rule reports it
+
+
+def _undefined(folder: Path) -> list[str]:
+    """Every F821 of ``folder``'s modules with each side of every conflict region taken."""
+    out = []
+    for path in sorted(folder.glob("*.py")):
+        for view in reimport.sides(path.read_text()):
+            out += [f"{path.name}:{x.line}:{x.name}" for x in fmt.lint(view, ("F821",)) or []]
+    return out
+
+
+def test_refresh_onto_a_real_release_imports_what_upstream_code_needs(adopted_030: Path, tmp_path: Path) -> None:
+    """0.30.0 onto vllm-ascend 0.30.0rc2: the imports the merged upstream code needs are added to the
+    skeleton patches and flagged; no name upstream binds is left undefined on either side of a conflict."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    report = tmp_path / "r.json"
+    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(report), check=3)
+    flags = [f for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-added"]
+    assert {f["file"] for f in flags} == {
+        "npu_ar_model_runner.py",
+        "npu_generation_model_runner.py",
+        "npu_model_runner.py",
+    }
+    for f in flags:  # in the skeleton patch, pointing at the import line in npu_worker/
+        assert f["patch"] in {"0003-npu-ar-model-runner.patch", "0008-npu-generation-model-runner.patch"} | {
+            "0013-npu-model-runner.patch"
+        }
+        line = (proj / "npu_worker" / f["file"]).read_text().splitlines()[f["line"] - 1]
+        assert line.lstrip().startswith(("from ", "import ")) or line.strip().endswith(","), (f, line)
+    names = {n for f in flags for n in f["message"].split("`")[1::2]}
+    assert {"is_circular_kv_cache_spec", "UniformTypeKVCacheSpecs", "build_force_eplb_topk"} <= names
+    runner = (proj / "npu_worker" / "npu_model_runner.py").read_text().splitlines()
+    assert "from vllm_ascend.ops.fused_moe.force_eplb import build_force_eplb_topk" in runner
+    upstream = reimport.bindings(
+        git(proj, "show", "refs/pq/refresh/base:.pq-upstream/vllm_ascend/worker/model_runner_v1.py"), UP
+    )
+    left = _undefined(proj / "npu_worker")
+    assert left and not [x for x in left if x.rsplit(":", 1)[1] in upstream], left
+
+
+def test_a_planted_upstream_call_gets_its_import(corpus: Path, tmp_path: Path) -> None:
+    """A folder target whose carried upstream method calls a helper the upstream module imports (and one it
+    defines): the clean refresh adds both imports, flags them, and pq check finds no undefined name."""
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(corpus / "vllm-omni-0.22.0" / "npu"))
+    upstream = git(proj, "show", "refs/pq/base:.pq-upstream/vllm_ascend/worker/model_runner_v1.py")
+    assert "def graph_capture(" in upstream and "planted_join" not in upstream
+    cls = next(n for n in ast.parse(upstream).body if isinstance(n, ast.ClassDef) and n.name == "NPUModelRunner")
+    method = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "execute_model")
+    lines = upstream.splitlines(keepends=True)
+    at = method.body[-1].lineno - 1  # before its last statement (after the docstring, inside its own block)
+    indent = " " * method.body[-1].col_offset
+    lines[at:at] = [f"{indent}planted_join('a', 'b')\n", f"{indent}_ = graph_capture\n"]
+    target = tmp_path / "target"
+    path = target / "vllm_ascend" / "worker" / "model_runner_v1.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("from os.path import join as planted_join\n" + "".join(lines))
+    report = tmp_path / "r.json"
+    pq(proj, "refresh", "--to", str(target), "--report", str(report))
+    flags = [f for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-added"]
+    statements = {f["resolution"] for f in flags}
+    assert "from os.path import join as planted_join" in statements
+    assert "from vllm_ascend.worker.model_runner_v1 import graph_capture" in statements
+    assert _undefined(proj / "npu_worker") == []
+    out = pq(proj, "check", "--no-sources").stdout
+    assert "name-undefined" not in out
+    # pq check catches an undefined name a maintainer makes
+    runner = next(
+        p for p in sorted((proj / "npu_worker").glob("npu_*model_runner.py")) if "planted_join" in p.read_text()
+    )
+    runner.write_text(runner.read_text().replace('planted_join("a", "b")', 'planted_joyn("a", "b")'))
+    shutil.rmtree(tmp_path / "target")
+    proc = pq(proj, "check", "--no-sources", check=1)
+    line = next(i + 1 for i, x in enumerate(runner.read_text().splitlines()) if "planted_joyn" in x)
+    assert f"npu_worker/{runner.name}:{line}: error: [name-undefined] Undefined name `planted_joyn`" in proc.stdout
