@@ -17,7 +17,10 @@ Sections (all from one run):
    search, culprit search reads vs log2 of the candidates, ``pq --help`` start-up; a profile
    for every goal missed;
 4. scale: ``scripts/bench_scale.run_scale`` against git rebase, with a profile of the largest replay, and
-   the chart.
+   the chart;
+5. work saved: per upgrade with a newer corpus release, how much closer section 1's refresh comes to
+   the maintainers' next release than the older release was (``scripts/work_saved.py`` measures
+   this section alone, quickly).
 
 ``--quick`` measures one upgrade (0.18.0 -> 0.20.0) with few repeats and small scale sizes (the
 test's mode).  Environment as for ``scripts/conflict_table.py``: ``PQ_UPSTREAM_GIT`` (default: the
@@ -29,7 +32,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime as dt
-import difflib
 import io
 import json
 import math
@@ -65,6 +67,7 @@ REPO = HERE.parent
 RUNNER = "vllm_ascend/worker/model_runner_v1.py"
 Json = dict[str, Any]
 
+SPLIT = ("upstream_maintainers_only", "upstream_pq_only", "omni_maintainers_only", "omni_pq_only")
 GOALS = {
     "refresh": "within 2x of git rebase",
     "adopt": "under 2 s",
@@ -173,23 +176,22 @@ def absorbed(queue: Queue, out: Path, old: Snapshot, new: Snapshot) -> tuple[int
     return got, total
 
 
-def closeness(out: Path, maintainers: Path, upstream_text: str) -> Json:
-    """Lines (stripped, non-blank) that differ between pq's output and the maintainers' files, by side."""
-    upstream_lines = cm.stripped_set([upstream_text])
-    up = omni = 0
-    names = sorted({p.name for p in out.glob("*.py")} | {p.name for p in maintainers.glob("*.py")})
-    for name in names:
-        a = [x.strip() for x in read_text(out / name).splitlines() if x.strip()]
-        b = [x.strip() for x in read_text(maintainers / name).splitlines() if x.strip()]
-        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-            if tag == "equal":
-                continue
-            for line in a[i1:i2] + b[j1:j2]:
-                if line in upstream_lines:
-                    up += 1
-                else:
-                    omni += 1
-    return {"upstream": up, "omni": omni, "total": up + omni}
+def read_folder(path: Path) -> dict[str, str]:
+    """The runner modules (``*.py``) of a folder by file name."""
+    return {p.name: read_text(p) for p in sorted(path.glob("*.py"))}
+
+
+def work_saved(up: Upgrade, corpus: Path, out: Path, upstream_text: str) -> Json:
+    """Section 5 for one upgrade with a newer corpus release: pq's ``out`` against the maintainers' runners."""
+    assert up.new is not None
+    release = corpus / f"vllm-omni-{up.new}"
+    return cm.work_saved(
+        read_folder(out),
+        read_folder(corpus / f"vllm-omni-{up.old}" / "npu"),
+        read_folder(release / "npu"),
+        upstream_text,
+        read_folder(release / "gpu").values(),
+    )
 
 
 def fetch_refs(dest: Path, project: Path, mapping: dict[str, str]) -> None:
@@ -242,9 +244,11 @@ def whole_file_merge(queue: Queue, npu: Path, old: Snapshot, new: Snapshot) -> t
     return regions, time.perf_counter() - started
 
 
-def measure_upgrade(
-    up: Upgrade, corpus: Path, work: Path, location: str, repeats: int, newest: Snapshot | None
-) -> Json:
+def quality(
+    up: Upgrade, corpus: Path, work: Path, location: str, newest: Snapshot | None
+) -> tuple[Json, Queue, Snapshot, Snapshot]:
+    """Sections 1 and 5 for one upgrade: adopt the older release into ``work/old`` (a copy of it before
+    the refresh in ``work/pristine``), ``pq refresh`` it, measure ``npu_worker/``; (row, queue, old and new base)."""
     row: Json = {"title": up.title, "old": up.old, "new": up.new, "error": None}
     npu = corpus / f"vllm-omni-{up.old}" / "npu"
     say(f"== {up.title}: adopt {npu}")
@@ -261,19 +265,11 @@ def measure_upgrade(
         queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec, upstream_git=location
     )
     row["old_base"], row["target"] = queue.upstream.label, target_snap.label
+    row["old_pin"], row["target_pin"], row["target_spec"] = old_snap.pin, target_snap.pin, target
     row["noop"] = old_snap.read(RUNNER) == target_snap.read(RUNNER)
     project = work / "old"
-    pristine = work / "pristine"
-    shutil.copytree(project, pristine, symlinks=True)
-
-    # the stack's commits for git rebase, taken before pq rewrites the refs
-    rb = work / "rebase"
-    rb.mkdir()
-    git(rb, "init", "-q")
-    git(rb, "config", "user.name", "bench")
-    git(rb, "config", "user.email", "bench@localhost")
-    fetch_refs(rb, project, {"refs/pq/top": "refs/bench/series", "refs/pq/base": "refs/bench/oldbase"})
-    row["patches"] = int(git(rb, "rev-list", "--count", "refs/bench/oldbase..refs/bench/series").strip())
+    shutil.copytree(project, work / "pristine", symlinks=True)
+    row["patches"] = int(git(project, "rev-list", "--count", "refs/pq/base..refs/pq/top").strip())
 
     say(f"== {up.title}: pq refresh {'(default target)' if up.new is None else '--to ' + target}")
     report_path = work / "refresh.json"
@@ -291,14 +287,28 @@ def measure_upgrade(
     ]
     out = project / "npu_worker"
     row["absorbed"] = list(absorbed(queue, out, old_snap, target_snap))
-    maintainers = corpus / f"vllm-omni-{up.new}" / "npu" if up.new else None
-    row["closeness"] = closeness(out, maintainers, target_snap.read(RUNNER).decode("utf-8")) if maintainers else None
+    row["work_saved"] = work_saved(up, corpus, out, target_snap.read(RUNNER).decode("utf-8")) if up.new else None
+    return row, queue, old_snap, target_snap
+
+
+def measure_upgrade(
+    up: Upgrade, corpus: Path, work: Path, location: str, repeats: int, newest: Snapshot | None
+) -> Json:
+    row, queue, old_snap, target_snap = quality(up, corpus, work, location, newest)
+    npu = corpus / f"vllm-omni-{up.old}" / "npu"
+    target = row["target_spec"]
+    project, pristine = work / "old", work / "pristine"
+    # the stack's commits for git rebase: the old ones from the copy taken before pq rewrote the refs
+    rb = work / "rebase"
+    rb.mkdir()
+    git(rb, "init", "-q")
+    git(rb, "config", "user.name", "bench")
+    git(rb, "config", "user.email", "bench@localhost")
+    fetch_refs(rb, pristine, {"refs/pq/top": "refs/bench/series", "refs/pq/base": "refs/bench/oldbase"})
     new_base_ref = (
         "refs/pq/refresh/base" if git(project, "for-each-ref", "refs/pq/refresh/base").strip() else "refs/pq/base"
     )
     fetch_refs(rb, project, {new_base_ref: "refs/bench/newbase"})
-    row["old_pin"], row["target_pin"] = old_snap.pin, target_snap.pin
-    row["target_spec"] = target
 
     say(f"== {up.title}: baselines")
     row["rebase_regions"], row["rebase_stops"], first = git_rebase(rb)
@@ -544,6 +554,74 @@ def f2(x: float) -> str:
     return f"{x:.2f}"
 
 
+def percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def share(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({percent(part / whole)})" if whole else f"n/a ({whole} lines)"
+
+
+WORK_SAVED_INTRO = (
+    "d(A, B): code lines (stripped; blank and comment-only lines dropped) added or removed between the runner"
+    " modules A and B, compared as multisets per module file name and summed over both sides' modules (a module"
+    " missing on one side counts all its lines). *maint*: the newer release's NPU runners; *old*: the older"
+    " release's; *pq*: `npu_worker/` after `pq refresh --to <the newer release's base>` with every diff3 region"
+    " resolved to its patch side. *Work saved* = 1 − d(pq, maint) / d(old, maint); *upstream side*: the same with"
+    " the regions resolved to their upstream side. The four columns split d(pq, maint): a line is *upstream* when"
+    " it occurs in the target's `model_runner_v1.py`, else *omni*; *maint only* / *pq only*: who has it."
+    " *Recall*: of the maintainers' GPU-side omni lines (neither upstream nor in the old release's runners, and in"
+    " the newer release's `gpu/` runners), how many pq's output holds. *Precision*: of the lines pq wrote itself"
+    " (in neither the old release's runners nor the upstream file), how many the maintainers' release holds."
+    " Recall and precision count multisets over all modules together. Total: sums of the counts, not a mean of"
+    " the ratios. `python scripts/work_saved.py` measures this section alone."
+)
+
+
+def render_work_saved(rows: Sequence[Json]) -> list[str]:
+    """Section 5: work saved per upgrade that has a newer corpus release, and over all of them."""
+    measured = [(r["title"], r["work_saved"]) for r in rows if not r.get("error") and r.get("work_saved")]
+    totals: Json = {key: sum(w[key] for _t, w in measured) for key in ("d_old", "d_pq", "d_pq_upstream_side")}
+    totals["split"] = {key: sum(w["split"][key] for _t, w in measured) for key in SPLIT}
+    for key in ("recall", "precision"):
+        totals[key] = [sum(w[key][i] for _t, w in measured) for i in (0, 1)]
+
+    def cells(title: str, w: Json) -> list[object]:
+        return [
+            title,
+            w["d_old"],
+            w["d_pq"],
+            percent(cm.saved(w["d_pq"], w["d_old"])),
+            percent(cm.saved(w["d_pq_upstream_side"], w["d_old"])),
+            *(w["split"][key] for key in SPLIT),
+            share(*w["recall"]),
+            share(*w["precision"]),
+        ]
+
+    return [
+        "## 5. Work saved on real history",
+        "",
+        WORK_SAVED_INTRO,
+        "",
+        *table(
+            [
+                "upgrade",
+                "d(old, maint)",
+                "d(pq, maint)",
+                "work saved (patch side)",
+                "work saved (upstream side)",
+                "upstream: maint only",
+                "upstream: pq only",
+                "omni: maint only",
+                "omni: pq only",
+                "recall of GPU-side omni lines",
+                "precision of ported lines",
+            ],
+            [cells(t, w) for t, w in measured] + ([cells("**total**", totals)] if measured else []),
+        ),
+    ]
+
+
 def render(
     args: argparse.Namespace,
     rows: Sequence[Json],
@@ -572,7 +650,8 @@ def render(
         "Adopt the older release's corpus folder, `pq refresh --no-stop` onto the upstream base `pq adopt` finds"
         " for the newer release (last row: `pq refresh`'s default target, the newest vllm-ascend release). "
         "*Absorbed*: upstream lines added to the carried methods between the two bases that are in pq's output. "
-        "*Differs from maintainers*: stripped lines that differ between pq's output and the newer release's runners,"
+        "*Differs from maintainers*: d(pq, maintainers) of section 5 (code lines that differ, as multisets,"
+        " between pq's output with its conflicts resolved to the patch side and the newer release's runners),"
         " split into upstream-side (the line is in the target's `model_runner_v1.py`) and omni-side.",
         "",
     ]
@@ -599,8 +678,8 @@ def render(
                 f"{r['blocks'][0]}→{r['blocks'][1]}",
                 f"{r['absorbed'][0]}/{r['absorbed'][1]}",
                 "n/a"
-                if r["closeness"] is None
-                else f"{r['closeness']['total']} ({r['closeness']['upstream']} + {r['closeness']['omni']})",
+                if r["work_saved"] is None
+                else "{total} ({upstream} + {omni})".format(**r["work_saved"]["split"]),
             ]
             for r in good
         ],
@@ -777,6 +856,7 @@ def render(
             ],
         )
     md += ["![benchmark](benchmark.png)", ""]
+    md += render_work_saved(good)
     if notes:
         md += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(md)

@@ -1,9 +1,11 @@
-"""Pure measurements behind ``scripts/conflict_table.py``: text in, numbers out, no pq run needed.
+"""Pure measurements behind ``scripts/conflict_table.py`` and ``scripts/bench.py``: text in, numbers out.
 
 - the baseline: plain ``git merge-file --diff3`` on one carried method's three texts;
 - which downstream symbol carries an upstream one (the mapping ``pq adopt`` uses);
 - fence lines kept, upstream lines dropped without a flag, agreement of a resolution with the
-  maintainers' own next release.
+  maintainers' own next release;
+- work saved: how far pq's output of an upgrade is from the maintainers' next release, against how
+  far the old release is (multisets of code lines), split by side, and the omni lines pq ported.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.merge import symbols
+from patch_queue.merge.checked import one_side
 
 UPSTREAM_CLASS = "NPUModelRunner"
 FENCE_WORD = "Omni-new"
@@ -316,3 +319,117 @@ def decision_agrees(flag: Mapping[str, object], output: str, maintainers: str) -
 
 def _int(value: object) -> int:
     return value if isinstance(value, int) else 0
+
+
+# -- work saved ---------------------------------------------------------------------------------
+
+Folder = Mapping[str, str]  # runner module file name -> its text
+SIDES = {"patch": "theirs", "upstream": "ours"}  # pq's diff3 regions: <<<<<<< new upstream ||||||| base ======= patch
+
+
+def take_side(text: str, side: str) -> str:
+    """``text`` with every diff3 region of pq's output resolved to its ``"patch"`` or ``"upstream"`` side."""
+    return one_side(text, SIDES[side])[0]
+
+
+def code_multiset(text: str) -> Counter[str]:
+    """A module's lines as work saved compares them: stripped, blank and comment-only lines dropped."""
+    return Counter(s for line in text.splitlines() if (s := line.strip()) and not s.startswith("#"))
+
+
+def multiset_distance(a: Counter[str], b: Counter[str]) -> int:
+    """Lines added or removed between two multisets of lines."""
+    return (a - b).total() + (b - a).total()
+
+
+def distance(a: Folder, b: Folder) -> int:
+    """d(A, B): :func:`multiset_distance` per module name, summed over both sides' modules (a missing one: empty)."""
+    return sum(multiset_distance(code_multiset(a.get(n, "")), code_multiset(b.get(n, ""))) for n in a.keys() | b.keys())
+
+
+def pooled(folder: Folder) -> Counter[str]:
+    """All modules' :func:`code_multiset` together."""
+    return sum((code_multiset(text) for text in folder.values()), Counter())
+
+
+@dataclass(frozen=True)
+class Split:
+    """d(pq, maintainers) by the side a line comes from ("upstream": it is in the new upstream file) and who has it."""
+
+    upstream_maintainers_only: int
+    upstream_pq_only: int
+    omni_maintainers_only: int
+    omni_pq_only: int
+
+    @property
+    def upstream(self) -> int:
+        return self.upstream_maintainers_only + self.upstream_pq_only
+
+    @property
+    def omni(self) -> int:
+        return self.omni_maintainers_only + self.omni_pq_only
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "upstream_maintainers_only": self.upstream_maintainers_only,
+            "upstream_pq_only": self.upstream_pq_only,
+            "omni_maintainers_only": self.omni_maintainers_only,
+            "omni_pq_only": self.omni_pq_only,
+            "upstream": self.upstream,
+            "omni": self.omni,
+            "total": self.upstream + self.omni,
+        }
+
+
+def split_difference(pq: Folder, maintainers: Folder, upstream: set[str]) -> Split:
+    """:func:`distance` of ``pq`` and ``maintainers`` in four parts summing to it; ``upstream``: its stripped lines."""
+    counts = Counter[tuple[bool, bool]]()  # (upstream line, the maintainers have it) -> lines
+    for name in pq.keys() | maintainers.keys():
+        ours, theirs = code_multiset(pq.get(name, "")), code_multiset(maintainers.get(name, ""))
+        for only, theirs_only in ((theirs - ours, True), (ours - theirs, False)):
+            for line, n in only.items():
+                counts[(line in upstream, theirs_only)] += n
+    return Split(counts[(True, True)], counts[(True, False)], counts[(False, True)], counts[(False, False)])
+
+
+def gpu_side_recall(pq: Folder, maintainers: Folder, old: Folder, upstream: set[str], gpu: set[str]) -> tuple[int, int]:
+    """(of them in pq's output, GPU-side omni lines of the maintainers' release), as multisets over all modules.
+
+    GPU-side omni lines: the maintainers' lines in neither the new upstream file nor the old release's
+    runners that occur in the new release's GPU runners (``gpu``, stripped lines).
+    """
+    seen = set(pooled(old))
+    wanted = Counter({x: n for x, n in pooled(maintainers).items() if x not in upstream and x not in seen and x in gpu})
+    return kept_count(wanted, pooled(pq)), wanted.total()
+
+
+def ported_precision(pq: Folder, maintainers: Folder, old: Folder, upstream: set[str]) -> tuple[int, int]:
+    """(of them in the maintainers' release, lines pq wrote itself), as multisets over all modules.
+
+    Lines pq wrote itself: its output's lines in neither the old release's runners nor the new upstream file.
+    """
+    seen = set(pooled(old))
+    written = Counter({x: n for x, n in pooled(pq).items() if x not in upstream and x not in seen})
+    return kept_count(written, pooled(maintainers)), written.total()
+
+
+def saved(d_pq: int, d_old: int) -> float | None:
+    """Work saved: 1 - d(pq, maintainers) / d(old, maintainers); None when the maintainers changed nothing."""
+    return 1 - d_pq / d_old if d_old else None
+
+
+def work_saved(
+    output: Folder, old: Folder, maintainers: Folder, upstream_text: str, gpu_texts: Iterable[str]
+) -> dict[str, object]:
+    """Everything work saved measures for one upgrade; ``output`` is pq's, diff3 regions still in it."""
+    upstream = stripped_set([upstream_text])
+    patch = {name: take_side(text, "patch") for name, text in output.items()}
+    upstream_side = {name: take_side(text, "upstream") for name, text in output.items()}
+    return {
+        "d_old": distance(old, maintainers),
+        "d_pq": distance(patch, maintainers),
+        "d_pq_upstream_side": distance(upstream_side, maintainers),
+        "split": split_difference(patch, maintainers, upstream).as_json(),
+        "recall": list(gpu_side_recall(patch, maintainers, old, upstream, stripped_set(gpu_texts))),
+        "precision": list(ported_precision(patch, maintainers, old, upstream)),
+    }

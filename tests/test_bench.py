@@ -1,15 +1,25 @@
-"""scripts/bench.py --quick on one real upgrade (vllm-omni 0.18.0 -> 0.20.0): the tables are there and parse."""
+"""scripts/bench.py --quick on one real upgrade (vllm-omni 0.18.0 -> 0.20.0): the tables are there and parse;
+the work saved measures on small texts; scripts/work_saved.py on that upgrade."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPT = SCRIPTS / "bench.py"
+sys.path.insert(0, str(SCRIPTS))
+
+import bench  # noqa: E402
+import conflict_metrics as cm  # noqa: E402
 
 
 def _table(text: str, first_header: str) -> list[list[str]]:
@@ -48,6 +58,7 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
         "## 2. Baselines in the same run",
         "## 3. Speed",
         "## 4. Scale",
+        "## 5. Work saved on real history",
     ):
         assert heading in text
     assert "scripts/bench.py --quick --out" in text and "- pygit2: " in text and "- git: git version" in text
@@ -78,6 +89,125 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
     for row in culprits:
         assert int(row[1]) >= 0 and _number(row[5]) >= 0
 
+    [saved, saved_total] = _table(text, "upgrade | d(old, maint)")
+    assert saved[0] == "0.18.0 → 0.20.0" and saved_total[0] == "**total**" and saved[1:] == saved_total[1:]
+    d_old, d_pq = int(saved[1]), int(saved[2])
+    assert d_old > 0 and d_pq == total  # section 1's distance is the same measure
+    assert sum(int(cell) for cell in saved[5:9]) == d_pq and int(saved[5]) + int(saved[6]) == up
+    assert saved[3] == f"{1 - d_pq / d_old:.1%}"
+    for cell in saved[9:]:
+        assert re.fullmatch(r"\d+/\d+ \(\d+\.\d%\)|n/a \(0 lines\)", cell), cell
+
     if importlib.util.find_spec("matplotlib") is not None:
         png = out / "benchmark.png"
         assert png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_work_saved_alone(corpus: Path, tmp_path: Path) -> None:
+    md, data = tmp_path / "ws.md", tmp_path / "ws.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPTS / "work_saved.py"), "--only", "0.18.0", "--out", str(md), "--json", str(data)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PQ_CORPUS": str(corpus)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = md.read_text(encoding="utf-8")
+    assert proc.stdout == text and "Written by" not in text  # no date or timing: two commits' outputs diff
+    [row, total] = _table(text, "upgrade | d(old, maint)")
+    assert row[0] == "0.18.0 → 0.20.0" and row[1:] == total[1:]
+    [measured] = json.loads(data.read_text(encoding="utf-8"))
+    w = measured["work_saved"]
+    assert measured["error"] is None and [w["d_old"], w["d_pq"]] == [int(row[1]), int(row[2])]
+    assert w["split"]["total"] == w["d_pq"]
+
+
+# -- the pure measures, on texts small enough to count by hand --------------------------------------
+
+
+def test_distance_counts_code_lines_as_multisets() -> None:
+    a = {"m.py": "import os\n\n# comment\nx = 1\nx = 1\n  y = 2  \n", "only_a.py": "a = 1\n# c\nb = 2\n"}
+    b = {"m.py": "import os\ny = 2\nx = 1\nz = 3\n    # indented comment\n", "only_b.py": "q = 1\n"}
+    # m.py: one "x = 1" too many, "z = 3" missing (order does not count); only_a.py 2 lines, only_b.py 1
+    assert cm.distance(a, b) == cm.distance(b, a) == 5
+    assert cm.distance(a, a) == 0
+    assert cm.code_multiset("x = 1  # trailing\n#x\n") == Counter({"x = 1  # trailing": 1})
+    assert cm.multiset_distance(Counter({"x": 3, "y": 1}), Counter({"x": 1, "z": 2})) == 5
+
+
+def test_take_side_of_diff3_regions() -> None:
+    text = (
+        "a\n<<<<<<< new\nU1\n||||||| old\nB1\n=======\nP1\nP2\n>>>>>>> 0002-x.patch\nb\n"
+        "<<<<<<< new (deleted)\n||||||| old\n=======\nS\n>>>>>>> 0003-y.patch\n"
+        "<<<<<<< new\nU2\n=======\nP3\n>>>>>>> 0004-z.patch\n"
+    )
+    assert cm.take_side(text, "patch") == "a\nP1\nP2\nb\nS\nP3\n"
+    assert cm.take_side(text, "upstream") == "a\nU1\nb\nU2\n"
+    with pytest.raises(KeyError):
+        cm.take_side(text, "base")
+
+
+def test_split_difference_four_ways() -> None:
+    upstream = {"up_a()", "up_b()", "up_c()"}
+    pq = {"m.py": "up_a()\nup_b()\nup_b()\nomni_x()\nomni_y()\n"}
+    maint = {"m.py": "up_a()\nup_c()\nomni_x()\nomni_z()\nomni_z()\n", "n.py": "up_c()\nomni_w()\n"}
+    split = cm.split_difference(pq, maint, upstream)
+    # m.py: pq only up_b x2, omni_y; maintainers only up_c, omni_z x2; n.py (maintainers only): up_c, omni_w
+    assert split == cm.Split(upstream_maintainers_only=2, upstream_pq_only=2, omni_maintainers_only=3, omni_pq_only=1)
+    assert split.as_json()["total"] == cm.distance(pq, maint) == 8
+
+
+def test_recall_and_precision_of_ported_lines() -> None:
+    old = {"m.py": "keep()\nold_omni()\n"}
+    upstream = {"up()"}
+    gpu = {"gpu_port()", "gpu_port2()", "old_omni()", "up()"}
+    maint = {"m.py": "keep()\nold_omni()\nup()\ngpu_port()\ngpu_port()\ngpu_port2()\nmaint_own()\n"}
+    pq = {"m.py": "keep()\nold_omni()\nup()\ngpu_port()\nimport torch\nwrong()\n", "other.py": "gpu_port2()\n"}
+    # GPU-side omni lines: gpu_port x2, gpu_port2 (old_omni is old, up() upstream, maint_own not in gpu/)
+    assert cm.gpu_side_recall(pq, maint, old, upstream, gpu) == (2, 3)
+    # pq wrote gpu_port, import torch, wrong(), gpu_port2; the maintainers have gpu_port and gpu_port2
+    assert cm.ported_precision(pq, maint, old, upstream) == (2, 4)
+    assert cm.ported_precision(old, maint, old, upstream) == (0, 0)
+    assert bench.share(0, 0) == "n/a (0 lines)" and bench.share(2, 4) == "2/4 (50.0%)"
+
+
+def test_work_saved_takes_the_patch_side() -> None:
+    old = {"m.py": "a\nb\n"}
+    maint = {"m.py": "a\nb2\nc\n"}
+    output = {"m.py": "a\n<<<<<<< new\nu\n||||||| old\nb\n=======\nb2\n>>>>>>> p\nc\n"}
+    got = cm.work_saved(output, old, maint, "a\nc\nu\n", ["b2\n"])
+    assert got == {
+        "d_old": 3,  # b removed, b2 and c added
+        "d_pq": 0,  # a, b2, c
+        "d_pq_upstream_side": 2,  # a, u, c: u removed, b2 added
+        "split": {
+            "upstream_maintainers_only": 0,
+            "upstream_pq_only": 0,
+            "omni_maintainers_only": 0,
+            "omni_pq_only": 0,
+            "upstream": 0,
+            "omni": 0,
+            "total": 0,
+        },
+        "recall": [1, 1],  # b2: omni, new, in gpu/
+        "precision": [1, 1],  # b2 again: pq wrote it, the maintainers have it
+    }
+    assert cm.saved(got["d_pq"], got["d_old"]) == 1.0
+    assert cm.saved(got["d_pq_upstream_side"], got["d_old"]) == pytest.approx(1 / 3)
+    assert cm.saved(5, 0) is None
+
+
+def test_work_saved_total_sums_the_distances() -> None:
+    def row(title: str, d_old: int, d_pq: int, precision: list[int]) -> bench.Json:
+        split = dict.fromkeys(bench.SPLIT, 0) | {"omni_pq_only": d_pq}
+        work = {"d_old": d_old, "d_pq": d_pq, "d_pq_upstream_side": d_old, "split": split}
+        return {"title": title, "work_saved": work | {"recall": [1, 4], "precision": precision}}
+
+    rows = [row("u1", 10, 5, [0, 0]), row("u2", 90, 90, [3, 4]), {"title": "u3", "error": "boom"}]
+    lines = bench.render_work_saved(rows)
+    u1, u2, total = _table("\n".join(lines), "upgrade | d(old, maint)")
+    assert u1[1:5] == ["10", "5", "50.0%", "0.0%"] and u1[-1] == "n/a (0 lines)"
+    assert u2[3] == "0.0%"
+    # 1 - 95/100, not the mean of 50% and 0%
+    assert total == ["**total**", "100", "95", "5.0%", "0.0%", "0", "0", "0", "95", "2/8 (25.0%)", "3/4 (75.0%)"]
