@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_project, git, new_project, pq, state
-from test_end_to_end import adopted_030  # noqa: F401  (shared module fixture)
 from test_errors import one_error_line, proj  # noqa: F401  (proj: a copy of adopted_030)
 from test_sources import _file_index, _wheel
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_project, git, pq, state
-from test_end_to_end import adopted_030  # noqa: F401  (shared module fixture)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:

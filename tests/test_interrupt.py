@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_project, git, new_project, state
-from test_end_to_end import _take_patch_side, adopted_030  # noqa: F401  (shared module fixture)
+from test_end_to_end import _take_patch_side
 
 RC2 = "vllm-ascend==0.30.0rc2"
 KILLED = -signal.SIGKILL

@@ -10,8 +10,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, new_project, pq
-from test_end_to_end import BASE_030, adopted_030  # noqa: F401  (shared module fixture)
+from conftest import BASE_030, copy_project, new_project, pq
 
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import read_folder
