@@ -310,19 +310,19 @@ def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | No
 
 
 def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
+    from patch_queue.commands import sync_gpu
+
     for s in outcome.synced:
         port = s.port
-        gpu = ", ".join(f"{c.gpu_file}:{c.gpu_line}" for c in port.changes)
         typer.echo(
-            f"synced: {ws.rel(ws.out / port.npu_file)}:{s.line} in {port.symbol} from {gpu} "
+            f"synced: {ws.rel(ws.out / port.npu_file)}:{s.line} in {port.symbol} from {sync_gpu.where(port.changes)} "
             f"({ws.queue_dir.shown(s.patch)})"
         )
         if port.missing_names:
             typer.echo(f"  note: {port.npu_file} does not import {', '.join(port.missing_names)}")
     for u in outcome.unplaced:
-        gpu = ", ".join(f"{c.gpu_file}:{c.gpu_line}" for c in u.changes)
         where = f" in {u.symbol}" if u.symbol else ""
-        typer.echo(f"unplaced: {gpu}{where}: {u.reason}")
+        typer.echo(f"unplaced: {sync_gpu.where(u.changes)}{where}: {u.reason}")
     if not outcome.unported:
         typer.echo(f"sync-gpu: nothing to do, every omni GPU change of {outcome.source} is on NPU")
     else:

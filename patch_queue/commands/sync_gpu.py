@@ -14,7 +14,7 @@ that could not be placed a ``gpu-unplaced`` flag with the GPU hunk and the reaso
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patch_queue.checks import gpu_audit, gpu_sync
@@ -55,37 +55,26 @@ class SyncOutcome:
         return [_synced_flag(s) for s in self.synced] + [_unplaced_flag(u) for u in self.unplaced]
 
 
-def _where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
+def where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
     return ", ".join(f"{c.gpu_file}:{c.gpu_line}" for c in changes)
+
+
+def _flag(
+    kind: str, changes: tuple[gpu_audit.GpuChange, ...], what: str, hunk: str, file: str, symbol: str
+) -> Conflict:
+    return Conflict(kind, message=f"{where(changes)} {what}", conflict=False, theirs=hunk, file=file, symbol=symbol)
 
 
 def _synced_flag(s: Synced) -> Conflict:
     port = s.port
     note = f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
-    return Conflict(
-        SYNCED,
-        message=f"ported {_where(port.changes)} into {port.symbol}{note}",
-        conflict=False,
-        base=port.replaced,
-        theirs=port.gpu_hunk,
-        line=s.line,
-        length=len(port.result.splitlines()),
-        resolution=port.result,
-        patch=s.patch,
-        file=port.npu_file,
-        symbol=port.symbol,
-    )
+    flag = _flag(SYNCED, port.changes, f"ported into {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
+    length = len(port.result.splitlines())
+    return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
 
 
 def _unplaced_flag(u: gpu_sync.Unplaced) -> Conflict:
-    return Conflict(
-        UNPLACED,
-        message=f"{_where(u.changes)} not ported: {u.reason}",
-        conflict=False,
-        theirs=u.gpu_hunk,
-        file=u.npu_file,
-        symbol=u.symbol,
-    )
+    return _flag(UNPLACED, u.changes, f"not ported: {u.reason}", u.gpu_hunk, u.npu_file, u.symbol)
 
 
 def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = None) -> tuple[dict[str, str], str, str]:
