@@ -207,3 +207,21 @@ def test_sync_is_deterministic(synced: tuple[Path, str], tmp_path: Path) -> None
     for name in (proj / "patches" / "series").read_text().split():
         if name.endswith(".patch"):
             assert (other / "patches" / name).read_bytes() == (proj / "patches" / name).read_bytes(), name
+
+
+def test_refresh_sync_gpu_reports_the_ports(synced: tuple[Path, str], tmp_path: Path) -> None:
+    """`pq refresh --sync-gpu` after a clean refresh: the ports in the series, a flag per port and per change left."""
+    import json
+
+    proj, _out = synced
+    other = new_project(tmp_path / "other")
+    pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check", "--report", "r.json").stdout
+    assert "no conflicts" in out and "6 ported in 5 patch(es)" in out
+    assert (other / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
+    flags = json.loads((other / "r.json").read_text())["flags"]
+    kinds = [f["kind"] for f in flags]
+    assert kinds.count("gpu-synced") == 5 and kinds.count("gpu-unplaced") == 18
+    first = flags[0]
+    assert "self.routed_experts_capturer.clear_buffer()" in first["sides"]["patch"]
+    assert "Omni-new" in first["resolution"] and first["patch"] == "0017-sync-gpu-execute-model-1.patch"
