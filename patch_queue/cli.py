@@ -12,6 +12,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ParamSpec
 
@@ -22,6 +23,7 @@ from patch_queue.errors import EXIT_BUG, EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, PqE
 if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
     from patch_queue.commands.check import CheckOutcome
     from patch_queue.commands.refresh import RefreshOutcome
+    from patch_queue.commands.sync_gpu import SyncOutcome
     from patch_queue.project.workspace import Workspace
     from patch_queue.series.absorb import Placement
     from patch_queue.series.replay import PatchResult
@@ -265,6 +267,9 @@ def refresh(
     no_sources: NoSourcesOpt = False,
     upstream: UpstreamOpt = None,
     discard: DiscardOpt = False,
+    sync_gpu: Annotated[
+        bool, typer.Option("--sync-gpu", help="after a clean refresh, port the unported omni GPU changes (pq sync-gpu)")
+    ] = False,
 ) -> int:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
     from patch_queue.commands import refresh
@@ -281,8 +286,68 @@ def refresh(
             check_sources=not no_sources,
             discard=discard,
         )
-    _write_reports(outcome, report, markdown, annotations)
-    return _print_outcome(ws, outcome)
+        synced = _refresh_sync_gpu(ws, outcome, upstream) if sync_gpu else None
+    _write_reports(
+        outcome if synced is None else replace(outcome, flags=outcome.flags + synced.flags),
+        report,
+        markdown,
+        annotations,
+    )
+    code = _print_outcome(ws, outcome)
+    if synced is not None:
+        _print_sync(ws, synced)
+    return code
+
+
+def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | None) -> SyncOutcome | None:
+    """``pq sync-gpu`` after a clean refresh (with conflicts it waits: resolve, then run it)."""
+    from patch_queue.commands import sync_gpu
+
+    if outcome.conflicts:
+        typer.echo("sync-gpu skipped: the refresh left conflicts; resolve them, then run `pq sync-gpu`")
+        return None
+    return sync_gpu.do_sync_gpu(ws, omni=None, upstream_git=upstream, progress=say)
+
+
+def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
+    from patch_queue.commands import sync_gpu
+
+    for s in outcome.synced:
+        port = s.port
+        typer.echo(
+            f"synced: {ws.rel(ws.out / port.npu_file)}:{s.line} in {port.symbol} from {sync_gpu.where(port.changes)} "
+            f"({ws.queue_dir.shown(s.patch)})"
+        )
+        if port.missing_names:
+            typer.echo(f"  note: {port.npu_file} does not import {', '.join(port.missing_names)}")
+    for u in outcome.unplaced:
+        where = f" in {u.symbol}" if u.symbol else ""
+        typer.echo(f"unplaced: {sync_gpu.where(u.changes)}{where}: {u.reason}")
+    if not outcome.unported:
+        typer.echo(f"sync-gpu: nothing to do, every omni GPU change of {outcome.source} is on NPU")
+    else:
+        typer.echo(
+            f"sync-gpu: {outcome.unported} unported omni GPU change(s) in {outcome.source}: "
+            f"{sum(len(s.port.changes) for s in outcome.synced)} ported in {len(outcome.synced)} patch(es), "
+            f"{sum(len(u.changes) for u in outcome.unplaced)} not placed"
+        )
+
+
+@command(name="sync-gpu")
+def sync_gpu_(
+    omni: Annotated[
+        str | None,
+        typer.Option("--omni", help="vllm-omni release (X or vllm-omni==X) or folder; default the series' release"),
+    ] = None,
+    upstream: UpstreamOpt = None,
+) -> int:
+    """Port the omni changes of the GPU runners the NPU runners lack, one patch each at the end of the series."""
+    from patch_queue.commands import sync_gpu
+
+    with _locked("sync-gpu") as ws:
+        outcome = sync_gpu.do_sync_gpu(ws, omni=omni, upstream_git=upstream, progress=say)
+    _print_sync(ws, outcome)
+    return EXIT_OK
 
 
 @command(name="continue")

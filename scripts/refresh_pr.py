@@ -109,7 +109,14 @@ def message(target_label: str, report: dict[str, object], check: dict[str, objec
             lines.append(f"- {str(c['commit'])[:12]} {subject}{pr}")
     else:
         lines.append("- none that touched a conflict or review flag (or no upstream git history for this target)")
-    lines += ["", "Synced from the GPU side:"]
+    lines += ["", "Changes synced from GPU:"]
+    synced = [f for f in flags if f.get("kind") == "gpu-synced"]
+    unplaced = [f for f in flags if f.get("kind") == "gpu-unplaced"]
+    lines += [
+        f"- {f.get('file')}:{f.get('line')} {f.get('symbol')}: {f.get('message')} ({f.get('patch')})" for f in synced
+    ]
+    if unplaced:
+        lines.append(f"- {len(unplaced)} omni GPU change(s) could not be placed (gpu-unplaced flags say why)")
     unported = 0
     if check is not None:
         counts = check.get("counts", {})

@@ -71,11 +71,11 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
     # the new patch goes right above the applied ones; unapplied ones stay after it
     names = loaded.patches[:applied] + [(filename, commit)] + loaded.patches[applied:]
     rebuilt = _rechain(ws, loaded, names, applied)
-    _write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied + 1, "new")
+    write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied + 1, "new")
     return filename
 
 
-def _write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int, command: str) -> None:
+def write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int, command: str) -> None:
     """Write an edited series: bodies, refs, the output folder, and a lineage step whose changed bodies
     are recorded edits (so the step is reproducible without the bodies)."""
     old_bodies = stack.export_series(ws.repo, old.patches)
@@ -142,7 +142,7 @@ def do_record(ws: Workspace, *, upstream_git: str | None, into: str | None = Non
         return []
     absorbed, placements = absorb.absorb(ws.repo, loaded.base, loaded.patches[:applied], work, into=into)
     rebuilt = _rechain(ws, loaded, absorbed + loaded.patches[applied:], applied - 1)
-    _write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied, "record")
+    write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied, "record")
     return placements
 
 

@@ -42,6 +42,8 @@ KIND_ORDER = (
     "near-block",
     "reused",
     "merged-words",
+    "gpu-synced",
+    "gpu-unplaced",
 )
 
 _SHA = re.compile(r"[0-9a-fA-F]{7,64}")

@@ -1,0 +1,488 @@
+"""Porting the omni changes of the GPU runners that the NPU runners lack (``pq sync-gpu``): pure logic.
+
+:func:`patch_queue.checks.gpu_audit.audit` lists the omni edits of vllm-omni's GPU copies of
+vLLM's ``GPUModelRunner`` methods and says which the NPU runners lack.  :func:`sync` ports each
+of those into the NPU method the audit names, one at a time (a later port may anchor on an earlier
+one), and never guesses:
+
+1. **Translation**: every line of the GPU hunk goes through the ordered rules of
+   ``gpu_sync.toml`` (``CUDAGraphWrapper`` -> ``ACLGraphWrapper``, ``set_forward_context`` ->
+   ``set_ascend_forward_context``, ...), extended by the project's ``patches/gpu-sync-rules.toml``.
+2. **Anchors**: the GPU code lines right before and right after the change (other unported changes
+   skipped), translated and normalised like the audit's code lines, as the shortest run that occurs
+   once in the NPU method (the run before, then the run after).
+3. **What it replaces**: the same anchors in vLLM's method give the upstream code the change
+   replaced (none for an insertion).  The NPU code between the anchors must be that code
+   (normalised), else the NPU method diverged there and the change is reported, not placed.
+   When an anchor is itself omni code (vLLM lacks it), the NPU side must have nothing between the
+   anchors: an insertion.
+4. **The port**: the translated hunk, re-indented by the NPU anchor's indentation, between two
+   ``Omni-new`` fence lines at the indentation of its shallowest line.  The module must still
+   parse, else the change is reported.
+
+A change that cannot be placed (no NPU method to hold it, an anchor absent or ambiguous, diverged
+NPU code, a result that does not parse) comes back as :class:`Unplaced` with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+import textwrap
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+from patch_queue.checks import gpu_audit
+from patch_queue.checks.gpu_audit import GpuChange
+from patch_queue.errors import QueueError
+from patch_queue.merge import anchors, symbols
+
+USER_RULES = "gpu-sync-rules.toml"
+BUILTIN = "patch_queue/checks/gpu_sync.toml"
+# the longest run of code lines tried to make an anchor unique
+_MAX_ANCHOR = 8
+# two statements this similar (difflib's ratio) are one edited statement
+_SIMILAR = 0.6
+
+
+# -- the translation rules -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    find: str
+    replace: str
+    regex: bool = True
+    note: str = ""
+
+    def apply(self, line: str) -> str:
+        return re.sub(self.find, self.replace, line) if self.regex else line.replace(self.find, self.replace)
+
+
+@dataclass(frozen=True)
+class Rules:
+    rules: tuple[Rule, ...]
+    fence: str
+
+    def translate(self, line: str) -> str:
+        for rule in self.rules:
+            line = rule.apply(line)
+        return line
+
+
+def parse_rules(text: str, *, path: str) -> tuple[list[Rule], str | None]:
+    """The rules of one rules file, and its ``fence`` (None when it sets none)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise QueueError(f"not valid TOML: {exc}", path=path) from None
+    fence = data.get("fence")
+    if fence is not None and not (isinstance(fence, str) and anchors.FENCE.match(fence)):
+        raise QueueError("fence must be an Omni-new fence comment line (# ---- Omni-new ----)", path=path)
+    rules: list[Rule] = []
+    for i, raw in enumerate(data.get("rule", [])):
+        where = f"rule[{i}]"
+        if not isinstance(raw, dict):
+            raise QueueError(f"{where} must be a table", path=path)
+        for key in ("id", "find"):
+            if not isinstance(raw.get(key), str) or not raw[key]:
+                raise QueueError(f"{where}.{key} must be a non-empty string", path=path)
+        if not isinstance(raw.get("replace"), str):
+            raise QueueError(f"{where} ({raw['id']}).replace must be a string", path=path)
+        regex = raw.get("regex", True)
+        if not isinstance(regex, bool):
+            raise QueueError(f"{where} ({raw['id']}).regex must be true or false", path=path)
+        rule = Rule(raw["id"], raw["find"], raw["replace"], regex, str(raw.get("note", "")))
+        if regex:
+            try:
+                rule.apply("")
+                re.compile(rule.find)
+            except re.error as exc:
+                raise QueueError(f"{where} ({rule.id}): bad find or replace: {exc}", path=path) from None
+        rules.append(rule)
+    return rules, fence
+
+
+def load_rules(project_patches: Path | None = None) -> Rules:
+    """The built-in rules with the project's ``patches/gpu-sync-rules.toml`` applied: a rule with a
+    built-in id replaces it in place, a new one goes after the built-in ones."""
+    text = resources.files("patch_queue.checks").joinpath("gpu_sync.toml").read_text(encoding="utf-8")
+    builtin, fence = parse_rules(text, path=BUILTIN)
+    rules = {r.id: r for r in builtin}
+    if project_patches is not None and (project_patches / USER_RULES).is_file():
+        user = project_patches / USER_RULES
+        extra, user_fence = parse_rules(user.read_text(encoding="utf-8"), path=str(user))
+        rules.update((r.id, r) for r in extra)
+        fence = user_fence or fence
+    assert fence is not None, "the built-in rules set the fence"
+    return Rules(tuple(rules.values()), fence.strip())
+
+
+# -- placement -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Port:
+    """Omni GPU changes (one, or several in one statement) written into an NPU method."""
+
+    changes: tuple[GpuChange, ...]
+    npu_file: str
+    symbol: str  # Class.method on the NPU side
+    line: int  # 1-based: the opening fence in the new module text
+    gpu_hunk: str  # the GPU lines ported, as written
+    replaced: str  # the NPU lines the port replaced ("" for an insertion)
+    result: str  # what was written, fences included
+    text: str  # the whole new module
+    missing_names: tuple[str, ...] = ()  # names of the GPU module the NPU module neither defines nor imports
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """Omni GPU changes that were not ported, and why."""
+
+    changes: tuple[GpuChange, ...]
+    reason: str
+    npu_file: str = ""
+    symbol: str = ""
+    gpu_hunk: str = ""
+
+
+class _NotPlaced(Exception):
+    pass
+
+
+def _joined(lines: Iterable[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+def _method(text: str, path: str, *, line: int = 0, name: str = "") -> symbols.Symbol | None:
+    """The method named ``name``, else the one holding ``line``."""
+    for sym in symbols.symbols_ast(text, path=path).values():
+        if sym.is_method and (sym.name == name if name else sym.start <= line <= sym.end):
+            return sym
+    return None
+
+
+def _code(lines: Sequence[str]) -> dict[int, str]:
+    """0-based row -> the normalised code of that line (rows without code are absent)."""
+    return {r - 1: c for r, c in gpu_audit.code_lines(_joined(lines)).code.items()}
+
+
+def _anchor(run: Sequence[str], target: Sequence[str], *, before: bool, after: int = -1) -> int | None:
+    """Index in ``target`` of the line next to the change: the shortest run of ``run`` next to it (its
+    tail when ``before``, else its head) that occurs once in ``target`` after ``after``.  None when the
+    nearest line is absent; _NotPlaced when every run occurs more than once."""
+    for k in range(1, min(_MAX_ANCHOR, len(run)) + 1):
+        keys = list(run[-k:] if before else run[:k])
+        hits = [i for i in range(after + 1, len(target) - k + 1) if list(target[i : i + k]) == keys]
+        if not hits:
+            return None
+        if len(hits) == 1:
+            return hits[0] + k - 1 if before else hits[0]
+    if not run:
+        return None
+    raise _NotPlaced(f"the code {'before' if before else 'after'} it occurs more than once in the method")
+
+
+def _statements(text: str) -> list[tuple[int, int, int]]:
+    """(first, last header row, last row) of every statement of a method (0-based rows); a simple
+    statement is all header."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        return []
+    out: list[tuple[int, int, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.stmt, ast.ExceptHandler)) and not isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef)
+        ):
+            end = (node.end_lineno or node.lineno) - 1
+            body = getattr(node, "body", None)
+            header = max(node.lineno - 1, body[0].lineno - 2) if isinstance(body, list) and body else end
+            out.append((node.lineno - 1, header, end))
+    return sorted(out)
+
+
+def _whole(first: int, last: int, stmts: Sequence[tuple[int, int, int]]) -> tuple[int, int]:
+    """[first, last] widened to whole statements: every statement whose header it touches (a simple
+    statement is all header)."""
+    while True:
+        wider = [(s, end) for s, header, end in stmts if s <= last and header >= first]
+        lo, hi = min([first, *(s for s, _e in wider)]), max([last, *(e for _s, e in wider)])
+        if (lo, hi) == (first, last):
+            return first, last
+        first, last = lo, hi
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """A statement (a compound one: its header), or a clause line (``else:``), as normalised code."""
+
+    first: int  # 0-based rows
+    last: int  # the statement's last row (a compound statement: its header's)
+    key: str
+
+
+def _units(lines: Sequence[str]) -> list[_Unit]:
+    """The units of a method's lines, in order: wrapping does not change their keys."""
+    code = _code(lines)
+    out: list[_Unit] = []
+    covered: set[int] = set()
+    for s, header, _end in _statements(_joined(lines)):
+        rows = [r for r in range(s, header + 1) if r in code and r not in covered]
+        if rows:
+            covered.update(rows)
+            out.append(_Unit(s, header, "".join(code[r] for r in rows)))
+    out += [_Unit(r, r, c) for r, c in code.items() if r not in covered]
+    return sorted(out, key=lambda u: u.first)
+
+
+def _reindent(line: str, delta: int) -> str:
+    if not line.strip():
+        return ""
+    if delta >= 0:
+        return " " * delta + line
+    return line[min(-delta, anchors.indent_of(line)) :]
+
+
+def _bound_names(text: str) -> set[str]:
+    """The names a module binds at its top level or imports anywhere."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    out = {
+        (a.asname or a.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for a in node.names
+    }
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
+def _bare_names(code: str) -> set[str]:
+    return set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code))
+
+
+@dataclass(frozen=True)
+class _Group:
+    changes: tuple[GpuChange, ...]
+    gpu: symbols.Symbol
+    first: int  # 0-based rows of the GPU method, whole statements
+    last: int
+
+
+def _groups(todo: Sequence[GpuChange], gpu_files: Mapping[str, str]) -> list[_Group | Unplaced]:
+    """The unported changes widened to whole statements, those that overlap or touch merged."""
+    out: list[_Group | Unplaced] = []
+    for change in todo:
+        text = gpu_files[change.gpu_file]
+        gsym = _method(text, change.gpu_file, line=change.gpu_line)
+        if gsym is None:
+            out.append(Unplaced((change,), "not inside a method of the GPU module", gpu_hunk=_joined(change.lines)))
+            continue
+        first = change.gpu_line - gsym.start
+        first, last = _whole(first, first + len(change.lines) - 1, _statements(gsym.text))
+        prev = out[-1] if out else None
+        if isinstance(prev, _Group) and prev.gpu == gsym:
+            code = _code(gsym.text.splitlines())
+            if first <= prev.last or not any(prev.last < r < first for r in code):
+                out[-1] = _Group((*prev.changes, change), gsym, min(prev.first, first), max(prev.last, last))
+                continue
+        out.append(_Group((change,), gsym, first, last))
+    return out
+
+
+def _opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
+    """difflib's opcodes a -> b with every uneven replacement split: a unit of b similar to one of a
+    (in order) replaces it, the others of b are insertions and the others of a deletions."""
+    out: list[tuple[str, int, int, int, int]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag != "replace" or i2 - i1 == j2 - j1:
+            out.append((tag, i1, i2, j1, j2))
+            continue
+        i = i1
+        for j in range(j1, j2):
+            ratios = [difflib.SequenceMatcher(None, a[k], b[j], autojunk=False).ratio() for k in range(i, i2)]
+            best = max(range(len(ratios)), key=lambda k: ratios[k], default=-1)
+            if best >= 0 and ratios[best] >= _SIMILAR:
+                if best:
+                    out.append(("delete", i, i + best, j, j))
+                out.append(("replace", i + best, i + best + 1, j, j + 1))
+                i += best + 1
+            else:
+                out.append(("insert", i, i, j, j + 1))
+        if i < i2:
+            out.append(("delete", i, i2, j2, j2))
+    return out
+
+
+def _replaced(group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit]) -> tuple[int, int, list[str]]:
+    """The group's rows widened over every vLLM -> GPU replacement it takes part in, and the vLLM units
+    those rows stand for (none for an insertion)."""
+    first, last = group.first, group.last
+    g_keys, v_keys = [u.key for u in gunits], [u.key for u in vunits]
+    ops = _opcodes(v_keys, g_keys)
+    stmts = _statements(group.gpu.text)
+    while True:
+        inside = {j for j, u in enumerate(gunits) if first <= u.first <= last}
+        lo, hi = first, last
+        for tag, _i1, _i2, j1, j2 in ops:
+            if tag == "replace" and inside & set(range(j1, j2)):
+                lo, hi = min(lo, gunits[j1].first), max(hi, gunits[j2 - 1].last)
+        lo, hi = _whole(lo, hi, stmts)
+        if (lo, hi) == (first, last):
+            break
+        first, last = lo, hi
+    upstream: list[str] = []
+    for tag, i1, i2, j1, j2 in ops:
+        if tag == "equal":
+            upstream += [v_keys[i1 + j - j1] for j in range(j1, j2) if j in inside]
+        elif tag == "replace" and inside & set(range(j1, j2)):
+            upstream += v_keys[i1:i2]
+    return first, last, upstream
+
+
+def _run(keys: Sequence[str], target: Sequence[str]) -> list[int]:
+    n = len(keys)
+    return [i for i in range(len(target) - n + 1) if list(target[i : i + n]) == list(keys)]
+
+
+def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules) -> Port:
+    npu = _method(npu_text, npu_file, name=symbol)
+    if npu is None:
+        raise _NotPlaced(f"{symbol} is not in {npu_file}")
+    gpu_lines = [rules.translate(line) for line in group.gpu.text.splitlines()]
+    npu_lines = npu.text.splitlines()
+    gunits, nunits = _units(gpu_lines), _units(npu_lines)
+    vunits = _units([rules.translate(line) for line in vllm.text.splitlines()])
+    first, last, upstream = _replaced(group, gunits, vunits)
+    before = [u.key for u in gunits if u.first < first]
+    after = [u.key for u in gunits if u.first > last]
+    n_keys = [u.key for u in nunits]
+    if upstream:
+        hits = _run(upstream, n_keys)
+        if len(hits) > 1:  # the one the GPU neighbours point at
+            n = len(upstream)
+            hits = [
+                h
+                for h in hits
+                if (before and h and n_keys[h - 1] == before[-1])
+                or (after and h + n < len(n_keys) and n_keys[h + n] == after[0])
+            ]
+        if len(hits) != 1:
+            where = "more than once" if hits else "nowhere"
+            shown = vllm.text.splitlines()[next(u.first for u in vunits if u.key == upstream[0])].strip()
+            raise _NotPlaced(
+                f"the vLLM code it replaces ({len(upstream)} statement(s) from {shown}) is {where} in {symbol}"
+            )
+        lo, hi = hits[0], hits[0] + len(upstream) - 1
+        start, end = nunits[lo].first, max(u.last for u in nunits[lo : hi + 1]) + 1
+        g_anchor, n_anchor = next(u for u in gunits if u.first >= first).first, nunits[lo].first
+        keep = set(range(lo, hi + 1))
+    else:
+        p = _anchor(before, n_keys, before=True)
+        q = _anchor(after, n_keys, before=False, after=-1 if p is None else p)
+        if p is None and q is None:
+            raise _NotPlaced(f"neither the GPU code before it nor the code after it is in {symbol}")
+        if p is not None:
+            start = nunits[p].last + 1
+            while start < len(npu_lines) and anchors.FENCE.match(npu_lines[start]):
+                start += 1  # after the closing fence of the omni block the anchor ends
+            g_anchor, n_anchor = [u for u in gunits if u.first < first][-1].first, nunits[p].first
+        else:
+            assert q is not None
+            start = nunits[q].first
+            while start > 0 and anchors.FENCE.match(npu_lines[start - 1]):
+                start -= 1
+            g_anchor, n_anchor = next(u for u in gunits if u.first > last).first, nunits[q].first
+        end = start
+        keep = set()
+    already = [
+        u
+        for u in gunits
+        if first <= u.first <= last
+        and not gpu_audit._is_trivial(u.key)
+        and any(u.key == n_keys[i] for i in range(len(n_keys)) if i not in keep)
+    ]
+    if already:
+        shown = gpu_lines[already[0].first].strip()
+        raise _NotPlaced(f"{symbol} already holds part of it ({shown}): a partial port to finish by hand")
+    raw = group.gpu.text.splitlines()[first : last + 1]
+    delta = anchors.indent_of(npu_lines[n_anchor]) - anchors.indent_of(gpu_lines[g_anchor])
+    body = [_reindent(rules.translate(line), delta) for line in raw]
+    fence = " " * min(anchors.indent_of(line) for line in body if line.strip()) + rules.fence
+    result = [fence, *body, fence]
+    lines = npu_text.splitlines(keepends=True)
+    new_text = "".join(lines[: npu.start - 1]) + _joined([*npu_lines[:start], *result, *npu_lines[end:]])
+    new_text += "".join(lines[npu.end :])
+    try:
+        ast.parse(new_text)
+    except SyntaxError as exc:
+        raise _NotPlaced(f"the port does not parse ({exc.msg}, line {exc.lineno})") from None
+    return Port(
+        group.changes,
+        npu_file,
+        symbol,
+        npu.start + start,
+        _joined(raw),
+        _joined(npu_lines[start:end]),
+        _joined(result),
+        new_text,
+    )
+
+
+def sync(
+    changes: Sequence[GpuChange],
+    gpu_files: Mapping[str, str],
+    vllm_runner: str,
+    npu_files: Mapping[str, str],
+    rules: Rules,
+) -> tuple[list[Port | Unplaced], dict[str, str]]:
+    """Port the unported ``changes`` (the audit of these files) in GPU file and line order, each onto the
+    NPU modules the ones before left; returns each outcome and the NPU modules after them all."""
+    vllm_syms = symbols.symbols_ast(vllm_runner, path=gpu_audit.VLLM_RUNNER)
+    files = dict(npu_files)
+    out: list[Port | Unplaced] = []
+    for group in _groups([c for c in changes if not c.ported], gpu_files):
+        if isinstance(group, Unplaced):
+            out.append(group)
+            continue
+        change = group.changes[0]
+        hunk = _joined(group.gpu.text.splitlines()[group.first : group.last + 1])
+        npu_sym = (
+            _method(npu_files[change.npu_file], change.npu_file, line=change.npu_line)
+            if change.npu_file in npu_files and change.npu_line
+            else None
+        )
+        if npu_sym is None:
+            why = f"no NPU method to place it into ({change.reason})"
+            out.append(Unplaced(group.changes, why, change.npu_file, gpu_hunk=hunk))
+            continue
+        vsym = vllm_syms.get(f"{gpu_audit.VLLM_CLASS}.{change.method}")
+        try:
+            if vsym is None:
+                raise _NotPlaced(f"vLLM's runner has no {gpu_audit.VLLM_CLASS}.{change.method}")
+            port = _place(group, vsym, files[change.npu_file], change.npu_file, npu_sym.name, rules)
+        except _NotPlaced as exc:
+            out.append(Unplaced(group.changes, str(exc), change.npu_file, npu_sym.name, hunk))
+            continue
+        gpu_text = gpu_files[change.gpu_file]
+        used = _bare_names("\n".join(gpu_audit.code_lines(port.result).code.values()))
+        missing = tuple(sorted((used & _bound_names(gpu_text)) - _bound_names(files[change.npu_file])))
+        port = replace(port, missing_names=missing)
+        files[change.npu_file] = port.text
+        out.append(port)
+    return out, files

@@ -1,0 +1,187 @@
+"""pq sync-gpu: port the omni changes of vllm-omni's GPU runners that the NPU runners lack, one patch each.
+
+The audit (:mod:`patch_queue.checks.gpu_audit`) lists the unported changes of the GPU runners of
+a vllm-omni release (default: the downstream release in ``queue.toml``) against vLLM's
+``GPUModelRunner`` of the same version; :mod:`patch_queue.checks.gpu_sync` places and translates
+each.  Every port becomes a patch of its own at the end of the series
+(``NNNN-sync-gpu-<method>-<n>.patch``, one commit on top of the stack), written once through the
+journal like ``pq new``: a lineage step ``edit`` of the command ``sync-gpu`` whose new bodies are
+recorded edits in ``refs/pq/resolutions``, so ``pq reproduce`` rebuilds them.  Each port is a
+``gpu-synced`` review flag (the GPU hunk, the NPU code it replaced, what was written); each change
+that could not be placed a ``gpu-unplaced`` flag with the GPU hunk and the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from patch_queue.checks import gpu_audit, gpu_sync
+from patch_queue.commands.check import module_texts
+from patch_queue.commands.edit import write_edit
+from patch_queue.commands.write import module_files, refuse_out_edits, sync_stack
+from patch_queue.errors import QueueError
+from patch_queue.git.repo import Person
+from patch_queue.merge.conflict import Conflict
+from patch_queue.progress import Progress, say
+from patch_queue.project.refresh_state import refuse_pending
+from patch_queue.project.workspace import LoadedStack, Workspace, applied_count
+from patch_queue.series import adopt, stack
+from patch_queue.series.queue import Queue
+from patch_queue.sources.archives import release_files
+
+SYNCED = "gpu-synced"
+UNPLACED = "gpu-unplaced"
+_RUNNER = re.compile(r"gpu_\w*model_runner\.py")
+
+
+@dataclass(frozen=True)
+class Synced:
+    patch: str  # the patch file holding the port
+    port: gpu_sync.Port
+    line: int  # 1-based: the opening fence in the final module
+
+
+@dataclass
+class SyncOutcome:
+    source: str  # which GPU runners were read
+    unported: int  # the audit's unported changes
+    synced: list[Synced] = field(default_factory=list)
+    unplaced: list[gpu_sync.Unplaced] = field(default_factory=list)
+
+    @property
+    def flags(self) -> list[Conflict]:
+        return [_synced_flag(s) for s in self.synced] + [_unplaced_flag(u) for u in self.unplaced]
+
+
+def where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
+    return ", ".join(f"{c.gpu_file}:{c.gpu_line}" for c in changes)
+
+
+def _flag(
+    kind: str, changes: tuple[gpu_audit.GpuChange, ...], what: str, hunk: str, file: str, symbol: str
+) -> Conflict:
+    return Conflict(kind, message=f"{where(changes)} {what}", conflict=False, theirs=hunk, file=file, symbol=symbol)
+
+
+def _synced_flag(s: Synced) -> Conflict:
+    port = s.port
+    note = f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
+    flag = _flag(SYNCED, port.changes, f"ported into {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
+    length = len(port.result.splitlines())
+    return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
+
+
+def _unplaced_flag(u: gpu_sync.Unplaced) -> Conflict:
+    return _flag(UNPLACED, u.changes, f"not ported: {u.reason}", u.gpu_hunk, u.npu_file, u.symbol)
+
+
+def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = None) -> tuple[dict[str, str], str, str]:
+    """The GPU runner modules of ``omni`` (a vllm-omni release ``X`` or ``vllm-omni==X``, or a folder
+    holding ``gpu_*model_runner.py``; default the downstream release), what they are, and the vLLM
+    version whose runner they copy (a folder: the downstream release's)."""
+    spec = omni or queue.downstream_release
+    if not spec:
+        raise QueueError("the series was adopted from a folder: name the GPU runners with --omni SPEC")
+    folder = Path(spec)
+    if folder.is_dir():
+        found = sorted(p for p in folder.rglob("gpu_*model_runner.py") if _RUNNER.fullmatch(p.name))
+        if not found:
+            raise QueueError("holds no gpu_*model_runner.py", path=str(folder))
+        if not queue.downstream_release:
+            raise QueueError("a folder's GPU runners need the vLLM version of a pinned vllm-omni release")
+        files = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in found}
+        return files, str(folder), queue.downstream_release
+    name, _sep, version = spec.rpartition("==")
+    name = name or queue.downstream_name
+    say(progress, f"Reading the GPU runners of {name} {version} ...")
+    data = release_files(name, version, "vllm_omni/worker/", progress=progress)
+    files = {
+        k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace")
+        for k, v in data.items()
+        if _RUNNER.fullmatch(k.rsplit("/", 1)[-1])
+    }
+    if not files:
+        raise QueueError(f"{name}=={version} holds no vllm_omni/worker/gpu_*model_runner.py")
+    return files, f"{name}=={version}", version
+
+
+def _slug(method: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", method).strip("-").lower() or "module"
+
+
+def _final_lines(ports: list[gpu_sync.Port]) -> list[int]:
+    """Each port's opening fence in the final modules (later ports above it in its file shift it)."""
+    out = []
+    for i, port in enumerate(ports):
+        line = port.line
+        for later in ports[i + 1 :]:
+            if later.npu_file == port.npu_file and later.line <= line:
+                line += len(later.result.splitlines()) - len(later.replaced.splitlines())
+        out.append(line)
+    return out
+
+
+def plan_sync(
+    ws: Workspace, loaded: LoadedStack, omni: str | None, *, progress: Progress | None = None
+) -> tuple[SyncOutcome, list[tuple[str, str]]]:
+    """The ports of the unported GPU changes, as commits on top of ``loaded`` (nothing written)."""
+    gpu_files, source, version = gpu_runners(loaded.queue, omni, progress=progress)
+    say(progress, f"Reading vLLM {version}'s GPUModelRunner ...")
+    vllm_runner = gpu_audit.load_vllm_runner(version)
+    top = loaded.top()
+    tree = ws.repo.read_tree(ws.repo.commit_info(top).tree)
+    vendored = ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(stack.VENDOR + adopt.UPSTREAM_FILE)
+    if vendored is None:
+        raise QueueError(f"the stack's base vendors no {adopt.UPSTREAM_FILE}")
+    npu_files = module_texts(module_files(ws, top))
+    changes = gpu_audit.audit(gpu_files, vllm_runner, npu_files, vendored.decode("utf-8", errors="replace"))
+    rules = gpu_sync.load_rules(ws.queue_dir.root)
+    results, _files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules)
+    ports = [r for r in results if isinstance(r, gpu_sync.Port)]
+    outcome = SyncOutcome(source, sum(1 for c in changes if not c.ported))
+    outcome.unplaced = [r for r in results if isinstance(r, gpu_sync.Unplaced)]
+    patches = list(loaded.patches)
+    taken = {n.split("-", 1)[-1] for n, _c in patches}
+    info = ws.repo.commit_info(top)
+    person = Person("pq sync-gpu", "pq@localhost", info.author.time, 0)
+    parent = top
+    for port, line in zip(ports, _final_lines(ports), strict=True):
+        method = port.changes[0].method
+        n = 1
+        while f"sync-gpu-{_slug(method)}-{n}.patch" in taken:
+            n += 1
+        slug = f"sync-gpu-{_slug(method)}-{n}"
+        taken.add(slug + ".patch")
+        name = f"{len(patches) + 1:04d}-{slug}.patch"
+        tree[port.npu_file] = port.text.encode("utf-8")
+        lines = "".join(f"- {c.gpu_file}:{c.gpu_line}: {c.first}\n" for c in port.changes)
+        message = (
+            f"{slug}: port the omni GPU change(s) into {port.symbol}\n\nFrom the GPU runners of {source}:\n{lines}"
+        )
+        parent = ws.repo.commit(ws.repo.write_tree(tree), [parent], message, person, person)
+        patches.append((name, parent))
+        outcome.synced.append(Synced(name, port, line))
+    return outcome, patches
+
+
+def do_sync_gpu(
+    ws: Workspace, *, omni: str | None, upstream_git: str | None, progress: Progress | None = None
+) -> SyncOutcome:
+    """Port every unported omni GPU change that can be placed, one patch each at the end of the series."""
+    refuse_pending(ws)
+    refuse_out_edits(ws, discard=False)
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    applied = applied_count(ws, loaded)
+    if applied < len(loaded.patches):
+        raise QueueError(
+            f"only {applied} of {len(loaded.patches)} patches are applied; `pq push --all` first: "
+            "the ports go at the end of the series",
+            path=ws.rel(ws.queue_dir.series_path),
+        )
+    outcome, patches = plan_sync(ws, loaded, omni, progress=progress)
+    if outcome.synced:
+        new = LoadedStack(loaded.queue, loaded.base, patches)
+        write_edit(ws, loaded, new, len(patches), "sync-gpu")
+    return outcome

@@ -1,0 +1,227 @@
+"""pq sync-gpu: the translation rules, then ports of vllm-omni 0.30.0's own unported GPU changes.
+
+The real runs adopt vllm-omni 0.30.0 at the vllm-ascend commit its NPU runners match
+(``cf0baa38dfb2``) and read vLLM 0.30.0's ``GPUModelRunner`` from the registry (cached in
+``$PQ_CACHE``), as ``pq check``'s audit does.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from conftest import git, new_project, pq, push_to_bare
+
+from patch_queue.checks import gpu_sync
+from patch_queue.errors import QueueError
+
+BASE_030 = "cf0baa38dfb2"
+
+
+# -- the rules ----------------------------------------------------------------------------------
+
+
+def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
+    rules = gpu_sync.load_rules()
+    t = rules.translate
+    assert t("if not isinstance(self.talker_mtp, CUDAGraphWrapper):") == (
+        "if not isinstance(self.talker_mtp, ACLGraphWrapper):"
+    )
+    assert t("BreakableCUDAGraphWrapper.clear_all_graphs()") == "BreakableCUDAGraphWrapper.clear_all_graphs()"
+    assert t("with set_forward_context(") == "with set_ascend_forward_context("
+    assert t("current_omni_platform.set_forward_context(") == "current_omni_platform.set_forward_context("
+    assert t("    cudagraph_runtime_mode=CUDAGraphMode.NONE,") == "    aclgraph_runtime_mode=CUDAGraphMode.NONE,"
+    assert t("if cudagraph_runtime_mode == CUDAGraphMode.FULL:") == "if cudagraph_runtime_mode == CUDAGraphMode.FULL:"
+    assert t("ready = torch.cuda.Event()") == "ready = torch.npu.Event()"
+    assert t('if value.device.type == "cuda":') == 'if value.device.type == "npu":'
+    assert t("cuda_device=self.device,") == "cuda_device=self.device,"
+    assert re.fullmatch(r"#\s+-+ Omni-new -+", rules.fence)
+
+
+def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
+    (tmp_path / gpu_sync.USER_RULES).write_text(
+        'fence = "# ---------- Omni-new ----------"\n'
+        '[[rule]]\nid = "torch-npu"\nfind = "torch.cuda."\nreplace = "torch_npu.npu."\nregex = false\n'
+        '[[rule]]\nid = "nccl"\nfind = \'\\bnccl\\b\'\nreplace = "hccl"\n'
+    )
+    rules = gpu_sync.load_rules(tmp_path)
+    ids = [r.id for r in rules.rules]
+    assert ids.index("torch-npu") < ids.index("device-string") and ids[-1] == "nccl"  # replaced in place, appended
+    assert rules.translate("torch.cuda.synchronize()  # nccl") == "torch_npu.npu.synchronize()  # hccl"
+    assert rules.fence == "# ---------- Omni-new ----------"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[rule]]\nid = "x"\nfind = "("\nreplace = "y"\n', "rule[0] (x): bad find or replace"),
+        ('[[rule]]\nid = "x"\nreplace = "y"\n', "rule[0].find must be a non-empty string"),
+        ('fence = "# Omni"\n', "fence must be an Omni-new fence comment line"),
+        ("[[rule]\n", "not valid TOML"),
+    ],
+)
+def test_bad_user_rules_name_the_file(tmp_path: Path, text: str, message: str) -> None:
+    (tmp_path / gpu_sync.USER_RULES).write_text(text)
+    with pytest.raises(QueueError) as err:
+        gpu_sync.load_rules(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / gpu_sync.USER_RULES}: ") and message in str(err.value)
+
+
+# -- the real runners ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A project adopted from vllm-omni 0.30.0, synced once: (project, what pq sync-gpu printed)."""
+    from conftest import corpus_dir
+
+    found = corpus_dir()
+    if found is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    import os
+
+    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
+    proj = new_project(tmp_path_factory.mktemp("sync") / "p")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    return proj, pq(proj, "sync-gpu").stdout
+
+
+def _block(text: str, line: int) -> list[str]:
+    """The fenced block whose opening fence is ``line``, fences included."""
+    lines = text.splitlines()
+    fence = lines[line - 1]
+    assert "Omni-new" in fence, fence
+    end = next(i for i in range(line, len(lines)) if lines[i] == fence)
+    return lines[line - 1 : end + 1]
+
+
+def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> None:
+    proj, out = synced
+    ports = re.findall(r"^synced: npu_worker/(\S+):(\d+) in (\S+) from (.+) \(patches/(\S+)\)$", out, re.M)
+    assert [(f, sym, gpu, patch) for f, _l, sym, gpu, patch in ports] == [
+        (
+            "npu_ar_model_runner.py",
+            "NPUARModelRunner.execute_model",
+            "gpu_ar_model_runner.py:855",
+            "0017-sync-gpu-execute-model-1.patch",
+        ),
+        (
+            "npu_ar_model_runner.py",
+            "NPUARModelRunner.execute_model",
+            "gpu_ar_model_runner.py:1007, gpu_ar_model_runner.py:1010",
+            "0018-sync-gpu-execute-model-2.patch",
+        ),
+        (
+            "npu_ar_model_runner.py",
+            "NPUARModelRunner.execute_model",
+            "gpu_ar_model_runner.py:1035",
+            "0019-sync-gpu-execute-model-3.patch",
+        ),
+        (
+            "npu_generation_model_runner.py",
+            "NPUGenerationModelRunner.execute_model",
+            "gpu_generation_model_runner.py:106",
+            "0020-sync-gpu-execute-model-4.patch",
+        ),
+        (
+            "npu_generation_model_runner.py",
+            "NPUGenerationModelRunner.execute_model",
+            "gpu_generation_model_runner.py:290",
+            "0021-sync-gpu-execute-model-5.patch",
+        ),
+    ]
+    assert "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 6 ported in 5 patch(es)" in out
+    texts = {f: (proj / "npu_worker" / f).read_text() for f, *_ in ports}
+    for text in texts.values():
+        ast.parse(text)
+    blocks = {gpu: _block(texts[f], int(line)) for f, line, _s, gpu, _p in ports}
+    # the VoxCPM2 runner-assisted FULL attention request, after the padded request count
+    request = blocks["gpu_ar_model_runner.py:1007, gpu_ar_model_runner.py:1010"]
+    assert request[1].strip().startswith("num_reqs_padded = batch_desc.num_reqs")
+    assert request[-2].strip() == "runner_assisted_full_attn = runner_assisted_full_attn_request is not None"
+    # a replaced line: the NPU's pad_attn takes the GPU's extra condition, at the NPU's indentation
+    pad = blocks["gpu_ar_model_runner.py:1035"]
+    assert [line.strip() for line in pad[1:-1]] == [
+        "pad_attn = cudagraph_mode == CUDAGraphMode.FULL or runner_assisted_full_attn"
+    ]
+    ar = texts["npu_ar_model_runner.py"]
+    assert "pad_attn = cudagraph_mode == CUDAGraphMode.FULL\n" not in ar
+    assert ar.count("self.routed_experts_capturer.clear_buffer()") == 1
+    # every patch holds one port and nothing else
+    diff = (proj / "patches" / "0019-sync-gpu-execute-model-3.patch").read_text().split("\ndiff --git ", 1)[1]
+    changed = [line[0] for line in diff.splitlines()[4:] if line[:1] in "+-"]
+    assert sorted(changed) == ["+", "+", "+", "-"]
+
+
+def test_real_unplaced_changes_say_why(synced: tuple[Path, str]) -> None:
+    _proj, out = synced
+    unplaced = re.findall(r"^unplaced: (.+?) in (\S+): (.+)$", out, re.M)
+    assert sum(len(gpu.split(", ")) for gpu, _s, _r in unplaced) == 32
+    reasons = {gpu: reason for gpu, _s, reason in unplaced}
+    assert reasons["gpu_ar_model_runner.py:1184"].startswith(
+        "NPUARModelRunner.execute_model already holds part of it (if self.is_pooling_model:)"
+    )
+    assert "is nowhere in NPUARModelRunner.sample_tokens" in reasons["gpu_ar_model_runner.py:2012"]
+    assert all(reason for reason in reasons.values())
+
+
+def test_second_sync_ports_nothing_and_check_agrees(synced: tuple[Path, str], tmp_path: Path) -> None:
+    proj, _out = synced
+    import shutil
+
+    again = shutil.copytree(proj, tmp_path / "again", symlinks=True)
+    out = pq(again, "sync-gpu").stdout
+    assert "ported in" in out and " 0 ported in 0 patch(es)" in out
+    assert "synced:" not in out
+    assert (again / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
+
+
+def test_synced_series_is_reproduced_from_a_fresh_clone(synced: tuple[Path, str], tmp_path: Path) -> None:
+    proj, _out = synced
+    import shutil
+
+    work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
+    queue = (work / "patches" / "queue.toml").read_text()
+    assert 'command = "sync-gpu"' in queue and '"0021-sync-gpu-execute-model-5.patch"' in queue
+    origin = push_to_bare(work, "sync the GPU side")
+    git(work, "push", "-q", str(origin), "refs/pq/resolutions")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(origin), str(fresh))
+    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    assert "5 recorded edit(s) applied" in pq(fresh, "reproduce").stdout
+    for name in (work / "patches" / "series").read_text().split():
+        if name.endswith(".patch"):
+            assert (fresh / "patches" / name).read_bytes() == (work / "patches" / name).read_bytes(), name
+    for module in sorted((work / "npu_worker").glob("*.py")):
+        assert (fresh / "npu_worker" / module.name).read_bytes() == module.read_bytes()
+
+
+def test_sync_is_deterministic(synced: tuple[Path, str], tmp_path: Path) -> None:
+    """A second project synced from the same inputs writes byte-identical patches."""
+    proj, _out = synced
+    other = new_project(tmp_path / "other")
+    pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    pq(other, "sync-gpu")
+    for name in (proj / "patches" / "series").read_text().split():
+        if name.endswith(".patch"):
+            assert (other / "patches" / name).read_bytes() == (proj / "patches" / name).read_bytes(), name
+
+
+def test_refresh_sync_gpu_reports_the_ports(synced: tuple[Path, str], tmp_path: Path) -> None:
+    """`pq refresh --sync-gpu` after a clean refresh: the ports in the series, a flag per port and per change left."""
+    import json
+
+    proj, _out = synced
+    other = new_project(tmp_path / "other")
+    pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check", "--report", "r.json").stdout
+    assert "no conflicts" in out and "6 ported in 5 patch(es)" in out
+    assert (other / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
+    flags = json.loads((other / "r.json").read_text())["flags"]
+    kinds = [f["kind"] for f in flags]
+    assert kinds.count("gpu-synced") == 5 and kinds.count("gpu-unplaced") == 18
+    first = flags[0]
+    assert "self.routed_experts_capturer.clear_buffer()" in first["sides"]["patch"]
+    assert "Omni-new" in first["resolution"] and first["patch"] == "0017-sync-gpu-execute-model-1.patch"
