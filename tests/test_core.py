@@ -157,13 +157,13 @@ def test_layout_of_carried_symbols_is_cached_by_its_inputs(tmp_path: Path, monke
     text = "class Runner(Base):\n    def first(self, a,\n              b):\n        return f(a,\n                 b)\n"
     other = text.replace("return", "return  1 +")
     runs: list[str] = []
-    real_run = fmt._run
+    real_run = fmt.format_source
 
     def counting(source: str, line_length: int) -> str | None:
         runs.append(source)
         return real_run(source, line_length)
 
-    monkeypatch.setattr(fmt, "_run", counting)
+    monkeypatch.setattr(fmt, "format_source", counting)
     first = fmt.format_carried_many([(text, ["Runner.first"])], formatter="ruff", line_length=120)
     assert first == ["class Runner(Base):\n    def first(self, a, b):\n        return f(a, b)\n"] and len(runs) == 1
     # the same inputs again: from the cache, no formatter run; other inputs: one run for the new text only
