@@ -81,8 +81,11 @@ def test_names_upstream_binds_are_imported_grouped_and_flagged() -> None:
     assert lints(out) == [("F821", "SchedulerOutput")]
     added = {n for c in changes if c.kind == reimport.ADDED for n in c.names}
     assert added == {"ModelRunnerOutput", "topk_builder", "graph_capture", "os"}
-    for c in changes:  # each change points at its own line (a removed import: where it stood)
-        assert c.message.endswith("removed") or any(n in lines[c.line - 1] for n in c.names), c
+    for c in changes:  # each change points at the lines it is about (a removed import: where it stood)
+        assert out.splitlines(keepends=True)[c.line - 1 : c.line - 1 + c.text.count("\n")] == c.text.splitlines(
+            keepends=True
+        ), c
+        assert c.text or c.message.endswith("removed")
     # stale: upstream dropped them; the unused one is removed, the one omni code uses is kept and flagged
     stale = {c.names[0]: c.message for c in changes if c.kind == reimport.STALE}
     assert set(stale) == {"removed_helper", "still_used", "old_capture"}
@@ -179,7 +182,7 @@ def test_a_planted_upstream_call_gets_its_import(corpus: Path, tmp_path: Path) -
     report = tmp_path / "r.json"
     pq(proj, "refresh", "--to", str(target), "--report", str(report))
     flags = [f for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-added"]
-    statements = {f["resolution"] for f in flags}
+    statements = {f["message"].split("added `")[-1].rstrip("`") for f in flags}
     assert "from os.path import join as planted_join" in statements
     assert "from vllm_ascend.worker.model_runner_v1 import graph_capture" in statements
     assert _undefined(proj / "npu_worker") == []

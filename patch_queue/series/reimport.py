@@ -39,7 +39,7 @@ _FIRST_PARTY = "vllm_omni"
 class Change:
     kind: str  # ADDED | STALE
     line: int  # 1-based line of the import statement in the result (of the statement it was removed from)
-    statement: str  # the statement written, or the one upstream no longer has
+    text: str  # the lines at ``line`` this change is about: the statement written or kept ("" when removed)
     names: tuple[str, ...]
     message: str
 
@@ -174,9 +174,9 @@ def reconcile(
         said = f"the new upstream {upstream_module} no longer binds `{name}` the way this import takes it{note}"
         if name in unused and name not in uses and "#" not in own[i].source:
             drop.setdefault(i, []).append(alias)
-            changes.append(Change(STALE, own[i].first, own[i].source.strip(), (name,), said + "; unused: removed"))
+            changes.append(Change(STALE, own[i].first, "", (name,), said + "; unused: removed"))
         else:
-            changes.append(Change(STALE, own[i].first, own[i].source.strip(), (name,), said + "; still used: check it"))
+            changes.append(Change(STALE, own[i].first, own[i].source, (name,), said + "; still used: check it"))
     edits: list[tuple[int, int, list[str], Change | None]] = []  # (first, last, new lines, what was added)
     for i, stmt in enumerate(own):
         extra = add.pop(stmt.module, []) if _joinable(stmt) else []
@@ -204,8 +204,7 @@ def reconcile(
         out += lines[pos - 1 : first - 1]
         moved.append((first, len(out) + 1))
         if change is not None:
-            hit = next((k for k, x in enumerate(new_lines) if re.search(rf"\b{change.names[0]}\b", x)), 0)
-            changes.append(replace(change, line=len(out) + 1 + hit))
+            changes.append(replace(change, line=len(out) + 1, text="".join(new_lines)))
         out += new_lines
         pos = last + 1
         moved.append((pos, len(out) + 1))
@@ -252,7 +251,7 @@ def _added(source: str, aliases: Sequence[str], upstream: dict[str, _Binding]) -
         f"`{n}` ({'defined' if upstream[n].module is None else 'imported'} at upstream line {upstream[n].line})"
         for n in names
     ]
-    return Change(ADDED, 0, statement, names, f"merged upstream code uses {', '.join(how)}; added `{statement}`")
+    return Change(ADDED, 0, "", names, f"merged upstream code uses {', '.join(how)}; added `{statement}`")
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def _reimport(
     hunks = line_hunks(merged, out)
     flags[:] = [_moved(f, hunks) if f.file == path else f for f in flags]
     flags += [
-        Conflict(c.kind, c.message, conflict=False, resolution=c.statement, patch=name, file=path, line=c.line)
+        Conflict(c.kind, c.message, conflict=False, resolution=c.text, patch=name, file=path, line=c.line)
         for c in changes
     ]
     return out
