@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")
     if args.json is not None:
-        data = [{"title": r["title"], "error": r.get("error"), "work_saved": r.get("work_saved")} for r in rows]
+        keys = ("title", "error", "work_saved", "work_saved_synced")
+        data = [{k: r.get(k) for k in keys} for r in rows]
         args.json.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return 1 if any(r.get("error") for r in rows) else 0
 
