@@ -233,3 +233,33 @@ def test_planted_import_and_missing_block_are_both_reported(corpus: Path, tmp_pa
     errors = sorted((f["rule"], f["file"]) for f in data["findings"] if f["severity"] == "error")
     assert errors == [("import-name-unresolved", "npu_model_runner.py"), ("omni-block-missing", "npu_model_runner.py")]
     assert "NoSuchRunnerHelper" in proc.stdout
+
+
+# -- statements run twice ---------------------------------------------------------------------------
+
+
+def test_a_planted_duplicate_statement_is_an_error(corpus: Path, upstream_030: str, tmp_path: Path) -> None:
+    """A call both inputs make once (the omni method and upstream's) written twice in the output: an error at
+    the second copy, through pq check as well; the real runners have none."""
+    from patch_queue.checks.duplicates import check_duplicates
+
+    ref = runners(corpus, "0.30.0")
+    assert check_duplicates(ref, ref, upstream_030) == []
+    call = "self.input_batch.block_table.commit_block_table(num_reqs_padded)"
+    text = ref["npu_model_runner.py"]
+    assert text.count(call) == 1 and call in upstream_030
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if call in line)
+    doubled = "".join(lines[: at + 1] + [lines[at]] + lines[at + 1 :])
+    found = check_duplicates({**ref, "npu_model_runner.py": doubled}, ref, upstream_030)
+    assert [(f.file, f.line, f.rule, f.severity) for f in found] == [
+        ("npu_model_runner.py", at + 2, "statement-duplicated", "error")
+    ]
+    assert "OmniNPUModelRunner._dummy_run runs" in found[0].message and "2 times" in found[0].message
+    # a statement only one side has is new code, however often it is written
+    assert check_duplicates({**ref, "npu_model_runner.py": doubled}, {}, upstream_030) == []
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
+    (proj / "npu_worker" / "npu_model_runner.py").write_text(doubled)
+    proc = pq(proj, "check", "--no-sources", check=1)
+    assert f"npu_worker/npu_model_runner.py:{at + 2}: error: [statement-duplicated]" in proc.stdout

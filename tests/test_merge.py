@@ -840,3 +840,99 @@ def test_a_resolution_that_does_not_compile_becomes_a_conflict() -> None:
     (region,) = checked.conflicts
     assert "did not compile" in region.message
     assert "elif self.c:" in region.theirs and "else:" in region.ours
+
+
+# ---------------------------------------------------------------------------------------------
+# code both sides added: kept once, or a conflict, never two copies (issue 18)
+
+PREEMPT = [
+    "        if has_kv_transfer_group():",
+    "            kv_connector_metadata = scheduler_output.kv_connector_metadata",
+    "            get_kv_transfer_group().handle_preemptions(kv_connector_metadata)",
+]
+
+
+def calls(text: str, call: str) -> int:
+    return sum(1 for line in text.splitlines() if line.strip() == call)
+
+
+def test_the_same_code_both_sides_inserted_is_kept_once_upstreams_copy() -> None:
+    """Upstream now inserts, with its own comment and layout, what the omni patch inserted at the same place."""
+    theirs = with_block_after(EXEC, 3, ["        # omni: store preempted blocks first", *PREEMPT])
+    ours = with_block_after(EXEC, 3, ["        # Preemption stores must run before _update_states()", *PREEMPT[:2]])
+    ours = with_block_after(
+        ours,
+        6,
+        [
+            "            get_kv_transfer_group().handle_preemptions(",
+            "                kv_connector_metadata",
+            "            )",
+        ],
+    )
+    result = merge3(src(*EXEC), src(*ours), src(*theirs))
+    check_regions(result)
+    assert result.clean and result.text == src(*ours)
+    region = only(result)
+    assert region.kind == "already-upstream" and not region.conflict
+    assert "omni: store preempted blocks first" in (region.theirs or "")
+
+
+def test_the_same_call_under_another_guard_is_a_both_added_same_conflict() -> None:
+    """The omni block asserts what upstream tests: a conflict of its own kind showing both, not two calls."""
+    omni = block(*PREEMPT[:2], "            assert kv_connector_metadata is not None", PREEMPT[2])
+    upstream = [*PREEMPT[:2], "            if kv_connector_metadata is not None:", "    " + PREEMPT[2]]
+    theirs = with_block_after(EXEC, 3, omni)
+    ours = with_block_after(EXEC, 3, ["", *upstream])  # upstream's lines one blank line away
+    result = merge3(src(*EXEC), src(*ours), src(*theirs))
+    check_regions(result)
+    conflict = only(result)
+    assert conflict.kind == "both-added-same" and conflict.conflict
+    section = conflict_sections(result.text)[0]
+    assert any("if kv_connector_metadata" in x for x in section["ours"])
+    assert any("assert kv_connector_metadata" in x for x in section["theirs"])
+    for side in ("ours", "theirs"):
+        assert calls(merge_checked.one_side(result.text, side)[0], PREEMPT[2].strip()) == 1
+
+
+def test_different_code_both_sides_inserted_keeps_both() -> None:
+    theirs = with_block_after(EXEC, 3, ["        self.omni_hook(scheduler_output)"])
+    ours = with_block_after(EXEC, 3, ["        self.upstream_hook(scheduler_output)"])
+    result = merge3(src(*EXEC), src(*ours), src(*theirs))
+    assert result.clean and "omni_hook" in result.text and "upstream_hook" in result.text
+    assert only(result).kind == "both-inserted"
+
+
+_STATEMENTS = [
+    "        self.kv_extractor.extract(scheduler_output)",
+    "        get_kv_transfer_group().handle_preemptions(kv_connector_metadata)",
+    "        self.model.on_requests_finished(scheduler_output.finished_req_ids)",
+]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(min_value=3, max_value=len(EXEC) - 1),
+    st.lists(st.integers(min_value=0, max_value=len(_STATEMENTS) - 1), min_size=1, max_size=3),
+    st.integers(min_value=-2, max_value=2),
+    st.booleans(),
+    st.booleans(),
+)
+def test_statements_both_sides_add_never_run_twice(
+    at: int, picked: list[int], shift: int, guarded: bool, fenced: bool
+) -> None:
+    """Upstream inserts statements the omni patch already inserted near the same place (maybe under a guard):
+    the merge never has more copies of a call than either side, and never loses the omni block."""
+    stmts = [_STATEMENTS[i] for i in dict.fromkeys(picked)]
+    omni = block(*stmts) if fenced else stmts
+    theirs = with_block_after(EXEC, at, omni)
+    up = ["        if scheduler_output is not None:", *("    " + s for s in stmts)] if guarded else list(stmts)
+    where = min(max(3, at + shift), len(EXEC) - 1)
+    ours = with_block_after(EXEC, where, up)
+    result = merge3(src(*EXEC), src(*ours), src(*theirs))
+    check_regions(result)
+    for side in ("ours", "theirs"):
+        text = merge_checked.one_side(result.text, side)[0]
+        for s in stmts:
+            assert calls(text, s.strip()) <= 1, (side, s, result.text)
+    if fenced:  # the block is in the result whole, or in a conflict showing it
+        assert count_seq(result.text, omni) >= 1

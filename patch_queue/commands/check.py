@@ -65,7 +65,7 @@ def run_checks(
     progress: Progress | None = None,
 ) -> CheckOutcome:
     """Every check of ``pq check`` on ``files`` (module name -> text)."""
-    from patch_queue.checks import names
+    from patch_queue.checks import duplicates, names
     from patch_queue.checks import rules as check
 
     findings = check.check_parse(files) + check.check_fences(files) + names.check_names(files)
@@ -75,9 +75,9 @@ def run_checks(
     for path in queue.upstream_paths():
         data = vendored.get(stack.VENDOR + path)
         if data is not None:
-            findings += check.check_signatures(
-                files, data.decode("utf-8", errors="replace"), label=queue.upstream.label
-            )
+            upstream = data.decode("utf-8", errors="replace")
+            findings += check.check_signatures(files, upstream, label=queue.upstream.label)
+            findings += duplicates.check_duplicates(files, reference, upstream)
     if sources_on:
         findings += source_checks(queue, files, upstream_git=upstream_git, progress=progress)
     return CheckOutcome(sorted(set(findings)), reference_label, sorted(files), sources_on)

@@ -11,7 +11,10 @@ follows from what the omni change is:
   above it, or else by the one below it, where that line now is.  With both anchors gone the
   region is a conflict (``anchor-lost``); when both sides insert at the same place, upstream's
   lines go first (``both-inserted``).
-- **Already upstream.**  Upstream now has the very lines the patch inserts: they are kept once.
+- **Already upstream.**  Upstream now has the very lines the patch inserts, or inserts at the same
+  place the same code (layout and comments aside): they are kept once, upstream's copy.  Where
+  both insert the same call written differently (``assert x`` vs ``if x:``), it is a conflict
+  (``both-added-same``), never two copies.
 - **Layout-only changes yield.**  A side whose change is only layout (whitespace, line breaks,
   trailing commas, comment wrapping) gives way to the other side's real change.
 - **Comment edits yield to code edits.**  The patch only changed comments where upstream changed
@@ -30,11 +33,13 @@ A recorded resolution for the very same region (see :mod:`patch_queue.series.rer
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import hashlib
 import itertools
 import re
+import textwrap
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -116,8 +121,22 @@ def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
     ]
 
 
-def _groups(hunks: list[_Hunk]) -> list[list[_Hunk]]:
-    """Hunks gathered where they overlap, or where an insertion touches another hunk (its anchor)."""
+def _groups(hunks: list[_Hunk], expand: _Expand | None = None) -> list[list[_Hunk]]:
+    """Hunks gathered where they overlap, or where an insertion touches another hunk (its anchor), or
+    where the two sides insert the same call within :data:`NEAR` lines of each other (see :func:`_twins`)."""
+    groups = _touching(hunks)
+    if expand is None:
+        return groups
+    joined: list[list[_Hunk]] = []
+    for group in groups:
+        if joined and any(_calls_shared([h], [g], expand) for h in group for g in joined[-1]):
+            joined[-1] = joined[-1] + group
+        else:
+            joined.append(group)
+    return joined
+
+
+def _touching(hunks: list[_Hunk]) -> list[list[_Hunk]]:
     groups: list[list[_Hunk]] = []
     end = -1
     for h in sorted(hunks, key=lambda h: (h.start, h.end, h.side)):
@@ -288,7 +307,7 @@ def merge3(
         pending.append((len(out), region, lines))
         out.extend(lines)
 
-    for index, group in enumerate(_groups(hunks)):
+    for index, group in enumerate(_groups(hunks, expand)):
         start = min(h.start for h in group)
         end = max(h.end for h in group)
         out += b_lines[pos:start]
@@ -318,7 +337,9 @@ def merge3(
             emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
         kind = "both-changed"
-        if all(h.insertion for h in pat) or all(h.insertion for h in mine):
+        if index not in veto and _twins(mine, pat, expand)[0]:
+            kind = "both-added-same"
+        elif all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = "anchor-lost"
         elif _replaced_wholesale(b_lines, mine, pat, expand):
             kind = "upstream-changed-replaced"
@@ -352,6 +373,7 @@ _MESSAGES = {
     "both-changed": "upstream and the omni patch changed the same lines",
     "anchor-lost": "upstream changed the lines on both sides of an omni insertion; its anchor is gone",
     "upstream-changed-replaced": "upstream changed lines the omni patch replaced; port the change by hand",
+    "both-added-same": "upstream and the omni patch both inserted the same call here, written differently; keep one",
 }
 
 
@@ -387,6 +409,13 @@ def _decide(
     b, o, t = base[start:end], _apply(base, start, end, mine), _apply(base, start, end, pat)
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
         return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
+    same_calls, twins = _twins(mine, pat, expand)
+    if same_calls:
+        return None  # a both-added-same conflict (see merge3)
+    if twins:
+        rest = [h for h in pat if h not in twins]
+        decided = _decide(base, start, end, mine, rest, expand) if rest else ("", "", o)
+        return None if decided is None else ("already-upstream", _ALREADY, decided[2])
     for fixed, inserts, upstream_first, moved in (
         (mine, pat, True, "the omni insertion was placed by its anchor line next to an upstream change"),
         (pat, mine, False, "upstream's insertion was placed by its anchor line next to an omni change"),
@@ -411,6 +440,64 @@ def _decide(
     if _replaced_wholesale(base, mine, pat, expand):
         return "kept-replacement", "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
+
+
+_ALREADY = "upstream now inserts the same code here (layout and comments aside); the omni copy was dropped"
+
+
+def _code_lines(lines: Sequence[str]) -> list[str]:
+    """The code of ``lines``, one squashed entry per line, comments and blank lines dropped."""
+    return [x for x in (_code([line]) for line in lines) if x]
+
+
+def _calls_shared(a: list[_Hunk], b: list[_Hunk], expand: _Expand) -> bool:
+    """Whether an upstream insertion and an omni insertion of ``a`` and ``b`` (either way round) lie within
+    :data:`NEAR` lines of each other and share a call statement."""
+    for h in a:
+        for g in b:
+            if h.side == g.side or not (h.insertion and g.insertion) or abs(h.start - g.start) > NEAR:
+                continue
+            if _call_lines(expand(h.lines)) & _call_lines(expand(g.lines)):
+                return True
+    return False
+
+
+def _call_lines(lines: Sequence[str]) -> set[str]:
+    """The call statements of ``lines`` (their code as ``ast`` writes it, so layout does not count); by
+    line, whitespace dropped, when the lines do not parse on their own."""
+    text = textwrap.dedent("".join(line for line in lines if not line.startswith(_TOKEN)))
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        code = (_TRAILING_COMMENT.sub("", line) for line in lines if not line.lstrip().startswith("#"))
+        return {re.sub(r"\s+", "", line) for line in code if re.search(r"\w\(", line)}
+    return {
+        ast.unparse(node)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Call, ast.Await))
+    }
+
+
+def _twins(mine: list[_Hunk], pat: list[_Hunk], expand: _Expand) -> tuple[bool, list[_Hunk]]:
+    """(same calls, twins) of a group.  ``twins``: the omni insertions whose code (layout and comments
+    aside) is part of the code upstream inserts within :data:`NEAR` lines of them; they are kept once,
+    upstream's copy.  ``same calls``: an omni insertion shares a call statement with upstream's nearby
+    insertion but differs otherwise (a guard written another way, or an omni block): a
+    ``both-added-same`` conflict, never two copies."""
+    same: list[_Hunk] = []
+    for h in pat:
+        if not h.insertion:
+            continue
+        near = [line for g in mine if g.insertion and abs(g.start - h.start) <= NEAR for line in expand(g.lines)]
+        theirs = expand(h.lines)
+        their_code = _code(theirs)
+        if not their_code.strip() or not near:
+            continue
+        if not any(x.startswith(_TOKEN) for x in h.lines) and their_code in _code(near):
+            same.append(h)
+        elif _call_lines(theirs) & _call_lines(near):
+            return True, []
+    return False, same
 
 
 def _has_run(lines: list[str], run: list[str]) -> bool:

@@ -34,7 +34,9 @@ KIND_ORDER = (
     "both-changed",
     "upstream-changed-replaced",
     "anchor-lost",
+    "both-added-same",
     "both-inserted",
+    "already-upstream",
     "symbol-removed",
     "deleted-file",
     "kept-replacement",
@@ -42,6 +44,8 @@ KIND_ORDER = (
     "near-block",
     "reused",
     "merged-words",
+    "import-added",
+    "import-stale",
     "gpu-synced",
     "gpu-unplaced",
 )

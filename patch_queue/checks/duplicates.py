@@ -1,0 +1,79 @@
+"""Statements merged code runs more often than either input of the merge did.
+
+When the omni side added a statement (often ported from the GPU runners) and upstream later added
+the same one, perhaps under another guard, a merge can keep both: the result compiles and keeps
+every omni block, but runs the work twice.  For every method of the output, each call statement
+(compared by its code with the layout dropped) is counted, and so it is in the two inputs: the
+same method of the reference (the previous build: the old omni method) and of the upstream class
+(the new upstream method).  A
+statement both inputs have and the output has more often than either is an error at its last copy
+(a statement only one side has is new code, however often it is written).  Only statements that
+are a call (``x.fill_(-1)``, ``await f()``) count: a value assigned twice is most often two
+branches of one ``if``, a call made twice is work done twice.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from collections.abc import Iterator, Mapping
+
+from patch_queue.checks.findings import ERROR, Finding
+
+RULE = "statement-duplicated"
+UPSTREAM_CLASS = "NPUModelRunner"
+
+
+def _methods(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    """Class.method (and top-level function) -> its node; {} when the text does not parse."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = node
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[f"{node.name}.{item.name}"] = item
+    return out
+
+
+def _calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[tuple[str, int]]:
+    """(code, line) of each statement of ``method``'s body that is a call, nested defs left out."""
+    todo: list[ast.AST] = list(method.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Call, ast.Await)):
+            yield ast.unparse(node), node.lineno
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def counts(method: ast.FunctionDef | ast.AsyncFunctionDef | None) -> Counter[str]:
+    return Counter(code for code, _line in _calls(method)) if method is not None else Counter()
+
+
+def check_duplicates(files: Mapping[str, str], reference: Mapping[str, str], upstream: str | None) -> list[Finding]:
+    """One error per statement a method of ``files`` runs more often than the same method of ``reference``
+    (same module) and of upstream's ``NPUModelRunner`` (``upstream``: the vendored module text) both do."""
+    up = {k.split(".", 1)[1]: v for k, v in _methods(upstream or "").items() if k.startswith(UPSTREAM_CLASS + ".")}
+    out: list[Finding] = []
+    for path, text in sorted(files.items()):
+        before = _methods(reference.get(path, ""))
+        for name, method in _methods(text).items():
+            have = list(_calls(method))
+            got = Counter(code for code, _line in have)
+            old, new = counts(before.get(name)), counts(up.get(name.rsplit(".", 1)[-1]))
+            for code, n in sorted(got.items()):
+                if old[code] and new[code] and n > max(old[code], new[code]):
+                    line = max(at for c, at in have if c == code)
+                    message = (
+                        f"{name} runs `{code.splitlines()[0]}` {n} times; the omni method did {old[code]}, "
+                        f"upstream's {new[code]}: a statement both sides added is kept twice"
+                    )
+                    out.append(Finding(path, line, RULE, ERROR, message))
+    return out
