@@ -263,3 +263,14 @@ def test_a_planted_duplicate_statement_is_an_error(corpus: Path, upstream_030: s
     (proj / "npu_worker" / "npu_model_runner.py").write_text(doubled)
     proc = pq(proj, "check", "--no-sources", check=1)
     assert f"npu_worker/npu_model_runner.py:{at + 2}: error: [statement-duplicated]" in proc.stdout
+
+
+def test_a_block_whose_code_upstream_has_now_is_a_warning(corpus: Path) -> None:
+    ref = runners(corpus, "0.30.0")
+    lines = ref[RUNNER_030].splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "on_requests_finished(scheduler_output.finished_req_ids)" in line)
+    unfenced = "".join(lines[: at - 2] + lines[at - 1 : at + 1] + lines[at + 2 :])  # the fences gone, the code kept
+    found = check.check_blocks(ref, {**ref, RUNNER_030: unfenced}, what="0.30.0")
+    assert [(f.rule, f.severity) for f in found] == [("omni-block-upstream", "warning")]
+    gone = "".join(lines[: at - 2] + lines[at + 2 :])
+    assert [f.rule for f in check.check_blocks(ref, {**ref, RUNNER_030: gone}, what="0.30.0")] == ["omni-block-missing"]

@@ -934,5 +934,17 @@ def test_statements_both_sides_add_never_run_twice(
         text = merge_checked.one_side(result.text, side)[0]
         for s in stmts:
             assert calls(text, s.strip()) <= 1, (side, s, result.text)
-    if fenced:  # the block is in the result whole, or in a conflict showing it
-        assert count_seq(result.text, omni) >= 1
+    if fenced:  # the block is in the result whole, in a conflict showing it, or reported as upstream's now
+        kept = count_seq(result.text, omni) >= 1
+        assert kept or any(r.kind == "already-upstream" and "\n".join(omni) in (r.theirs or "") for r in result.regions)
+
+
+def test_an_omni_block_upstream_now_has_is_reported_with_its_fences() -> None:
+    omni = block("        # omni: store preempted blocks first", *PREEMPT)
+    theirs = with_block_after(EXEC, 3, omni)
+    ours = with_block_after(EXEC, 3, PREEMPT)
+    result = merge3(src(*EXEC), src(*ours), src(*theirs))
+    check_regions(result)
+    region = only(result)
+    assert result.clean and result.text == src(*ours)
+    assert region.kind == "already-upstream" and src(*omni) in (region.theirs or "")

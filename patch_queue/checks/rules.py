@@ -69,12 +69,24 @@ def _block_keys(text: str) -> list[tuple[anchors.Block, str]]:
     return [(b, _squash("".join(lines[b.start - 1 : b.end]))) for b in blocks]
 
 
+def _code(text: str) -> str:
+    """``text`` without its comment lines."""
+    return "".join(line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#"))
+
+
+def _code_of(block: anchors.Block, text: str) -> str:
+    """The code of an omni block of ``text`` (its fences and comments left out), squashed."""
+    return _squash(_code("".join(text.splitlines(keepends=True)[block.start - 1 : block.end])))
+
+
 def check_blocks(reference: Mapping[str, str], files: Mapping[str, str], *, what: str) -> list[Finding]:
     """Every omni block of ``reference`` is in ``files`` exactly once (compared without whitespace).
 
     A block whose text changed but whose first line is still there, once, is ``omni-block-changed``
-    (a warning: a merge or a maintainer edited it); gone entirely is ``omni-block-missing``; more
-    copies than the reference has is ``omni-block-duplicated``.
+    (a warning: a merge or a maintainer edited it); gone entirely is ``omni-block-missing``, unless
+    its code stands in the module outside any block (``omni-block-upstream``, a warning: upstream
+    has it now, and the merge kept upstream's copy); more copies than the reference has is
+    ``omni-block-duplicated``.
     """
     out: list[Finding] = []
     for path in sorted(reference):
@@ -116,6 +128,12 @@ def check_blocks(reference: Mapping[str, str], files: Mapping[str, str], *, what
                 unmatched.remove(similar)
                 message = f"omni block {block.index} of {what} ({block.first!r}) was changed"
                 out.append(Finding(path, now[similar][0].start, "omni-block-changed", WARNING, message))
+            elif _code_of(block, reference[path]) and _code_of(block, reference[path]) in _squash(_code(text)):
+                message = (
+                    f"omni block {block.index} of {what} (line {block.start}: {block.first!r}) is gone, "
+                    "but its code is in the module outside any block: upstream has it now"
+                )
+                out.append(Finding(path, 0, "omni-block-upstream", WARNING, message))
             else:
                 message = f"omni block {block.index} of {what} (line {block.start}: {block.first!r}) is gone"
                 out.append(Finding(path, 0, "omni-block-missing", ERROR, message))

@@ -11,10 +11,10 @@ follows from what the omni change is:
   above it, or else by the one below it, where that line now is.  With both anchors gone the
   region is a conflict (``anchor-lost``); when both sides insert at the same place, upstream's
   lines go first (``both-inserted``).
-- **Already upstream.**  Upstream now has the very lines the patch inserts, or inserts at the same
-  place the same code (layout and comments aside): they are kept once, upstream's copy.  Where
-  both insert the same call written differently (``assert x`` vs ``if x:``), it is a conflict
-  (``both-added-same``), never two copies.
+- **Already upstream.**  Upstream now has the very lines the patch inserts, or inserts near the same
+  place the same code (layout and comments aside; an omni block's too, which is then reported with
+  its fences): they are kept once, upstream's copy.  Where both insert the same call written
+  differently (``assert x`` vs ``if x:``), it is a conflict (``both-added-same``), never two copies.
 - **Layout-only changes yield.**  A side whose change is only layout (whitespace, line breaks,
   trailing commas, comment wrapping) gives way to the other side's real change.
 - **Comment edits yield to code edits.**  The patch only changed comments where upstream changed
@@ -332,7 +332,8 @@ def merge3(
         eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
         decided = None if index in veto else _decide(b_lines, start, end, mine, pat, expand)
-        if decided is not None and _blocks_kept(b, o, t, decided[2]):  # never drop or duplicate an omni block
+        # never drop or duplicate an omni block, but one whose code upstream now has (reported, fence and all)
+        if decided is not None and (decided[0] == "already-upstream" or _blocks_kept(b, o, t, decided[2])):
             kind, message, lines = decided
             emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
@@ -479,11 +480,11 @@ def _call_lines(lines: Sequence[str]) -> set[str]:
 
 
 def _twins(mine: list[_Hunk], pat: list[_Hunk], expand: _Expand) -> tuple[bool, list[_Hunk]]:
-    """(same calls, twins) of a group.  ``twins``: the omni insertions whose code (layout and comments
-    aside) is part of the code upstream inserts within :data:`NEAR` lines of them; they are kept once,
-    upstream's copy.  ``same calls``: an omni insertion shares a call statement with upstream's nearby
-    insertion but differs otherwise (a guard written another way, or an omni block): a
-    ``both-added-same`` conflict, never two copies."""
+    """(same calls, twins) of a group.  ``twins``: the omni insertions (an omni block too, its fences
+    being comments) whose code, layout and comments aside, is part of the code upstream inserts within
+    :data:`NEAR` lines of them; they are kept once, upstream's copy.  ``same calls``: an omni insertion
+    shares a call statement with upstream's nearby insertion but differs otherwise (a guard written
+    another way): a ``both-added-same`` conflict, never two copies."""
     same: list[_Hunk] = []
     for h in pat:
         if not h.insertion:
@@ -493,7 +494,7 @@ def _twins(mine: list[_Hunk], pat: list[_Hunk], expand: _Expand) -> tuple[bool, 
         their_code = _code(theirs)
         if not their_code.strip() or not near:
             continue
-        if not any(x.startswith(_TOKEN) for x in h.lines) and their_code in _code(near):
+        if their_code in _code(near):
             same.append(h)
         elif _call_lines(theirs) & _call_lines(near):
             return True, []
