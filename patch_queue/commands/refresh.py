@@ -289,7 +289,7 @@ def _advance(
         if old_top is not None and old_top != new_patches[-1][1]:
             writes.move_refs({REF_PREVIOUS: (ws.repo.ref(REF_PREVIOUS), old_top)})
         writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
-        # the stack's ref moves also delete refs/pq/refresh/
+        writes.move_refs({ref: (value, None) for ref, value in ws.repo.refs().items() if ref.startswith(REF_REFRESH)})
         built = finish(ws, loaded, writes, len(new_patches))
         if state.check:
             # the refresh is done and written: a check that cannot run is a finding, never a failure

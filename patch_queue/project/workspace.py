@@ -305,12 +305,12 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
     """Ref moves that make refs/pq/ describe ``loaded`` with ``applied`` patches on."""
     want = {stack.REF_BASE: loaded.base, stack.REF_TOP: loaded.top(applied)}
     want.update((stack.REF_PATCHES + name, commit) for name, commit in loaded.patches)
-    # refs/pq/resolutions (recorded resolutions) and refs/pq/previous (the build before the last
-    # refresh, the reference of `pq check`) are not part of the stack and are never moved here
+    # only the stack's own refs: a pending refresh's (refs/pq/refresh/*), the recorded resolutions, the
+    # previous build, the journal's and any other ref under refs/pq/ are never moved or deleted here
     have = {
         k: v
         for k, v in ws.repo.refs().items()
-        if not k.startswith("refs/pq/orig/") and k not in ("refs/pq/resolutions", "refs/pq/previous", REF_JOURNAL)
+        if k in (stack.REF_BASE, stack.REF_TOP) or k.startswith(stack.REF_PATCHES)
     }
     return ref_moves(have, want)
 
