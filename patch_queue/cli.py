@@ -241,14 +241,14 @@ def _print_check(ws: Workspace, result: CheckOutcome) -> None:
 
 def _write_reports(outcome: RefreshOutcome, report: Path | None, markdown: Path | None, annotations: bool) -> None:
     from patch_queue.commands import refresh
-    from patch_queue.fsutil import atomic_write, json_bytes
+    from patch_queue.fsutil import json_bytes, write_output
     from patch_queue.outputs import report as render
 
     data = refresh.report_json(outcome)
     if report is not None:
-        atomic_write(report, json_bytes(data))
+        write_output(report, json_bytes(data))
     if markdown is not None:
-        atomic_write(markdown, render.markdown(data).encode("utf-8"))
+        write_output(markdown, render.markdown(data).encode("utf-8"))
     if annotations:
         for line in render.annotations(data):
             typer.echo(line)
@@ -273,7 +273,10 @@ def refresh(
 ) -> int:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
     from patch_queue.commands import refresh
+    from patch_queue.fsutil import check_output
 
+    check_output(report)
+    check_output(markdown)
     with _locked("refresh") as ws:
         outcome = refresh.do_refresh(
             ws,
@@ -354,7 +357,10 @@ def sync_gpu_(
 def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotations: AnnotationsOpt = False) -> int:
     """Take the resolved files in npu_worker/ and go on with the refresh."""
     from patch_queue.commands import resolve
+    from patch_queue.fsutil import check_output
 
+    check_output(report)
+    check_output(markdown)
     with _locked("continue") as ws:
         interrupted = resolve.recover_interrupted(ws, forward=True)
         if interrupted is not None:
@@ -373,12 +379,13 @@ def check(
 ) -> int:
     """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit."""
     from patch_queue.commands import check
-    from patch_queue.fsutil import atomic_write, json_bytes
+    from patch_queue.fsutil import check_output, json_bytes, write_output
 
+    check_output(json_out)
     with _locked("check") as ws:
         result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
     if json_out is not None:
-        atomic_write(json_out, json_bytes(result.as_json()))
+        write_output(json_out, json_bytes(result.as_json()))
     _print_check(ws, result)
     return EXIT_ERROR if result.errors else EXIT_OK
 
@@ -390,9 +397,10 @@ def blocks(
 ) -> None:
     """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
     from patch_queue.commands import write
-    from patch_queue.fsutil import atomic_write
+    from patch_queue.fsutil import check_output, write_output
     from patch_queue.outputs import inventory
 
+    check_output(markdown)
     with _locked("blocks") as ws:
         loaded = write.sync_stack(ws, upstream_git=upstream, progress=say)
     entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
@@ -406,7 +414,7 @@ def blocks(
     typer.echo(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no omni blocks")
     if markdown is not None:
         title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
-        atomic_write(markdown, inventory.markdown(entries, title=title).encode("utf-8"))
+        write_output(markdown, inventory.markdown(entries, title=title).encode("utf-8"))
 
 
 @command()

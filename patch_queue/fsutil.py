@@ -8,6 +8,8 @@ import signal
 import tempfile
 from pathlib import Path
 
+from patch_queue.errors import PqError
+
 KILL_ENV = "PQ_TEST_KILL_AT"
 
 
@@ -52,6 +54,29 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_output(path: Path | None) -> None:
+    """Refuse, before a command changes anything, an output path that cannot be written: its folder must
+    exist (pq never creates one for it) and it must not be a folder."""
+    if path is None:
+        return
+    if not path.parent.is_dir():
+        raise PqError("its folder does not exist; create it first", path=str(path))
+    if path.is_dir():
+        raise PqError("is a folder; name a file to write", path=str(path))
+
+
+def write_output(path: Path, data: bytes) -> None:
+    """Write a file the user named for output in place, as a shell redirection would: through a symbolic
+    link to its target, into a device or FIFO as a stream, over a regular file's contents (the file, its
+    mode and its links stay); never replaced by another file."""
+    check_output(path)
+    try:
+        with open(path, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
 
 
 def read_folder(root: Path) -> dict[str, bytes]:

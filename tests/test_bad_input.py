@@ -427,3 +427,42 @@ def test_same_inputs_same_bytes(corpus: Path, tmp_path: Path, monkeypatch: pytes
         assert str(tmp_path).encode() not in data and b"/tmp/" not in data, name
     for key in first:
         assert first[key] == second[key], key
+
+
+@pytest.mark.parametrize("how", ["missing", "emptied"])
+def test_a_lost_series_never_empties_the_stack(proj: Path, how: str) -> None:
+    series = proj / "patches" / "series"
+    if how == "missing":
+        series.unlink()
+    else:
+        series.write_text("# pq series: patch order, one file a line (quilt format)\n")
+    for args in (("build",), ("series",), ("push",)):
+        line = refused(proj, *args)
+        assert "patches/series: is missing or names no patch while refs/pq/patches/ holds 16 patches" in line, line
+
+
+def test_output_paths_are_written_in_place_or_refused(proj: Path, tmp_path: Path) -> None:
+    """--json/--markdown/--report name files the user owns: a link is written through, a device gets a stream,
+    a missing folder is refused before anything runs; no file is ever replaced by another."""
+    target = tmp_path / "real.json"
+    target.write_text("old\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    pq(proj, "check", "--no-sources", "--json", str(link))
+    assert link.is_symlink() and target.read_text().startswith("{")
+    hard = tmp_path / "hard.md"
+    (tmp_path / "blocks.md").write_text("")
+    os.link(tmp_path / "blocks.md", hard)
+    pq(proj, "blocks", "--markdown", str(tmp_path / "blocks.md"))
+    assert hard.read_text().startswith("#")  # written in place: the other link sees it
+    pq(proj, "blocks", "--markdown", "/dev/null")
+    assert Path("/dev/null").is_char_device()
+    line = refused(proj, "check", "--no-sources", "--json", str(tmp_path / "no" / "such" / "x.json"))
+    assert line.endswith("x.json: its folder does not exist; create it first"), line
+    assert not (tmp_path / "no").exists()
+    line = refused(proj, "refresh", "--report", str(tmp_path))
+    assert "is a folder; name a file to write" in line, line
+    if Path("/dev/full").exists():
+        proc = pq(proj, "blocks", "--markdown", "/dev/full", check=1)
+        assert one_error_line(proc).startswith("pq: error: /dev/full: cannot be written: No space left on device")
+        assert Path("/dev/full").is_char_device()

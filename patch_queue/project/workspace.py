@@ -277,6 +277,15 @@ def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | 
             path=ws.rel(ws.queue_dir.root),
         )
     names = ws.queue_dir.load_series()
+    if not names:  # a lost or emptied series must not empty the stack
+        held = [k for k in ws.repo.refs() if k.startswith(stack.REF_PATCHES)]
+        known = queue.lineage[-1].names if queue.lineage else ()
+        if held or known:
+            what = f"refs/pq/patches/ holds {len(held)} patches" if held else f"queue.toml lists {len(known)}"
+            raise QueueError(
+                f"is missing or names no patch while {what}; restore it (`git checkout -- patches/series`)",
+                path=ws.rel(ws.queue_dir.series_path),
+            )
     data = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
     base, missing = base_for_queue(ws, queue, upstream_git=upstream_git, progress=progress)
     if missing:
