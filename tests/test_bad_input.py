@@ -400,6 +400,7 @@ def test_same_inputs_same_bytes(corpus: Path, tmp_path: Path, monkeypatch: pytes
         project = new_project(where / "p")
         pq(project, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
         reports = where / "reports"
+        reports.mkdir()  # pq never creates an output path's folder
         pq(
             project,
             "refresh",
