@@ -318,6 +318,8 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             f"synced: {ws.rel(ws.out / port.npu_file)}:{s.line} in {port.symbol} from {sync_gpu.where(port.changes)} "
             f"({ws.queue_dir.shown(s.patch)})"
         )
+        if port.how:
+            typer.echo(f"  note: placed {port.how}")
         if port.missing_names:
             typer.echo(f"  note: {port.npu_file} does not import {', '.join(port.missing_names)}")
     for u in outcome.unplaced:

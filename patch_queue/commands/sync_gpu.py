@@ -67,7 +67,8 @@ def _flag(
 
 def _synced_flag(s: Synced) -> Conflict:
     port = s.port
-    note = f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
+    note = f"; placed {port.how}" if port.how else ""
+    note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
     flag = _flag(SYNCED, port.changes, f"ported into {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
     return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
