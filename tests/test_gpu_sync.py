@@ -86,11 +86,8 @@ def _sync_small(gpu_body: str, npu_body: str) -> tuple[list[gpu_sync.Port | gpu_
     from patch_queue.checks import gpu_audit
 
     head = "    def execute_model(self, scheduler_output):\n"
-    gpu = {
-        "gpu_ar_model_runner.py": "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
-        + head
-        + gpu_body
-    }
+    omni = "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
+    gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
     changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
     results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, gpu_sync.load_rules())
