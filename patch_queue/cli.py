@@ -320,6 +320,8 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
         )
         if port.how:
             typer.echo(f"  note: placed {port.how}")
+        for added in port.imports:
+            typer.echo(f"  note: {added}")
         if port.missing_names:
             typer.echo(f"  note: {port.npu_file} does not import {', '.join(port.missing_names)}")
     for u in outcome.unplaced:

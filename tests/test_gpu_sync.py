@@ -81,12 +81,14 @@ _VLLM = """class GPUModelRunner:
 _ASCEND = "class NPUModelRunner:\n    def execute_model(self, scheduler_output):\n        return None\n"
 
 
-def _sync_small(gpu_body: str, npu_body: str) -> tuple[list[gpu_sync.Port | gpu_sync.Unplaced], str]:
+def _sync_small(
+    gpu_body: str, npu_body: str, gpu_head: str = ""
+) -> tuple[list[gpu_sync.Port | gpu_sync.Unplaced], str]:
     """Sync one GPU copy of vLLM's execute_model (its body ``gpu_body``) into an NPU one (``npu_body``)."""
     from patch_queue.checks import gpu_audit
 
     head = "    def execute_model(self, scheduler_output):\n"
-    omni = "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
+    omni = gpu_head + "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
     gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
     changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
@@ -148,6 +150,27 @@ def test_a_port_reading_a_gpu_local_the_npu_method_lacks_is_not_placed() -> None
     assert unplaced.reason == (
         "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not"
     )
+
+
+def test_a_port_imports_the_names_it_uses_as_the_gpu_module_binds_them() -> None:
+    gpu_head = "from vllm_omni.worker.sampling_utils import sanitize\n\n\ndef _local_helper(x):\n    return x\n\n\n"
+    gpu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        attn_metadata = _local_helper(sanitize(attn_metadata))
+        hidden_states = self.model(attn_metadata)
+        return self.sample(hidden_states)
+"""
+    npu_body = _GPU_BODY.replace("        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)\n", "")
+    (port,), text = _sync_small(gpu_body, npu_body, gpu_head)
+    assert isinstance(port, gpu_sync.Port), port
+    assert "from vllm_omni.worker.sampling_utils import sanitize\n" in text
+    # a helper the GPU module defines: imported from that module, which the NPU runners import from already
+    assert "from vllm_omni.worker.gpu_ar_model_runner import _local_helper\n" in text
+    assert len(port.imports) == 2 and port.missing_names == ()
+    lines = text.splitlines()
+    assert lines[port.line - 1].strip().startswith("#") and "Omni-new" in lines[port.line - 1]
+    assert lines[port.line].strip() == "attn_metadata = _local_helper(sanitize(attn_metadata))"
+    ast.parse(text)
 
 
 # -- the real runners ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors, symbols
+from patch_queue.series import reimport
 
 USER_RULES = "gpu-sync-rules.toml"
 BUILTIN = "patch_queue/checks/gpu_sync.toml"
@@ -144,6 +145,8 @@ class Port:
     text: str  # the whole new module
     missing_names: tuple[str, ...] = ()  # names of the GPU module the NPU module neither defines nor imports
     how: str = ""  # how it was placed, when not at verbatim anchors
+    imports: tuple[str, ...] = ()  # the import statements added for it (reimport's messages)
+    import_lines: int = 0  # lines the imports added above the method
 
 
 @dataclass(frozen=True)
@@ -543,6 +546,20 @@ def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sy
     return _finish(site, start, end, [fence, *body, fence], raw, how)
 
 
+def _with_imports(port: Port, gpu_text: str, gpu_file: str) -> Port:
+    """The port with an import of every name it uses that the NPU module does not bind, taken the way the GPU
+    module binds it (:func:`patch_queue.series.reimport.reconcile`; a name the GPU module defines at its top
+    level is imported from that module, ``vllm_omni.worker.<its name>``, which the NPU runners already import
+    from)."""
+    module = "vllm_omni.worker." + Path(gpu_file).stem
+    text, changes = reimport.reconcile(port.text, new_upstream=gpu_text, old_upstream=None, upstream_module=module)
+    added = tuple(c.message for c in changes if c.kind == reimport.ADDED)
+    if not added:
+        return port
+    lines = len(text.splitlines()) - len(port.text.splitlines())
+    return replace(port, text=text, line=port.line + lines, imports=added, import_lines=lines)
+
+
 def sync(
     changes: Sequence[GpuChange],
     gpu_files: Mapping[str, str],
@@ -579,8 +596,9 @@ def sync(
             out.append(Unplaced(group.changes, str(exc), change.npu_file, npu_sym.name, hunk))
             continue
         gpu_text = gpu_files[change.gpu_file]
+        port = _with_imports(port, gpu_text, change.gpu_file)
         used = _bare_names("\n".join(gpu_audit.code_lines(port.result).code.values()))
-        missing = tuple(sorted((used & _bound_names(gpu_text)) - _bound_names(files[change.npu_file])))
+        missing = tuple(sorted((used & _bound_names(gpu_text)) - _bound_names(port.text)))
         port = replace(port, missing_names=missing)
         files[change.npu_file] = port.text
         out.append(port)
