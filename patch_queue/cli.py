@@ -321,6 +321,10 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             f"synced: {ws.rel(ws.out / port.npu_file)}:{s.line} in {port.symbol} from {sync_gpu.where(port.changes)} "
             f"({ws.queue_dir.shown(s.patch)})"
         )
+        if port.how:
+            typer.echo(f"  note: placed {port.how}")
+        for added in port.imports:
+            typer.echo(f"  note: {added}")
         if port.missing_names:
             typer.echo(f"  note: {port.npu_file} does not import {', '.join(port.missing_names)}")
     for u in outcome.unplaced:

@@ -38,6 +38,7 @@ import math
 import os
 import platform
 import pstats
+import re
 import shlex
 import shutil
 import statistics
@@ -58,6 +59,7 @@ import bench_scale  # noqa: E402
 import conflict_metrics as cm  # noqa: E402
 from conflict_table import corpus_dir, say  # noqa: E402
 
+from patch_queue.checks import gpu_audit  # noqa: E402
 from patch_queue.merge import symbols  # noqa: E402
 from patch_queue.series.queue import Queue, QueueDir  # noqa: E402
 from patch_queue.sources.cache import cache_dir  # noqa: E402
@@ -181,8 +183,9 @@ def read_folder(path: Path) -> dict[str, str]:
     return {p.name: read_text(p) for p in sorted(path.glob("*.py"))}
 
 
-def work_saved(up: Upgrade, corpus: Path, out: Path, upstream_text: str) -> Json:
-    """Section 5 for one upgrade with a newer corpus release: pq's ``out`` against the maintainers' runners."""
+def work_saved(up: Upgrade, corpus: Path, out: Path, upstream_text: str, left_out: Sequence[str] = ()) -> Json:
+    """Section 5 for one upgrade with a newer corpus release: pq's ``out`` against the maintainers' runners
+    (``left_out``: the lines of ports the maintainers did not make, see :func:`unmade_port_lines`)."""
     assert up.new is not None
     release = corpus / f"vllm-omni-{up.new}"
     return cm.work_saved(
@@ -191,7 +194,33 @@ def work_saved(up: Upgrade, corpus: Path, out: Path, upstream_text: str) -> Json
         read_folder(release / "npu"),
         upstream_text,
         read_folder(release / "gpu").values(),
+        left_out,
     )
+
+
+_SYNCED = re.compile(r"^synced: \S+ in \S+ from (?P<changes>.+) \(patches/(?P<patch>\S+)\)$", re.M)
+
+
+def unmade_port_lines(up: Upgrade, corpus: Path, project: Path, sync_out: str, upstream_text: str) -> list[str]:
+    """The lines ``pq sync-gpu`` added (its patches' ``+`` lines) in ports of GPU changes that the maintainers'
+    release does not make: the audit of the newer release's GPU runners against its own NPU runners (and
+    ``upstream_text``, the vllm-ascend runner they are based on) says they are unported there."""
+    assert up.new is not None
+    release = corpus / f"vllm-omni-{up.new}"
+    changes = gpu_audit.audit(
+        read_folder(release / "gpu"),
+        gpu_audit.load_vllm_runner(up.new),
+        read_folder(release / "npu"),
+        upstream_text,
+    )
+    made = {f"{c.gpu_file}:{c.gpu_line}" for c in changes if c.ported}
+    out: list[str] = []
+    for m in _SYNCED.finditer(sync_out):
+        if all(where in made for where in m["changes"].split(", ")):
+            continue
+        body = read_text(project / "patches" / m["patch"])
+        out += [line[1:] for line in body.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return out
 
 
 def fetch_refs(dest: Path, project: Path, mapping: dict[str, str]) -> None:
@@ -305,8 +334,9 @@ def sync_and_measure(up: Upgrade, corpus: Path, project: Path, upstream_text: st
         for path in sorted((synced / "npu_worker").glob("*.py")):
             path.write_text(cm.take_side(read_text(path), "patch"), encoding="utf-8")
         pq(synced, "continue", ok=(0, 1))
-    pq(synced, "sync-gpu", "--omni", up.new)
-    return work_saved(up, corpus, synced / "npu_worker", upstream_text)
+    _code, _seconds, out = pq(synced, "sync-gpu", "--omni", up.new)
+    left_out = unmade_port_lines(up, corpus, synced, out, upstream_text)
+    return work_saved(up, corpus, synced / "npu_worker", upstream_text, left_out)
 
 
 def measure_upgrade(
@@ -609,7 +639,10 @@ def render_work_saved(rows: Sequence[Json]) -> list[str]:
         *_work_saved_table(rows, "work_saved"),
         "",
         "After the rest of the upgrade with pq: every conflict resolved to its patch side, `pq continue`, then"
-        " `pq sync-gpu --omni <the newer release>` (the ports of the newer release's GPU-side omni changes):",
+        " `pq sync-gpu --omni <the newer release>` (the ports of the newer release's GPU-side omni changes)."
+        " The last column leaves out the lines of the ports of changes the maintainers did not make in that"
+        " release (the audit of its GPU runners against its own NPU runners says they are unported there): the"
+        " share of the rest the maintainers wrote the same way.",
         "",
         *_work_saved_table(rows, "work_saved_synced"),
     ]
@@ -620,7 +653,8 @@ def _work_saved_table(rows: Sequence[Json], which: str) -> list[str]:
     measured = [(r["title"], r[which]) for r in rows if not r.get("error") and r.get(which)]
     totals: Json = {key: sum(w[key] for _t, w in measured) for key in ("d_old", "d_pq", "d_pq_upstream_side")}
     totals["split"] = {key: sum(w["split"][key] for _t, w in measured) for key in SPLIT}
-    for key in ("recall", "precision"):
+    synced = which == "work_saved_synced"
+    for key in ("recall", "precision", *(("precision_ported",) if synced else ())):
         totals[key] = [sum(w[key][i] for _t, w in measured) for i in (0, 1)]
 
     def cells(title: str, w: Json) -> list[object]:
@@ -633,6 +667,7 @@ def _work_saved_table(rows: Sequence[Json], which: str) -> list[str]:
             *(w["split"][key] for key in SPLIT),
             share(*w["recall"]),
             share(*w["precision"]),
+            *([share(*w["precision_ported"])] if synced else []),
         ]
 
     return [
@@ -649,6 +684,7 @@ def _work_saved_table(rows: Sequence[Json], which: str) -> list[str]:
                 "omni: pq only",
                 "recall of GPU-side omni lines",
                 "precision of ported lines",
+                *(["precision without the ports the maintainers did not make"] if synced else []),
             ],
             [cells(t, w) for t, w in measured] + ([cells("**total**", totals)] if measured else []),
         ),

@@ -403,13 +403,17 @@ def gpu_side_recall(pq: Folder, maintainers: Folder, old: Folder, upstream: set[
     return kept_count(wanted, pooled(pq)), wanted.total()
 
 
-def ported_precision(pq: Folder, maintainers: Folder, old: Folder, upstream: set[str]) -> tuple[int, int]:
+def ported_precision(
+    pq: Folder, maintainers: Folder, old: Folder, upstream: set[str], left_out: Iterable[str] = ()
+) -> tuple[int, int]:
     """(of them in the maintainers' release, lines pq wrote itself), as multisets over all modules.
 
-    Lines pq wrote itself: its output's lines in neither the old release's runners nor the new upstream file.
+    Lines pq wrote itself: its output's lines in neither the old release's runners nor the new upstream file,
+    less the ``left_out`` lines (as a multiset: the lines of ports the maintainers' release does not make).
     """
     seen = set(pooled(old))
     written = Counter({x: n for x, n in pooled(pq).items() if x not in upstream and x not in seen})
+    written -= Counter(s for line in left_out if (s := line.strip()) and not s.startswith("#"))
     return kept_count(written, pooled(maintainers)), written.total()
 
 
@@ -419,9 +423,16 @@ def saved(d_pq: int, d_old: int) -> float | None:
 
 
 def work_saved(
-    output: Folder, old: Folder, maintainers: Folder, upstream_text: str, gpu_texts: Iterable[str]
+    output: Folder,
+    old: Folder,
+    maintainers: Folder,
+    upstream_text: str,
+    gpu_texts: Iterable[str],
+    left_out: Iterable[str] = (),
 ) -> dict[str, object]:
-    """Everything work saved measures for one upgrade; ``output`` is pq's, diff3 regions still in it."""
+    """Everything work saved measures for one upgrade; ``output`` is pq's, diff3 regions still in it;
+    ``left_out``: the lines of ports of changes the maintainers' release does not make (for the second
+    precision)."""
     upstream = stripped_set([upstream_text])
     patch = {name: take_side(text, "patch") for name, text in output.items()}
     upstream_side = {name: take_side(text, "upstream") for name, text in output.items()}
@@ -432,4 +443,5 @@ def work_saved(
         "split": split_difference(patch, maintainers, upstream).as_json(),
         "recall": list(gpu_side_recall(patch, maintainers, old, upstream, stripped_set(gpu_texts))),
         "precision": list(ported_precision(patch, maintainers, old, upstream)),
+        "precision_ported": list(ported_precision(patch, maintainers, old, upstream, left_out)),
     }

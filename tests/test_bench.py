@@ -169,6 +169,8 @@ def test_recall_and_precision_of_ported_lines() -> None:
     # pq wrote gpu_port, import torch, wrong(), gpu_port2; the maintainers have gpu_port and gpu_port2
     assert cm.ported_precision(pq, maint, old, upstream) == (2, 4)
     assert cm.ported_precision(old, maint, old, upstream) == (0, 0)
+    # without the lines of a port the maintainers did not make (wrong()): a multiset, comments ignored
+    assert cm.ported_precision(pq, maint, old, upstream, ["  wrong()", "# note", "never_written()"]) == (2, 3)
     assert bench.share(0, 0) == "n/a (0 lines)" and bench.share(2, 4) == "2/4 (50.0%)"
 
 
@@ -192,6 +194,7 @@ def test_work_saved_takes_the_patch_side() -> None:
         },
         "recall": [1, 1],  # b2: omni, new, in gpu/
         "precision": [1, 1],  # b2 again: pq wrote it, the maintainers have it
+        "precision_ported": [1, 1],  # no line left out
     }
     assert cm.saved(got["d_pq"], got["d_old"]) == 1.0
     assert cm.saved(got["d_pq_upstream_side"], got["d_old"]) == pytest.approx(1 / 3)

@@ -69,6 +69,110 @@ def test_bad_user_rules_name_the_file(tmp_path: Path, text: str, message: str) -
     assert str(err.value).startswith(f"{tmp_path / gpu_sync.USER_RULES}: ") and message in str(err.value)
 
 
+# -- placement on small runners ----------------------------------------------------------------
+
+_VLLM = """class GPUModelRunner:
+    def execute_model(self, scheduler_output):
+        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        hidden_states = self.model(attn_metadata)
+        return self.sample(hidden_states)
+"""
+_ASCEND = "class NPUModelRunner:\n    def execute_model(self, scheduler_output):\n        return None\n"
+
+
+def _sync_small(
+    gpu_body: str, npu_body: str, gpu_head: str = ""
+) -> tuple[list[gpu_sync.Port | gpu_sync.Unplaced], str]:
+    """Sync one GPU copy of vLLM's execute_model (its body ``gpu_body``) into an NPU one (``npu_body``)."""
+    from patch_queue.checks import gpu_audit
+
+    head = "    def execute_model(self, scheduler_output):\n"
+    omni = gpu_head + "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
+    gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
+    npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
+    changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
+    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, gpu_sync.load_rules())
+    return results, files["npu_ar_model_runner.py"]
+
+
+_GPU_BODY = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)
+        hidden_states = self.model(attn_metadata)
+        return self.sample(hidden_states)
+"""
+
+
+def test_an_insertion_goes_after_the_npu_statement_most_like_its_gpu_neighbour() -> None:
+    # neither neighbour is verbatim on NPU: the NPU call takes other arguments
+    npu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=False, npu=True)
+        hidden_states = self.model(attn_metadata, graph=True)
+        return self.sample(hidden_states)
+"""
+    (port,), text = _sync_small(_GPU_BODY, npu_body)
+    assert isinstance(port, gpu_sync.Port), port
+    lines = text.splitlines()
+    at = lines.index("        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)")
+    assert "_build_attention_metadata(num_tokens=num_reqs, pad=False, npu=True)" in lines[at - 2]
+    assert "Omni-new" in lines[at - 1] and "Omni-new" in lines[at + 1]
+    assert port.how.startswith("after the NPU statement most like the GPU one before it: attn_metadata = ")
+    ast.parse(text)
+
+
+def test_two_npu_statements_as_like_the_neighbour_place_nothing() -> None:
+    npu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=False)
+        if num_reqs:
+            attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=False)
+        hidden_states = self.model(attn_metadata, graph=True)
+        return self.sample(hidden_states)
+"""
+    (unplaced,), _text = _sync_small(_GPU_BODY, npu_body)
+    assert isinstance(unplaced, gpu_sync.Unplaced)
+    assert unplaced.reason.startswith("neither the GPU code before it nor the code after it is in")
+
+
+def test_a_port_reading_a_gpu_local_the_npu_method_lacks_is_not_placed() -> None:
+    gpu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        hidden_states = self.model(attn_metadata)
+        self._remember(hidden_states, attn_metadata)
+        return self.sample(hidden_states)
+"""
+    npu_body = """        num_reqs = self.input_batch.num_reqs
+        hidden_states = self.model(None)
+        return self.sample(hidden_states)
+"""
+    (unplaced,), text = _sync_small(gpu_body, npu_body)
+    assert isinstance(unplaced, gpu_sync.Unplaced) and "_remember" not in text
+    assert unplaced.reason == (
+        "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not"
+    )
+
+
+def test_a_port_imports_the_names_it_uses_as_the_gpu_module_binds_them() -> None:
+    gpu_head = "from vllm_omni.worker.sampling_utils import sanitize\n\n\ndef _local_helper(x):\n    return x\n\n\n"
+    gpu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        attn_metadata = _local_helper(sanitize(attn_metadata))
+        hidden_states = self.model(attn_metadata)
+        return self.sample(hidden_states)
+"""
+    npu_body = _GPU_BODY.replace("        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)\n", "")
+    (port,), text = _sync_small(gpu_body, npu_body, gpu_head)
+    assert isinstance(port, gpu_sync.Port), port
+    assert "from vllm_omni.worker.sampling_utils import sanitize\n" in text
+    # a helper the GPU module defines: imported from that module, which the NPU runners import from already
+    assert "from vllm_omni.worker.gpu_ar_model_runner import _local_helper\n" in text
+    assert len(port.imports) == 2 and port.missing_names == ()
+    lines = text.splitlines()
+    assert lines[port.line - 1].strip().startswith("#") and "Omni-new" in lines[port.line - 1]
+    assert lines[port.line].strip() == "attn_metadata = _local_helper(sanitize(attn_metadata))"
+    ast.parse(text)
+
+
 # -- the real runners ---------------------------------------------------------------------------
 
 
@@ -120,19 +224,37 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
             "0019-sync-gpu-execute-model-3.patch",
         ),
         (
-            "npu_generation_model_runner.py",
-            "NPUGenerationModelRunner.execute_model",
-            "gpu_generation_model_runner.py:106",
+            "npu_ar_model_runner.py",
+            "NPUARModelRunner.execute_model",
+            "gpu_ar_model_runner.py:1113",
             "0020-sync-gpu-execute-model-4.patch",
         ),
         (
             "npu_generation_model_runner.py",
             "NPUGenerationModelRunner.execute_model",
-            "gpu_generation_model_runner.py:290",
+            "gpu_generation_model_runner.py:106",
             "0021-sync-gpu-execute-model-5.patch",
         ),
+        (
+            "npu_generation_model_runner.py",
+            "NPUGenerationModelRunner.execute_model",
+            "gpu_generation_model_runner.py:290",
+            "0022-sync-gpu-execute-model-6.patch",
+        ),
+        (
+            "npu_generation_model_runner.py",
+            "NPUGenerationModelRunner._dummy_run",
+            "gpu_generation_model_runner.py:761",
+            "0023-sync-gpu-dummy-run-1.patch",
+        ),
+        (
+            "npu_model_runner.py",
+            "OmniNPUModelRunner._dummy_run",
+            "gpu_model_runner.py:1124",
+            "0024-sync-gpu-dummy-run-2.patch",
+        ),
     ]
-    assert "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 6 ported in 5 patch(es)" in out
+    assert "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 9 ported in 8 patch(es)" in out
     texts = {f: (proj / "npu_worker" / f).read_text() for f, *_ in ports}
     for text in texts.values():
         ast.parse(text)
@@ -146,6 +268,16 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
     assert [line.strip() for line in pad[1:-1]] == [
         "pad_attn = cudagraph_mode == CUDAGraphMode.FULL or runner_assisted_full_attn"
     ]
+    # anchored on the NPU statement most like the GPU one before it: the NPU's own _build_attention_metadata call
+    for gpu in ("gpu_generation_model_runner.py:761", "gpu_model_runner.py:1124"):
+        f = next(f for f, _l, _s, g, _p in ports if g == gpu)
+        lines = texts[f].splitlines()
+        at = int(next(line for f2, line, _s, g, _p in ports if g == gpu))
+        assert blocks[gpu][1].strip() == "self._maybe_attach_attention_metadata_extensions("
+        assert lines[at - 2].strip() == ")"  # the call before it ends right above the fence
+        call = max(i for i in range(at - 1) if "self._build_attention_metadata(" in lines[i])
+        assert lines[call].strip() == "attn_metadata, _ = self._build_attention_metadata(" and at - call < 20
+    assert out.count("note: placed after the NPU statement most like the GPU one before it: ") == 3
     ar = texts["npu_ar_model_runner.py"]
     assert "pad_attn = cudagraph_mode == CUDAGraphMode.FULL\n" not in ar
     assert ar.count("self.routed_experts_capturer.clear_buffer()") == 1
@@ -158,7 +290,7 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
 def test_real_unplaced_changes_say_why(synced: tuple[Path, str]) -> None:
     _proj, out = synced
     unplaced = re.findall(r"^unplaced: (.+?) in (\S+): (.+)$", out, re.M)
-    assert sum(len(gpu.split(", ")) for gpu, _s, _r in unplaced) == 32
+    assert sum(len(gpu.split(", ")) for gpu, _s, _r in unplaced) == 29
     reasons = {gpu: reason for gpu, _s, reason in unplaced}
     assert reasons["gpu_ar_model_runner.py:1184"].startswith(
         "NPUARModelRunner.execute_model already holds part of it (if self.is_pooling_model:)"
@@ -184,13 +316,13 @@ def test_synced_series_is_reproduced_from_a_fresh_clone(synced: tuple[Path, str]
 
     work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
     queue = (work / "patches" / "queue.toml").read_text()
-    assert 'command = "sync-gpu"' in queue and '"0021-sync-gpu-execute-model-5.patch"' in queue
+    assert 'command = "sync-gpu"' in queue and '"0024-sync-gpu-dummy-run-2.patch"' in queue
     origin = push_to_bare(work, "sync the GPU side")
     git(work, "push", "-q", str(origin), "refs/pq/resolutions")
     fresh = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
     git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
-    assert "5 recorded edit(s) applied" in pq(fresh, "reproduce").stdout
+    assert "8 recorded edit(s) applied" in pq(fresh, "reproduce").stdout
     for name in (work / "patches" / "series").read_text().split():
         if name.endswith(".patch"):
             assert (fresh / "patches" / name).read_bytes() == (work / "patches" / name).read_bytes(), name
@@ -217,11 +349,11 @@ def test_refresh_sync_gpu_reports_the_ports(synced: tuple[Path, str], tmp_path: 
     other = new_project(tmp_path / "other")
     pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
     out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check", "--report", "r.json").stdout
-    assert "no conflicts" in out and "6 ported in 5 patch(es)" in out
+    assert "no conflicts" in out and "9 ported in 8 patch(es)" in out
     assert (other / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
     flags = json.loads((other / "r.json").read_text())["flags"]
     kinds = [f["kind"] for f in flags]
-    assert kinds.count("gpu-synced") == 5 and kinds.count("gpu-unplaced") == 18
+    assert kinds.count("gpu-synced") == 8 and kinds.count("gpu-unplaced") == 15
     first = flags[0]
     assert "self.routed_experts_capturer.clear_buffer()" in first["sides"]["patch"]
     assert "Omni-new" in first["resolution"] and first["patch"] == "0017-sync-gpu-execute-model-1.patch"

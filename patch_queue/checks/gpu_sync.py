@@ -10,7 +10,10 @@ one), and never guesses:
    ``set_ascend_forward_context``, ...), extended by the project's ``patches/gpu-sync-rules.toml``.
 2. **Anchors**: the GPU code lines right before and right after the change (other unported changes
    skipped), translated and normalised like the audit's code lines, as the shortest run that occurs
-   once in the NPU method (the run before, then the run after).
+   once in the NPU method (the run before, then the run after).  When neither is there (the NPU
+   copy rewrote the statement before it, e.g. its own ``_build_attention_metadata(...)`` call), the
+   insertion goes after the one NPU statement most like the GPU statement before it (difflib's ratio
+   of the normalised code at least :data:`_SIMILAR`, no other as close), and the port says so.
 3. **What it replaces**: the same anchors in vLLM's method give the upstream code the change
    replaced (none for an insertion).  The NPU code between the anchors must be that code
    (normalised), else the NPU method diverged there and the change is reported, not placed.
@@ -18,10 +21,11 @@ one), and never guesses:
    anchors: an insertion.
 4. **The port**: the translated hunk, re-indented by the NPU anchor's indentation, between two
    ``Omni-new`` fence lines at the indentation of its shallowest line.  The module must still
-   parse, else the change is reported.
+   parse, and the port must not read a local name of the GPU method that the NPU method never binds
+   (it would raise ``NameError``), else the change is reported.
 
 A change that cannot be placed (no NPU method to hold it, an anchor absent or ambiguous, diverged
-NPU code, a result that does not parse) comes back as :class:`Unplaced` with the reason.
+NPU code, a result that does not parse or reads an unbound local) comes back as :class:`Unplaced` with the reason.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors, symbols
+from patch_queue.series import reimport
 
 USER_RULES = "gpu-sync-rules.toml"
 BUILTIN = "patch_queue/checks/gpu_sync.toml"
@@ -139,6 +144,9 @@ class Port:
     result: str  # what was written, fences included
     text: str  # the whole new module
     missing_names: tuple[str, ...] = ()  # names of the GPU module the NPU module neither defines nor imports
+    how: str = ""  # how it was placed, when not at verbatim anchors
+    imports: tuple[str, ...] = ()  # the import statements added for it (reimport's messages)
+    import_lines: int = 0  # lines the imports added above the method
 
 
 @dataclass(frozen=True)
@@ -329,9 +337,9 @@ def _opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, in
     return out
 
 
-def _replaced(group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit]) -> tuple[int, int, list[str]]:
-    """The group's rows widened over every vLLM -> GPU replacement it takes part in, and the vLLM units
-    those rows stand for (none for an insertion)."""
+def _replaced(group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit]) -> tuple[int, int, list[int]]:
+    """The group's rows widened over every vLLM -> GPU replacement it takes part in, and the indices of the
+    vLLM units those rows stand for (none for an insertion)."""
     first, last = group.first, group.last
     g_keys, v_keys = [u.key for u in gunits], [u.key for u in vunits]
     ops = _opcodes(v_keys, g_keys)
@@ -346,12 +354,12 @@ def _replaced(group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit]) -
         if (lo, hi) == (first, last):
             break
         first, last = lo, hi
-    upstream: list[str] = []
+    upstream: list[int] = []
     for tag, i1, i2, j1, j2 in ops:
         if tag == "equal":
-            upstream += [v_keys[i1 + j - j1] for j in range(j1, j2) if j in inside]
+            upstream += [i1 + j - j1 for j in range(j1, j2) if j in inside]
         elif tag == "replace" and inside & set(range(j1, j2)):
-            upstream += v_keys[i1:i2]
+            upstream += range(i1, i2)
     return first, last, upstream
 
 
@@ -360,18 +368,135 @@ def _run(keys: Sequence[str], target: Sequence[str]) -> list[int]:
     return [i for i in range(len(target) - n + 1) if list(target[i : i + n]) == list(keys)]
 
 
-def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules) -> Port:
+def _similar(key: str, keys: Sequence[str], lo: int = 0) -> int | None:
+    """Index in ``keys`` (from ``lo`` on) of the one statement most like ``key``: difflib's ratio at least
+    :data:`_SIMILAR` and above every other's; None when there is none or two are as close."""
+    if gpu_audit._is_trivial(key):
+        return None
+    scored = []
+    for i in range(lo, len(keys)):
+        m = difflib.SequenceMatcher(None, key, keys[i], autojunk=False)
+        if m.real_quick_ratio() >= _SIMILAR and m.quick_ratio() >= _SIMILAR and (r := m.ratio()) >= _SIMILAR:
+            scored.append((r, i))
+    scored.sort(reverse=True)
+    if not scored or (len(scored) > 1 and scored[1][0] == scored[0][0]):
+        return None
+    return scored[0][1]
+
+
+@dataclass(frozen=True)
+class _Site:
+    """The NPU method a group goes into, and the three sides as translated lines and units."""
+
+    group: _Group
+    npu: symbols.Symbol
+    npu_text: str
+    npu_file: str
+    rules: Rules
+    npu_lines: list[str]
+    nunits: list[_Unit]
+    gpu_lines: list[str]
+    gunits: list[_Unit]
+    vllm_lines: list[str]
+    vunits: list[_Unit]
+
+    @property
+    def symbol(self) -> str:
+        return self.npu.name
+
+    def raw(self, first: int, last: int) -> list[str]:
+        return self.group.gpu.text.splitlines()[first : last + 1]
+
+
+def _site(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules) -> _Site:
     npu = _method(npu_text, npu_file, name=symbol)
     if npu is None:
         raise _NotPlaced(f"{symbol} is not in {npu_file}")
     gpu_lines = [rules.translate(line) for line in group.gpu.text.splitlines()]
+    vllm_lines = [rules.translate(line) for line in vllm.text.splitlines()]
     npu_lines = npu.text.splitlines()
-    gunits, nunits = _units(gpu_lines), _units(npu_lines)
-    vunits = _units([rules.translate(line) for line in vllm.text.splitlines()])
-    first, last, upstream = _replaced(group, gunits, vunits)
+    return _Site(
+        group, npu, npu_text, npu_file, rules, npu_lines, _units(npu_lines), gpu_lines, _units(gpu_lines),
+        vllm_lines, _units(vllm_lines),
+    )  # fmt: skip
+
+
+def _finish(site: _Site, start: int, end: int, result: list[str], raw: list[str], how: str) -> Port:
+    """The port that writes ``result`` over the NPU method's rows [start, end), once it parses."""
+    npu = site.npu
+    lines = site.npu_text.splitlines(keepends=True)
+    new_text = "".join(lines[: npu.start - 1]) + _joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]])
+    new_text += "".join(lines[npu.end :])
+    try:
+        ast.parse(new_text)
+    except SyntaxError as exc:
+        raise _NotPlaced(f"the port does not parse ({exc.msg}, line {exc.lineno})") from None
+    fence = next(i for i, line in enumerate(result) if anchors.FENCE.match(line))
+    rows = range(npu.start + start, npu.start + start + len(result))
+    unbound = _unbound(new_text, rows, site.group.gpu.text)
+    if unbound:
+        raise _NotPlaced(f"it uses {', '.join(unbound)}, which the GPU method binds and {site.symbol} does not")
+    replaced = _joined(site.npu_lines[start:end])
+    return Port(site.group.changes, site.npu_file, site.symbol, npu.start + start + fence, _joined(raw), replaced,
+                _joined(result), new_text, how=how)  # fmt: skip
+
+
+def _locals(fn: ast.AST) -> set[str]:
+    """The names a function binds: parameters, assignment and loop targets, ``as`` names, imports."""
+    out = {a.arg for a in ast.walk(fn) if isinstance(a, ast.arg)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            out.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            out.add(node.name)
+    return out
+
+
+def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
+    """The names the code at ``rows`` of ``text`` reads that the GPU method binds as locals and the innermost
+    function holding those rows (the port's NPU method) binds nowhere: the port would raise NameError."""
+    fn = max(
+        (
+            n
+            for n in ast.walk(ast.parse(text))
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.lineno <= rows.start
+            and (n.end_lineno or n.lineno) >= rows.stop - 1
+        ),
+        key=lambda n: n.lineno,
+    )
+    gpu = _locals(ast.parse(textwrap.dedent(gpu_method)))
+    npu = _locals(fn)
+    used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno in rows}
+    return sorted((used & gpu) - npu)
+
+
+def _check_partial(site: _Site, first: int, last: int, keep: set[int]) -> None:
+    """_NotPlaced when the NPU method already holds a statement of the change outside the rows it replaces."""
+    n_keys = [u.key for u in site.nunits]
+    for u in site.gunits:
+        if first <= u.first <= last and not gpu_audit._is_trivial(u.key):
+            if any(u.key == n_keys[i] for i in range(len(n_keys)) if i not in keep):
+                shown = site.gpu_lines[u.first].strip()
+                raise _NotPlaced(f"{site.symbol} already holds part of it ({shown}): a partial port to finish by hand")
+
+
+def _shown(site: _Site, unit: int) -> str:
+    """An NPU unit's first line, as written."""
+    return site.npu_lines[site.nunits[unit].first].strip()
+
+
+def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules) -> Port:
+    site = _site(group, vllm, npu_text, npu_file, symbol, rules)
+    gunits, nunits, npu_lines = site.gunits, site.nunits, site.npu_lines
+    first, last, v_idx = _replaced(group, gunits, site.vunits)
+    upstream = [site.vunits[i].key for i in v_idx]
     before = [u.key for u in gunits if u.first < first]
     after = [u.key for u in gunits if u.first > last]
     n_keys = [u.key for u in nunits]
+    how = ""
     if upstream:
         hits = _run(upstream, n_keys)
         if len(hits) > 1:  # the one the GPU neighbours point at
@@ -384,7 +509,7 @@ def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sy
             ]
         if len(hits) != 1:
             where = "more than once" if hits else "nowhere"
-            shown = vllm.text.splitlines()[next(u.first for u in vunits if u.key == upstream[0])].strip()
+            shown = site.vllm_lines[site.vunits[v_idx[0]].first].strip()
             raise _NotPlaced(
                 f"the vLLM code it replaces ({len(upstream)} statement(s) from {shown}) is {where} in {symbol}"
             )
@@ -395,6 +520,9 @@ def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sy
     else:
         p = _anchor(before, n_keys, before=True)
         q = _anchor(after, n_keys, before=False, after=-1 if p is None else p)
+        if p is None and q is None and before:  # the statement before it, changed on NPU
+            p = _similar(before[-1], n_keys)
+            how = "" if p is None else f"after the NPU statement most like the GPU one before it: {_shown(site, p)}"
         if p is None and q is None:
             raise _NotPlaced(f"neither the GPU code before it nor the code after it is in {symbol}")
         if p is not None:
@@ -410,38 +538,26 @@ def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sy
             g_anchor, n_anchor = next(u for u in gunits if u.first > last).first, nunits[q].first
         end = start
         keep = set()
-    already = [
-        u
-        for u in gunits
-        if first <= u.first <= last
-        and not gpu_audit._is_trivial(u.key)
-        and any(u.key == n_keys[i] for i in range(len(n_keys)) if i not in keep)
-    ]
-    if already:
-        shown = gpu_lines[already[0].first].strip()
-        raise _NotPlaced(f"{symbol} already holds part of it ({shown}): a partial port to finish by hand")
-    raw = group.gpu.text.splitlines()[first : last + 1]
-    delta = anchors.indent_of(npu_lines[n_anchor]) - anchors.indent_of(gpu_lines[g_anchor])
+    _check_partial(site, first, last, keep)
+    raw = site.raw(first, last)
+    delta = anchors.indent_of(npu_lines[n_anchor]) - anchors.indent_of(site.gpu_lines[g_anchor])
     body = [_reindent(rules.translate(line), delta) for line in raw]
     fence = " " * min(anchors.indent_of(line) for line in body if line.strip()) + rules.fence
-    result = [fence, *body, fence]
-    lines = npu_text.splitlines(keepends=True)
-    new_text = "".join(lines[: npu.start - 1]) + _joined([*npu_lines[:start], *result, *npu_lines[end:]])
-    new_text += "".join(lines[npu.end :])
-    try:
-        ast.parse(new_text)
-    except SyntaxError as exc:
-        raise _NotPlaced(f"the port does not parse ({exc.msg}, line {exc.lineno})") from None
-    return Port(
-        group.changes,
-        npu_file,
-        symbol,
-        npu.start + start,
-        _joined(raw),
-        _joined(npu_lines[start:end]),
-        _joined(result),
-        new_text,
-    )
+    return _finish(site, start, end, [fence, *body, fence], raw, how)
+
+
+def _with_imports(port: Port, gpu_text: str, gpu_file: str) -> Port:
+    """The port with an import of every name it uses that the NPU module does not bind, taken the way the GPU
+    module binds it (:func:`patch_queue.series.reimport.reconcile`; a name the GPU module defines at its top
+    level is imported from that module, ``vllm_omni.worker.<its name>``, which the NPU runners already import
+    from)."""
+    module = "vllm_omni.worker." + Path(gpu_file).stem
+    text, changes = reimport.reconcile(port.text, new_upstream=gpu_text, old_upstream=None, upstream_module=module)
+    added = tuple(c.message for c in changes if c.kind == reimport.ADDED)
+    if not added:
+        return port
+    lines = len(text.splitlines()) - len(port.text.splitlines())
+    return replace(port, text=text, line=port.line + lines, imports=added, import_lines=lines)
 
 
 def sync(
@@ -480,8 +596,9 @@ def sync(
             out.append(Unplaced(group.changes, str(exc), change.npu_file, npu_sym.name, hunk))
             continue
         gpu_text = gpu_files[change.gpu_file]
+        port = _with_imports(port, gpu_text, change.gpu_file)
         used = _bare_names("\n".join(gpu_audit.code_lines(port.result).code.values()))
-        missing = tuple(sorted((used & _bound_names(gpu_text)) - _bound_names(files[change.npu_file])))
+        missing = tuple(sorted((used & _bound_names(gpu_text)) - _bound_names(port.text)))
         port = replace(port, missing_names=missing)
         files[change.npu_file] = port.text
         out.append(port)

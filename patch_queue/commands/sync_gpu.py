@@ -67,7 +67,9 @@ def _flag(
 
 def _synced_flag(s: Synced) -> Conflict:
     port = s.port
-    note = f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
+    note = f"; placed {port.how}" if port.how else ""
+    note += f"; {'; '.join(port.imports)} (in this port's patch)" if port.imports else ""
+    note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
     flag = _flag(SYNCED, port.changes, f"ported into {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
     return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
@@ -117,8 +119,10 @@ def _final_lines(ports: list[gpu_sync.Port]) -> list[int]:
     for i, port in enumerate(ports):
         line = port.line
         for later in ports[i + 1 :]:
-            if later.npu_file == port.npu_file and later.line <= line:
-                line += len(later.result.splitlines()) - len(later.replaced.splitlines())
+            if later.npu_file == port.npu_file:
+                line += later.import_lines  # the import block is above every method
+                if later.line - later.import_lines <= line:
+                    line += len(later.result.splitlines()) - len(later.replaced.splitlines())
         out.append(line)
     return out
 
