@@ -5,20 +5,24 @@ Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
+import shlex
 import sys
+import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, ParamSpec
+from typing import TYPE_CHECKING, Annotated, NoReturn, ParamSpec
 
 import typer
 
 from patch_queue.errors import EXIT_BUG, EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, PqError
+from patch_queue.fsutil import kill_point
 
 if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
     from patch_queue.commands.check import CheckOutcome
@@ -70,6 +74,7 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
         @functools.wraps(body)
         def run(*args: P.args, **kwargs: P.kwargs) -> None:
             try:
+                kill_point("command")
                 code = body(*args, **kwargs)
             except PqError as exc:
                 err(f"error: {exc}")
@@ -82,10 +87,19 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
                 raise typer.Exit(141) from None
             except typer.Exit:
                 raise
+            except OSError as exc:
+                if exc.errno not in _OUTPUT_ERRNOS:
+                    _bug()
+                err(f"error: cannot write the output: {exc.strerror}")  # stdout on a full or failing device
+                raise typer.Exit(EXIT_ERROR) from None
             except Exception:  # a bug: keep the traceback for the report
-                log = _crash_log()
-                err(f"internal error (a bug); traceback written to {log}")
-                raise typer.Exit(EXIT_BUG) from None
+                _bug()
+            try:
+                sys.stdout.flush()  # here, not at exit, so a full device is one line, not a traceback
+            except OSError as exc:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                err(f"error: cannot write the output: {exc.strerror}")
+                raise typer.Exit(EXIT_ERROR) from None
             raise typer.Exit(code or 0)
 
         app.command(name=name)(run)
@@ -94,15 +108,40 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
     return register
 
 
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
+
+
+def _bug() -> NoReturn:
+    """Exit 4 with the traceback kept for the report."""
+    err(f"internal error (a bug); traceback written to {_crash_log()}")
+    raise typer.Exit(EXIT_BUG) from None
+
+
 def _crash_log() -> str:
-    text = traceback.format_exc()
+    """Where the traceback went, with the command line, pq's version and the time: ``.git/pq/crash.log``, else
+    ``pq-crash.log`` here, else stderr (this never fails: it runs when something already did)."""
     try:
-        path = _ws().state_dir / "crash.log"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        from importlib.metadata import version
+
+        stamp = f"pq {version('patch-queue')}"
     except Exception:
-        path = Path("pq-crash.log").resolve()
-    path.write_text(text)
-    return str(path)
+        stamp = "pq (version unknown)"
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    text = f"{stamp} at {when}\ncommand: {shlex.join(sys.argv)}\n\n{traceback.format_exc()}"
+    candidates: list[Callable[[], Path]] = [lambda: _ws().state_dir / "crash.log", lambda: Path("pq-crash.log")]
+    for candidate in candidates:
+        try:
+            path = candidate().resolve()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return str(path)
+        except Exception:  # the next place, then stderr
+            continue
+    try:
+        sys.stderr.write(text)
+    except Exception:  # nowhere left to say it
+        pass
+    return "stderr (above)"
 
 
 def _ws() -> Workspace:

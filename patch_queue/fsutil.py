@@ -14,9 +14,12 @@ KILL_ENV = "PQ_TEST_KILL_AT"
 
 
 def kill_point(name: str) -> None:
-    """Test hook of the interruption tests: SIGKILL this process here when ``$PQ_TEST_KILL_AT`` is ``name``."""
+    """Test hook of the interruption tests: SIGKILL this process here when ``$PQ_TEST_KILL_AT`` is ``name``;
+    raise an unexpected exception (a stand-in for a bug) when it is ``bug:name``."""
     if os.environ.get(KILL_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(KILL_ENV) == f"bug:{name}":
+        raise RuntimeError(f"a planted bug at {name} ({KILL_ENV})")
 
 
 def _umask() -> int:

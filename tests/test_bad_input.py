@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -467,3 +468,83 @@ def test_output_paths_are_written_in_place_or_refused(proj: Path, tmp_path: Path
         proc = pq(proj, "blocks", "--markdown", "/dev/full", check=1)
         assert one_error_line(proc).startswith("pq: error: /dev/full: cannot be written: No space left on device")
         assert Path("/dev/full").is_char_device()
+
+
+def test_damaged_refs_and_environment_are_one_line(proj: Path, tmp_path: Path) -> None:
+    """What used to be exit 4: a ref at a blob or at a missing object, PQ_CACHE naming a file, a patch name
+    that is no ref name, stdout on a full device."""
+    blob = git(proj, "hash-object", "-w", "patches/series").strip()
+    real = git(proj, "rev-parse", "refs/pq/base").strip()
+    git(proj, "update-ref", "refs/pq/base", blob)
+    line = refused(proj, "build")
+    assert line.startswith(f"pq: error: refs/pq/base: points at {blob[:12]}, a blob, not a commit"), line
+    git(proj, "update-ref", "refs/pq/base", real)
+    ref_file = proj / ".git" / "refs" / "pq" / "top"
+    git(proj, "pack-refs", "--all")  # the good value stays in packed-refs; a loose file overrides it
+    (proj / ".git" / "refs" / "pq").mkdir(parents=True, exist_ok=True)
+    ref_file.write_text("1" * 40 + "\n")  # a dangling sha, as a hand edit or a broken copy leaves it
+    line = refused(proj, "pop")
+    assert "refs/pq/top: points at 111111111111, an object the repository does not have" in line, line
+    ref_file.unlink()
+    cache_file = tmp_path / "cache-file"
+    cache_file.write_text("")
+    env = {**os.environ, "PQ_CACHE": str(cache_file)}
+    before = state(proj)
+    proc = subprocess.run(
+        [sys.executable, "-m", "patch_queue", "build"], cwd=proj, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and "cache-file: the download cache (PQ_CACHE) is not a folder" in proc.stderr
+    assert state(proj) == before
+    line = refused(proj, "new", "x..y")
+    assert "'x..y' makes no valid patch name" in line, line
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(
+                [sys.executable, "-m", "patch_queue", "series"],
+                cwd=proj,
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr.strip() == "pq: error: cannot write the output: No space left on device", proc.stderr
+
+
+def test_a_bug_is_one_line_and_a_crash_log_whatever_is_writable(proj: Path) -> None:
+    """Exit 4 with one line; crash.log has the command line, pq's version and the time; with .git/pq not
+    writable the log goes to ./pq-crash.log; no journal is left behind."""
+    env = {**os.environ, "PQ_TEST_KILL_AT": "bug:command"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "patch_queue", "status"], cwd=proj, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 4
+    log = proj / ".git" / "pq" / "crash.log"
+    assert proc.stderr.strip() == f"pq: internal error (a bug); traceback written to {log}"
+    text = log.read_text()
+    assert text.startswith("pq 0.1.0 at 20") and "command: " in text and " status\n" in text
+    assert "RuntimeError: a planted bug at command" in text
+    shutil.rmtree(proj / ".git" / "pq")
+    (proj / ".git" / "pq").write_text("not a folder")
+    proc = subprocess.run(
+        [sys.executable, "-m", "patch_queue", "series"], cwd=proj, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 4 and proc.stderr.strip().endswith(str(proj / "pq-crash.log")), proc.stderr
+    assert "planted bug" in (proj / "pq-crash.log").read_text()
+
+
+def test_a_git_ref_lock_during_the_writes_is_undone_without_a_journal(proj: Path) -> None:
+    """A git command holding a refs/pq lock while pq writes: exit 1, one line, everything as before, no journal."""
+    runner = proj / "npu_worker" / "npu_model_runner.py"
+    runner.write_text(runner.read_text() + "\n# a maintainer's edit\n")
+    (proj / ".git" / "refs" / "pq" / "patches").mkdir(parents=True, exist_ok=True)
+    lock = proj / ".git" / "refs" / "pq" / "top.lock"
+    lock.write_text("")
+    try:
+        before = state(proj)
+        proc = pq(proj, "record", check=1)
+        assert "is locked by another git command" in one_error_line(proc)
+        assert state(proj) == before
+        assert not (proj / ".git" / "pq" / "journal.json").exists()
+    finally:
+        lock.unlink()
+    pq(proj, "record")  # with the lock gone it goes through

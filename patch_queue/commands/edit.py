@@ -60,6 +60,8 @@ def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str |
     if any(n.split("-", 1)[-1] == f"{slug}.patch" for n in loaded.names):
         raise QueueError(f"a patch named {slug} already exists")
     filename = f"{len(loaded.patches) + 1:04d}-{slug}.patch"
+    if not ws.repo.valid_ref(stack.REF_PATCHES + filename):
+        raise QueueError(f"{name!r} makes no valid patch name ({filename} is no git ref name); choose another")
     parent = loaded.top(applied)
     info = ws.repo.commit_info(parent)
     work = _work_edits(ws, loaded, parent)

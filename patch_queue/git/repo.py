@@ -114,6 +114,13 @@ class ProjectRepo:
             tb.insert(oid, pygit2.Oid(hex=oid), FileMode.BLOB)
         return str(tb.write())
 
+    def kind_of(self, oid: str) -> str | None:
+        """The type of object ``oid`` ("commit", "tree", "blob", "tag"), None when the repository lacks it."""
+        try:
+            return str(self._repo[oid].type_str)
+        except (KeyError, ValueError):
+            return None
+
     def has_object(self, oid: str) -> bool:
         try:
             self._repo[oid]
@@ -163,6 +170,11 @@ class ProjectRepo:
             return str(self._repo.references[name].target)
         except KeyError:
             return None
+
+    @staticmethod
+    def valid_ref(name: str) -> bool:
+        """Whether git accepts ``name`` as a ref name (``git check-ref-format``)."""
+        return bool(pygit2.reference_is_valid_name(name))
 
     def refs(self, prefix: str = REF_PREFIX) -> dict[str, str]:
         return {r: str(self._repo.references[r].target) for r in sorted(self._repo.references) if r.startswith(prefix)}

@@ -136,7 +136,18 @@ class Writes:
         path = self.ws.state_dir / JOURNAL_FILE
         atomic_write(path, json_bytes(journal, indent=1), durable=True)
         kill_point("after-journal")
-        _apply(self.ws, files, refs, forward=True, message=f"pq {self.command}")
+        try:
+            _apply(self.ws, files, refs, forward=True, message=f"pq {self.command}")
+        except Exception:
+            # an error while writing (a git ref lock, a full disk, a bug) with this process still alive: undo
+            # what was written and drop the journal, which is only needed when the process dies part way
+            try:
+                _apply(self.ws, files, refs, forward=False, message=f"pq {self.command} (undone)")
+            except Exception:
+                raise  # the journal stays: `pq continue` / `pq abort` finish the job
+            path.unlink()
+            _drop_holder(self.ws)
+            raise
         path.unlink()
         _drop_holder(self.ws)
 

@@ -104,6 +104,7 @@ def locked(ws: Workspace, command: str) -> Iterator[None]:
             os.pwrite(fd, (json.dumps(me, sort_keys=True) + "\n").encode(), 0)
             if command not in RECOVERY_COMMANDS:
                 check_no_journal(ws)
+            check_refs(ws)
         except BaseException:
             _release(lock, fd)
             raise
@@ -113,6 +114,19 @@ def locked(ws: Workspace, command: str) -> Iterator[None]:
             _release(lock, fd)
         return
     raise QueueError("could not take the pq lock (it kept changing hands)", path=str(lock))
+
+
+def check_refs(ws: Workspace) -> None:
+    """Every ref under refs/pq/ names a commit this repository has; else one line naming the ref."""
+    for name, oid in ws.repo.refs().items():
+        kind = ws.repo.kind_of(oid)
+        if kind != "commit":
+            what = "an object the repository does not have" if kind is None else f"a {kind}, not a commit"
+            raise QueueError(
+                f"points at {oid[:12]}, {what}; the ref is damaged: delete it (`git update-ref -d {name}`) "
+                "and rebuild with `pq build` (or `pq abort` a refresh)",
+                path=name,
+            )
 
 
 def _release(lock: Path, fd: int) -> None:

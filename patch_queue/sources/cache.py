@@ -21,13 +21,17 @@ import os
 from contextlib import suppress
 from pathlib import Path
 
+from patch_queue.errors import SourceError
+
 
 def cache_dir() -> Path:
     """The download cache: ``PQ_CACHE``, else ``$XDG_CACHE_HOME/pq``, else ``~/.cache/pq``."""
     explicit = os.environ.get("PQ_CACHE")
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    return (Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "pq").resolve()
+    found = (Path(explicit) if explicit else Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "pq").expanduser()
+    if found.exists() and not found.is_dir():
+        variable = "PQ_CACHE" if explicit else "XDG_CACHE_HOME"
+        raise SourceError(f"the download cache ({variable}) is not a folder; point it at one", path=str(found))
+    return found.resolve()
 
 
 def code_stamp(*modules: str) -> str:
