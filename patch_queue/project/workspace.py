@@ -57,6 +57,8 @@ JOURNAL_FILE = "journal.json"  # see patch_queue/project/journal.py
 REF_JOURNAL = (
     "refs/pq/journal"  # keeps the journal's saved contents reachable; only patch_queue/project/journal.py moves it
 )
+REF_UNDO = "refs/pq/undo"  # keeps the saved contents of the last undoable command reachable (pq undo)
+UNDO_FILE = "undo.json"  # what `pq undo` puts back; see patch_queue/project/journal.py
 RECOVERY_COMMANDS = ("continue", "abort")  # the commands that may run while a journal is left
 
 
@@ -305,12 +307,13 @@ def stack_ref_updates(ws: Workspace, loaded: LoadedStack, applied: int) -> dict[
     """Ref moves that make refs/pq/ describe ``loaded`` with ``applied`` patches on."""
     want = {stack.REF_BASE: loaded.base, stack.REF_TOP: loaded.top(applied)}
     want.update((stack.REF_PATCHES + name, commit) for name, commit in loaded.patches)
-    # refs/pq/resolutions (recorded resolutions) and refs/pq/previous (the build before the last
-    # refresh, the reference of `pq check`) are not part of the stack and are never moved here
+    # refs/pq/resolutions (recorded resolutions), refs/pq/previous (the build before the last
+    # refresh, the reference of `pq check`) and refs/pq/undo are not part of the stack and are never moved here
     have = {
         k: v
         for k, v in ws.repo.refs().items()
-        if not k.startswith("refs/pq/orig/") and k not in ("refs/pq/resolutions", "refs/pq/previous", REF_JOURNAL)
+        if not k.startswith("refs/pq/orig/")
+        and k not in ("refs/pq/resolutions", "refs/pq/previous", REF_JOURNAL, REF_UNDO)
     }
     return ref_moves(have, want)
 
