@@ -108,7 +108,7 @@ def test_rename(proj: Path) -> None:
     # that differs in case only, an invalid name
     series = names(proj)
     body = (proj / "patches" / series[-1]).read_bytes()
-    assert f"to patches/0016-forward.patch" in pq(proj, "rename", "forward").stdout
+    assert "to patches/0016-forward.patch" in pq(proj, "rename", "forward").stdout
     assert (proj / "patches" / "0016-forward.patch").read_bytes() == body
     assert not (proj / "patches" / series[-1]).exists()
     pq(proj, "rename", "init", "package-init")
@@ -117,7 +117,9 @@ def test_rename(proj: Path) -> None:
     assert error(pq(proj, "rename", "forward", "base", check=1)) == (
         "pq: error: patches/series: patch `base` already exists (0002-base.patch)"
     )
-    assert error(pq(proj, "rename", "forward", "forward", check=1)).endswith("patch `forward` already exists (0016-forward.patch)")
+    assert error(pq(proj, "rename", "forward", "forward", check=1)).endswith(
+        "patch `forward` already exists (0016-forward.patch)"
+    )
     assert "new name `Base` collides with `base`" in error(pq(proj, "rename", "forward", "Base", check=1))
     assert "invalid patch name `bar fo`" in error(pq(proj, "rename", "forward", "bar fo", check=1))
     assert error(pq(proj, "rename", "neithersuchpatch", "norsuchpatch", check=1)).endswith("does not exist")
