@@ -86,6 +86,15 @@ def _new_slug(loaded: LoadedStack, name: str, *, renaming: str | None = None) ->
     return slug
 
 
+def named_or_top(loaded: LoadedStack, applied: int, name: str | None) -> int:
+    """The position of ``name``, or of the top applied patch when it is None (StGit's default)."""
+    if name is None:
+        if not applied:
+            raise QueueError("no patches applied")
+        return applied - 1
+    return find_patch(loaded, name)
+
+
 def find_patch(loaded: LoadedStack, name: str) -> int:
     """The series position of the patch ``name``: its file name, with or without ``.patch``, or without its
     number (``0005-foo.patch``, ``0005-foo``, ``foo``); StGit's error when there is none."""
@@ -225,9 +234,7 @@ def do_delete(ws: Workspace, name: str | None, *, upstream_git: str | None, disc
     refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
-    if name is None and not applied:
-        raise QueueError("no patches applied")
-    at = applied - 1 if name is None else find_patch(loaded, name)
+    at = named_or_top(loaded, applied, name)
     gone = loaded.names[at]
     dropped = output.discarded(refuse_out_edits(ws, discard=discard))
     rest = loaded.patches[:at] + loaded.patches[at + 1 :]
@@ -246,9 +253,7 @@ def do_rename(
     dropped = output.discarded(refuse_out_edits(ws, discard=discard))
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
-    if old is None and not applied:
-        raise QueueError("no patches applied")
-    at = applied - 1 if old is None else find_patch(loaded, old)
+    at = named_or_top(loaded, applied, old)
     before = loaded.names[at]
     after = f"{before.split('-', 1)[0]}-{_new_slug(loaded, new, renaming=before)}.patch"
     patches = list(loaded.patches)
@@ -261,9 +266,7 @@ def do_show(ws: Workspace, name: str | None, *, upstream_git: str | None) -> byt
     """The body of a patch (``stg show``; the top one without ``name``), as it is in patches/."""
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
-    if name is None and not applied:
-        raise QueueError("no patches applied")
-    at = applied - 1 if name is None else find_patch(loaded, name)
+    at = named_or_top(loaded, applied, name)
     return (ws.queue_dir.root / loaded.names[at]).read_bytes()
 
 
