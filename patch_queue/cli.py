@@ -510,13 +510,19 @@ def series(upstream: UpstreamOpt = None) -> None:
         typer.echo(f"{mark} {name}  {edit.patch_subject(ws, name)}")
 
 
+PatchArg = Annotated[str, typer.Argument(help="patch: its file name, with or without .patch, or without its number")]
+OptPatchArg = Annotated[
+    str | None, typer.Argument(help="patch: its file name, with or without .patch, or without its number")
+]
+
+
 @command()
 def new(
     name: Annotated[str, typer.Argument(help="patch name")],
     message: Annotated[str | None, typer.Option("-m", "--message", help="subject line")] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Start a new empty patch above the applied ones."""
+    """Make a new patch above the applied ones of the edits in npu_worker/ (an empty one without edits)."""
     from patch_queue.commands import edit
 
     with _locked("new") as ws:
@@ -537,6 +543,100 @@ def record(
     _print_placements(ws, placements)
     if not placements:
         typer.echo("nothing to record")
+
+
+@command()
+def goto(name: PatchArg, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
+    """Push or pop patches until NAME is the top one."""
+    from patch_queue.commands import edit
+
+    with _locked("goto") as ws:
+        before, after, dropped = edit.do_goto(ws, name, upstream_git=upstream, discard=discard)
+    _print_moved(dropped, before, after)
+
+
+@command()
+def delete(
+    name: OptPatchArg = None,
+    top: Annotated[bool, typer.Option("--top", "-t", help="delete the top patch")] = False,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> int:
+    """Delete a patch from the series; the patches above it must apply without it."""
+    from patch_queue.commands import edit
+
+    if (name is None) == (not top):
+        err("error: name a patch, or pass --top (not both)")
+        return EXIT_ERROR
+    with _locked("delete") as ws:
+        gone, dropped = edit.do_delete(ws, name, upstream_git=upstream, discard=discard)
+    if dropped:
+        typer.echo(dropped)
+    typer.echo(f"deleted patches/{gone}")
+    return EXIT_OK
+
+
+@command()
+def rename(
+    names: Annotated[list[str], typer.Argument(help="[OLD] NEW: the patch (default the top one) and its new name")],
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> int:
+    """Rename a patch (its file keeps its number, its body stays)."""
+    from patch_queue.commands import edit
+
+    if len(names) > 2:
+        err(f"error: unexpected value {names[2]!r}: pq rename [OLD] NEW")
+        return EXIT_ERROR
+    old, new = (None, names[0]) if len(names) == 1 else (names[0], names[1])
+    with _locked("rename") as ws:
+        before, after, dropped = edit.do_rename(ws, old, new, upstream_git=upstream, discard=discard)
+    if dropped:
+        typer.echo(dropped)
+    typer.echo(f"renamed patches/{before} to patches/{after}")
+    return EXIT_OK
+
+
+@command()
+def show(name: OptPatchArg = None, upstream: UpstreamOpt = None) -> None:
+    """Print a patch (default the top one) as it is in patches/."""
+    from patch_queue.commands import edit
+
+    body = edit.do_show(_ws(), name, upstream_git=upstream)
+    sys.stdout.buffer.write(body)
+    sys.stdout.flush()
+
+
+@command()
+def diff(upstream: UpstreamOpt = None) -> None:
+    """Print the edits of npu_worker/ that no patch holds, as a diff against the applied patches."""
+    from patch_queue.commands import edit
+
+    typer.echo(edit.do_diff(_ws(), upstream_git=upstream), nl=False)
+
+
+def _undo(redo: bool, discard: bool) -> None:
+    from patch_queue.commands import undo as undo_mod
+
+    with _locked("redo" if redo else "undo") as ws:
+        undone, dropped = undo_mod.do_undo(ws, redo=redo, discard=discard)
+    if dropped:
+        typer.echo(dropped)
+    typer.echo(
+        f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before it"
+    )
+
+
+@command()
+def undo(discard: DiscardOpt = False) -> None:
+    """Put back the files and refs the last series-editing command wrote (pq keeps one command)."""
+    _undo(False, discard)
+
+
+@command()
+def redo(discard: DiscardOpt = False) -> None:
+    """Take back the last `pq undo`."""
+    _undo(True, discard)
 
 
 @command()
@@ -567,26 +667,36 @@ def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
     typer.echo(f"accepted the series as it is in patches/ ({changed} body/bodies changed)")
 
 
-def _move(push: bool, all_: bool, upstream: str | None, discard: bool) -> None:
+def _move(push: bool, all_: bool, upstream: str | None, discard: bool, name: str | None) -> None:
     from patch_queue.commands import edit
 
     with _locked("push" if push else "pop") as ws:
-        before, after, dropped = edit.do_push_pop(ws, push=push, all_=all_, upstream_git=upstream, discard=discard)
+        before, after, dropped = edit.do_push_pop(
+            ws, push=push, all_=all_, upstream_git=upstream, discard=discard, name=name
+        )
+    _print_moved(dropped, before, after)
+
+
+def _print_moved(dropped: str, before: int, after: int) -> None:
     if dropped:
         typer.echo(dropped)
     typer.echo(f"applied {after} of the series (was {before})")
 
 
 @command()
-def push(all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
-    """Apply the next patch (or all)."""
-    _move(True, all_, upstream, discard)
+def push(
+    name: OptPatchArg = None, all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False
+) -> None:
+    """Apply the next patch (or all, or every one up to and including NAME)."""
+    _move(True, all_, upstream, discard, name)
 
 
 @command()
-def pop(all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
-    """Unapply the top patch (or all)."""
-    _move(False, all_, upstream, discard)
+def pop(
+    name: OptPatchArg = None, all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False
+) -> None:
+    """Unapply the top patch (or all, or NAME and every one above it)."""
+    _move(False, all_, upstream, discard, name)
 
 
 def main() -> None:

@@ -6,9 +6,13 @@
 # PQ=<command> uses that pq instead of setting up .venv (the tests run this script that way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+path_hint=""
 if [ -z "${PQ:-}" ]; then
   bash scripts/setup.sh
   PQ=.venv/bin/pq
+  # printed at the end however the script ends (the next step, `pq continue`, needs pq on PATH)
+  trap 'echo "$path_hint"' EXIT
+  path_hint="== pq is in .venv/bin: put it on PATH for the next steps (pq continue, pq status, ...): export PATH=\"$PWD/.venv/bin:\$PATH\" (or: source .venv/bin/activate)"
 fi
 if [ -z "${PQ_UPSTREAM_GIT:-}" ] && [ -f ../shared/corpus/vllm-ascend.bundle ]; then
   export PQ_UPSTREAM_GIT="$(cd ../shared/corpus && pwd)/vllm-ascend.bundle"

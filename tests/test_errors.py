@@ -173,7 +173,8 @@ def test_record_puts_edits_into_the_patch_that_owns_the_lines(proj: Path) -> Non
     out = pq(proj, "record", "--patch", names[-1]).stdout
     assert f"into patches/{names[-1]}" in out, out
     assert "+# forced into the top patch" in (proj / "patches" / names[-1]).read_text()
-    assert "nothing to put in a new patch" in one_error_line(pq(proj, "new", "extra-fix", check=1))
+    assert "created patches/0017-to-fill.patch" in pq(proj, "new", "to-fill").stdout  # no edits: an empty patch
+    pq(proj, "delete", "to-fill")
     target.write_text(target.read_text() + "# another edit\n")
     out = pq(proj, "new", "extra-fix", "-m", "npu: an extra fix").stdout
     assert "extra-fix.patch" in out

@@ -219,10 +219,13 @@ def test_kill_a_clean_refresh(synthetic: dict[str, Path], tmp_path: Path) -> Non
         (["pop", "--all"], "mid-write-out"),
         (["pop"], "after-refs"),
         (["adopt", "--force", "DOWN", "--at", "UP1"], "mid-write-patches"),
+        (["delete", "--top"], "mid-write-patches"),
+        (["rename", "renamed"], "after-refs"),
     ],
 )
 def test_kill_other_writing_commands(synthetic: dict[str, Path], tmp_path: Path, args: list[str], point: str) -> None:
-    """pop and adopt write through the same journal: killed, they recover to the state before or after."""
+    """pop, adopt, delete and rename write through the same journal: killed, they recover to the state before or
+    after (the undo record included)."""
     template = copy_project(synthetic["proj"], tmp_path / "template")
     if args[0] == "adopt":  # re-adopt with a second omni module: patches/, refs and npu_worker/ all change
         down = tmp_path / "down"
@@ -489,6 +492,11 @@ MUTATING = [
     ["record"],
     ["push"],
     ["pop"],
+    ["goto", "x"],
+    ["delete", "--top"],
+    ["rename", "x"],
+    ["undo"],
+    ["redo"],
     ["build"],
     ["build", "--wheel"],
     ["check"],

@@ -556,9 +556,23 @@ def test_export_refuses_what_git_am_would_misread(modified: tuple[Repo, str, byt
     cut = repo.commit("A subject\n\ntext\n---\nmore")
     with pytest.raises(PatchError, match=r"^description line 2 '---' would end the commit message for git am$"):
         export(repo, cut)
-    repo.git("commit", "-q", "--allow-empty", "-m", "Nothing")  # format-patch has no form for an empty patch
-    with pytest.raises(PatchError, match=r"^<diff>:1: the diff does not start with a 'diff --git' line$"):
-        export(repo, repo.out("rev-parse", "HEAD").strip())
+
+
+def test_an_empty_patch_is_what_format_patch_always_writes(repo: Repo) -> None:
+    """A commit that changes nothing (`pq new` without edits, as `stg new`): the mail header and the message,
+    no diff; it reads back as an empty diff, and `git am --allow-empty` takes it."""
+    repo.write("a.txt", b"first\n")
+    repo.commit("First")
+    repo.git("commit", "-q", "--allow-empty", "-m", "Nothing", "-m", "at all")
+    empty = repo.out("rev-parse", "HEAD").strip()
+    data = export(repo, empty)
+    assert data == repo.format_patch(empty, "--no-signature", "--always")
+    assert data.endswith(b"Subject: [PATCH] Nothing\n\nat all\n") and b"diff --git" not in data
+    p = parse(data, path="x.patch")
+    assert (p.subject, p.description, p.diff) == ("Nothing", "at all", "")
+    assert parse(data[: data.index(b"\n\nat all")] + b"\n\n", path="x.patch").diff == ""  # no description
+    with pytest.raises(PatchError, match="no diff in the patch"):  # a "---" and no diff: cut, not empty
+        parse(data + b"---\n a.txt | 1 +\n", path="x.patch")
 
 
 def test_export_of_a_blank_message(repo: Repo) -> None:

@@ -74,7 +74,14 @@ class UpstreamGit:
         return (self.path / "HEAD").is_file() and (self.path / "objects").is_dir()
 
     def _unreadable(self, reason: str) -> SourceError:
-        return SourceError(f"cannot read upstream git repository {self.location}: {reason}")
+        # offline, the public repository is out of reach: say where a local copy is named
+        hint = (
+            "; offline? set PQ_UPSTREAM_GIT (or --upstream) to a local clone or bundle, such as "
+            "../shared/corpus/vllm-ascend.bundle"
+            if is_url(self.location)
+            else ""
+        )
+        return SourceError(f"cannot read upstream git repository {self.location}: {reason}{hint}")
 
     def _clone(self) -> None:
         if not is_url(self.location) and not Path(self.location.removeprefix("file://")).exists():

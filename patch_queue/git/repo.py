@@ -252,8 +252,16 @@ class ProjectRepo:
                 "HOME": scratch,
                 "XDG_CONFIG_HOME": scratch,
             }
-            # one commit given alone would mean "every commit since"; --no-walk with the count means just these
-            args = ["--no-signature", "--no-numbered", "--full-index", "--no-walk=unsorted", f"--max-count={len(ids)}"]
+            # one commit given alone would mean "every commit since"; --no-walk with the count means just these;
+            # --always writes a commit that changes nothing too (an empty patch: header and message, no diff)
+            args = [
+                "--always",
+                "--no-signature",
+                "--no-numbered",
+                "--full-index",
+                "--no-walk=unsorted",
+                f"--max-count={len(ids)}",
+            ]
             out = command.run(scratch, "format-patch", "--stdout", *args, *ids, env=env)
         starts: dict[int, str] = {}  # where each patch starts, by its "From <id>" line
         for m in _MBOX_FROM.finditer(out):

@@ -17,19 +17,27 @@ writes forward (the state the interrupted command was writing), ``pq abort`` rol
 state before it).  Both are idempotent and check before they write: each file and ref must hold
 its old or its new value, and one that holds anything else (changed by someone since) is an
 error naming it, with nothing written.
+
+**Undo.**  The commands that edit the series (``Writes(..., undoable=True)``: new, record, push,
+pop, goto, delete, rename, accept, undo and redo themselves) write, in the same journaled step,
+``.git/pq/undo.json``: the same list of old and new values, without the recorded resolutions
+(``refs/pq/resolutions`` only grows: an edit recorded and then undone is kept, unused).  The
+saved contents stay reachable from ``refs/pq/undo``.  ``pq undo`` (:func:`undo_writes`) writes
+the old values back, as a command of its own, when every file and ref still holds the new ones.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, json_bytes, kill_point
 from patch_queue.git.repo import Person
-from patch_queue.project.workspace import JOURNAL_FILE, REF_JOURNAL, Workspace
+from patch_queue.project.workspace import JOURNAL_FILE, REF_JOURNAL, REF_UNDO, UNDO_FILE, Workspace
 
 VERSION = 1
 _JOURNAL_PERSON = Person("pq", "pq@localhost", 0, 0)
@@ -73,9 +81,10 @@ def _read(path: Path) -> bytes | None:
 class Writes:
     """The file writes and ref moves of one command, applied through the journal."""
 
-    def __init__(self, ws: Workspace, command: str) -> None:
+    def __init__(self, ws: Workspace, command: str, *, undoable: bool = False) -> None:
         self.ws = ws
         self.command = command
+        self.undoable = undoable
         self._files: dict[Path, tuple[str, bytes | None]] = {}
         self._refs: dict[str, tuple[str | None, str | None]] = {}
 
@@ -87,8 +96,8 @@ class Writes:
     def move_refs(self, updates: dict[str, tuple[str | None, str | None]]) -> None:
         """Ref moves (old, new); a ref moved twice keeps its first old value."""
         for name, (old, new) in updates.items():
-            if name == REF_JOURNAL:
-                continue  # the journal's own ref
+            if name in (REF_JOURNAL, REF_UNDO):
+                continue  # the journal's own refs
             if name in self._refs:
                 old = self._refs[name][0]
             self._refs[name] = (old, new)
@@ -108,6 +117,8 @@ class Writes:
         refs = {k: v for k, v in sorted(self._refs.items()) if v[0] != v[1]}
         if not files and not refs:
             return
+        if self.undoable:
+            files.append(self._undo_record(files, refs, blob))
         for name, (expected, _new) in refs.items():  # before the journal, so that a moved ref changes nothing
             current = repo.ref(name)
             if current != expected:
@@ -126,6 +137,8 @@ class Writes:
             _JOURNAL_PERSON,
         )
         repo.update_refs({REF_JOURNAL: (repo.ref(REF_JOURNAL), holder)}, f"pq {self.command}: journal")
+        if self.undoable:
+            refs[REF_UNDO] = (repo.ref(REF_UNDO), holder)
         journal = {
             "version": VERSION,
             "command": self.command,
@@ -150,6 +163,79 @@ class Writes:
             raise
         path.unlink()
         _drop_holder(self.ws)
+
+    def _undo_record(
+        self,
+        files: list[_File],
+        refs: dict[str, tuple[str | None, str | None]],
+        blob: Callable[[bytes | None], str | None],
+    ) -> _File:
+        """The write of .git/pq/undo.json that lets `pq undo` put ``files`` and ``refs`` back."""
+        record = {
+            "version": VERSION,
+            "command": self.command,
+            "files": [{"path": f.key, "group": f.group, "old": f.old, "new": f.new} for f in files],
+            "refs": [{"ref": k, "old": o, "new": n} for k, (o, n) in refs.items() if k != _RESOLUTIONS],
+        }
+        path = self.ws.state_dir / UNDO_FILE
+        return _File(_key(self.ws, path), "state", blob(_read(path)), blob(json_bytes(record, indent=1)))
+
+
+_RESOLUTIONS = "refs/pq/resolutions"  # only grows: `pq undo` leaves it (see patch_queue/series/rerere.py)
+
+
+@dataclass(frozen=True)
+class Undo:
+    """What ``.git/pq/undo.json`` says the last undoable command wrote."""
+
+    command: str
+    files: list[_File]
+    refs: dict[str, tuple[str | None, str | None]]
+
+
+def last_undoable(ws: Workspace) -> Undo | None:
+    path = ws.state_dir / UNDO_FILE
+    if not path.is_file():
+        return None
+    try:
+        value = json.loads(path.read_text())
+        files = [_File(str(f["path"]), str(f["group"]), f["old"], f["new"]) for f in value["files"]]
+        return Undo(str(value["command"]), files, {str(r["ref"]): (r["old"], r["new"]) for r in value["refs"]})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise QueueError(f"unreadable undo record ({exc}); pq cannot undo", path=ws.rel(path)) from None
+
+
+def undo_writes(ws: Workspace, undo: Undo, command: str, *, restore: dict[Path, bytes | None]) -> Writes:
+    """The writes that put back what ``undo`` changed; refuses (one line naming it) a file or ref changed since.
+
+    ``restore``: edited files to drop (``--discard``), with what pq wrote there; they are not checked.
+    """
+    repo = ws.repo
+    writes = Writes(ws, command, undoable=True)
+    for path, data in restore.items():
+        writes.write(path, data, group="out")
+    dropped = {p.resolve() for p in restore}
+    for f in undo.files:
+        path = _path(ws, f.key)
+        data = _read(path)
+        if path.resolve() not in dropped and (None if data is None else repo.blob_id(data)) != f.new:
+            raise QueueError(
+                f"changed since `pq {undo.command}`; pq undoes the last command only while what it wrote is "
+                "unchanged: nothing was written",
+                path=ws.rel(path),
+            )
+        if f.old is not None and not repo.has_object(f.old):
+            raise QueueError(f"the saved contents ({f.old}) are gone from the object store", path=ws.rel(path))
+        writes.write(path, None if f.old is None else repo.read_blob(f.old), group=f.group)
+    for name, (_old, new) in undo.refs.items():
+        if repo.ref(name) != new:
+            raise QueueError(
+                f"{name} moved since `pq {undo.command}`; pq undoes the last command only while what it wrote is "
+                "unchanged: nothing was written",
+                path=ws.rel(repo.gitdir / name),
+            )
+    writes.move_refs({name: (new, old) for name, (old, new) in undo.refs.items()})
+    return writes
 
 
 def read(ws: Workspace) -> tuple[str, list[_File], dict[str, tuple[str | None, str | None]]] | None:

@@ -57,6 +57,8 @@ JOURNAL_FILE = "journal.json"  # see patch_queue/project/journal.py
 REF_JOURNAL = (
     "refs/pq/journal"  # keeps the journal's saved contents reachable; only patch_queue/project/journal.py moves it
 )
+REF_UNDO = "refs/pq/undo"  # keeps the saved contents of the last undoable command reachable (pq undo)
+UNDO_FILE = "undo.json"  # what `pq undo` puts back; see patch_queue/project/journal.py
 RECOVERY_COMMANDS = ("continue", "abort")  # the commands that may run while a journal is left
 
 

@@ -304,6 +304,8 @@ def _unquote(s: str, error: ErrorFactory) -> str:
 
 
 def parse_diff(diff: str, *, path: str, first_line: int) -> list[_FileDiff]:
+    if diff == "":  # an empty patch (see patch_queue.series.patchfile)
+        return []
     if not diff.startswith("diff --git "):
         raise PatchError("the diff does not start with a 'diff --git' line", path=path, line=first_line)
     if not diff.endswith("\n"):

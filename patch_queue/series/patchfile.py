@@ -10,7 +10,7 @@ no file system)::
     Subject: [PATCH] <subject>                        }
     MIME-Version: 1.0 ...                             only for a non-ASCII message
     <blank line>
-    <description lines, if any>
+    <description lines, if any>      an empty patch (no change) ends here: git's ``--always`` form
     ---
      path/of/file.py | 12 +++++++-----                 the diffstat and summary (git's; not read)
      1 file changed, 7 insertions(+), 5 deletions(-)
@@ -299,6 +299,10 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     description = "\n".join(lines[body_start:k]).rstrip("\n")
     _check_description(description, error_at(body_start), body_start)
 
+    if k == len(lines):  # nothing ends the message: an empty patch, as `git format-patch --always` writes it
+        if not ends_with_newline:
+            raise PatchError("the last line has no newline (truncated patch?)", path=path, line=len(lines))
+        return PatchFile(subject, description, author, date, "", diff_line=len(lines) + 1)
     diff_start = _first(lines, k, lambda line: line.startswith("diff --git "))
     if diff_start >= len(lines):
         raise PatchError("no diff in the patch (no 'diff --git' line)", path=path, line=max(len(lines), 1))

@@ -171,15 +171,14 @@ def commit_files(repo: ProjectRepo, parent: str, files: dict[str, bytes], like: 
 
 def export_patches(repo: ProjectRepo, commits: list[str]) -> list[bytes]:
     """The patch file of each commit (against its first parent), as ``git format-patch`` writes it: one git
-    run for them all.  Refuses (PatchError) a commit ``git am`` would not read back as it is, and one that
-    changes nothing (format-patch has no form for an empty patch)."""
+    run for them all.  Refuses (PatchError) a commit ``git am`` would not read back as it is.  A commit that
+    changes nothing is an empty patch: the mail header and the message, no diff (``format-patch --always``;
+    ``git am --allow-empty`` reads it back)."""
     blank = set()
     for commit in commits:
         info = repo.commit_info(commit)
         subject, description = patchfile.split_message(info.message)
         patchfile.check_message(subject, description, f"{info.author.name} <{info.author.email}>")
-        if info.tree == repo.commit_info(info.parents[0]).tree:
-            raise PatchError("the diff does not start with a 'diff --git' line", path="<diff>", line=1)
         if not subject:
             blank.add(commit)
     texts = repo.format_patches(commits)

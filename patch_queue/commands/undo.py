@@ -1,0 +1,42 @@
+"""``pq undo`` and ``pq redo``: put back what the last series-editing command wrote (``stg undo`` / ``stg redo``).
+
+pq keeps one command: ``.git/pq/undo.json`` holds the old and new value of every file and ref the
+last undoable command (new, record, push, pop, goto, delete, rename, accept) wrote, in the same
+journaled step (see :mod:`patch_queue.project.journal`).  ``pq undo`` writes the old values back
+when every one of them still holds its new value (anything changed since: one line naming it,
+nothing written), as a journaled command of its own; ``pq redo`` takes an undo back.  A refresh
+is undone by ``pq abort``; ``refs/pq/resolutions`` only grows and is left as it is.
+"""
+
+from __future__ import annotations
+
+from patch_queue.commands.write import module_files, refuse_out_edits
+from patch_queue.errors import QueueError
+from patch_queue.outputs import folder as output
+from patch_queue.project.journal import last_undoable, undo_writes
+from patch_queue.project.refresh_state import refuse_pending
+from patch_queue.project.workspace import Workspace
+from patch_queue.series import stack
+
+
+def do_undo(ws: Workspace, *, redo: bool = False, discard: bool = False) -> tuple[str, str]:
+    """Undo the last undoable command (``redo``: the last undo); returns (the command undone, what --discard
+    dropped)."""
+    refuse_pending(ws)
+    record = last_undoable(ws)
+    if record is None:
+        raise QueueError("not enough undo information available: no command pq can undo has run here")
+    if redo and record.command != "undo":
+        raise QueueError(f"the last command was `pq {record.command}`, not an undo: nothing to redo")
+    if not redo and record.command == "undo":
+        raise QueueError(
+            "not enough undo information available: pq keeps the last command only, and that was `pq undo` "
+            "(`pq redo` takes it back)"
+        )
+    edited = refuse_out_edits(ws, discard=discard)
+    top = ws.repo.ref(stack.REF_TOP)
+    built = module_files(ws, top) if top is not None and ws.repo.has_object(top) else {}
+    restore = {ws.out / e.file: built.get(e.file) for e in edited}  # what pq wrote there
+    writes = undo_writes(ws, record, "redo" if redo else "undo", restore=restore)
+    writes.commit()
+    return record.command, output.discarded(edited)
