@@ -56,6 +56,7 @@ class RefreshOutcome:
     check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
     placements: list[absorb.Placement] = field(default_factory=list)  # where `pq continue` put edits
     discarded: str = ""  # what --discard dropped from the output folder
+    reports: tuple[str, str] = ("", "")  # the JSON and Markdown reports of this refresh ("": none)
 
 
 def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
@@ -82,7 +83,9 @@ def do_refresh(
     check: bool = True,
     check_sources: bool = True,
     discard: bool = False,
+    reports: tuple[str, str] = ("", ""),
 ) -> RefreshOutcome:
+    """``reports``: the JSON and Markdown report paths, kept for `pq continue` to rewrite."""
     refresh_state.refuse_pending(ws, "a refresh is already in progress; `pq continue` or `pq abort` it first")
     refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -140,6 +143,7 @@ def do_refresh(
         # recorded regions or edits were applied: the finished refresh records its edits (see _merge_edits)
         recorded=any(f.kind in ("reused", "recorded-edits") for f in flags),
         discarded=output.discarded(dropped),
+        reports=reports,
     )
     return _advance(ws, state, target, results, progress=progress, store=store)
 
@@ -273,6 +277,7 @@ def _advance(
         out=ws.rel(ws.out),
         placements=placements or [],
         discarded=state.discarded,
+        reports=state.reports,
     )
     if finished and not conflicts:
         loaded = LoadedStack(target, state.new_base, new_patches)
