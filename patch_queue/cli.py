@@ -203,10 +203,10 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
     if outcome.discarded:
         typer.echo(outcome.discarded)
     _print_placements(ws, outcome.placements)
+    if outcome.conflicts and outcome.culprits_note:
+        typer.echo(f"culprits: {outcome.culprits_note}")
     for c in outcome.conflicts:
-        typer.echo(
-            f"conflict: {ws.rel(ws.out / c.file)}:{c.line} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})"
-        )
+        _print_conflict(ws, c)
     if outcome.conflicts:
         by_file = Counter(c.file for c in outcome.conflicts)
         summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
@@ -226,6 +226,21 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
     where = f"stopped at {outcome.stopped_at}:" if outcome.stopped_at else "all patches replayed;"
     typer.echo(f"{where} resolve the markers in {ws.rel(ws.out)}/, then `pq continue` (or `pq abort`)")
     return EXIT_CONFLICT
+
+
+def _print_conflict(ws: Workspace, c: Conflict) -> None:
+    """A conflict and, indented, what upstream changed there (and which commits), its omni block, a suggestion."""
+    from patch_queue.merge import explain
+
+    where = f"{ws.rel(ws.out / c.file)}:{c.line}"
+    typer.echo(f"conflict: {where} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})")
+    by = ", ".join(f"{u.commit[:12]}" + (f" (#{u.pr})" if u.pr is not None else "") for u in c.culprits)
+    typer.echo(f"  upstream: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
+    typer.echo(f"  omni: {explain.omni_block(c)}")
+    tip = explain.suggest(c)
+    if tip is not None:
+        option = "--suggested" if tip.side == "merged" else f"--{tip.side}"
+        typer.echo(f"  suggestion: {tip.reason}: `pq resolve {option} {where}`")
 
 
 def _print_flags(ws: Workspace, flags: list[Conflict], listed: str | None) -> None:
@@ -480,9 +495,7 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     for name, state in st.patches:
         typer.echo(f"  {state:10} {name}")
     for c in st.conflicts:
-        typer.echo(
-            f"conflict: {ws.rel(ws.out / c.file)}:{c.line} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})"
-        )
+        _print_conflict(ws, c)
     if st.resolved:
         typer.echo(f"{len(st.resolved)} of {len(st.resolved) + len(st.conflicts)} conflict region(s) resolved on disk")
     if st.in_progress:

@@ -41,6 +41,7 @@ class RefreshState:
     recorded: bool = False  # recorded regions or edits were applied: the finished refresh records its edits
     discarded: str = ""  # what --discard dropped
     reports: tuple[str, str] = ("", "")  # the JSON and Markdown reports `pq continue` rewrites ("": none)
+    culprits_note: str = ""  # between which upstream commits the culprits were searched, or why not
 
     def target(self) -> Queue:
         """The series' queue moved onto the target."""
@@ -108,6 +109,7 @@ class RefreshState:
             recorded=bool(data.get("recorded", False)),
             discarded=text("discarded"),
             reports=_pair(data.get("reports", ["", ""]), "reports"),
+            culprits_note=text("culprits_note"),
         )
 
 
