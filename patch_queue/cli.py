@@ -420,6 +420,54 @@ def continue_(
     return _print_outcome(ws, outcome, "all" if verbose else flags)
 
 
+@command(name="resolve")
+def resolve_(
+    where: Annotated[str, typer.Argument(help="FILE:LINE of a line of the conflict region (markers included)")],
+    upstream_side: Annotated[bool, typer.Option("--upstream", help="keep upstream's side")] = False,
+    patch_side: Annotated[bool, typer.Option("--patch", help="keep the patch's side")] = False,
+    both: Annotated[bool, typer.Option("--both", help="keep upstream's lines, then the patch's (git's union)")] = False,
+    suggested: Annotated[bool, typer.Option("--suggested", help="write the refresh's suggested resolution")] = False,
+) -> None:
+    """Resolve the one conflict region at FILE:LINE in npu_worker/ to one side (the others: `pq mergetool`)."""
+    from patch_queue.commands import resolve
+
+    chosen = [
+        n
+        for n, on in (("upstream", upstream_side), ("patch", patch_side), ("both", both), ("suggested", suggested))
+        if on
+    ]
+    if len(chosen) != 1:
+        err("error: give one of --upstream, --patch, --both, --suggested")
+        raise typer.Exit(EXIT_ERROR)
+    with _locked("resolve") as ws:
+        done = resolve.do_resolve(ws, where, chosen[0])
+    typer.echo(
+        f"resolved {done.path}:{done.first}-{done.last} with the {chosen[0]} side ({done.lines} line(s)); "
+        f"{done.left} conflict region(s) left in the file"
+    )
+
+
+@command()
+def mergetool(
+    files: Annotated[
+        list[str] | None, typer.Argument(help="modules of npu_worker/ (default: every conflicted one)")
+    ] = None,
+    tool: Annotated[
+        str | None, typer.Option("--tool", "-t", help="the merge tool (default: git config merge.tool)")
+    ] = None,
+) -> None:
+    """Resolve the conflict regions of npu_worker/ with your merge tool, as `git mergetool` does (LOCAL: upstream,
+    REMOTE: the patch, BASE: the old upstream)."""
+    from patch_queue.commands import resolve
+
+    with _locked("mergetool") as ws:
+        done = resolve.do_mergetool(ws, tool=tool, names=files or [])
+    for path, left in done:
+        typer.echo(f"{path}: {'resolved' if not left else f'{left} conflict region(s) left'}")
+    if not done:
+        typer.echo(f"no conflict regions in {ws.rel(ws.out)}/")
+
+
 @command()
 def check(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the findings as JSON here")] = None,

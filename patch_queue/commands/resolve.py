@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from patch_queue.commands.refresh import (
     RefreshOutcome,
@@ -15,8 +16,9 @@ from patch_queue.commands.refresh import (
 )
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import read_folder
+from patch_queue.fsutil import atomic_write, read_folder
 from patch_queue.git.diff import line_hunks
+from patch_queue.merge import explain, markers
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
@@ -259,3 +261,75 @@ def _marked(ws: Workspace, conflict: Conflict) -> bool:
     lines = path.read_bytes().split(b"\n") if path.is_file() else []
     line = conflict.line or 0
     return 0 < line <= len(lines) and lines[line - 1].startswith(b"<<<<<<<")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    path: str  # shown: relative to the repository
+    first: int
+    last: int
+    lines: int  # written in the region's place
+    left: int  # regions left in the file
+
+
+def _conflicted_file(ws: Workspace, where: str) -> tuple[Path, int]:
+    """``FILE:LINE`` of a module in the output folder (relative to the working directory or to the folder)."""
+    name, sep, number = where.rpartition(":")
+    if not sep or not number.isdigit() or int(number) < 1:
+        raise QueueError(f"expected FILE:LINE, got '{where}'")
+    for candidate in (Path(name).resolve(), (ws.out / name).resolve()):
+        if candidate.is_file() and candidate.is_relative_to(ws.out):
+            return candidate, int(number)
+    raise QueueError(f"no such file in {ws.rel(ws.out)}/: {name}")
+
+
+def do_resolve(ws: Workspace, where: str, side: str) -> Resolved:
+    """Resolve the one diff3 region at ``where`` (FILE:LINE) to ``side`` (upstream, patch, both, or suggested:
+    the suggestion of the refresh for that conflict)."""
+    path, line = _conflicted_file(ws, where)
+    text = path.read_text(encoding="utf-8")
+    region = markers.region_at(text, line)
+    shown = f"{ws.rel(path)}:{line}"
+    if region is None:
+        raise QueueError(f"no conflict region at {shown}")
+    if side == "suggested":
+        lines = _suggestion(ws, path, region)
+    else:
+        lines = region.side(side)
+    after = markers.resolve(text, region, lines)
+    atomic_write(path, after.encode("utf-8"))
+    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)))
+
+
+def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> list[str]:
+    """The lines the refresh suggests for the conflict at ``region`` (one line of error when it has none)."""
+    state = refresh_state.require(ws)
+    rel = path.relative_to(ws.out).as_posix()
+    here = [c for c in on_disk(ws, state.done[-1][1], list(state.conflicts)) if c.file == rel]
+    found = next((c for c in here if c.line == region.first), None)
+    tip = explain.suggest(found) if found is not None else None
+    if tip is None:
+        raise QueueError(f"no suggested resolution for the conflict at {ws.rel(path)}:{region.first}")
+    return tip.text.splitlines(keepends=True)
+
+
+def do_mergetool(ws: Workspace, *, tool: str | None, names: list[str]) -> list[tuple[str, int]]:
+    """Run the configured merge tool (``git config merge.tool``, or ``tool``) on each module of the output
+    folder with conflict regions (or those of ``names``), the way ``git mergetool`` does: the upstream side
+    is LOCAL, the patch side REMOTE, the old upstream BASE, the file with its markers MERGED.
+
+    Returns (file, regions left) per file, in order.
+    """
+    if tool is None and not ws.repo.config("merge.tool"):
+        raise QueueError("no merge tool configured: set one with `git config merge.tool NAME` (or --tool NAME)")
+    files = [_conflicted_file(ws, f"{n}:1")[0] for n in names] if names else sorted(ws.out.rglob("*.py"))
+    done = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        if not markers.regions(text):
+            continue
+        sides = {s: markers.whole_side(text, s).encode("utf-8") for s in ("base", "upstream", "patch")}
+        rel = path.relative_to(ws.out).as_posix()
+        ws.repo.mergetool(ws.out, rel, sides["base"], sides["upstream"], sides["patch"], tool)
+        done.append((ws.rel(path), len(markers.regions(path.read_text(encoding="utf-8")))))
+    return done
