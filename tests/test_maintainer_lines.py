@@ -87,6 +87,10 @@ def test_every_line_is_right_after_refresh_and_each_continue(adopted_030: Path, 
         assert code in (0, 3), proc.stderr
         seen.append(check_lines(proj, proc.stdout))
     assert len(seen) >= 4 and seen[-1][0] == 0
+    # the patch headers name the new upstream
+    headers = [line for f in sorted((proj / "patches").glob("*.patch")) for line in f.read_text().splitlines()]
+    named = [line for line in headers if line.startswith("Upstream: ")]
+    assert len(named) == 9 and all(line.endswith(" at vllm-ascend 0.30.0rc2.") for line in named), named
 
 
 def test_no_stop_then_continue_lines(adopted_030: Path, tmp_path: Path) -> None:

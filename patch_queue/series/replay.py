@@ -150,9 +150,18 @@ def replay_patch(
                 conflicts[:] = [moved(f, hunks) if f.file == path else f for f in conflicts]
         if result is not None:
             merged[path] = result
-    commit = stack.commit_files(repo, new_parent, merged, info)
+    commit = stack.commit_files(repo, new_parent, merged, replace(info, message=relabel(info.message, labels)))
     status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
     return PatchResult(name, status, commit, conflicts, flags)
+
+
+def relabel(message: str, labels: tuple[str, str]) -> str:
+    """A patch's message naming the new upstream where it named the old one (the ``Upstream: FILE at LABEL.``
+    line of a carried method's patch); ``labels`` as the diff3 markers' (``base OLD``, ``upstream NEW``)."""
+    old, new = labels[0].removeprefix("base "), labels[1].removeprefix("upstream ")
+    if old == new:
+        return message
+    return re.sub(rf"^(Upstream: \S+ at ){re.escape(old)}\.$", lambda m: f"{m.group(1)}{new}.", message, flags=re.M)
 
 
 def _imports_of(data: bytes | None) -> list[bytes]:
