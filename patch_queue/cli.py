@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays 
     from patch_queue.commands.check import CheckOutcome
     from patch_queue.commands.refresh import RefreshOutcome
     from patch_queue.commands.sync_gpu import SyncOutcome
+    from patch_queue.merge.conflict import Conflict
     from patch_queue.project.workspace import Workspace
     from patch_queue.series.absorb import Placement
     from patch_queue.series.replay import PatchResult
@@ -56,6 +57,10 @@ MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the 
 AnnotationsOpt = Annotated[
     bool, typer.Option("--annotations", help="print GitHub workflow-command annotations for conflicts and flags")
 ]
+FlagsOpt = Annotated[
+    str | None, typer.Option("--flags", help="list the review flags of these kinds (KIND,…; `all`: every flag)")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="list every review flag")]
 
 
 def err(message: str) -> None:
@@ -232,33 +237,65 @@ def build(
     typer.echo(f"built {len(files)} files into {where}/")
 
 
-def _print_outcome(ws: Workspace, outcome: RefreshOutcome) -> int:
+def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = None) -> int:
+    """Conflicts first, then the review flags counted by kind (those of ``listed``, KIND,… or `all`, one a line)."""
     if outcome.discarded:
         typer.echo(outcome.discarded)
     _print_placements(ws, outcome.placements)
+    if outcome.conflicts and outcome.culprits_note:
+        typer.echo(f"culprits: {outcome.culprits_note}")
+    for c in outcome.conflicts:
+        _print_conflict(ws, c)
+    if outcome.conflicts:
+        by_file = Counter(c.file for c in outcome.conflicts)
+        summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
+        typer.echo(f"{len(outcome.conflicts)} conflict region(s) ({summary})")
     for sym in outcome.removed_symbols:
         typer.echo(f"warning: carried symbol removed upstream: {sym}")
-    for f in outcome.flags:
-        typer.echo(f"review: {ws.rel(ws.out / f.file)}:{f.line} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+    _print_flags(ws, outcome.flags, listed)
     for problem in outcome.fences:
         typer.echo(f"warning: {ws.rel(ws.out / str(problem['file']))}:{problem['line']}: {problem['message']}")
     before, after = outcome.blocks
-    typer.echo(f"omni blocks: {before} before, {after} after; {len(outcome.flags)} review flag(s)")
+    typer.echo(f"omni blocks: {before} before, {after} after")
     if outcome.check is not None:
         _print_check(ws, outcome.check)
     if not outcome.conflicts:
         typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
         return EXIT_OK
-    for c in outcome.conflicts:
-        typer.echo(
-            f"conflict: {ws.rel(ws.out / c.file)}:{c.line} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})"
-        )
-    by_file = Counter(c.file for c in outcome.conflicts)
-    summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
-    typer.echo(f"{len(outcome.conflicts)} conflict region(s) ({summary})")
     where = f"stopped at {outcome.stopped_at}:" if outcome.stopped_at else "all patches replayed;"
     typer.echo(f"{where} resolve the markers in {ws.rel(ws.out)}/, then `pq continue` (or `pq abort`)")
     return EXIT_CONFLICT
+
+
+def _print_conflict(ws: Workspace, c: Conflict) -> None:
+    """A conflict and, indented, what upstream changed there (and which commits), its omni block, a suggestion."""
+    from patch_queue.merge import explain
+
+    where = f"{ws.rel(ws.out / c.file)}:{c.line}"
+    typer.echo(f"conflict: {where} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})")
+    by = ", ".join(f"{u.commit[:12]}" + (f" (#{u.pr})" if u.pr is not None else "") for u in c.culprits)
+    typer.echo(f"  upstream: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
+    typer.echo(f"  omni: {explain.omni_block(c)}")
+    tip = explain.suggest(c)
+    if tip is not None:
+        option = "--suggested" if tip.side == "merged" else f"--{tip.side}"
+        typer.echo(f"  suggestion: {tip.reason}: `pq resolve {option} {where}`")
+
+
+def _print_flags(ws: Workspace, flags: list[Conflict], listed: str | None) -> None:
+    """One line per flag of the ``listed`` kinds, then the count of every kind."""
+    kinds = {k.strip() for k in (listed or "").split(",") if k.strip()}
+    for f in flags:
+        if "all" in kinds or f.kind in kinds:
+            where = f"{ws.rel(ws.out / f.file)}:{f.line}"
+            typer.echo(f"review: {where} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+    if not flags:
+        typer.echo("no review flags")
+        return
+    counts = Counter(f.kind for f in flags)
+    shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kn: (-kn[1], kn[0])))
+    hint = "" if "all" in kinds else "; `--flags KIND,…` or `-v` lists them"
+    typer.echo(f"{len(flags)} review flag(s): {shown}{hint}")
 
 
 def _print_placements(ws: Workspace, placements: list[Placement]) -> None:
@@ -278,11 +315,25 @@ def _print_check(ws: Workspace, result: CheckOutcome) -> None:
     )
 
 
-def _write_reports(outcome: RefreshOutcome, report: Path | None, markdown: Path | None, annotations: bool) -> None:
+def _report_paths(ws: Workspace, *paths: Path | None) -> tuple[str, str]:
+    """The report paths as the refresh state keeps them: relative to the repository when inside it."""
+    kept = []
+    for path in paths:
+        if path is None:
+            kept.append("")
+            continue
+        full = path.resolve()
+        kept.append(full.relative_to(ws.root).as_posix() if full.is_relative_to(ws.root) else str(full))
+    return kept[0], kept[1]
+
+
+def _write_reports(ws: Workspace, outcome: RefreshOutcome, annotations: bool) -> None:
+    """The reports of ``outcome`` at the paths the refresh was given (the later `pq continue` rewrites them)."""
     from patch_queue.commands import refresh
     from patch_queue.fsutil import json_bytes, write_output
     from patch_queue.outputs import report as render
 
+    report, markdown = (ws.root / p if p else None for p in outcome.reports)
     data = refresh.report_json(outcome)
     if report is not None:
         write_output(report, json_bytes(data))
@@ -309,6 +360,8 @@ def refresh(
     sync_gpu: Annotated[
         bool, typer.Option("--sync-gpu", help="after a clean refresh, port the unported omni GPU changes (pq sync-gpu)")
     ] = False,
+    flags: FlagsOpt = None,
+    verbose: VerboseOpt = False,
 ) -> int:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
     from patch_queue.commands import refresh
@@ -327,15 +380,11 @@ def refresh(
             check=not no_check,
             check_sources=not no_sources,
             discard=discard,
+            reports=_report_paths(ws, report, markdown),
         )
         synced = _refresh_sync_gpu(ws, outcome, upstream) if sync_gpu else None
-    _write_reports(
-        outcome if synced is None else replace(outcome, flags=outcome.flags + synced.flags),
-        report,
-        markdown,
-        annotations,
-    )
-    code = _print_outcome(ws, outcome)
+    _write_reports(ws, outcome if synced is None else replace(outcome, flags=outcome.flags + synced.flags), annotations)
+    code = _print_outcome(ws, outcome, "all" if verbose else flags)
     if synced is not None:
         _print_sync(ws, synced)
     return code
@@ -397,8 +446,14 @@ def sync_gpu_(
 
 
 @command(name="continue")
-def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotations: AnnotationsOpt = False) -> int:
-    """Take the resolved files in npu_worker/ and go on with the refresh."""
+def continue_(
+    report: ReportOpt = None,
+    markdown: MarkdownOpt = None,
+    annotations: AnnotationsOpt = False,
+    flags: FlagsOpt = None,
+    verbose: VerboseOpt = False,
+) -> int:
+    """Take the resolved files in npu_worker/ and go on with the refresh (rewriting the refresh's reports)."""
     from patch_queue.commands import resolve
     from patch_queue.fsutil import check_output
 
@@ -409,9 +464,57 @@ def continue_(report: ReportOpt = None, markdown: MarkdownOpt = None, annotation
         if interrupted is not None:
             typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
             return 0
-        outcome = resolve.do_continue(ws, progress=say, on_patch=_on_patch)
-    _write_reports(outcome, report, markdown, annotations)
-    return _print_outcome(ws, outcome)
+        outcome = resolve.do_continue(ws, progress=say, on_patch=_on_patch, reports=_report_paths(ws, report, markdown))
+    _write_reports(ws, outcome, annotations)
+    return _print_outcome(ws, outcome, "all" if verbose else flags)
+
+
+@command(name="resolve")
+def resolve_(
+    where: Annotated[str, typer.Argument(help="FILE:LINE of a line of the conflict region (markers included)")],
+    upstream_side: Annotated[bool, typer.Option("--upstream", help="keep upstream's side")] = False,
+    patch_side: Annotated[bool, typer.Option("--patch", help="keep the patch's side")] = False,
+    both: Annotated[bool, typer.Option("--both", help="keep upstream's lines, then the patch's (git's union)")] = False,
+    suggested: Annotated[bool, typer.Option("--suggested", help="write the refresh's suggested resolution")] = False,
+) -> None:
+    """Resolve the one conflict region at FILE:LINE in npu_worker/ to one side (the others: `pq mergetool`)."""
+    from patch_queue.commands import resolve
+
+    chosen = [
+        n
+        for n, on in (("upstream", upstream_side), ("patch", patch_side), ("both", both), ("suggested", suggested))
+        if on
+    ]
+    if len(chosen) != 1:
+        err("error: give one of --upstream, --patch, --both, --suggested")
+        raise typer.Exit(EXIT_ERROR)
+    with _locked("resolve") as ws:
+        done = resolve.do_resolve(ws, where, chosen[0])
+    typer.echo(
+        f"resolved {done.path}:{done.first}-{done.last} with the {chosen[0]} side ({done.lines} line(s)); "
+        f"{done.left} conflict region(s) left in the file"
+    )
+
+
+@command()
+def mergetool(
+    files: Annotated[
+        list[str] | None, typer.Argument(help="modules of npu_worker/ (default: every conflicted one)")
+    ] = None,
+    tool: Annotated[
+        str | None, typer.Option("--tool", "-t", help="the merge tool (default: git config merge.tool)")
+    ] = None,
+) -> None:
+    """Resolve the conflict regions of npu_worker/ with your merge tool, as `git mergetool` does (LOCAL: upstream,
+    REMOTE: the patch, BASE: the old upstream)."""
+    from patch_queue.commands import resolve
+
+    with _locked("mergetool") as ws:
+        done = resolve.do_mergetool(ws, tool=tool, names=files or [])
+    for path, left in done:
+        typer.echo(f"{path}: {'resolved' if not left else f'{left} conflict region(s) left'}")
+    if not done:
+        typer.echo(f"no conflict regions in {ws.rel(ws.out)}/")
 
 
 @command()
@@ -479,7 +582,7 @@ def abort() -> None:
 
 
 @command()
-def status(upstream: UpstreamOpt = None) -> int:
+def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: VerboseOpt = False) -> int:
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
     from patch_queue.commands import resolve
 
@@ -491,7 +594,11 @@ def status(upstream: UpstreamOpt = None) -> int:
     for name, state in st.patches:
         typer.echo(f"  {state:10} {name}")
     for c in st.conflicts:
-        typer.echo(f"conflict: {ws.rel(ws.out / c.file)}:{c.line} in {c.symbol or '<module>'} (patch {c.patch})")
+        _print_conflict(ws, c)
+    if st.resolved:
+        typer.echo(f"{len(st.resolved)} of {len(st.resolved) + len(st.conflicts)} conflict region(s) resolved on disk")
+    if st.in_progress:
+        _print_flags(ws, st.flags, "all" if verbose else flags)
     for e in st.edits:
         typer.echo(f"unrecorded: {ws.rel(ws.out / e.file)} +{e.added} -{e.removed} lines (`pq record` takes them)")
     if st.in_progress:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set up, reproduce the series from the lineage in patches/queue.toml when patches/
 # holds no patch bodies (fetching the recorded edits, refs/pq/resolutions, from origin), refresh
-# onto the newest vllm-ascend release, build npu_worker/, print a summary.
+# onto the newest vllm-ascend release, build npu_worker/, print a summary (`pq status` shows it again later;
+# `pq continue` rewrites the reports).
 # Exit code: that of `pq reproduce` when it fails (1), else that of `pq refresh` (0 clean, 3 conflicts).
 # PQ=<command> uses that pq instead of setting up .venv (the tests run this script that way).
 set -euo pipefail
@@ -27,6 +28,5 @@ $PQ reproduce
 mkdir -p reports
 status=0
 $PQ refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md || status=$?
-$PQ status || true
 echo "== summary: refresh exit $status; reports in reports/refresh.json and reports/refresh.md; package in npu_worker/"
 exit "$status"

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pygit2
@@ -283,9 +283,39 @@ def test_annotate_keeps_its_answers_in_the_cache(
 
     def run() -> list[list[dict[str, object]]]:
         entries = [Conflict("both-changed", base=b, ours=a) for b, a in hunks]
-        named = culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
+        named, note = culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
+        assert note.startswith("upstream commits named from the ") and note.endswith(f"and {new[:12]}")
         return [[c.as_json() for c in e.culprits] for e in named]
 
     first = run()
     assert len(finds) == len(set(hunks)) and any(first)
     assert run() == first and len(finds) == len(set(hunks))  # the second time: from the cache, no search
+
+
+def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: UpstreamGit) -> None:
+    """A registry release the history has no tag for: the first commit whose file is the released one;
+    a file no commit has: no commit, and the one-line reason."""
+    import hashlib
+
+    from patch_queue.series.culprits import _commit_of
+    from patch_queue.series.queue import UpstreamPin
+
+    commit = upstream.resolve(RANGES["2026-03"][1])
+    data = upstream.read(commit, PATH)
+    assert data is not None
+    pin = UpstreamPin("vllm-ascend", "release", "vllm-ascend==9.9.9", "", "vllm-ascend 9.9.9", "", {})
+    pin = replace(pin, files={PATH: hashlib.sha256(data).hexdigest()})
+    found, how = _commit_of(upstream, pin, PATH, data)
+    assert found is not None and upstream.read(found, PATH) == data
+    assert (
+        how
+        == f"vllm-ascend 9.9.9's model_runner_v1.py is the one of upstream commit {upstream.public_commit(found)[:12]}"
+    )
+    parents = pygit2.Repository(str(upstream.path))[found].parent_ids  # it is the commit that made the file so
+    assert all(upstream.blob_id(str(p), PATH) != upstream.blob_id(found, PATH) for p in parents)
+    other = data + b"\n# released with a local change\n"
+    pin = replace(pin, files={PATH: hashlib.sha256(other).hexdigest()})
+    found, why = _commit_of(upstream, pin, PATH, other)
+    assert found is None
+    assert why.startswith("vllm-ascend 9.9.9 has no tag v9.9.9 in the upstream history, and none of the ")
+    assert why.endswith(" that changed model_runner_v1.py has the released file (the history ends 2026-08-22)")

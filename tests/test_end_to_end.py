@@ -95,7 +95,8 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     assert data["conflicts"], "this upgrade is known to conflict"
     keys = {"patch", "file", "line", "symbol", "kind", "message", "anchor", "sides", "culprits", "reused", "key"}
     for c in data["conflicts"]:
-        assert set(c) == keys, c
+        assert set(c) == keys | {"explanation"}, c
+        assert c["explanation"]["upstream"] and c["explanation"]["block"], c
         assert c["kind"] in {"both-changed", "anchor-lost", "upstream-changed-replaced", "symbol-removed"}, c
         assert set(c["sides"]) == {"base", "upstream", "patch"}
         assert c["patch"] in names
@@ -133,6 +134,10 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
         assert not (want - have), (f.name, want - have)
     st = pq(proj, "status", check=3).stdout
     assert "refresh in progress onto vllm-ascend 0.30.0rc2" in st
+    # the history ends before 0.30.0rc2: no culprits, and the reason, once in each output
+    reason = "no upstream commits named: vllm-ascend 0.30.0rc2 has no tag v0.30.0rc2 in the upstream history"
+    assert data["upstream"]["culprits"].startswith(reason) and not any(c["culprits"] for c in data["conflicts"])
+    assert f"culprits: {reason}" in proc.stdout and reason in body
 
 
 def test_abort_restores_everything(adopted_030: Path, tmp_path: Path) -> None:
@@ -297,6 +302,8 @@ def test_culprits_for_a_registry_release_through_its_tag(corpus: Path, tmp_path:
     entries = data["conflicts"] + data["flags"]
     named = [e for e in entries if e["culprits"]]
     assert len(named) >= len(entries) // 2, (len(named), len(entries))
+    assert "(vllm-ascend 0.25.1rc1 is its tag v0.25.1rc1)" in data["upstream"]["culprits"]
+    assert sum(1 for c in data["conflicts"] if c["culprits"]) >= len(data["conflicts"]) // 2
     for e in named:
         for c in e["culprits"]:
             assert re.fullmatch(r"[0-9a-f]{40}", c["commit"]) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", c["date"])

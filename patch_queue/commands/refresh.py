@@ -22,7 +22,7 @@ from patch_queue.commands.write import (
 from patch_queue.errors import PqError
 from patch_queue.fsutil import kill_point, read_folder
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import anchors, checked
+from patch_queue.merge import anchors, checked, explain
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Bar, Progress, bar, say
@@ -56,6 +56,8 @@ class RefreshOutcome:
     check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
     placements: list[absorb.Placement] = field(default_factory=list)  # where `pq continue` put edits
     discarded: str = ""  # what --discard dropped from the output folder
+    reports: tuple[str, str] = ("", "")  # the JSON and Markdown reports of this refresh ("": none)
+    culprits_note: str = ""  # between which upstream commits the culprits were searched, or why not
 
 
 def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
@@ -82,7 +84,9 @@ def do_refresh(
     check: bool = True,
     check_sources: bool = True,
     discard: bool = False,
+    reports: tuple[str, str] = ("", ""),
 ) -> RefreshOutcome:
+    """``reports``: the JSON and Markdown report paths, kept for `pq continue` to rewrite."""
     refresh_state.refuse_pending(ws, "a refresh is already in progress; `pq continue` or `pq abort` it first")
     refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -93,6 +97,7 @@ def do_refresh(
     pin = snapshot_pin(snapshot, loaded.queue.upstream.name, loaded.queue.upstream_paths())
     target, projection = target_queue(loaded.queue, pin, snapshot.read)
     new_base = stack.base_commit(ws.repo, target, projection)
+    new_files = projection.files
     labels = (f"base {loaded.queue.upstream.label}", f"upstream {snapshot.label}")
     store = rerere.Store(ws.repo)
     with bar(f"Replaying onto {snapshot.label}") as shown:
@@ -115,8 +120,14 @@ def do_refresh(
     conflicts = _mark_removed([c for r in results for c in r.conflicts], removed)
     flags = [c for r in results for c in r.flags]
     say(progress, "Naming the upstream commits behind each conflict and flag ...")
-    named = culprits.annotate(
-        conflicts + flags, loaded.queue.upstream, target.upstream, upstream_git=upstream_git, progress=progress
+    vendored = stack.VENDOR + (sorted(loaded.queue.upstream.files) or [""])[0]
+    named, note = culprits.annotate(
+        conflicts + flags,
+        loaded.queue.upstream,
+        target.upstream,
+        upstream_git=upstream_git,
+        progress=progress,
+        files=(ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(vendored), new_files.get(vendored)),
     )
     state = refresh_state.RefreshState(
         orig_refs=orig,
@@ -140,6 +151,8 @@ def do_refresh(
         # recorded regions or edits were applied: the finished refresh records its edits (see _merge_edits)
         recorded=any(f.kind in ("reused", "recorded-edits") for f in flags),
         discarded=output.discarded(dropped),
+        reports=reports,
+        culprits_note=note,
     )
     return _advance(ws, state, target, results, progress=progress, store=store)
 
@@ -273,6 +286,8 @@ def _advance(
         out=ws.rel(ws.out),
         placements=placements or [],
         discarded=state.discarded,
+        reports=state.reports,
+        culprits_note=state.culprits_note,
     )
     if finished and not conflicts:
         loaded = LoadedStack(target, state.new_base, new_patches)
@@ -403,11 +418,12 @@ def report_json(outcome: RefreshOutcome) -> dict[str, object]:
             "target": outcome.target_label,
             "base_commit": outcome.upstream_commits[0],
             "target_commit": outcome.upstream_commits[-1],
+            "culprits": outcome.culprits_note,
         },
         "downstream": {"name": outcome.downstream[0], "release": outcome.downstream[1]},
         "out": outcome.out,
         "patches": [{"name": r.name, "status": r.status} for r in outcome.results],
-        "conflicts": [c.as_json(report=True) for c in outcome.conflicts],
+        "conflicts": [explained(c) for c in outcome.conflicts],
         "flags": [c.as_json(report=True) for c in outcome.flags],
         "removed_symbols": outcome.removed_symbols,
         "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
@@ -416,3 +432,15 @@ def report_json(outcome: RefreshOutcome) -> dict[str, object]:
         "finished": outcome.finished,
         "stopped_at": outcome.stopped_at,
     }
+
+
+def explained(conflict: Conflict) -> dict[str, object]:
+    """A conflict's report entry with what upstream changed, its omni block and a suggested resolution."""
+    data = conflict.as_json(report=True)
+    tip = explain.suggest(conflict)
+    data["explanation"] = {
+        "upstream": explain.upstream_change(conflict),
+        "block": explain.omni_block(conflict),
+        "suggestion": None if tip is None else {"side": tip.side, "reason": tip.reason, "text": tip.text},
+    }
+    return data

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from patch_queue.commands.refresh import (
     RefreshOutcome,
@@ -15,7 +16,9 @@ from patch_queue.commands.refresh import (
 )
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import read_folder
+from patch_queue.fsutil import atomic_write, read_folder
+from patch_queue.git.diff import line_hunks
+from patch_queue.merge import explain, markers
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
@@ -34,16 +37,23 @@ from patch_queue.series import absorb, replay, rerere, stack
 
 
 def do_continue(
-    ws: Workspace, *, progress: Progress | None = None, on_patch: Callable[[replay.PatchResult], None] | None = None
+    ws: Workspace,
+    *,
+    progress: Progress | None = None,
+    on_patch: Callable[[replay.PatchResult], None] | None = None,
+    reports: tuple[str, str] = ("", ""),
 ) -> RefreshOutcome:
+    """``reports``: report paths given again (each replaces the refresh's; "" keeps it)."""
     on_patch = _killable(on_patch)
     state = refresh_state.require(ws)
+    state = replace(state, reports=(reports[0] or state.reports[0], reports[1] or state.reports[1]))
     target = state.target()
     patches, done = state.patches, state.done
     work = read_folder(ws.out)
     if not any(status == "conflict" for _n, _c, status in done):
         raise QueueError("nothing to continue: no conflicted patch")
-    top_marked = module_files(ws, done[-1][1])
+    old_top = done[-1][1]  # what the output folder held: the lines of the pending findings are its lines
+    top_marked = module_files(ws, old_top)
     for rel, data in sorted(work.items()):
         line = replay.has_markers(data) if rel in top_marked else None
         if line is not None:
@@ -56,6 +66,7 @@ def do_continue(
     imports = import_sync(target, patches)
     store = rerere.Store(ws.repo)
     replayed: set[str] = set()
+    made: dict[str, str] = {}  # patch replayed one by one below -> the commit its findings' lines refer to
     # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
     # onto that patch's own result; rebase what follows onto the resolved commits
     parent = state.new_base
@@ -94,6 +105,7 @@ def do_continue(
             )
             res.status = status if not res.conflicts else "conflict"
             replayed.add(name)
+            made[name] = res.commit
         on_patch(res)
         results.append(res)
         parent = res.commit
@@ -126,11 +138,18 @@ def do_continue(
         )
         replayed.update(r.name for r in more)
         results += more
+    # every line where it is in the new top (the output folder once this step is written)
+    top = results[-1].commit if results else state.new_base
+    order = {name: i for i, (name, _c) in enumerate(patches)}
+    kept = replay.follow_lines(ws.repo, [f for f in state.flags if f.patch not in replayed], old_top, top)
+    for r in results:
+        if r.name in made:
+            r.conflicts, r.flags = (replay.follow_lines(ws.repo, x, made[r.name], top) for x in (r.conflicts, r.flags))
     state = replace(
         state,
         done=tuple((r.name, r.commit, r.status) for r in results),
         conflicts=tuple(c for r in results for c in r.conflicts),
-        flags=tuple([f for f in state.flags if f.patch not in replayed] + [f for r in results for f in r.flags]),
+        flags=tuple(sorted(kept + [f for r in results for f in r.flags], key=lambda f: order.get(f.patch, 0))),
     )
     return _advance(
         ws, state, target, results, progress=progress, command="continue", store=store, placements=placements
@@ -201,6 +220,8 @@ class Status:
     conflicts: list[Conflict]
     edits: list[output.Edited] = field(default_factory=list)  # in the output folder, held by no patch
     steps: int = 0  # of the lineage
+    resolved: list[Conflict] = field(default_factory=list)  # conflicts whose markers the maintainer removed
+    flags: list[Conflict] = field(default_factory=list)  # of the refresh in progress, at their lines on disk
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -209,8 +230,106 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     if state is not None:
         done = {d[0]: d[2] for d in state.done}
         rows = [(n, done.get(n, "pending")) for n, _c in state.patches]
-        return Status(True, state.old_base_label, state.target().upstream.label, rows, list(state.conflicts))
+        conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
+        flags = on_disk(ws, state.done[-1][1], list(state.flags))
+        open_ = [c for c in conflicts if _marked(ws, c)]
+        resolved = [c for c in conflicts if not _marked(ws, c)]
+        label = state.target().upstream.label
+        return Status(True, state.old_base_label, label, rows, open_, resolved=resolved, flags=flags)
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
     return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(loaded.queue.lineage))
+
+
+def on_disk(ws: Workspace, top: str, findings: list[Conflict]) -> list[Conflict]:
+    """``findings`` (lines of the stack commit ``top``, as pq wrote the output folder) at their lines in the
+    output folder now, after the maintainer's edits."""
+    written = module_files(ws, top)
+    hunks = {}
+    for path in sorted({f.file for f in findings}):
+        have = ws.out / path
+        now = have.read_bytes() if have.is_file() else b""
+        if path in written and now != written[path]:
+            hunks[path] = line_hunks(written[path], now)
+    return [replay.moved(f, hunks[f.file]) if f.file in hunks else f for f in findings]
+
+
+def _marked(ws: Workspace, conflict: Conflict) -> bool:
+    """The conflict's ``<<<<<<<`` marker is still at its line in the output folder."""
+    path = ws.out / conflict.file
+    lines = path.read_bytes().split(b"\n") if path.is_file() else []
+    line = conflict.line or 0
+    return 0 < line <= len(lines) and lines[line - 1].startswith(b"<<<<<<<")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    path: str  # shown: relative to the repository
+    first: int
+    last: int
+    lines: int  # written in the region's place
+    left: int  # regions left in the file
+
+
+def _conflicted_file(ws: Workspace, where: str) -> tuple[Path, int]:
+    """``FILE:LINE`` of a module in the output folder (relative to the working directory or to the folder)."""
+    name, sep, number = where.rpartition(":")
+    if not sep or not number.isdigit() or int(number) < 1:
+        raise QueueError(f"expected FILE:LINE, got '{where}'")
+    for candidate in (Path(name).resolve(), (ws.out / name).resolve()):
+        if candidate.is_file() and candidate.is_relative_to(ws.out):
+            return candidate, int(number)
+    raise QueueError(f"no such file in {ws.rel(ws.out)}/: {name}")
+
+
+def do_resolve(ws: Workspace, where: str, side: str) -> Resolved:
+    """Resolve the one diff3 region at ``where`` (FILE:LINE) to ``side`` (upstream, patch, both, or suggested:
+    the suggestion of the refresh for that conflict)."""
+    path, line = _conflicted_file(ws, where)
+    text = path.read_text(encoding="utf-8")
+    region = markers.region_at(text, line)
+    shown = f"{ws.rel(path)}:{line}"
+    if region is None:
+        raise QueueError(f"no conflict region at {shown}")
+    if side == "suggested":
+        lines = _suggestion(ws, path, region)
+    else:
+        lines = region.side(side)
+    after = markers.resolve(text, region, lines)
+    atomic_write(path, after.encode("utf-8"))
+    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)))
+
+
+def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> list[str]:
+    """The lines the refresh suggests for the conflict at ``region`` (one line of error when it has none)."""
+    state = refresh_state.require(ws)
+    rel = path.relative_to(ws.out).as_posix()
+    here = [c for c in on_disk(ws, state.done[-1][1], list(state.conflicts)) if c.file == rel]
+    found = next((c for c in here if c.line == region.first), None)
+    tip = explain.suggest(found) if found is not None else None
+    if tip is None:
+        raise QueueError(f"no suggested resolution for the conflict at {ws.rel(path)}:{region.first}")
+    return tip.text.splitlines(keepends=True)
+
+
+def do_mergetool(ws: Workspace, *, tool: str | None, names: list[str]) -> list[tuple[str, int]]:
+    """Run the configured merge tool (``git config merge.tool``, or ``tool``) on each module of the output
+    folder with conflict regions (or those of ``names``), the way ``git mergetool`` does: the upstream side
+    is LOCAL, the patch side REMOTE, the old upstream BASE, the file with its markers MERGED.
+
+    Returns (file, regions left) per file, in order.
+    """
+    if tool is None and not ws.repo.config("merge.tool"):
+        raise QueueError("no merge tool configured: set one with `git config merge.tool NAME` (or --tool NAME)")
+    files = [_conflicted_file(ws, f"{n}:1")[0] for n in names] if names else sorted(ws.out.rglob("*.py"))
+    done = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        if not markers.regions(text):
+            continue
+        sides = {s: markers.whole_side(text, s).encode("utf-8") for s in ("base", "upstream", "patch")}
+        rel = path.relative_to(ws.out).as_posix()
+        ws.repo.mergetool(ws.out, rel, sides["base"], sides["upstream"], sides["patch"], tool)
+        done.append((ws.rel(path), len(markers.regions(path.read_text(encoding="utf-8")))))
+    return done

@@ -8,6 +8,7 @@ GitPython costs ~60 ms to import, so nothing imports it until a git command runs
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -69,6 +70,21 @@ def run(cwd: Path | str, *args: str, env: dict[str, str] | None = None) -> bytes
     """stdout of ``git args...`` in ``cwd``; :class:`GitFailed` with git's reason when it exits non-zero."""
     env = {**GIT_ENV, **(env or {})}
     return bytes(_execute(cwd, args, env=env, stdout_as_string=False, strip_newline_in_stdout=False))
+
+
+def run_fed(cwd: Path | str, *args: str, input: bytes, env: dict[str, str] | None = None) -> bytes:
+    """:func:`run` with ``input`` on git's stdin (``update-index --index-info``)."""
+    full = {**os.environ, **GIT_ENV, **(env or {})}
+    proc = subprocess.run(["git", *args], cwd=str(cwd), env=full, input=input, capture_output=True, check=False)
+    if proc.returncode != 0:
+        raise GitFailed(args[0] if args else "", _reason_of(proc.stderr.decode("utf-8", "replace").splitlines(), ""))
+    return proc.stdout
+
+
+def run_interactive(cwd: Path | str, *args: str, env: dict[str, str] | None = None) -> int:
+    """``git args...`` in ``cwd`` on the user's terminal (stdin, stdout and stderr are pq's): a tool the user
+    drives, such as ``git mergetool``; its exit code."""
+    return subprocess.run(["git", *args], cwd=str(cwd), env={**os.environ, **(env or {})}, check=False).returncode
 
 
 def clone_mirror(location: str, dest: Path, *, progress: CloneProgress | None = None) -> None:

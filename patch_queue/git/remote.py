@@ -221,6 +221,24 @@ class UpstreamGit:
             self._touching[(path, tips)] = commits
         return list(commits)
 
+    def commits_with_blob(self, path: str, blob: str) -> list[str]:
+        """The commits reachable from any ref that made ``path`` the blob ``blob``, oldest first."""
+        out = command.run(self.path, "log", "--all", "--topo-order", "--format=%H", "--raw", "--no-abbrev", "--", path)
+        found: list[str] = []
+        commit = ""
+        for line in out.decode().splitlines():
+            if line.startswith(":"):
+                if line.split()[3] == blob:
+                    found.append(commit)
+            elif line.strip():
+                commit = line.strip()
+        return found[::-1]
+
+    def newest_date(self) -> str:
+        """The date (YYYY-MM-DD, UTC) of the newest commit of any ref: where the history ends."""
+        out = command.run(self.path, "log", "--all", "-1", "--format=%cs")
+        return out.decode().strip()
+
     def commits_between(self, old: str, new: str, path: str) -> list[str]:
         """The commits reachable from ``new`` and not from ``old`` whose blob of ``path`` differs from their
         first parent's, oldest first (topological, then by time)."""

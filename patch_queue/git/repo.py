@@ -100,6 +100,29 @@ class ProjectRepo:
             self._keep(self._blobs, oid, data)
         return data
 
+    # ---- the user's tools ------------------------------------------------------------------
+    def config(self, key: str) -> str | None:
+        """The value of a git configuration ``key`` as git reads it (repository, global, system), or None."""
+        try:
+            return command.run(self.workdir, "config", "--get", key).decode("utf-8").strip() or None
+        except command.GitFailed:
+            return None
+
+    def mergetool(self, folder: Path, path: str, base: bytes, local: bytes, remote: bytes, tool: str | None) -> int:
+        """``git mergetool`` on ``folder/path`` as if a merge had left it conflicted with these three sides: a
+        scratch index holds them as stages 1-3 and ``folder`` is the work tree (so the repository's ignore
+        rules and index stay out of it), and git's own mergetool runs the user's tool (``merge.tool`` or
+        ``tool``; built-in or ``mergetool.<name>.cmd``) with its usual BASE, LOCAL, REMOTE and MERGED files.
+        Returns git's exit code."""
+        sides = ((1, base), (2, local), (3, remote))
+        stages = "".join(f"100644 {self.write_blob(data)} {n}\t{path}\n" for n, data in sides)
+        with tempfile.TemporaryDirectory(dir=self.gitdir, prefix="pq-mergetool-") as scratch:
+            env = {"GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": str(folder), "GIT_INDEX_FILE": f"{scratch}/index"}
+            command.run_fed(folder, "update-index", "--index-info", env=env, input=stages.encode())
+            args = ["-c", "mergetool.keepBackup=false", "mergetool", "--no-prompt"]
+            args += [f"--tool={tool}"] if tool else []
+            return command.run_interactive(folder, *args, "--", path, env=env)
+
     # ---- objects -------------------------------------------------------------------------
     def write_blob(self, data: bytes) -> str:
         return str(self._write_blob(data))

@@ -299,9 +299,16 @@ def merge3(
     def joined(lines: Sequence[str]) -> str:
         return "".join(expand(lines))
 
+    tokens: dict[int, str] = {}  # id of an anchor -> the token of its block, to find where the block lands
+
     def anchor_of(*texts: Sequence[str]) -> Anchor | None:
-        block = next((info[line] for line in itertools.chain(*texts) if line in info), None)
-        return Anchor(block.index, block.start, block.first, block.fenced) if block else None
+        token = next((line for line in itertools.chain(*texts) if line in info), None)
+        if token is None:
+            return None
+        block = info[token]
+        anchor = Anchor(block.index, block.start, block.first, block.fenced)
+        tokens[id(anchor)] = token
+        return anchor
 
     def emit_region(region: Conflict, lines: list[str]) -> None:
         pending.append((len(out), region, lines))
@@ -357,16 +364,42 @@ def merge3(
     # unfold the tokens and the conflict placeholders into the final text, filling in each region's line
     text: list[str] = []
     regions: list[Conflict] = []
+    placed_at: dict[str, int] = {}  # token -> the 1-based line its block's first fence lands on
+
+    def unfold(lines: Sequence[str]) -> list[str]:
+        for k, line in enumerate(lines):
+            if line in blocks:
+                placed_at.setdefault(line, len(text) + 1 + sum(len(blocks.get(x, (x,))) for x in lines[:k]))
+        return expand(lines)
+
     i = 0
     for at, region, placed in pending:  # in output order; a region may place no line at all
-        text += expand(out[i:at])
-        body = _markers(region, labels) if region.conflict else expand(placed)
+        text += unfold(out[i:at])
+        if region.conflict:
+            body = _markers(region, labels)
+            token = tokens.get(id(region.anchor), "")
+            if token in blocks:  # the block inside the markers: its first copy
+                placed_at.setdefault(token, len(text) + 1 + _find_run(body, blocks[token]))
+        else:
+            body = unfold(placed)
         resolution = region.resolution if region.conflict else "".join(body)
         regions.append(replace(region, line=len(text) + 1, length=len(body), resolution=resolution))
         text += body
         i = at + len(placed)
-    text += expand(out[i:])
+    text += unfold(out[i:])
+    # each region's omni block where it stands in the merged text (the sides' line numbers match no file)
+    for k, r in enumerate(regions):
+        if r.anchor is not None:
+            regions[k] = replace(r, anchor=replace(r.anchor, line=placed_at.get(tokens.get(id(r.anchor), ""))))
     return MergeResult("".join(text), regions)
+
+
+def _find_run(lines: Sequence[str], run: Sequence[str]) -> int:
+    """0-based index of the first copy of ``run`` in ``lines`` (0 when there is none)."""
+    for k in range(len(lines) - len(run) + 1):
+        if lines[k : k + len(run)] == list(run):
+            return k
+    return 0
 
 
 _MARK = "\u241fpq-conflict\n"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 
+from patch_queue.merge import explain
 from patch_queue.merge.conflict import Conflict, boolean, integer, listing, mapping, string, wrong
 
 UPSTREAM_URL = "https://github.com/vllm-project/vllm-ascend"
@@ -76,6 +77,7 @@ class _Report:
     finished: bool
     stopped_at: str | None
     fences: tuple[tuple[str, int, str], ...]  # (file, line, message) of Omni-new fence problems
+    culprits: str = ""  # between which upstream commits the culprits were searched, or why none were
 
 
 def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
@@ -122,6 +124,7 @@ def _read(report: Mapping[str, object]) -> _Report:
             (string(f, "file", where), integer(f, "line", where) or 0, string(f, "message", where))
             for where, f in _objects(report, "fences")
         ),
+        culprits=string(upstream, "culprits", "upstream"),
     )
 
 
@@ -282,6 +285,10 @@ def _section(r: _Report, url: str, entry: Conflict, level: int) -> str:
     blocks.append(" · ".join(facts))
     if entry.message:
         blocks.append(_text(entry.message))
+    if entry.conflict:  # what upstream changed, the omni edit, a suggestion (never applied by pq)
+        blocks.append(f"**Upstream change:** {_text(explain.upstream_change(entry))}")
+        if entry.anchor is None:
+            blocks.append(f"**Omni:** {_text(explain.omni_block(entry))}")
     if entry.anchor is not None:
         a = entry.anchor
         where_a = ", ".join(f"{label} {n}" for label, n in (("omni block", a.index), ("line", a.line)) if n is not None)
@@ -301,6 +308,10 @@ def _section(r: _Report, url: str, entry: Conflict, level: int) -> str:
     texts = list(entry.sides.items())
     if entry.resolution is not None and (not entry.conflict or entry.resolution):
         texts.append(("resolution", entry.resolution))
+    tip = explain.suggest(entry) if entry.conflict else None
+    if tip is not None:
+        blocks.append(f"**Suggested resolution** (not applied): {_text(tip.reason)}")
+        texts.append(("suggestion", tip.text))
     if texts and level >= 2:
         blocks.append(TRUNCATED_NOTE)
     elif texts:
@@ -309,6 +320,7 @@ def _section(r: _Report, url: str, entry: Conflict, level: int) -> str:
             "upstream": f"new upstream{' ' + _code(r.target) if r.target else ''}",
             "patch": f"{_text(r.downstream)} patch",
             "resolution": "what the tool wrote",
+            "suggestion": "the suggested resolution",
         }
         for name, text in texts:  # the three sides and the resolution: each has its label
             label = f"**{name}** ({labels[name]})"
@@ -370,6 +382,8 @@ def _head(r: _Report, url: str) -> str:
         status.append(f"Upstream removed {_plural(len(r.removed_symbols), 'symbol')}: {', '.join(shown)}{tail}.")
     else:
         status.append("No upstream symbols removed.")
+    if r.conflicts and r.culprits:
+        status.append(f"Culprits: {_text(r.culprits)}.")
     blocks.append(" ".join(status))
     if r.fences:
         items = [
@@ -423,7 +437,8 @@ def markdown(report: dict[str, object], *, upstream_url: str = UPSTREAM_URL, lim
     Report (format 2)::
 
         {"format": 2,
-         "upstream": {"base": LABEL, "target": LABEL, "base_commit": SHA, "target_commit": SHA},
+         "upstream": {"base": LABEL, "target": LABEL, "base_commit": SHA, "target_commit": SHA,
+                      "culprits": "between which commits the culprits were searched, or why none were"},
          "downstream": {"name": "vllm-omni", "release": "0.30.0"},
          "out": "npu_worker",
          "patches": [{"name": PATCH, "status": "modified|unchanged|conflict|empty"}],
@@ -432,7 +447,9 @@ def markdown(report: dict[str, object], *, upstream_url: str = UPSTREAM_URL, lim
         ENTRY = {"patch", "file" (relative to out), "line" (1-based), "symbol", "kind", "message",
                  "anchor": {"index", "line", "text"} | null,
                  "culprits": [{"commit", "subject", "pr", "date"}],
-                 "sides": {"base", "upstream", "patch"}, "resolution" (flags), "reused"}
+                 "sides": {"base", "upstream", "patch"}, "resolution" (flags), "reused",
+                 "explanation" (conflicts): {"upstream": what upstream changed, "block": the omni block,
+                                             "suggestion": {"side", "reason", "text"} | null}}
 
     Layout: title, status paragraph, a table of the patches with conflicts or flags, a table by
     kind, then ``### Conflicts`` and ``### Review flags`` with one ``<details>`` section each.

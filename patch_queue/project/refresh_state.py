@@ -40,6 +40,8 @@ class RefreshState:
     upstream_commits: tuple[str, str] = ("", "")
     recorded: bool = False  # recorded regions or edits were applied: the finished refresh records its edits
     discarded: str = ""  # what --discard dropped
+    reports: tuple[str, str] = ("", "")  # the JSON and Markdown reports `pq continue` rewrites ("": none)
+    culprits_note: str = ""  # between which upstream commits the culprits were searched, or why not
 
     def target(self) -> Queue:
         """The series' queue moved onto the target."""
@@ -106,6 +108,8 @@ class RefreshState:
             upstream_commits=_pair(data.get("upstream_commits", ["", ""]), "upstream_commits"),
             recorded=bool(data.get("recorded", False)),
             discarded=text("discarded"),
+            reports=_pair(data.get("reports", ["", ""]), "reports"),
+            culprits_note=text("culprits_note"),
         )
 
 

@@ -100,22 +100,43 @@ class CulpritFinder:
         return Culprit(self.git.public_commit(commit), subject, parse_pr(subject), when.date().isoformat())
 
 
-def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str) -> str | None:
-    """The upstream commit of a pin: a git pin's own, a release's tag when its file matches."""
+def blob_id(data: bytes) -> str:
+    """Git's id of a blob holding ``data`` (equal ids: equal bytes)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str, data: bytes | None) -> tuple[str | None, str]:
+    """The upstream commit of a pin and how it was found, or None and why there is none.
+
+    A git pin is its own commit; a registry release is its tag's commit when the tagged file is the
+    released one (``data``, sha256 in the pin), else the first commit of the history whose file is
+    byte for byte the released one.
+    """
     if pin.kind == "git" and pin.pin:
-        return pin.pin
+        return pin.pin, ""
     if pin.kind != "release" or "==" not in pin.spec:
-        return None
+        return None, f"{pin.label} is no git commit or registry release"
     version = pin.spec.split("==", 1)[1].strip()
-    for tag in (f"v{version}", version):
+    tags = (f"v{version}", version)
+    for tag in tags:
         try:
             commit = git.resolve(tag)
         except PqError:
             continue
-        data = git.read(commit, path)
-        if data is not None and hashlib.sha256(data).hexdigest() == pin.files.get(path):
-            return commit
-    return None
+        tagged = git.read(commit, path)
+        if tagged is not None and hashlib.sha256(tagged).hexdigest() == pin.files.get(path):
+            return commit, f"{pin.label} is its tag {tag}"
+    if data is not None and hashlib.sha256(data).hexdigest() == pin.files.get(path):
+        found = git.commits_with_blob(path, blob_id(data))
+        if found:
+            return found[0], f"{pin.label}'s {path.rsplit('/', 1)[-1]} is the one of upstream commit " + (
+                git.public_commit(found[0])[:12]
+            )
+    touching = len(git.commits_touching(path))
+    return None, (
+        f"{pin.label} has no tag {tags[0]} in the upstream history, and none of the {touching} commits there "
+        f"that changed {path.rsplit('/', 1)[-1]} has the released file (the history ends {git.newest_date()})"
+    )
 
 
 def annotate(
@@ -125,25 +146,29 @@ def annotate(
     *,
     upstream_git: str | None,
     progress: Progress | None = None,
-) -> list[Conflict]:
-    """``found`` with the ``culprits`` of every conflict and flag named from the upstream git history.
+    files: tuple[bytes | None, bytes | None] = (None, None),
+) -> tuple[list[Conflict], str]:
+    """``found`` with the ``culprits`` of every conflict and flag named from the upstream git history,
+    and a line saying between which commits they were searched, or why none were.
 
     A git pin is its commit; a registry release is the commit its release tag (``v<version>``)
-    points at, when the upstream history has that tag and the tagged file is byte for byte the
-    released one.  When an end has no commit (a folder, or a release the history does not reach),
-    nothing is searched and ``found`` comes back as it was.
+    points at when the tagged file is byte for byte the released one, else the first commit whose
+    file is (``files``: the old and new upstream file, as vendored).  When an end has no commit
+    (a folder, or a release the history does not reach), nothing is searched and ``found`` comes
+    back as it was.
     """
     paths = sorted(old.files)
     if not found or not paths:
-        return found
+        return found, ""
     try:
         git = open_git(upstream_git_location(upstream_git), progress=progress)
-    except PqError:
-        return found
-    ends = [_commit_of(git, pin, paths[0]) for pin in (old, new)]
-    if ends[0] is None or ends[1] is None:
-        return found
-    finder = CulpritFinder(git, paths[0], ends[0], ends[1])
+    except PqError as exc:
+        return found, f"no upstream commits named: the upstream history cannot be read ({exc})"
+    ends = [_commit_of(git, pin, paths[0], data) for pin, data in zip((old, new), files, strict=True)]
+    old_commit, new_commit = ends[0][0], ends[1][0]
+    if old_commit is None or new_commit is None:
+        return found, "no upstream commits named: " + "; ".join(why for c, why in ends if c is None)
+    finder = CulpritFinder(git, paths[0], old_commit, new_commit)
     # the answer depends only on immutable commits, the texts and this code (and the git layer's): cached
     code = code_stamp("series/culprits.py", "git/remote.py")
 
@@ -156,4 +181,11 @@ def annotate(
             derived_put("culprits", key, hit)
         return tuple(Culprit(**c) for c in json.loads(hit))
 
-    return [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]
+    how = "; ".join(why for _c, why in ends if why)
+    note = (
+        f"upstream commits named from the {len(finder.candidates())} that changed {paths[0].rsplit('/', 1)[-1]} "
+        f"between {git.public_commit(finder.old)[:12]} and {git.public_commit(finder.new)[:12]}"
+        + (f" ({how})" if how else "")
+    )
+    named = [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]
+    return named, note

@@ -147,12 +147,21 @@ def replay_patch(
             result = _reimport(repo, imports, path, upstream, result, p_files, n_files, name, flags)
             if result != before:
                 hunks = line_hunks(before, result)
-                conflicts[:] = [_moved(f, hunks) if f.file == path else f for f in conflicts]
+                conflicts[:] = [moved(f, hunks) if f.file == path else f for f in conflicts]
         if result is not None:
             merged[path] = result
-    commit = stack.commit_files(repo, new_parent, merged, info)
+    commit = stack.commit_files(repo, new_parent, merged, replace(info, message=relabel(info.message, labels)))
     status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
     return PatchResult(name, status, commit, conflicts, flags)
+
+
+def relabel(message: str, labels: tuple[str, str]) -> str:
+    """A patch's message naming the new upstream where it named the old one (the ``Upstream: FILE at LABEL.``
+    line of a carried method's patch); ``labels`` as the diff3 markers' (``base OLD``, ``upstream NEW``)."""
+    old, new = labels[0].removeprefix("base "), labels[1].removeprefix("upstream ")
+    if old == new:
+        return message
+    return re.sub(rf"^(Upstream: \S+ at ){re.escape(old)}\.$", lambda m: f"{m.group(1)}{new}.", message, flags=re.M)
 
 
 def _imports_of(data: bytes | None) -> list[bytes]:
@@ -191,7 +200,7 @@ def _reimport(
         return merged
     out = text.encode("utf-8")
     hunks = line_hunks(merged, out)
-    flags[:] = [_moved(f, hunks) if f.file == path else f for f in flags]
+    flags[:] = [moved(f, hunks) if f.file == path else f for f in flags]
     flags += [
         Conflict(c.kind, c.message, conflict=False, resolution=c.text, patch=name, file=path, line=c.line)
         for c in changes
@@ -305,10 +314,10 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
 
 def _follow_results(repo: ProjectRepo, results: list[PatchResult], old_commit: str, new_commit: str) -> None:
     """:func:`follow_lines` for the findings of every earlier patch result."""
-    moved = iter(follow_lines(repo, [f for r in results for f in r.conflicts + r.flags], old_commit, new_commit))
+    followed = iter(follow_lines(repo, [f for r in results for f in r.conflicts + r.flags], old_commit, new_commit))
     for r in results:
-        r.conflicts = [next(moved) for _ in r.conflicts]
-        r.flags = [next(moved) for _ in r.flags]
+        r.conflicts = [next(followed) for _ in r.conflicts]
+        r.flags = [next(followed) for _ in r.flags]
 
 
 def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, new_commit: str) -> list[Conflict]:
@@ -322,18 +331,26 @@ def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, n
         a, b = old_files.get(path), new_files.get(path)
         if a is not None and b is not None and a != b:
             hunks[path] = line_hunks(a, b)
-    return [_moved(f, hunks[f.file]) if f.file in hunks else f for f in findings]
+    return [moved(f, hunks[f.file]) if f.file in hunks else f for f in findings]
 
 
-def _moved(finding: Conflict, hunks: list[tuple[int, int, int, int]]) -> Conflict:
-    line = moved = finding.line or 0
+def moved(finding: Conflict, hunks: list[tuple[int, int, int, int]]) -> Conflict:
+    """``finding`` with its line (and its omni block's) where they are after the edit ``hunks`` describe."""
+    anchor = finding.anchor
+    if anchor is not None and anchor.line is not None:
+        anchor = replace(anchor, line=move_line(anchor.line, hunks))
+    return replace(finding, line=move_line(finding.line or 0, hunks), anchor=anchor)
+
+
+def move_line(line: int, hunks: list[tuple[int, int, int, int]]) -> int:
+    """1-based ``line`` of a text after the edit ``hunks`` (old start, old lines, new start, new lines, 0-based)."""
+    at = line
     for old_start, old_lines, new_start, new_lines in hunks:
         if line >= old_start + 1 + old_lines:
-            moved += new_lines - old_lines
-        elif line >= old_start + 1:  # the patch rewrote the finding's own line: point at what replaced it
-            moved = new_start + 1
-            break
-    return replace(finding, line=moved)
+            at += new_lines - old_lines
+        elif line >= old_start + 1:  # the edit rewrote the line itself: point at what replaced it
+            return new_start + 1
+    return at
 
 
 def _blocks(lines: list[bytes], theirs: str | None = None) -> list[tuple[int, int]]:

@@ -1,0 +1,108 @@
+"""A scripted maintainer on the real 0.30.0 -> 0.30.0rc2 refresh: every path:line pq prints or reports
+points at the right line of the file as it is on disk at that moment, after the refresh and after
+each `pq continue` (which rewrites the refresh's reports)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from conftest import copy_project, pq
+from test_end_to_end import _take_patch_side
+
+RC2 = "vllm-ascend==0.30.0rc2"
+WHERE = re.compile(r"npu_worker/(\w+\.py):(\d+)")
+
+
+def check_lines(proj: Path, stdout: str) -> tuple[int, int]:
+    """Every path:line of ``stdout``, the JSON and the Markdown report against the files on disk;
+    (conflicts, flags) of the report."""
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    out = proj / report["out"]
+
+    def lines(name: str) -> list[str]:
+        return (out / name).read_text().splitlines(keepends=True)
+
+    for c in report["conflicts"]:
+        assert lines(c["file"])[c["line"] - 1].startswith("<<<<<<< "), c
+    flagged = set()
+    for f in report["flags"]:
+        flagged.add((f["file"], f["line"], f["kind"]))
+        text = lines(f["file"])
+        assert 0 < f["line"] <= len(text) + 1, f
+        if f["kind"] != "reformatted":  # the file as a whole: line 1
+            assert "".join(text[f["line"] - 1 : f["line"] - 1 + f["resolution"].count("\n")]) == f["resolution"], f
+    for e in report["conflicts"] + report["flags"]:
+        if e["anchor"] is not None and e["anchor"]["line"] is not None:  # the omni block's opening fence
+            assert "Omni-new" in lines(e["file"])[e["anchor"]["line"] - 1], e
+    entries = {(e["file"], e["line"]) for e in report["conflicts"] + report["flags"]}
+    for file, line in WHERE.findall((proj / "reports" / "refresh.md").read_text()):
+        assert (file, int(line)) in entries or "Omni-new" in lines(file)[int(line) - 1], (file, line)
+    for row in stdout.splitlines():
+        m = WHERE.search(row)
+        if m is None:
+            continue
+        file, line = m.group(1), int(m.group(2))
+        assert 0 < line <= len(lines(file)), row
+        if row.startswith("conflict: "):
+            assert lines(file)[line - 1].startswith("<<<<<<< "), row
+        elif row.startswith("review: "):
+            assert (file, line, row.split()[2]) in flagged, row
+    return len(report["conflicts"]), len(report["flags"])
+
+
+def test_every_line_is_right_after_refresh_and_each_continue(adopted_030: Path, tmp_path: Path) -> None:
+    proj = copy_project(adopted_030, tmp_path / "p")
+    (proj / "reports").mkdir()
+    reports = ("--report", "reports/refresh.json", "--markdown", "reports/refresh.md")
+    proc = pq(proj, "refresh", "--to", RC2, *reports, "-v", check=3)
+    assert proc.stdout.index("conflict: ") < proc.stdout.index("review: ")
+    seen = [check_lines(proj, proc.stdout)]
+    assert seen[0][0] > 0
+    st = pq(proj, "status", "-v", check=3).stdout
+    check_lines(proj, st)
+    # the maintainer resolves the first region only: status follows the lines on disk
+    work = proj / "npu_worker"
+    marked = next(f for f in sorted(work.glob("*.py")) if "<<<<<<< " in f.read_text())
+    text = marked.read_text()
+    first = text.index("<<<<<<< ")
+    end = text.index("\n", text.index(">>>>>>> ", first)) + 1
+    marked.write_text(text[:first] + _take_patch_side(text[first:end]) + text[end:])
+    st = pq(proj, "status", "-v", check=3).stdout
+    left = re.findall(r"^conflict: npu_worker/(\w+\.py):(\d+)", st, re.MULTILINE)
+    assert len(left) == seen[0][0] - 1 and f"1 of {seen[0][0]} conflict region(s) resolved on disk" in st, st
+    for file, line in left:
+        assert (work / file).read_text().splitlines()[int(line) - 1].startswith("<<<<<<< "), st
+    flags = re.findall(r"^review: npu_worker/(\w+\.py):(\d+) ", st, re.MULTILINE)
+    assert len(flags) == seen[0][1] and all(0 < int(n) <= len((work / f).read_text().splitlines()) for f, n in flags)
+    # each continue (resolving by the patch's side) rewrites the reports, the lines as they are then
+    code = 3
+    while code == 3:
+        for f in work.glob("*.py"):
+            if "<<<<<<< " in f.read_text():
+                f.write_text(_take_patch_side(f.read_text()))
+        proc = pq(proj, "continue", "-v", check=None)
+        code = proc.returncode
+        assert code in (0, 3), proc.stderr
+        seen.append(check_lines(proj, proc.stdout))
+    assert len(seen) >= 4 and seen[-1][0] == 0
+    # the patch headers name the new upstream
+    headers = [line for f in sorted((proj / "patches").glob("*.patch")) for line in f.read_text().splitlines()]
+    named = [line for line in headers if line.startswith("Upstream: ")]
+    assert len(named) == 9 and all(line.endswith(" at vllm-ascend 0.30.0rc2.") for line in named), named
+
+
+def test_no_stop_then_continue_lines(adopted_030: Path, tmp_path: Path) -> None:
+    """The flags of a --no-stop refresh, after one `pq continue`, point into the resolved files."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    (proj / "reports").mkdir()
+    proc = pq(proj, "refresh", "--no-stop", "--to", RC2, "--report", "reports/refresh.json", check=3)
+    assert "review: " not in proc.stdout and re.search(r"\d+ review flag\(s\): \d+ near-block", proc.stdout)
+    (proj / "reports" / "refresh.md").write_text("")  # no Markdown asked for
+    only = pq(proj, "status", "--flags", "near-block,kept-replacement", check=3).stdout
+    assert {r.split()[2] for r in only.splitlines() if r.startswith("review: ")} == {"near-block", "kept-replacement"}
+    for f in (proj / "npu_worker").glob("*.py"):
+        f.write_text(_take_patch_side(f.read_text()))
+    proc = pq(proj, "continue", "-v")
+    assert check_lines(proj, proc.stdout)[0] == 0

@@ -1,0 +1,84 @@
+"""`pq resolve SIDE FILE:LINE` for one conflict region and `pq mergetool` with the user's own merge tool
+(a scripted tool configured the way git documents it, real git, no mocks), on the real 0.30.0rc2 refresh."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from pathlib import Path
+
+from conftest import copy_project, git, pq
+
+from patch_queue.merge import markers
+
+RC2 = "vllm-ascend==0.30.0rc2"
+CONFLICT = re.compile(r"^conflict: (npu_worker/\w+\.py):(\d+) ", re.MULTILINE)
+
+
+def refreshed(adopted: Path, dst: Path) -> Path:
+    proj = copy_project(adopted, dst)
+    pq(proj, "refresh", "--no-stop", "--to", RC2, "--report", "r.json", check=3)
+    return proj
+
+
+def test_resolve_one_region_by_side(adopted_030: Path, tmp_path: Path) -> None:
+    proj = refreshed(adopted_030, tmp_path / "p")
+    report = json.loads((proj / "r.json").read_text())
+    first = report["conflicts"][0]
+    path = proj / "npu_worker" / first["file"]
+    before = path.read_text()
+    region = markers.region_at(before, first["line"])
+    assert region is not None and region.first == first["line"]
+    # a line inside the region (not only its marker) names it; the patch's side replaces it, nothing else changes
+    out = pq(proj, "resolve", "--patch", f"npu_worker/{first['file']}:{first['line'] + 1}").stdout
+    assert out.startswith(f"resolved npu_worker/{first['file']}:{region.first}-{region.last} with the patch side")
+    assert path.read_text() == markers.resolve(before, region, list(region.patch))
+    # no region there any more: one line, exit 1, nothing written
+    after = path.read_text()
+    bad = pq(proj, "resolve", "--upstream", f"npu_worker/{first['file']}:{first['line']}", check=1)
+    assert bad.stderr == f"pq: error: no conflict region at npu_worker/{first['file']}:{first['line']}\n"
+    assert path.read_text() == after
+    assert pq(proj, "resolve", "--upstream", "--patch", "x.py:1", check=1).stderr.count("\n") == 1
+    # the lines `pq status` prints now are the regions' lines on disk: resolve the next one there, both sides
+    status = pq(proj, "status", check=3).stdout
+    where, line = CONFLICT.findall(status)[0]
+    text = (proj / where).read_text()
+    region = markers.region_at(text, int(line))
+    assert region is not None and region.first == int(line)
+    pq(proj, "resolve", "--both", f"{where}:{line}")
+    assert (proj / where).read_text() == markers.resolve(text, region, [*region.upstream, *region.patch])
+    # a suggestion, written only when asked for
+    status = pq(proj, "status", check=3).stdout
+    tips = re.findall(r"suggestion: .*: `pq resolve (--\w+) (npu_worker/\w+\.py):(\d+)`", status)
+    assert tips, status
+    option, where, line = tips[0]
+    pq(proj, "resolve", option, f"{where}:{line}")
+    assert pq(proj, "status", check=3).stdout.count("conflict: ") == len(report["conflicts"]) - 3
+
+
+def test_mergetool_runs_the_configured_tool(adopted_030: Path, tmp_path: Path) -> None:
+    proj = refreshed(adopted_030, tmp_path / "p")
+    err = pq(proj, "mergetool", check=1).stderr
+    assert err.count("\n") == 1 and "git config merge.tool" in err
+    tool = tmp_path / "take-remote.sh"
+    log = tmp_path / "tool.log"
+    tool.write_text(f'#!/bin/sh\necho "$1|$2|$3|$4" >> {log}\ncp "$3" "$4"\n')
+    tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
+    git(proj, "config", "merge.tool", "scripted")
+    git(proj, "config", "mergetool.scripted.cmd", f'{tool} "$BASE" "$LOCAL" "$REMOTE" "$MERGED"')
+    git(proj, "config", "mergetool.scripted.trustExitCode", "true")
+    work = proj / "npu_worker"
+    conflicted = {f.name: f.read_text() for f in sorted(work.glob("*.py")) if markers.regions(f.read_text())}
+    assert len(conflicted) == 3
+    out = pq(proj, "mergetool").stdout
+    assert all(f"npu_worker/{name}: resolved" in out for name in conflicted), out
+    calls = log.read_text().splitlines()
+    assert len(calls) == len(conflicted)
+    for name, text in conflicted.items():
+        # REMOTE is the patch's side of every region, and the tool's answer is what npu_worker/ holds now
+        assert (work / name).read_text() == markers.whole_side(text, "patch")
+        base, local, remote, merged = next(c for c in calls if c.endswith(name)).split("|")
+        assert "_BASE_" in base and "_LOCAL_" in local and "_REMOTE_" in remote and merged == name
+    assert not list(work.glob("*.orig")) and "UU" not in git(proj, "status", "--porcelain")
+    pq(proj, "continue")
