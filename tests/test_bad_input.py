@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -548,3 +549,40 @@ def test_a_git_ref_lock_during_the_writes_is_undone_without_a_journal(proj: Path
     finally:
         lock.unlink()
     pq(proj, "record")  # with the lock gone it goes through
+
+
+def test_record_after_a_standalone_build_takes_only_the_edit(proj: Path) -> None:
+    """`pq build --standalone` into npu_worker/, an edit, `pq record`: the patches gain the edit, not the
+    standalone build's import rewrites."""
+    pq(proj, "build", "--standalone")
+    runner = proj / "npu_worker" / "npu_ar_model_runner.py"
+    text = runner.read_text()
+    assert "vllm_omni.platforms.npu.worker" not in text and "from npu_worker." in text  # imports point into it
+    runner.write_text(text + "\n# a maintainer's note\n")
+    before = {p.name: p.read_text() for p in (proj / "patches").glob("*.patch")}
+    pq(proj, "record")
+    after = {p.name: p.read_text() for p in (proj / "patches").glob("*.patch")}
+
+    def body_lines(texts: dict[str, str]) -> Counter[str]:  # the diff lines of every patch (later ones rebase)
+        return Counter(
+            x for t in texts.values() for x in t.splitlines() if x[:1] in "+-" and x[:3] not in ("+++", "---")
+        )
+
+    assert body_lines(after) - body_lines(before) == Counter({"+": 1, "+# a maintainer's note": 1})
+    assert not body_lines(before) - body_lines(after)
+    assert "vllm_omni.platforms.npu.worker" in git(proj, "show", "refs/pq/top:npu_ar_model_runner.py")
+
+
+def test_build_out_never_overwrites_a_users_file(proj: Path, tmp_path: Path) -> None:
+    out = tmp_path / "elsewhere"
+    out.mkdir()
+    (out / "npu_model_runner.py").write_text("# my own file\n")
+    line = refused(proj, "build", "--out", str(out))
+    assert line.endswith(
+        "npu_model_runner.py: is not a file pq wrote (.pq-build does not list it); pq does not "
+        "overwrite it: move it away, or build into another folder"
+    ), line
+    assert (out / "npu_model_runner.py").read_text() == "# my own file\n"
+    (out / "npu_model_runner.py").unlink()
+    pq(proj, "build", "--out", str(out))
+    pq(proj, "build", "--out", str(out))  # its own files it rewrites

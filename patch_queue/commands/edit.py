@@ -5,9 +5,18 @@ from __future__ import annotations
 import difflib
 import re
 
-from patch_queue.commands.write import StepInfo, finish, module_files, refuse_out_edits, sync_stack, write_series
+from patch_queue.commands.write import (
+    StepInfo,
+    finish,
+    module_files,
+    refuse_out_edits,
+    standalone,
+    sync_stack,
+    write_series,
+)
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import read_folder
+from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.outputs import folder as output
 from patch_queue.project.journal import Writes
@@ -130,8 +139,12 @@ def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes
     built = module_files(ws, top)
     written = output.manifest(ws.out)
     changed = {e.file for e in output.edits(ws.out, built)}
+    package = output.standalone_package(ws.out)
+    pointed = standalone(built, package) if package else built
     out: dict[str, bytes] = {}
     for rel, data in sorted(read_folder(ws.out).items()):
+        if package and rel in built and rel in changed:  # the edits only: not the standalone build's imports
+            data = _edits_onto(built[rel], pointed[rel], data)
         if rel == output.MANIFEST or (rel in written and rel not in changed) or built.get(rel) == data:
             continue
         line = replay.has_markers(data)
@@ -147,6 +160,18 @@ def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes
                 path=ws.rel(ws.out / rel),
             )
     return out
+
+
+def _edits_onto(plain: bytes, written: bytes, edited: bytes) -> bytes:
+    """The maintainer's edits of ``written`` (a standalone build of ``plain``: the same lines, imports pointed
+    elsewhere) made to ``plain`` instead."""
+    lines, new = plain.splitlines(keepends=True), edited.splitlines(keepends=True)
+    out: list[bytes] = []
+    pos = 0
+    for old_start, old_lines, new_start, new_lines in line_hunks(written, edited):
+        out += lines[pos:old_start] + new[new_start : new_start + new_lines]
+        pos = old_start + old_lines
+    return b"".join(out + lines[pos:])
 
 
 def _rechain(

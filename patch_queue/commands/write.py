@@ -131,7 +131,7 @@ def build_top(
     if standalone_pkg:
         files = standalone(files, out.name)
     journal = writes or Writes(ws, "build")
-    output.sync(out, files, journal)
+    output.sync(out, files, journal, standalone=out.name if standalone_pkg else "")
     if writes is None:
         journal.commit()
     return files

@@ -9,6 +9,7 @@ of older pq (paths only) is compared with the top of the stack instead.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from patch_queue.series.stack import sha256
 
 MANIFEST = ".pq-build"
 _HEADER = "# files written by pq build: sha256 and path\n"
+_STANDALONE = "# files written by pq build --standalone {}: sha256 and path\n"
 
 
 @dataclass(frozen=True)
@@ -29,15 +31,33 @@ class Edited:
     removed: int
 
 
-def sync(out: Path, files: dict[str, bytes], writes: Writes) -> None:
-    """Make ``out`` hold ``files``; files of an earlier build no longer there go, files pq never wrote stay."""
+def sync(out: Path, files: dict[str, bytes], writes: Writes, *, standalone: str = "") -> None:
+    """Make ``out`` hold ``files``; files of an earlier build no longer there go, files pq never wrote stay
+    (and one in the way of a file to write is refused).  ``standalone``: the package name of a
+    standalone build (its imports point into it), recorded in the manifest's header."""
     owned = set(manifest(out))
     for rel, data in sorted(files.items()):
-        writes.write(out / rel, data, group="out")
+        path = out / rel
+        if rel not in owned and path.is_file() and path.read_bytes() != data:
+            raise QueueError(
+                f"is not a file pq wrote ({MANIFEST} does not list it); pq does not overwrite it: "
+                "move it away, or build into another folder",
+                path=str(path),
+            )
+        writes.write(path, data, group="out")
     for rel in sorted(owned - set(files)):
         writes.write(out / rel, None, group="out")
     listing = "".join(f"{sha256(files[f])} {f}\n" for f in sorted(files))
-    writes.write(out / MANIFEST, (_HEADER + listing).encode(), group="out")
+    header = _STANDALONE.format(standalone) if standalone else _HEADER
+    writes.write(out / MANIFEST, (header + listing).encode(), group="out")
+
+
+def standalone_package(out: Path) -> str:
+    """The package a standalone build in ``out`` points its imports into; "" for a plain build."""
+    path = out / MANIFEST
+    first = path.read_text(encoding="utf-8", errors="replace").partition("\n")[0] if path.is_file() else ""
+    found = re.fullmatch(_STANDALONE.format(r"(\S+)").rstrip("\n"), first)
+    return found.group(1) if found else ""
 
 
 def manifest(out: Path) -> dict[str, str]:
