@@ -586,3 +586,22 @@ def test_build_out_never_overwrites_a_users_file(proj: Path, tmp_path: Path) -> 
     (out / "npu_model_runner.py").unlink()
     pq(proj, "build", "--out", str(out))
     pq(proj, "build", "--out", str(out))  # its own files it rewrites
+
+
+def test_a_linked_work_tree_is_refused(proj: Path, tmp_path: Path) -> None:
+    """refs/pq/ are shared by every work tree, the lock and a refresh's state are not: pq runs in the main one."""
+    git(proj, "add", "-A")
+    git(proj, "commit", "-qm", "project")
+    linked = tmp_path / "linked"
+    git(proj, "worktree", "add", "-q", str(linked))
+    refs = git(proj, "for-each-ref", "refs/pq/")
+    for args in (("status",), ("build",), ("refresh",)):
+        proc = pq(linked, *args, check=1)
+        line = one_error_line(proc)
+        assert line == (
+            f"pq: error: {linked}: is a linked git work tree: its refs/pq/ are shared with every work tree of the "
+            "repository while the lock and a refresh's state are not, so pq runs in the main work tree only "
+            f"({proj})"
+        ), line
+    assert git(proj, "for-each-ref", "refs/pq/") == refs
+    pq(proj, "status")

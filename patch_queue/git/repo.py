@@ -70,6 +70,8 @@ class ProjectRepo:
             raise QueueError("a bare repository has no work tree for patches/", path=found)
         self.workdir = Path(workdir).resolve()
         self.gitdir = Path(self._repo.path).resolve()
+        common = self.gitdir / "commondir"  # only a linked work tree's git folder has one
+        self.main_gitdir = (self.gitdir / common.read_text().strip()).resolve() if common.is_file() else None
         # recently read or written blobs by id: a replay reads each text it wrote right back
         self._blobs: dict[pygit2.Oid, bytes] = {}
         self._oids: dict[bytes, pygit2.Oid] = {}
@@ -259,8 +261,7 @@ class ProjectRepo:
         ids = list(dict.fromkeys(commits))
         if not ids:
             return {}
-        common = self.gitdir / "commondir"  # a linked work tree keeps its objects in the main repository
-        objects = (self.gitdir / common.read_text().strip() if common.is_file() else self.gitdir) / "objects"
+        objects = (self.main_gitdir or self.gitdir) / "objects"  # a linked work tree's are the main repository's
         with tempfile.TemporaryDirectory(prefix="pq-format-") as scratch:
             (Path(scratch) / "refs").mkdir()
             (Path(scratch) / "HEAD").write_text("ref: refs/heads/main\n")

@@ -50,6 +50,12 @@ def open_workspace(cwd: Path | None = None, *, out: Path | None = None) -> Works
     here = (cwd or Path.cwd()).resolve()
     repo = ProjectRepo(here)
     root = repo.workdir
+    if repo.main_gitdir is not None:
+        raise QueueError(
+            "is a linked git work tree: its refs/pq/ are shared with every work tree of the repository while the "
+            f"lock and a refresh's state are not, so pq runs in the main work tree only ({repo.main_gitdir.parent})",
+            path=str(root),
+        )
     return Workspace(repo, root, QueueDir(root / "patches"), (out or root / OUT_DIR).resolve())
 
 
