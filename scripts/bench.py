@@ -317,9 +317,12 @@ def quality(
     out = project / "npu_worker"
     row["absorbed"] = list(absorbed(queue, out, old_snap, target_snap))
     row["work_saved"] = work_saved(up, corpus, out, target_snap.read(RUNNER).decode("utf-8")) if up.new else None
-    row["work_saved_synced"] = None
+    row["work_saved_synced"] = row["synced_error"] = None
     if up.new is not None:
-        row["work_saved_synced"] = sync_and_measure(up, corpus, project, target_snap.read(RUNNER).decode("utf-8"))
+        try:
+            row["work_saved_synced"] = sync_and_measure(up, corpus, project, target_snap.read(RUNNER).decode("utf-8"))
+        except StepError as exc:  # e.g. a patch side that does not parse: the refresh's own figures still count
+            row["synced_error"] = str(exc)
     return row, queue, old_snap, target_snap
 
 
@@ -645,6 +648,7 @@ def render_work_saved(rows: Sequence[Json]) -> list[str]:
         " share of the rest the maintainers wrote the same way.",
         "",
         *_work_saved_table(rows, "work_saved_synced"),
+        *(f"- {r['title']}: not measured after the sync: {r['synced_error']}" for r in rows if r.get("synced_error")),
     ]
     return out
 
