@@ -139,8 +139,8 @@ def reconcile(
     ``new_upstream`` (the text of the module ``upstream_module``).  ``old_upstream``: that module as the
     series knew it; ``omni``: the old series' final text of this runner, whose lines that are not
     ``old_upstream``'s are the omni code that may still use an import; ``old_base``: this runner
-    before the patch in the old series.  A use on a line the old series deleted (in ``old_base``, not
-    in ``omni``) does not count: the later patches of the series will most likely delete it again."""
+    before the patch in the old series.  A use the later patches will delete again does not count
+    (:func:`_deleted_again`)."""
     views = sides(text)
     found = [fmt.lint(v, ("F821", "F401")) for v in views]
     if any(f is None for f in found):
