@@ -13,7 +13,9 @@ every conflict region taken in turn (upstream, patch):
 - **calls made twice**: ``pq check``'s ``statement-duplicated`` rule, a call statement a method
   makes more often than both the old omni method and the new upstream method do;
 - the refresh's conflicts by kind, its ``import-added`` / ``import-stale`` / ``already-upstream``
-  flags, and the omni blocks before and after.
+  flags, and the omni blocks before and after;
+- the size of the pull-request body the scheduled refresh would post (``report.markdown`` within its
+  budget, in the characters GitHub counts) and of the whole report.
 
 The Markdown holds no timing, so two commits' outputs compare with ``diff``.  Environment as for
 ``scripts/bench.py``.
@@ -35,6 +37,7 @@ from bench import UPGRADES, Json, Upgrade, adopt, git, pq
 from conflict_table import corpus_dir, say
 
 from patch_queue.checks.duplicates import check_duplicates
+from patch_queue.outputs import report as body_report
 from patch_queue.series import fmt, reimport
 
 RUNNER_MODULE = "vllm_ascend.worker.model_runner_v1"
@@ -62,6 +65,9 @@ def measure(up: Upgrade, corpus: Path, work: Path) -> Json:
         "flags": {k: sum(1 for f in data["flags"] if f["kind"] == k) for k in ("import-added", "import-stale")}
         | {"already-upstream": sum(1 for f in data["flags"] if f["kind"] == "already-upstream")},
         "blocks": [data["blocks"]["before"], data["blocks"]["after"]],
+        "body": [
+            body_report.github_chars(body_report.markdown(data, limit=lim)) for lim in (body_report.BODY_BUDGET, None)
+        ],
     }
     for i, side in enumerate(SIDES):
         views = {name: reimport.sides(text)[min(i, len(reimport.sides(text)) - 1)] for name, text in texts.items()}
@@ -80,8 +86,9 @@ def render(rows: Sequence[Json]) -> str:
         "# Merge defects on the real upgrades",
         "",
         "| upgrade | conflicts | import-added | import-stale | already-upstream | blocks | side | unparsable "
-        "| undefined: upstream binds | undefined: other | calls made twice |",
-        "|---|---|--:|--:|--:|---|---|---|--:|--:|--:|",
+        "| undefined: upstream binds | undefined: other | calls made twice "
+        f"| PR body chars (full report chars), budget {body_report.BODY_BUDGET:,} |",
+        "|---|---|--:|--:|--:|---|---|---|--:|--:|--:|--:|",
     ]
     for r in rows:
         conflicts = ", ".join(f"{k} {v}" for k, v in r["conflicts"].items()) or "0"
@@ -91,6 +98,7 @@ def render(rows: Sequence[Json]) -> str:
             blocks = f"{r['blocks'][0]} → {r['blocks'][1]}" if side == SIDES[0] else ""
             cells = [*head, blocks, side, ", ".join(s["unparsable"]) or "-"]
             cells += [str(len(s["undefined_upstream_binds"])), str(s["undefined_other"]), str(len(s["twice"]))]
+            cells.append(f"{r['body'][0]:,} ({r['body'][1]:,})" if side == SIDES[0] else "")
             out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 

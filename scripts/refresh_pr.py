@@ -4,8 +4,9 @@
 (``pq refresh --no-stop`` with its reports and annotations; on a result without conflicts that
 runs ``pq check`` too), commits the result
 on top of the default branch with the maintainers' message template, and writes everything the
-second half needs into a work folder (reports, the built package, ``decision.json`` and a git
-bundle of the commit).  It decides one of:
+second half needs into a work folder (``report.json``; ``report.md``, the whole report, for the
+artifact; ``summary.md`` for the job summary; ``body.md``, the pull-request body within
+:data:`BODY_BUDGET`; the built package, ``decision.json`` and a git bundle of the commit).  It decides one of:
 
 - ``update``: push the commit to ``pq/refresh/<target>`` and open or update its pull request
   (a draft with the ``needs-resolution`` label when conflicts are left);
@@ -51,6 +52,10 @@ COMMENT_MARKER = "<!-- pq-refresh: maintainer commits -->"
 RESOLUTIONS = "refs/pq/resolutions"  # recorded resolutions and edits: the lineage's other half
 TARGETS = {"release": None, "main": "main"}  # name -> the --to spec (None: the newest release)
 TOKEN_ENV = "PQ_GIT_TOKEN"  # the workflow's token, for git's requests to the remote only
+# the work folder's reports: all of it (the artifact), the job summary (1 MiB), the pull-request body
+FULL, SUMMARY, BODY = "report.md", "summary.md", "body.md"
+BODY_BUDGET = 60_000  # = patch_queue.outputs.report.BODY_BUDGET (publish does not import pq)
+SHOWN_COMMITS = 10  # maintainers' commits a comment names
 
 
 class ScriptError(Exception):
@@ -183,6 +188,88 @@ def message(target_label: str, report: dict[str, object], check: dict[str, objec
 
 
 # ---------------------------------------------------------------------------------------------
+# the reports: all of it, the job summary, the pull-request body
+
+
+def github_chars(text: str) -> int:
+    """At least what GitHub counts in a body: UTF-16 units, line ends as CRLF (as ``report.github_chars``)."""
+    return len(text.encode("utf-16-le")) // 2 + text.count("\n")
+
+
+def full_report_pointer(target: str, *, link: bool = True) -> str:
+    """Where the whole report is: the run's job summary (a link, on GitHub Actions) and the work-folder artifact."""
+    artifact = f"`{FULL}` and `report.json` in the artifact `pq-refresh-{slug(target)}`"
+    server, repo, run_id = (os.environ.get(k, "") for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID"))
+    if link and server and repo and run_id:
+        return f"[the job summary of this run]({server}/{repo}/actions/runs/{run_id}) and {artifact}"
+    return artifact
+
+
+def render(root: Path, workdir: Path, target: str, *, budget: int = BODY_BUDGET) -> None:
+    """Write ``report.md`` (all of it), ``summary.md`` (within the job summary's 1 MiB) and ``body.md``
+    (within ``budget``) from ``report.json``, with pq's one renderer (``patch_queue.outputs.report``).
+
+    It runs as ``render`` under pq's Python (the venv ``scripts/setup.sh`` made), which has the package.
+    """
+    local = root / ".venv" / "bin" / "python"
+    python = str(local) if local.is_file() else sys.executable
+    script = str(Path(__file__).resolve())
+    run([python, script, "render", "--workdir", str(workdir), "--target", target, "--budget", str(budget)], cwd=root)
+
+
+def _render_here(workdir: Path, target: str, budget: int) -> None:
+    from patch_queue.outputs import report as md
+
+    data = json.loads((workdir / "report.json").read_text(encoding="utf-8"))
+    summary = md.markdown(
+        data, limit=md.JOB_SUMMARY_BUDGET, in_bytes=True, full_report=full_report_pointer(target, link=False)
+    )
+    (workdir / FULL).write_text(md.markdown(data, limit=None), encoding="utf-8")
+    (workdir / SUMMARY).write_text(summary, encoding="utf-8")
+    (workdir / BODY).write_text(
+        md.markdown(data, limit=budget, full_report=full_report_pointer(target)), encoding="utf-8"
+    )
+
+
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_OPEN_DETAILS = re.compile(r"<details[\s>]")
+FIT_NOTE = "_… shortened to fit GitHub's limit: the whole report is in the job summary and the artifact of the run._"
+
+
+def fit(text: str, budget: int = BODY_BUDGET, note: str = FIT_NOTE) -> str:
+    """``text`` if it fits in ``budget`` (:func:`github_chars`), else its longest head that ends at a blank
+    line outside every code block and ``<details>``, and ``note``.
+
+    A text that is one long paragraph is cut between two words.  ``body.md`` fits already (prepare
+    renders it within the budget); this is publish's guard for anything else it posts (an older
+    artifact's ``report.md``, a comment)."""
+    if github_chars(text) <= budget:
+        return text
+    tail = f"\n\n{note}\n"
+    room = budget - github_chars(tail)
+    cut = pos = used = depth = 0
+    fence = ""
+    for line in text.splitlines(keepends=True):
+        used += github_chars(line)
+        if used > room:
+            if not cut and not fence and depth <= 0:  # one long paragraph, in no block: cut it between words
+                part = line[: max(0, room - used + github_chars(line)) // 2]
+                cut = pos + len(part.rsplit(" ", 1)[0] if " " in part else part)
+            break
+        pos += len(line)
+        stripped, m = line.strip(), _FENCE.match(line)
+        if fence:
+            fence = "" if stripped.startswith(fence) and set(stripped) == {fence[0]} else fence
+        elif m:
+            fence = m.group(1)
+        else:
+            depth += len(_OPEN_DETAILS.findall(line)) - line.count("</details>")
+        if not fence and depth <= 0 and not stripped:
+            cut = pos
+    return text[:cut].rstrip("\n") + tail
+
+
+# ---------------------------------------------------------------------------------------------
 # prepare
 
 
@@ -266,16 +353,19 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         remote_git(root, remote, "fetch", "--quiet", remote, f"+refs/heads/{branch}:refs/remotes/{remote}/{branch}")
         humans = _human_commits(root, remote_sha, head)
         if humans:
+            named = ", ".join(h[:12] for h in humans[:SHOWN_COMMITS])
+            more = f" and {len(humans) - SHOWN_COMMITS} more" if len(humans) > SHOWN_COMMITS else ""
             decision = Decision(
                 "comment",
                 branch,
                 target,
-                f"maintainers pushed {len(humans)} commit(s) to {branch} "
-                f"({', '.join(h[:12] for h in humans)}); the bot leaves the branch to them",
+                f"maintainers pushed {len(humans)} commit(s) to {branch} ({named}{more}); "
+                "the bot leaves the branch to them",
                 expected_remote=remote_sha,
             )
             decision.write(workdir)
-            (workdir / "report.md").write_text(f"## NPU runners: {branch}\n\n{decision.reason}.\n")
+            for name in (FULL, SUMMARY, BODY):
+                (workdir / name).write_text(f"## NPU runners: {branch}\n\n{decision.reason}.\n")
             return decision
     pq = pq_command(root)
     materialize(root, pq, remote)
@@ -285,8 +375,6 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         "--no-stop",
         "--report",
         str(workdir / "report.json"),
-        "--markdown",
-        str(workdir / "report.md"),
         "--annotations",
     ]
     if spec:
@@ -294,6 +382,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     proc = run(args, cwd=root, ok=(0, 3), capture=True)
     sys.stdout.write("".join(line + "\n" for line in proc.stdout.splitlines() if line.startswith("::")))
     report = json.loads((workdir / "report.json").read_text())
+    render(root, workdir, target)
     conflicted = proc.returncode == 3
     check: dict[str, object] | None = None
     if not conflicted and isinstance(report.get("check"), dict):
@@ -391,6 +480,13 @@ class GhCli:
     def _gh(self, *args: str) -> str:
         return run(["gh", *args], cwd=self.root).stdout.strip()
 
+    def _gh_body(self, body: str, *args: str) -> str:
+        """``gh <args> --body-file FILE``: a body is data in a file, never a command-line argument."""
+        with tempfile.TemporaryDirectory(prefix="pq-body-") as tmp:
+            path = Path(tmp) / "body.md"
+            path.write_text(body, encoding="utf-8")
+            return self._gh(*args, "--body-file", str(path))
+
     def find(self, branch: str) -> int | None:
         out = self._gh("pr", "list", "--head", branch, "--state", "open", "--json", "number", "--jq", ".[0].number")
         return int(out) if out else None
@@ -398,26 +494,26 @@ class GhCli:
     def create(self, branch: str, base: str, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> int:
         for label in labels:
             self._gh("label", "create", label, "--force", "--description", "pq: conflicts left for a maintainer")
-        args = ["pr", "create", "--head", branch, "--base", base, "--title", title, "--body", body]
+        args = ["pr", "create", "--head", branch, "--base", base, "--title", title]
         args += ["--draft"] if draft else []
         for label in labels:
             args += ["--label", label]
-        url = self._gh(*args)
+        url = self._gh_body(body, *args)
         return int(url.rstrip("/").rsplit("/", 1)[-1])
 
     def update(self, number: int, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> None:
-        args = ["pr", "edit", str(number), "--title", title, "--body", body]
+        args = ["pr", "edit", str(number), "--title", title]
         for label in labels:
             args += ["--add-label", label]
         if not labels:
             args += ["--remove-label", LABEL]
-        self._gh(*args)
+        self._gh_body(body, *args)
         self._gh("pr", "ready", str(number), *(["--undo"] if draft else []))
 
     def comment_once(self, number: int, marker: str, body: str) -> None:
         bodies = self._gh("pr", "view", str(number), "--json", "comments", "--jq", ".comments[].body")
         if marker not in bodies:
-            self._gh("pr", "comment", str(number), "--body", body)
+            self._gh_body(body, "pr", "comment", str(number))
 
 
 def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "origin", base: str = "main") -> str:
@@ -427,11 +523,8 @@ def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "orig
     if decision.action == "comment":
         number = prs.find(decision.branch)
         if number is not None:
-            prs.comment_once(
-                number,
-                COMMENT_MARKER,
-                f"{COMMENT_MARKER}\nThe scheduled refresh did not update this branch: {decision.reason}.",
-            )
+            said = f"{COMMENT_MARKER}\nThe scheduled refresh did not update this branch: {decision.reason}.\n"
+            prs.comment_once(number, COMMENT_MARKER, fit(said))
         return f"{decision.branch}: left to the maintainers ({decision.reason})"
     git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{BUNDLE_REF}:{BUNDLE_REF}")
     lease = f"refs/heads/{decision.branch}:{decision.expected_remote}"
@@ -445,8 +538,8 @@ def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "orig
     git(root, "update-ref", "-d", BUNDLE_REF)
     if decision.resolutions:
         git(root, "update-ref", "-d", "refs/pq/bundled-resolutions")
-    body_file = workdir / "report.md"
-    body = body_file.read_text() if body_file.is_file() else decision.reason
+    found = [workdir / name for name in (BODY, FULL) if (workdir / name).is_file()]
+    body = fit(found[0].read_text(encoding="utf-8") if found else decision.reason + "\n")
     number = prs.find(decision.branch)
     if number is None:
         number = prs.create(decision.branch, base, decision.title, body, draft=decision.draft, labels=decision.labels)
@@ -466,10 +559,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     q.add_argument("--workdir", required=True, type=Path)
     q.add_argument("--remote", default="origin")
     q.add_argument("--base", default=os.environ.get("GITHUB_BASE_REF") or "main")
+    r = sub.add_parser("render", help="report.json to report.md, summary.md and body.md (under pq's Python)")
+    r.add_argument("--workdir", required=True, type=Path)
+    r.add_argument("--target", required=True)
+    r.add_argument("--budget", type=int, default=BODY_BUDGET, help="of body.md, in characters")
     args = parser.parse_args(argv)
     root = Path.cwd()
     try:
-        if args.command == "prepare":
+        if args.command == "render":
+            _render_here(args.workdir, args.target, args.budget)
+        elif args.command == "prepare":
             decision = prepare(args.target, args.workdir, root=root, remote=args.remote)
             print(f"{decision.branch}: {decision.action} ({decision.reason})")
         else:

@@ -6,6 +6,7 @@ Only the pull-request calls go to a recording implementation of the script's one
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 from conftest import git, new_project, pq, push_to_bare
+from test_report import named, well_formed
+
+from patch_queue.outputs.report import BODY_BUDGET, github_chars, markdown
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -95,6 +99,18 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
     assert decision.action == "update" and decision.draft and decision.labels == ("needs-resolution",)
     assert (tmp_path / "wd1" / "report.json").is_file() and (tmp_path / "wd1" / "npu_worker").is_dir()
     assert "conflict" in (tmp_path / "wd1" / "report.md").read_text()
+    # the artifact holds the whole report; the body and the job summary are the same renderer within budgets
+    wd1 = tmp_path / "wd1"
+    data = json.loads((wd1 / "report.json").read_text())
+    assert (wd1 / "report.md").read_text() == markdown(data, limit=None)
+    assert (wd1 / "summary.md").read_text() == (wd1 / "report.md").read_text()  # far under 1 MiB
+    assert (wd1 / "body.md").read_text() == markdown(data, full_report=refresh_pr.full_report_pointer(CONFLICTED))
+    refresh_pr.render(work, wd1, CONFLICTED, budget=3_000)  # a budget this report passes: shortened
+    body = (wd1 / "body.md").read_text()
+    assert github_chars(body) <= 3_000 < github_chars((wd1 / "report.md").read_text())
+    well_formed(body)
+    assert data["conflicts"] and all(named(body, c) for c in data["conflicts"])
+    assert f"in the artifact `pq-refresh-{CONFLICTED}`" in body
     assert git(work, "status", "--porcelain").strip() == ""  # the checkout is left as it was
     refresh_pr.publish(tmp_path / "wd1", root=work, prs=prs)
     head = remote_head(origin, branch)
@@ -105,6 +121,7 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
     assert git(origin, "show", f"{head}:patches/pending-refresh.toml").count("conflicts = 2") == 1
     assert prs.calls == [("create", 1)] and prs.prs[1]["draft"] is True
     assert prs.prs[1]["labels"] == ["needs-resolution"] and str(prs.prs[1]["body"]).startswith("## NPU runners")
+    assert prs.prs[1]["body"] == body  # publish posts body.md
 
     # 2. the next run, nothing new upstream: no commit, no pull-request call
     work2 = checkout(origin, tmp_path / "run2")
@@ -318,3 +335,65 @@ def test_the_token_is_sent_only_to_http_remotes(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("GIT_CONFIG_KEY_1", "a.c")
     monkeypatch.setenv("GIT_CONFIG_VALUE_1", "2")
     assert set(refresh_pr.remote_auth(repo, "origin")) == {"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_2", "GIT_CONFIG_VALUE_2"}
+
+
+# ---------------------------------------------------------------------------------------------
+# the body: within GitHub's limit, from a file
+
+
+def test_budgets_agree() -> None:
+    assert refresh_pr.BODY_BUDGET == BODY_BUDGET  # publish does not import pq: the number is written twice
+    for text in ("abc", "😀\né", ""):
+        assert refresh_pr.github_chars(text) == github_chars(text)
+
+
+def test_fit_cuts_only_between_blocks() -> None:
+    side = "x = 1\n\n" * 400  # blank lines inside the code block: no place to cut
+    body = "## title\n\npara\n\n" + "".join(
+        f"<details><summary>{i}</summary>\n\n```python\n{side}```\n\n</details>\n\n" for i in range(40)
+    )
+    assert github_chars(body) > BODY_BUDGET >= github_chars(refresh_pr.fit(body))
+    out = refresh_pr.fit(body, budget=20_000)
+    assert github_chars(out) <= 20_000 and out.endswith(refresh_pr.FIT_NOTE + "\n")
+    well_formed(out)
+    assert out.count("<details>") >= 1 and body.startswith(out[: -len(refresh_pr.FIT_NOTE) - 3])
+    assert refresh_pr.fit("short\n") == "short\n"
+
+
+def test_the_comment_on_a_taken_branch_fits(tmp_path: Path) -> None:
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    reason = "maintainers pushed 9000 commit(s) to pq/refresh/main (" + ", ".join(["0123456789ab"] * 9000) + ")"
+    refresh_pr.Decision("comment", "pq/refresh/main", "main", reason).write(wd)
+    prs = Recorder()
+    prs.prs[1] = {"branch": "pq/refresh/main", "comments": []}
+    refresh_pr.publish(wd, root=tmp_path, prs=prs)
+    (comment,) = prs.prs[1]["comments"]  # type: ignore[misc]
+    assert comment.startswith(refresh_pr.COMMENT_MARKER) and github_chars(comment) <= BODY_BUDGET
+
+
+def test_gh_gets_the_body_from_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GhCli passes every body with --body-file: no body on gh's command line, whatever its size."""
+    log = tmp_path / "gh.log"
+    fake = tmp_path / "bin" / "gh"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, sys\n"
+        "args = sys.argv[1:]\n"
+        "body = open(args[args.index('--body-file') + 1]).read() if '--body-file' in args else None\n"
+        f"open({str(log)!r}, 'a').write(json.dumps([args, body]) + '\\n')\n"
+        "print('https://github.com/o/r/pull/7' if args[:2] == ['pr', 'create'] else '')\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    body = "## body\n\n" + "é" * 70_000 + "\n"
+    gh = refresh_pr.GhCli(tmp_path)
+    assert gh.create("b", "main", "t", body, draft=True, labels=["needs-resolution"]) == 7
+    gh.update(7, "t", body, draft=False, labels=[])
+    gh.comment_once(7, "<!-- m -->", "<!-- m -->\nhello\n")
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    with_body = [(args, got) for args, got in calls if got is not None]
+    assert [args[:2] for args, _ in with_body] == [["pr", "create"], ["pr", "edit"], ["pr", "comment"]]
+    assert [got for _, got in with_body] == [body, body, "<!-- m -->\nhello\n"]
+    assert all("--body" not in args and not any("éé" in a for a in args) for args, _ in calls)

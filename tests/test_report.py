@@ -2,13 +2,24 @@
 
 # no ``from __future__ import annotations``: report.annotations is imported by that name
 import copy
+import html
 import json
 import re
+from pathlib import Path
 
 import pytest
+from conftest import copy_project, pq
 
 from patch_queue.outputs import report
-from patch_queue.outputs.report import GITHUB_BODY_LIMIT, TRUNCATED_NOTE, annotations, markdown, summary_line
+from patch_queue.outputs.report import (
+    BODY_BUDGET,
+    JOB_SUMMARY_BUDGET,
+    TRUNCATED_NOTE,
+    annotations,
+    github_chars,
+    markdown,
+    summary_line,
+)
 
 URL = "https://github.com/vllm-project/vllm-ascend"
 SHA_A = "3f2c9e1d8b7a6c5d4e3f2a1b0c9d8e7f6a5b4c3d"
@@ -285,7 +296,7 @@ def test_diff_sides_empty_sides_and_flag_resolution() -> None:
     moved = found[2]
     assert "**resolution** (what the tool wrote)" in moved
     assert moved.count(f"```python\n{OMNI_REGISTER}```") == 4
-    reused = found[3]
+    reused = found[4]  # the flags are grouped by kind: block-moved, near-block, reused
     assert "— reused — <code>NPUModelRunner._update_states</code></summary>" in reused
     assert "a recorded maintainer resolution was applied" in reused
 
@@ -356,71 +367,185 @@ def test_bad_report_names_the_key(data: dict[str, object], message: str) -> None
 
 
 # ---------------------------------------------------------------------------------------------
-# the size limit
+# the budget
+
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 
 
-def big_report(n_conflicts: int, n_flags: int, side_lines: int) -> dict[str, object]:
+def well_formed(body: str) -> None:
+    """Every code fence closed, ``<details>`` and ``</details>`` balanced and nested outside the fences."""
+    fence, depth = "", 0
+    for n, line in enumerate(body.splitlines(), 1):
+        m = FENCE.match(line)
+        if fence:
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) and not m.group(2).strip():
+                fence = ""
+            continue
+        if m:
+            fence = m.group(1)
+            continue
+        for tag in re.findall(r"</?details>", line):
+            depth += 1 if tag == "<details>" else -1
+            assert depth >= 0, f"line {n}: </details> without <details>"
+    assert not fence, "a code block is not closed"
+    assert depth == 0, f"{depth} <details> not closed"
+
+
+def test_well_formed_can_fail() -> None:
+    well_formed("<details>\n\n```python\n</details>\n```\n\n</details>\n")
+    for bad in ("<details>\n", "</details>\n<details>\n", "```python\nx\n", "````\n```\n", "```\n</details>\n"):
+        with pytest.raises(AssertionError):
+            well_formed(bad)
+
+
+def big_report(
+    n_conflicts: int, n_flags: int, side_lines: int, kinds: tuple[str, ...] = ("block-moved",)
+) -> dict[str, object]:
     side = "".join(
         f"        self.omni_state_{i} = compute_state(scheduler_output, index={i})\n" for i in range(side_lines)
     )
     sides = {"base": side, "upstream": side.replace("compute_state", "compute_state_v2"), "patch": side}
     return make_report(
         conflicts=[conflict(line=100 + i, sides=sides) for i in range(n_conflicts)],
-        flags=[flag(line=1000 + i, sides=sides, resolution=side) for i in range(n_flags)],
+        flags=[
+            flag(line=100_000 + i, sides=sides, resolution=side, kind=kinds[i % len(kinds)]) for i in range(n_flags)
+        ],
     )
 
 
-def test_under_the_limit_nothing_is_cut() -> None:
-    body = markdown(big_report(3, 3, 10))
-    assert TRUNCATED_NOTE not in body and "omitted" not in body
+def named(body: str, entry: dict[str, object]) -> bool:
+    where = f"npu_worker/{entry['file']}:{entry['line']}"
+    return f"<code>{where}</code>" in body or f"`{where}`" in body
 
 
-def test_sides_of_later_entries_are_truncated_first() -> None:
-    data = big_report(3, 3, 100)
-    full = markdown(data, limit=10**9)
-    assert len(full.encode()) > GITHUB_BODY_LIMIT
+def test_github_chars_counts_at_least_what_github_counts() -> None:
+    assert github_chars("abc") == 3
+    assert github_chars("é") == 1  # one character, two UTF-8 bytes
+    assert github_chars("😀") == 2  # two UTF-16 units (a browser counts two)
+    assert github_chars("a\nb") == 4  # a form posts CRLF
+
+
+def test_under_the_budget_nothing_is_cut() -> None:
+    data = big_report(3, 3, 10)
     body = markdown(data)
-    assert len(body.encode()) <= GITHUB_BODY_LIMIT
-    found = sections(body)
-    assert len(found) == 6 and "omitted" not in body  # all sections kept
-    cut = [TRUNCATED_NOTE in s for s in found]
-    assert cut[-1] and not cut[0]
-    first_cut = cut.index(True)
-    assert all(cut[first_cut:])  # a suffix is cut, the earlier ones are whole
-    assert found[0] == sections(full)[0]
+    assert body == markdown(data, limit=None)
+    assert TRUNCATED_NOTE not in body and "not shown" not in body and "shortened" not in body
+
+
+def test_flags_grouped_by_kind() -> None:
+    data = big_report(1, 6, 2, kinds=("near-block", "block-moved", "zz-new"))
+    body = markdown(data)
+    heads = re.findall(r"^#### (.*)$", body, re.MULTILINE)
+    assert heads == ["`block-moved`: 2 flags", "`near-block`: 2 flags", "`zz-new`: 2 flags"]
+    groups = body.split("#### ")[1:]
+    assert [g.count("<details>") for g in groups] == [2, 2, 2]
+    assert "100001" in groups[0] and "100004" in groups[0]  # report order within a kind
+
+
+def test_flags_give_way_before_conflicts() -> None:
+    data = big_report(2, 4, 50)
+    full = markdown(data, limit=None)
+    assert github_chars(full) > BODY_BUDGET
+    body = markdown(data)
+    assert github_chars(body) <= BODY_BUDGET
+    well_formed(body)
+    found, whole = sections(body), sections(full)
+    assert len(found) == 6 and "not shown" not in body  # every section kept
+    assert found[:2] == whole[:2]  # the conflicts whole
+    assert TRUNCATED_NOTE in found[-1]
     assert "self.omni_state_0 = " in found[-1]  # an excerpt: the first lines stay
-    assert "self.omni_state_99 = " not in found[-1]
+    assert "self.omni_state_49 = " not in found[-1]
+    assert body.rstrip().endswith("Everything is in the JSON report (`pq refresh --report`)._")
+    assert re.search(r"shortened to fit in 60,000 characters: \d+ entr(y|ies) with their code cut to an excerpt", body)
 
 
-def test_sections_are_dropped_last_with_a_count() -> None:
-    data = big_report(40, 300, 30)
-    body = markdown(data)
-    assert len(body.encode()) <= GITHUB_BODY_LIMIT
-    assert body.startswith("## NPU runners: v0.18.0rc1 → v0.20.0rc1\n")
-    found = sections(body)
-    assert 0 < len(found) < 340
-    assert all(TRUNCATED_NOTE in s for s in found)
-    omitted = re.findall(r"^_(\d+) of (\d+) (conflicts|review flags) omitted .*JSON report\._$", body, re.MULTILINE)
-    assert [(int(n), int(t), w) for n, t, w in omitted] == [(340 - len(found), 300, "review flags")]
-    assert body.index("### Review flags") < body.index("review flags omitted")
-    # the tables still count everything
-    assert table(body, "| kind | conflicts | flags |") == [["`both-changed`", "40", "0"], ["`block-moved`", "0", "300"]]
+def test_synthetic_500_conflicts_and_5000_flags() -> None:
+    kinds = ("block-moved", "near-block", "import-added", "kept-replacement", "merged-words")
+    data = big_report(500, 5000, 12, kinds=kinds)
+    for i, c in enumerate(data["conflicts"]):  # type: ignore[arg-type]
+        c["file"] = ("npu_ar_model_runner.py", "npu_model_runner.py", "npu_generation_model_runner.py")[i % 3]
+        c["kind"] = ("both-changed", "anchor-lost", "upstream-changed-replaced")[i % 3]
+    full = markdown(data, limit=None)
+    body = markdown(data, full_report="[the full report](https://example.invalid/run)")
+    summary = markdown(data, limit=JOB_SUMMARY_BUDGET, in_bytes=True)
+    print(
+        f"synthetic 500/5000: body {github_chars(body):,} characters ({len(body):,} code points), "
+        f"summary {len(summary.encode()):,} bytes, full {len(full):,} characters"
+    )
+    assert github_chars(body) <= BODY_BUDGET and len(body) <= BODY_BUDGET
+    assert len(summary.encode()) <= JOB_SUMMARY_BUDGET < len(full.encode())
+    for text in (full, body, summary):
+        well_formed(text)
+    conflicts = data["conflicts"]
+    assert isinstance(conflicts, list)
+    assert all(named(body, c) for c in conflicts)  # every conflict is named in the body
+    assert all(named(summary, c) for c in conflicts)
+    assert len(sections(full)) == 5500  # and the whole report has everything
+    # the flags: every kind with its count, what is not shown counted, the pointer at the end
+    for kind in kinds:
+        assert f"#### `{kind}`: 1000 flags" in body
+    left = [int(n) for n in re.findall(r"^_(\d+) of these 1000 not shown\._$", body, re.MULTILINE)]
+    assert len(left) == 5 and max(left) - min(left) <= 1  # the kinds give way evenly
+    assert "Everything is in [the full report](https://example.invalid/run)._" in body
+    assert table(body, "| kind | conflicts | flags |")[0] == ["`both-changed`", "167", "0"]
 
 
-def test_small_limit_drops_conflicts_too() -> None:
-    data = big_report(5, 5, 5)
-    body = markdown(data, limit=len(markdown(data).split("### Conflicts")[0].encode()) + 400)
-    assert sections(body) == []
-    assert "_5 of 5 conflicts omitted" in body and "_5 of 5 review flags omitted" in body
+def test_conflicts_shrink_to_a_line_then_leave() -> None:
+    data = big_report(40, 40, 5)
+    head = markdown(data).split("### Conflicts")[0]
+    for limit in (github_chars(head) + 3_000, github_chars(head) + 6_000, github_chars(head) + 12_000):
+        body = markdown(data, limit=limit)
+        assert github_chars(body) <= limit
+        well_formed(body)
+        assert "of these 40 not shown" in body  # the flags went first
+        lines = re.findall(r"^- `npu_worker/npu_ar_model_runner.py:(\d+)` — both-changed", body, re.MULTILINE)
+        assert lines, body[-2000:]
+    tight = markdown(data, limit=github_chars(head) + 1_500)
+    assert re.search(r"^_\d+ of 40 conflicts not shown: see the JSON report", tight, re.MULTILINE)
+    assert sections(tight) == []
+    well_formed(tight)
 
 
 def test_limit_is_exact() -> None:
     data = big_report(6, 6, 40)
-    full = markdown(data, limit=10**9)
-    for limit in (len(full.encode()), len(full.encode()) - 1, 20_000, 9_000):
+    full = markdown(data, limit=None)
+    for limit in (github_chars(full), github_chars(full) - 1, 20_000, 9_000, 3_000, 500):
         body = markdown(data, limit=limit)
-        assert len(body.encode()) <= limit
-    assert markdown(data, limit=len(full.encode())) == full
+        assert github_chars(body) <= limit, limit
+        well_formed(body)
+    assert markdown(data, limit=github_chars(full)) == full
+    assert markdown(data, limit=github_chars(full) - 1) != full
+
+
+def test_astral_characters_and_the_utf8_budget() -> None:
+    emoji = "".join(f"        x_{i} = '😀é'\n" for i in range(200))
+    data = make_report([conflict(line=i, sides={"base": emoji, "upstream": emoji, "patch": emoji}) for i in range(20)])
+    body = markdown(data, limit=20_000)
+    assert github_chars(body) <= 20_000 and len(body.encode("utf-16-le")) // 2 <= 20_000
+    summary = markdown(data, limit=20_000, in_bytes=True)
+    assert len(summary.encode()) <= 20_000 < github_chars(markdown(data, limit=None))
+    for text in (body, summary):
+        well_formed(text)
+        text.encode("utf-8")  # no half of a character anywhere
+
+
+def test_real_refresh_body(adopted_030: Path, tmp_path: Path) -> None:
+    """0.30.0's series onto vllm-ascend 0.30.0rc2: a report over the budget gives a body under it."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    out, md = tmp_path / "report.json", tmp_path / "body.md"
+    args = ["refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(out), "--markdown", str(md)]
+    pq(proj, *args, check=3)
+    data = json.loads(out.read_text())
+    full, body = markdown(data, limit=None), md.read_text(encoding="utf-8")
+    assert body == markdown(data)  # pq refresh --markdown writes the budgeted body
+    print(f"0.30.0 -> 0.30.0rc2: body {github_chars(body):,} characters, full {github_chars(full):,}")
+    assert github_chars(full) > BODY_BUDGET >= github_chars(body)
+    well_formed(full)
+    well_formed(body)
+    assert data["conflicts"] and all(named(body, c) for c in data["conflicts"])
+    assert len(sections(full)) == len(data["conflicts"]) + len(data["flags"])
+    explained = [c["explanation"]["upstream"] for c in data["conflicts"]]
+    assert all(html.escape(e, quote=False) in body for e in explained)  # each conflict with its explanation
 
 
 # ---------------------------------------------------------------------------------------------

@@ -230,7 +230,7 @@ def test_actionlint_finds_nothing() -> None:
         ("steps.targets.outputs.matrix", "steps.target.outputs.matrix", "[expression]"),
         ("      pull-requests: write", "      pull-request: write", "[permissions]"),
         # shellcheck runs on the `run:` scripts: an unquoted expansion is its SC2086
-        ('cat "$RUNNER_TEMP/pq/report.md"', "cat $RUNNER_TEMP/pq/report.md", "SC2086"),
+        ('cat "$RUNNER_TEMP/pq/summary.md"', "cat $RUNNER_TEMP/pq/summary.md", "SC2086"),
     ],
 )
 def test_actionlint_fails_on_a_planted_error(tmp_path: Path, old: str, new: str, kind: str) -> None:
@@ -371,7 +371,7 @@ def test_refresh_job(workflow: dict[str, Any]) -> None:
     step = next(s for s in steps if s.get("run") == prepare[0])
     assert step["env"] == {"PQ_TARGET": "${{ matrix.target }}", "PQ_GIT_TOKEN": "${{ github.token }}"}
     summary = next(r for r in runs if "GITHUB_STEP_SUMMARY" in r)
-    assert '"$RUNNER_TEMP/pq/report.md" >> "$GITHUB_STEP_SUMMARY"' in summary
+    assert '"$RUNNER_TEMP/pq/summary.md" >> "$GITHUB_STEP_SUMMARY"' in summary
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["name"] == "pq-refresh-${{ matrix.slug }}"
     assert upload["with"]["path"] == "${{ runner.temp }}/pq"

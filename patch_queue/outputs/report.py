@@ -2,8 +2,9 @@
 
 Three pure functions, no I/O:
 
-- :func:`markdown`: a GitHub pull-request body (status paragraph, summary tables, one collapsed
-  section per conflict and per review flag), kept under GitHub's 65,536-character body limit;
+- :func:`markdown`: the report in Markdown (status paragraph, summary tables, one collapsed
+  section per conflict and per review flag, the flags grouped by kind): all of it (the job summary,
+  the artifact), or a pull-request body within a budget well under GitHub's 65,536-character limit;
 - :func:`annotations`: GitHub Actions workflow commands (``::error`` / ``::warning``), escaped
   the way ``@actions/core`` escapes them;
 - :func:`summary_line`: one line for the terminal.
@@ -24,8 +25,13 @@ from patch_queue.merge import explain
 from patch_queue.merge.conflict import Conflict, boolean, integer, listing, mapping, string, wrong
 
 UPSTREAM_URL = "https://github.com/vllm-project/vllm-ascend"
-GITHUB_BODY_LIMIT = 65_536  # characters of a pull-request body; measured here in UTF-8 bytes, to be safe
-TRUNCATED_NOTE = "… (truncated, see the JSON report)"
+GITHUB_BODY_LIMIT = 65_536  # characters of a pull-request or comment body (HTTP 422 over it)
+BODY_BUDGET = 60_000  # what a body is kept to: well under the limit, as Renovate keeps to about 60,000
+JOB_SUMMARY_LIMIT = 1_048_576  # bytes of a step's job summary
+JOB_SUMMARY_BUDGET = 1_000_000
+FULL_REPORT = "the JSON report (`pq refresh --report`)"  # where everything is, when a body is shortened
+TRUNCATED_NOTE = "… (truncated: see the full report)"
+MESSAGE_CHARS = 200  # what a conflict's message keeps in its one-line form
 EXCERPT_LINES = 20  # what a truncated side keeps
 EXCERPT_CHARS = 1_500
 SUPPORTED_FORMATS = (1, 2)
@@ -266,10 +272,25 @@ def _excerpt(text: str) -> tuple[str, bool]:
     return cut, cut != text
 
 
-def _section(r: _Report, url: str, entry: Conflict, level: int) -> str:
+@dataclass(frozen=True)
+class _Told:
+    """A conflict's explanation (what upstream changed, the omni block, a suggestion), worked out once."""
+
+    upstream: str = ""
+    omni: str = ""
+    tip: explain.Suggestion | None = None
+
+
+def _tell(entry: Conflict) -> _Told:
+    if not entry.conflict:
+        return _Told()
+    return _Told(explain.upstream_change(entry), explain.omni_block(entry), explain.suggest(entry))
+
+
+def _section(r: _Report, url: str, entry: Conflict, level: int, told: _Told) -> str:
     """One ``<details>`` section; ``level`` 0 full, 1 sides cut to an excerpt, 2 sides left out.
 
-    ``url`` is the upstream repository's, without a trailing slash."""
+    ``url`` is the upstream repository's, without a trailing slash; ``told`` is :func:`_tell` of ``entry``."""
     where = _path(r.out, entry.file) or "(no file)"
     if entry.line is not None:
         where += f":{entry.line}"
@@ -286,9 +307,9 @@ def _section(r: _Report, url: str, entry: Conflict, level: int) -> str:
     if entry.message:
         blocks.append(_text(entry.message))
     if entry.conflict:  # what upstream changed, the omni edit, a suggestion (never applied by pq)
-        blocks.append(f"**Upstream change:** {_text(explain.upstream_change(entry))}")
+        blocks.append(f"**Upstream change:** {_text(told.upstream)}")
         if entry.anchor is None:
-            blocks.append(f"**Omni:** {_text(explain.omni_block(entry))}")
+            blocks.append(f"**Omni:** {_text(told.omni)}")
     if entry.anchor is not None:
         a = entry.anchor
         where_a = ", ".join(f"{label} {n}" for label, n in (("omni block", a.index), ("line", a.line)) if n is not None)
@@ -308,7 +329,7 @@ def _section(r: _Report, url: str, entry: Conflict, level: int) -> str:
     texts = list(entry.sides.items())
     if entry.resolution is not None and (not entry.conflict or entry.resolution):
         texts.append(("resolution", entry.resolution))
-    tip = explain.suggest(entry) if entry.conflict else None
+    tip = told.tip
     if tip is not None:
         blocks.append(f"**Suggested resolution** (not applied): {_text(tip.reason)}")
         texts.append(("suggestion", tip.text))
@@ -387,8 +408,11 @@ def _head(r: _Report, url: str) -> str:
     blocks.append(" ".join(status))
     if r.fences:
         items = [
-            f"- {_code(_path(r.out, file) + ':' + str(line))}: {_text(message)}" for file, line, message in r.fences
+            f"- {_code(_path(r.out, file) + ':' + str(line))}: {_text(message)}"
+            for file, line, message in r.fences[:50]
         ]
+        if len(r.fences) > 50:
+            items.append(f"- and {len(r.fences) - 50} more (see the JSON report)")
         blocks.append("**Omni-new fence problems** (unbalanced or misplaced fences):\n\n" + "\n".join(items))
 
     entries = r.conflicts + r.flags
@@ -412,27 +436,82 @@ def _head(r: _Report, url: str) -> str:
     return "\n\n".join(blocks)
 
 
-def _size(text: str) -> int:
+# ---------------------------------------------------------------------------------------------
+# the body: everything, or what fits in a budget
+
+
+# what an entry shows, from everything to nothing; flags go from SIDES to NO_CODE and then out
+SIDES, EXCERPT, NO_CODE, LINE, NAME, LEFT_OUT = range(6)
+
+
+def github_chars(text: str) -> int:
+    """At least the characters GitHub counts in a body, whichever way it counts them.
+
+    Code points (what the API's Ruby counts), UTF-16 code units (what a browser counts: an emoji is
+    two) and line ends as CRLF (what a form posts): UTF-16 units plus one per ``\\n``.
+    """
+    return len(text.encode("utf-16-le")) // 2 + text.count("\n")
+
+
+def utf8_bytes(text: str) -> int:
+    """Bytes of ``text`` in UTF-8: what the job summary's 1 MiB limit counts."""
     return len(text.encode())
 
 
-def _assemble(head: str, sections: Sequence[str], kept: int, n_conflicts: int, limit: int) -> list[str]:
-    """The body's parts: ``head``, then the first ``kept`` sections (conflicts, then flags) under their titles."""
-    parts = [head]
-    for title, what, start, end in (
-        ("### Conflicts", "conflicts", 0, n_conflicts),
-        ("### Review flags", "review flags", n_conflicts, len(sections)),
-    ):
-        if end > start:
-            parts += [title, *sections[start : min(kept, end)]]
-            if kept < end:
-                omitted = f"{end - max(kept, start)} of {end - start} {what} omitted"
-                parts.append(f"_{omitted} to stay under GitHub's {limit:,}-character limit; see the JSON report._")
-    return parts
+def _line(r: _Report, entry: Conflict, message: bool) -> str:
+    """One list item naming an entry: ``path:line — kind — symbol``, and with ``message`` its message."""
+    where = _path(r.out, entry.file) or "(no file)"
+    if entry.line is not None:
+        where += f":{entry.line}"
+    bits = [_code(where), _text(entry.kind)] + ([_code(entry.symbol)] if entry.symbol else [])
+    text = "- " + " — ".join(bits)
+    said = _one_line(entry.message) if message else ""
+    if len(said) > MESSAGE_CHARS:
+        said = said[: MESSAGE_CHARS - 1].rstrip() + "…"
+    return text + (f": {_text(said)}" if said else "")
 
 
-def markdown(report: dict[str, object], *, upstream_url: str = UPSTREAM_URL, limit: int = GITHUB_BODY_LIMIT) -> str:
-    """A GitHub pull-request body for a refresh report.
+def _render(r: _Report, url: str, entry: Conflict, level: int, told: _Told) -> str:
+    if level <= NO_CODE:
+        return _section(r, url, entry, level, told)
+    return _line(r, entry, message=level == LINE)
+
+
+def _kinds(flags: Sequence[Conflict]) -> list[tuple[str, list[Conflict]]]:
+    """The flags grouped by kind, the kinds in table order, each kind's flags in report order."""
+    groups: dict[str, list[Conflict]] = {}
+    for f in flags:
+        groups.setdefault(f.kind, []).append(f)
+    known = [k for k in KIND_ORDER if k in groups]
+    return [(k, groups[k]) for k in known + sorted(k for k in groups if k not in KIND_ORDER)]
+
+
+def _shortened(counts: Sequence[int], flags_out: int, limit: int, unit: str, full_report: str) -> str:
+    """The closing note of a body that does not hold everything: what was shortened, where the rest is.
+
+    ``counts[level]``: the entries at each level; ``flags_out``: the review flags left out."""
+    said = [
+        _plural(counts[EXCERPT], "entry", "entries") + " with their code cut to an excerpt" if counts[EXCERPT] else "",
+        _plural(counts[NO_CODE], "entry", "entries") + " without their code" if counts[NO_CODE] else "",
+        _plural(counts[LINE] + counts[NAME], "conflict") + " in one line" if counts[LINE] + counts[NAME] else "",
+        _plural(flags_out, "review flag") + " left out" if flags_out else "",
+        _plural(counts[LEFT_OUT] - flags_out, "conflict") + " left out" if counts[LEFT_OUT] - flags_out else "",
+    ]
+    return (
+        f"_This report is shortened to fit in {limit:,} {unit}: {', '.join(s for s in said if s)}. "
+        f"Everything is in {full_report}._"
+    )
+
+
+def markdown(
+    report: dict[str, object],
+    *,
+    upstream_url: str = UPSTREAM_URL,
+    limit: int | None = BODY_BUDGET,
+    in_bytes: bool = False,
+    full_report: str = FULL_REPORT,
+) -> str:
+    """The refresh report in Markdown: a pull-request body within ``limit``, or all of it (``limit=None``).
 
     Report (format 2)::
 
@@ -452,34 +531,101 @@ def markdown(report: dict[str, object], *, upstream_url: str = UPSTREAM_URL, lim
                                              "suggestion": {"side", "reason", "text"} | null}}
 
     Layout: title, status paragraph, a table of the patches with conflicts or flags, a table by
-    kind, then ``### Conflicts`` and ``### Review flags`` with one ``<details>`` section each.
-    Over ``limit`` (counted in UTF-8 bytes, so never over GitHub's character count) the sides of
-    the last entries are cut to an excerpt, then left out, each with a note, and at last whole
-    sections are dropped from the end with a line saying how many.
+    kind, then ``### Conflicts`` with one ``<details>`` section each and ``### Review flags`` with
+    one ``#### kind`` group each (``<details>`` sections in report order).
+
+    ``limit`` counts :func:`github_chars` (or :func:`utf8_bytes` with ``in_bytes``).  What does
+    not fit gives way in this order, each step from the last entry up: the flags' code is cut to an
+    excerpt, then left out; the same for the conflicts (their explanation stays); the flags are
+    left out, from the kind with the most shown; the conflicts shrink to one line with their
+    message, then to their name; at last conflicts are left out from the end.  Each group says
+    how many it does not show and a closing note counts every step and points to
+    ``full_report`` (a Markdown phrase or link).  Nothing is ever cut inside a code block or a
+    ``<details>`` section: whole sections are replaced.  The default budget keeps well under
+    GitHub's body limit, as Renovate does.
     """
     r, url = _read(report), upstream_url.rstrip("/")
-    entries = r.conflicts + r.flags
+    size = utf8_bytes if in_bytes else github_chars
+    unit = "bytes" if in_bytes else "characters"
     head = _head(r, url)
-    sections = [_section(r, url, e, 0) for e in entries]
-    sizes = [_size(s) for s in sections]
-    kept = len(entries)
+    groups = _kinds(r.flags)
+    n = len(r.conflicts)
+    entries = [*r.conflicts, *(f for _kind, fs in groups for f in fs)]
+    starts = [n + sum(len(fs) for _k, fs in groups[:g]) for g in range(len(groups))]
+    levels = [SIDES] * len(entries)
+    told = [_tell(e) for e in entries]
+    texts = [_section(r, url, e, SIDES, t) for e, t in zip(entries, told, strict=True)]
+    sep = size("\n\n")
+    sizes = [size(t) + sep for t in texts]  # each entry is a part of the body, with its separator
+    shown = sum(sizes)
+    counts = [len(entries)] + [0] * LEFT_OUT  # entries at each level
+    group = [-1] * n + [g for g, (_k, fs) in enumerate(groups) for _f in fs]
+    left = [0] * (len(groups) + 1)  # left out of each kind of flags, and (last) of the conflicts
+
+    def parts(with_entries: bool) -> list[str]:
+        """The body's parts; without the entries (their sizes are kept in ``shown``) when not ``with_entries``."""
+
+        def entries_in(first: int, last: int) -> list[str]:
+            if not with_entries:
+                return []
+            return [texts[i] for i in range(first, last) if levels[i] != LEFT_OUT]
+
+        out = [head]
+        if n:
+            out += ["### Conflicts", *entries_in(0, n)]
+            if left[-1]:
+                out.append(f"_{left[-1]} of {_plural(n, 'conflict')} not shown: see {full_report}._")
+        if groups:
+            out.append("### Review flags")
+        for g, ((kind, fs), start) in enumerate(zip(groups, starts, strict=True)):
+            out += [f"#### {_code(kind)}: {_plural(len(fs), 'flag')}", *entries_in(start, start + len(fs))]
+            if left[g]:
+                out.append(f"_{left[g]} of these {len(fs)} not shown._")
+        if counts[SIDES] < len(entries):
+            out.append(_shortened(counts, sum(left[:-1]), limit or 0, unit, full_report))
+        return out
 
     def total() -> int:
-        """Size of the body as it stands: sections measured once each, the rest (empty placeholders) here."""
-        parts = _assemble(head, [""] * len(entries), kept, len(r.conflicts), limit)
-        return sum(sizes[:kept]) + sum(_size(p) for p in parts) + 2 * (len(parts) - 1) + 1  # + final newline
+        fixed = parts(with_entries=False)
+        return shown + sum(size(p) for p in fixed) + sep * (len(fixed) - 1) + size("\n")
 
-    for level in (1, 2):  # from the last entry up: first cut its sides to an excerpt, then leave them out
-        for i in reversed(range(len(entries))):
+    def steps() -> Iterator[tuple[int, int]]:
+        for first, last in ((n, len(entries)), (0, n)):  # flags, then conflicts: code to an excerpt, then out
+            for level in (EXCERPT, NO_CODE):
+                for i in reversed(range(first, last)):
+                    yield i, level
+        kept = [len(fs) for _k, fs in groups]
+        while any(kept):  # the flags out, from the kind with the most shown, each from its end
+            g = max(range(len(groups)), key=lambda g: (kept[g], g))
+            kept[g] -= 1
+            yield starts[g] + kept[g], LEFT_OUT
+        for level in (LINE, NAME, LEFT_OUT):
+            for i in reversed(range(n)):
+                yield i, level
+
+    if limit is not None:
+        for i, level in steps():
             if total() <= limit:
                 break
-            sections[i] = _section(r, url, entries[i], level)
-            sizes[i] = _size(sections[i])
-    while kept and total() > limit:
-        kept -= 1
-    parts = _assemble(head, sections, kept, len(r.conflicts), limit)
-    text = "\n\n".join(parts) + "\n"
-    if _size(text) > limit:  # the head alone is too long: cut it on a character boundary
-        room = limit - _size("\n\n" + TRUNCATED_NOTE + "\n")
-        text = text.encode()[: max(room, 0)].decode(errors="ignore") + "\n\n" + TRUNCATED_NOTE + "\n"
+            counts[levels[i]] -= 1
+            counts[level] += 1
+            if level == LEFT_OUT:
+                left[group[i]] += 1
+            levels[i] = level
+            texts[i] = "" if level == LEFT_OUT else _render(r, url, entries[i], level, told[i])
+            new = 0 if level == LEFT_OUT else size(texts[i]) + sep
+            shown += new - sizes[i]
+            sizes[i] = new
+    text = "\n\n".join(parts(with_entries=True)) + "\n"
+    if limit is not None and size(text) > limit:  # the head alone is too long: whole lines of it
+        note = f"\n\n{TRUNCATED_NOTE}\n"
+        room = limit - size(note)
+        lines = text.splitlines(keepends=True)
+        kept_lines: list[str] = []
+        for line in lines:
+            room -= size(line)
+            if room < 0:
+                break
+            kept_lines.append(line)
+        text = "".join(kept_lines).rstrip("\n") + note
     return text
