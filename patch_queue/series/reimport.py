@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from patch_queue.git.diff import line_hunks
+from patch_queue.merge.checked import one_side
 from patch_queue.series import fmt
 
 ADDED = "import-added"
@@ -65,17 +66,7 @@ def sides(text: str) -> list[str]:
     """``text`` as each side of its conflict regions would leave it (upstream, patch); [text] without regions."""
     if not any(_MARKER.match(line) for line in text.splitlines()):
         return [text]
-    out = []
-    for keep in ("upstream", "patch"):
-        lines, part = [], ""
-        for line in text.splitlines(keepends=True):
-            m = _MARKER.match(line)
-            if m:
-                part = {"<": "upstream", "|": "base", "=": "patch", ">": ""}[m.group(1)[0]]
-            elif part in ("", keep):
-                lines.append(line)
-        out.append("".join(lines))
-    return out
+    return [one_side(text, "ours")[0], one_side(text, "theirs")[0]]
 
 
 def bindings(text: str, module: str) -> dict[str, _Binding]:
