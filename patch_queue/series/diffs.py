@@ -24,14 +24,14 @@ _ESCAPE = re.compile(rb'\\([abtnvfr"\\]|[0-3][0-7][0-7])?')  # a backslash and w
 _C_ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13, b'"': 34, b"\\": 92}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Line:
     tag: str  # " ", "-" or "+"
     text: str
     eol: bool = True  # False after "\ No newline at end of file"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Hunk:
     number: int
     line: int
@@ -41,7 +41,7 @@ class _Hunk:
     lines: list[_Line] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class _FileDiff:
     line: int
     old_path: str | None = None
