@@ -418,13 +418,19 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
     for u in outcome.unplaced:
         where = f" in {u.symbol}" if u.symbol else ""
         typer.echo(f"unplaced: {sync_gpu.where(u.changes)}{where}: {u.reason}")
-    if not outcome.unported:
+    synced = [s for s in outcome.synced if not sync_gpu.is_helper(s.port)]
+    helpers = [s for s in outcome.synced if sync_gpu.is_helper(s.port)]
+    unplaced = [u for u in outcome.unplaced if not sync_gpu.is_helper(u)]
+    refused = [u for u in outcome.unplaced if sync_gpu.is_helper(u)]
+    if not outcome.unported and not outcome.synced:
         typer.echo(f"sync-gpu: nothing to do, every omni GPU change of {outcome.source} is on NPU")
     else:
         typer.echo(
             f"sync-gpu: {outcome.unported} unported omni GPU change(s) in {outcome.source}: "
-            f"{sum(len(s.port.changes) for s in outcome.synced)} ported in {len(outcome.synced)} patch(es), "
-            f"{sum(len(u.changes) for u in outcome.unplaced)} not placed"
+            f"{sum(len(s.port.changes) for s in synced)} ported in {len(synced)} patch(es), "
+            f"{sum(len(u.changes) for u in unplaced)} not placed"
+            + (f"; {len(helpers)} helper method(s) copied" if helpers else "")
+            + (f", {len(refused)} not copied" if refused else "")
         )
 
 

@@ -173,6 +173,91 @@ def test_a_port_imports_the_names_it_uses_as_the_gpu_module_binds_them() -> None
     ast.parse(text)
 
 
+_HELPER_GPU = """class OmniGPUModelRunner(GPUModelRunner):
+    pass
+
+
+class GPUARModelRunner(OmniGPUModelRunner):
+    def execute_model(self, scheduler_output):
+        return self._omni_outputs(scheduler_output)
+
+    def _omni_outputs(self, scheduler_output):
+        if GPUARModelRunner._enabled(self.model):
+            return self._inner(torch.cuda.Event())
+        return None
+
+    @staticmethod
+    def _enabled(model):
+        return model is not None
+
+    def _inner(self, event):
+        return (event, self.%s)
+"""
+_HELPER_NPU = """class NPUARModelRunner(NPUModelRunner):
+    def __init__(self):
+        self.model = None
+        self.talker = None
+
+    def execute_model(self, scheduler_output):
+        return self._omni_outputs(scheduler_output)
+
+    def load_model(self):
+        pass
+"""
+
+
+def _copy(attr: str) -> tuple[list[gpu_sync.Port | gpu_sync.Unplaced], str]:
+    gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % attr}
+    npu = {"npu_ar_model_runner.py": _HELPER_NPU}
+    vllm = "class GPUModelRunner:\n    def execute_model(self, scheduler_output):\n        return None\n"
+    ascend = "class NPUModelRunner(GPUModelRunner):\n    def __init__(self):\n        self.device = None\n"
+    results, files = gpu_sync.copy_helpers(npu, gpu, vllm, ascend, gpu_sync.load_rules())
+    return results, files["npu_ar_model_runner.py"]
+
+
+def test_helpers_a_port_calls_are_copied_whole_and_transitively() -> None:
+    results, text = _copy("talker")
+    assert [r.symbol for r in results if isinstance(r, gpu_sync.Port)] == [
+        "NPUARModelRunner._omni_outputs",
+        "NPUARModelRunner._enabled",
+        "NPUARModelRunner._inner",
+    ]
+    assert all(r.changes[0].reason == gpu_sync.HELPER for r in results)
+    tree = ast.parse(text)
+    cls = tree.body[0]
+    assert isinstance(cls, ast.ClassDef)
+    names = [n.name for n in cls.body if isinstance(n, ast.FunctionDef)]
+    assert names == ["__init__", "execute_model", "_omni_outputs", "_inner", "_enabled", "load_model"]
+    assert "if NPUARModelRunner._enabled(self.model):" in text and "torch.npu.Event()" in text
+    lines = text.splitlines()
+    at = lines.index("    @staticmethod")
+    assert "Omni-new" in lines[at - 1] and lines[at - 1].startswith("    #")
+    assert text.count("Omni-new") == 6
+    gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % "talker"}
+    vllm, ascend = "class GPUModelRunner:\n    pass\n", "class NPUModelRunner(GPUModelRunner):\n    pass\n"
+    again, same = gpu_sync.copy_helpers({"npu_ar_model_runner.py": text}, gpu, vllm, ascend, gpu_sync.load_rules())
+    assert again == [] and same["npu_ar_model_runner.py"] == text
+
+
+def test_a_helper_reading_an_attribute_the_npu_class_never_sets_is_not_copied() -> None:
+    (unplaced,), text = _copy("talker_mtp_graphs")
+    assert isinstance(unplaced, gpu_sync.Unplaced) and text == _HELPER_NPU
+    assert unplaced.symbol == "NPUARModelRunner.execute_model"
+    assert unplaced.reason == (
+        "helper _omni_outputs of NPUARModelRunner.execute_model not copied: it calls _inner, which is not copied: "
+        "GPUARModelRunner._inner reads self.talker_mtp_graphs, which NPUARModelRunner never sets"
+    )
+
+
+def test_a_helper_calling_super_is_not_copied() -> None:
+    gpu = {"gpu_ar_model_runner.py": (_HELPER_GPU % "talker").replace("return None\n", "return super().x()\n", 1)}
+    npu = {"npu_ar_model_runner.py": _HELPER_NPU}
+    vllm = "class GPUModelRunner:\n    pass\n"
+    (unplaced,), _files = gpu_sync.copy_helpers(npu, gpu, vllm, "class NPUModelRunner(GPUModelRunner):\n    pass\n",
+                                                gpu_sync.load_rules())  # fmt: skip
+    assert isinstance(unplaced, gpu_sync.Unplaced) and "calls super()" in unplaced.reason
+
+
 # -- the real runners ---------------------------------------------------------------------------
 
 
@@ -253,8 +338,24 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
             "gpu_model_runner.py:1124",
             "0024-sync-gpu-dummy-run-2.patch",
         ),
+        # whole helper methods the ports above call, copied from GPUARModelRunner
+        (
+            "npu_ar_model_runner.py",
+            "NPUARModelRunner._get_runner_assisted_full_attention_metadata_request",
+            "gpu_ar_model_runner.py:642",
+            "0025-sync-gpu-get-runner-assisted-full-attention-metadata-request-1.patch",
+        ),
+        (
+            "npu_ar_model_runner.py",
+            "NPUARModelRunner._set_runner_assisted_full_attention_metadata_context",
+            "gpu_ar_model_runner.py:714",
+            "0026-sync-gpu-set-runner-assisted-full-attention-metadata-context-1.patch",
+        ),
     ]
-    assert "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 9 ported in 8 patch(es)" in out
+    assert (
+        "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 9 ported in 8 patch(es), 29 not placed; "
+        "2 helper method(s) copied\n"
+    ) in out
     texts = {f: (proj / "npu_worker" / f).read_text() for f, *_ in ports}
     for text in texts.values():
         ast.parse(text)
@@ -287,6 +388,34 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
     assert sorted(changed) == ["+", "+", "+", "-"]
 
 
+def test_real_helpers_are_copied_whole_once_fenced(synced: tuple[Path, str], tmp_path: Path) -> None:
+    """The VoxCPM2 request port calls two helpers only GPUARModelRunner defines: each copied once, fenced, at
+    class-body indentation, after the method calling it, with the imports it needs; a second sync copies nothing."""
+    proj, out = synced
+    text = (proj / "npu_worker" / "npu_ar_model_runner.py").read_text()
+    tree = ast.parse(text)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "NPUARModelRunner")
+    names = [n.name for n in cls.body if isinstance(n, ast.FunctionDef)]
+    lines = text.splitlines()
+    for helper in (
+        "_get_runner_assisted_full_attention_metadata_request",
+        "_set_runner_assisted_full_attention_metadata_context",
+    ):
+        assert names.count(helper) == 1, helper
+        assert f"self.{helper}(" in text
+        node = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == helper)
+        above, below = lines[node.lineno - 2], lines[(node.end_lineno or node.lineno)]
+        assert above.startswith("    #  ---") and "Omni-new" in above and below == above
+    assert names.index("execute_model") < names.index("_get_runner_assisted_full_attention_metadata_request")
+    assert "from vllm_omni.worker.runner_assisted_metadata import RunnerAssistedFullAttentionMetadataRequest" in text
+    assert out.count("note: placed helper method copied (as a whole method after NPUARModelRunner.execute_model)") == 2
+    import shutil
+
+    again = shutil.copytree(proj, tmp_path / "again", symlinks=True)
+    second = pq(again, "sync-gpu").stdout
+    assert "synced:" not in second and "helper method(s) copied" not in second
+
+
 def test_real_unplaced_changes_say_why(synced: tuple[Path, str]) -> None:
     _proj, out = synced
     unplaced = re.findall(r"^unplaced: (.+?) in (\S+): (.+)$", out, re.M)
@@ -316,13 +445,16 @@ def test_synced_series_is_reproduced_from_a_fresh_clone(synced: tuple[Path, str]
 
     work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
     queue = (work / "patches" / "queue.toml").read_text()
-    assert 'command = "sync-gpu"' in queue and '"0024-sync-gpu-dummy-run-2.patch"' in queue
+    assert (
+        'command = "sync-gpu"' in queue
+        and '"0026-sync-gpu-set-runner-assisted-full-attention-metadata-context-1.patch"' in queue
+    )
     origin = push_to_bare(work, "sync the GPU side")
     git(work, "push", "-q", str(origin), "refs/pq/resolutions")
     fresh = tmp_path / "fresh"
     git(tmp_path, "clone", "-q", str(origin), str(fresh))
     git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
-    assert "8 recorded edit(s) applied" in pq(fresh, "reproduce").stdout
+    assert "10 recorded edit(s) applied" in pq(fresh, "reproduce").stdout
     for name in (work / "patches" / "series").read_text().split():
         if name.endswith(".patch"):
             assert (fresh / "patches" / name).read_bytes() == (work / "patches" / name).read_bytes(), name
@@ -349,11 +481,11 @@ def test_refresh_sync_gpu_reports_the_ports(synced: tuple[Path, str], tmp_path: 
     other = new_project(tmp_path / "other")
     pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
     out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check", "--report", "r.json").stdout
-    assert "no conflicts" in out and "9 ported in 8 patch(es)" in out
+    assert "no conflicts" in out and "9 ported in 8 patch(es), 29 not placed; 2 helper method(s) copied" in out
     assert (other / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
     flags = json.loads((other / "r.json").read_text())["flags"]
     kinds = [f["kind"] for f in flags]
-    assert kinds.count("gpu-synced") == 8 and kinds.count("gpu-unplaced") == 15
+    assert kinds.count("gpu-synced") == 10 and kinds.count("gpu-unplaced") == 15
     first = flags[0]
     assert "self.routed_experts_capturer.clear_buffer()" in first["sides"]["patch"]
     assert "Omni-new" in first["resolution"] and first["patch"] == "0017-sync-gpu-execute-model-1.patch"

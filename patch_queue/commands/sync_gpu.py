@@ -55,6 +55,11 @@ class SyncOutcome:
         return [_synced_flag(s) for s in self.synced] + [_unplaced_flag(u) for u in self.unplaced]
 
 
+def is_helper(result: gpu_sync.Port | gpu_sync.Unplaced) -> bool:
+    """A whole GPU helper method copied (or not copied), not a change of a GPU copy of a vLLM method."""
+    return result.changes[0].reason == gpu_sync.HELPER
+
+
 def where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
     return ", ".join(f"{c.gpu_file}:{c.gpu_line}" for c in changes)
 
@@ -70,7 +75,8 @@ def _synced_flag(s: Synced) -> Conflict:
     note = f"; placed {port.how}" if port.how else ""
     note += f"; {'; '.join(port.imports)} (in this port's patch)" if port.imports else ""
     note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
-    flag = _flag(SYNCED, port.changes, f"ported into {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
+    what = gpu_sync.HELPER + " into" if is_helper(port) else "ported into"
+    flag = _flag(SYNCED, port.changes, f"{what} {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
     return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
 
@@ -142,7 +148,11 @@ def plan_sync(
     npu_files = module_texts(module_files(ws, top))
     changes = gpu_audit.audit(gpu_files, vllm_runner, npu_files, vendored.decode("utf-8", errors="replace"))
     rules = gpu_sync.load_rules(ws.queue_dir.root)
-    results, _files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules)
+    results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules)
+    helpers, _files = gpu_sync.copy_helpers(
+        files, gpu_files, vllm_runner, vendored.decode("utf-8", errors="replace"), rules
+    )
+    results += helpers
     ports = [r for r in results if isinstance(r, gpu_sync.Port)]
     outcome = SyncOutcome(source, sum(1 for c in changes if not c.ported))
     outcome.unplaced = [r for r in results if isinstance(r, gpu_sync.Unplaced)]
@@ -161,9 +171,9 @@ def plan_sync(
         name = f"{len(patches) + 1:04d}-{slug}.patch"
         tree[port.npu_file] = port.text.encode("utf-8")
         lines = "".join(f"- {c.gpu_file}:{c.gpu_line}: {c.first}\n" for c in port.changes)
-        message = (
-            f"{slug}: port the omni GPU change(s) into {port.symbol}\n\nFrom the GPU runners of {source}:\n{lines}"
-        )
+        what = "copy the GPU helper method" if is_helper(port) else "port the omni GPU change(s) into"
+        message = f"{slug}: {what} {port.symbol}\n\nFrom the GPU runners of {source}:\n{lines}"
+
         parent = ws.repo.commit(ws.repo.write_tree(tree), [parent], message, person, person)
         patches.append((name, parent))
         outcome.synced.append(Synced(name, port, line))
