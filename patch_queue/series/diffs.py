@@ -25,20 +25,16 @@ _C_ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13,
 
 
 @dataclass(slots=True)
-class _Line:
-    tag: str  # " ", "-" or "+"
-    text: str
-    eol: bool = True  # False after "\ No newline at end of file"
-
-
-@dataclass(slots=True)
 class _Hunk:
     number: int
     line: int
     old_start: int
     old_count: int
     new_count: int
-    lines: list[_Line] = field(default_factory=list)
+    # the hunk's lines as the patch file has them ("+x", "-x", " x"; "" an empty context line), shared with
+    # the parsed file's line list (no copy per line), and the indexes of those followed by "\ No newline"
+    lines: list[str] = field(default_factory=list)
+    no_eol: set[int] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -189,16 +185,16 @@ class DiffParser:
         while True:
             line = self.peek()
             if line is not None and line.startswith("\\"):
-                if not h.lines or not h.lines[-1].eol:
+                if not h.lines or len(h.lines) - 1 in h.no_eol:
                     raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
-                h.lines[-1].eol = False
+                h.no_eol.add(len(h.lines) - 1)
                 self.i += 1
                 continue
             if old_left == 0 and new_left == 0:
                 break
             if line is None:
                 raise self.error(mismatch, header_index)
-            tag = line[:1] or " "  # an empty line is an empty context line, as for git apply
+            tag = _tag(line)
             if tag == " " and old_left and new_left:
                 old_left -= 1
                 new_left -= 1
@@ -208,15 +204,15 @@ class DiffParser:
                 new_left -= 1
             else:
                 raise self.error(mismatch, header_index)
-            h.lines.append(_Line(tag, line[1:]))
+            h.lines.append(line)
             self.i += 1
         line = self.peek()
         if line is not None and line[:1] in (" ", "+", "-") and line != "-- ":
             raise self.error(mismatch, header_index)
         # Only the last line of each side may lack its newline.
         for side in ("-", "+"):
-            body = [x for x in h.lines if x.tag in (" ", side)]
-            if any(not x.eol for x in body[:-1]):
+            body = [k for k, x in enumerate(h.lines) if _tag(x) in (" ", side)]
+            if any(k in h.no_eol for k in body[:-1]):
                 raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
         return h
 
@@ -338,8 +334,14 @@ def _split_lines(content: bytes) -> list[bytes]:
     return out
 
 
-def _encode(line: _Line) -> bytes:
-    return line.text.encode("utf-8") + (b"\n" if line.eol else b"")
+def _tag(line: str) -> str:
+    """A hunk line's tag: " ", "-" or "+" (an empty line is an empty context line, as for git apply)."""
+    return line[:1] or " "
+
+
+def _encode(h: _Hunk, k: int) -> bytes:
+    """The bytes the hunk's line ``k`` stands for in the file (its text, and its newline unless it has none)."""
+    return h.lines[k][1:].encode("utf-8") + (b"" if k in h.no_eol else b"\n")
 
 
 def _does_not_apply(fd: _FileDiff, h: _Hunk, patch_path: str) -> PatchError:
@@ -352,8 +354,8 @@ def _apply_hunks(content: bytes, fd: _FileDiff, patch_path: str) -> bytes:
     pos = 0
     for h in fd.hunks:
         try:
-            old = [_encode(x) for x in h.lines if x.tag != "+"]
-            new = [_encode(x) for x in h.lines if x.tag != "-"]
+            old = [_encode(h, k) for k, x in enumerate(h.lines) if _tag(x) != "+"]
+            new = [_encode(h, k) for k, x in enumerate(h.lines) if _tag(x) != "-"]
         except UnicodeEncodeError:  # text that is not valid UTF-8
             raise _does_not_apply(fd, h, patch_path) from None
         start = h.old_start - 1 if h.old_count else h.old_start
