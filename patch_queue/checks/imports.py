@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.progress import Progress
+from patch_queue.series.reimport import absolute
 from patch_queue.sources.snapshot import Snapshot, release_snapshot
 
 RULE_MODULE = "import-unresolved"
@@ -244,7 +245,7 @@ class _Binder:
                 self.names.add(alias.asname or alias.name.partition(".")[0])
             return
         if isinstance(node, ast.ImportFrom):
-            module = _absolute(node.module, node.level, self.package)
+            module = absolute(node.module, node.level, self.package)
             for alias in node.names:
                 if alias.name == "*":
                     if module is not None:
@@ -372,17 +373,6 @@ def _literal_strings(node: ast.expr) -> list[str] | None:
     return None
 
 
-def _absolute(module: str | None, level: int, package: str) -> str | None:
-    """The absolute module of ``from <level dots><module> import``; None when it climbs past the top."""
-    if level == 0:
-        return module
-    parts = package.split(".") if package else []
-    if level - 1 >= len(parts):
-        return None
-    base = parts[: len(parts) - (level - 1)]
-    return ".".join([*base, module] if module else base)
-
-
 # -- checking one module ----------------------------------------------------------------------
 
 
@@ -423,7 +413,7 @@ def _missing_module(
 
 
 def _from_import(node: ast.ImportFrom, package: str, file: str, trees: Mapping[str, SourceTree]) -> list[Finding]:
-    dotted = _absolute(node.module, node.level, package)
+    dotted = absolute(node.module, node.level, package)
     dots = "." * node.level + (node.module or "")
     if dotted is None:
         if package.partition(".")[0] not in trees:

@@ -78,7 +78,7 @@ def bindings(text: str, module: str) -> dict[str, _Binding]:
     out: dict[str, _Binding] = {}
     for node in _top(tree.body):
         if isinstance(node, ast.ImportFrom):
-            source = _absolute(node.module, node.level, module)
+            source = absolute(node.module, node.level, module.rpartition(".")[0])
             for alias in node.names:
                 if source is not None and alias.name != "*":
                     out.setdefault(alias.asname or alias.name, _Binding(source, alias.name, node.lineno))
@@ -109,11 +109,15 @@ def _top(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
             yield node
 
 
-def _absolute(module: str | None, level: int, package_of: str) -> str | None:
+def absolute(module: str | None, level: int, package: str) -> str | None:
+    """The absolute module of ``from <level dots><module> import`` in ``package``; None when it climbs past the top."""
     if level == 0:
         return module
-    parts = package_of.split(".")[:-level]
-    return ".".join(parts + ([module] if module else [])) if parts else None
+    parts = package.split(".") if package else []
+    if level - 1 >= len(parts):
+        return None
+    base = parts[: len(parts) - (level - 1)]
+    return ".".join([*base, module] if module else base)
 
 
 def reconcile(
