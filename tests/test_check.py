@@ -274,3 +274,28 @@ def test_a_block_whose_code_upstream_has_now_is_a_warning(corpus: Path) -> None:
     assert [(f.rule, f.severity) for f in found] == [("omni-block-upstream", "warning")]
     gone = "".join(lines[: at - 2] + lines[at + 2 :])
     assert [f.rule for f in check.check_blocks(ref, {**ref, RUNNER_030: gone}, what="0.30.0")] == ["omni-block-missing"]
+
+
+def test_a_module_over_the_size_limit_is_compiled_and_named(corpus: Path, tmp_path: Path) -> None:
+    """A runner grown past pq check's size limit by a patch of comment lines: the patch is read and applied
+    (the streaming applier), the module still gets the compile check, and the warning names it; the other
+    modules get every check."""
+    from patch_queue.commands.check import LARGE
+
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
+    runner = proj / "npu_worker" / "npu_model_runner.py"
+    filler = "# " + "x" * 97 + "\n"
+    runner.write_text(runner.read_text() + filler * (LARGE // len(filler) + 1))
+    pq(proj, "new", "big")
+    out = tmp_path / "check.json"
+    pq(proj, "check", "--no-sources", "--json", str(out))
+    data = json.loads(out.read_text())
+    large = [f for f in data["findings"] if f["rule"] == "module-too-large"]
+    assert [(f["file"], f["severity"]) for f in large] == [("npu_model_runner.py", "warning")]
+    assert data["counts"]["fence"] == 1  # the other modules' findings are all there
+    # the compile check still runs on it: a syntax error at its end is an error at its line
+    runner.write_text(runner.read_text() + "def broken(:\n")
+    proc = pq(proj, "check", "--no-sources", "--json", str(out), check=1)
+    lines = runner.read_text().count("\n")
+    assert f"npu_worker/npu_model_runner.py:{lines}: error: [parse]" in proc.stdout

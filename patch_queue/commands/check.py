@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from patch_queue.checks.findings import ERROR, WARNING, Finding
@@ -44,12 +45,21 @@ class CheckOutcome:
         }
 
 
-def module_texts(files: dict[str, bytes]) -> dict[str, str]:
+# A module larger than this (a runner is about 60 KB) gets only the compile check: the others hold a line list
+# or a syntax tree of the module, which would make the memory of ``pq check`` many times its input.
+LARGE = 8 << 20
+
+
+def module_texts(files: dict[str, bytes], *, but: Collection[str] = ()) -> dict[str, str]:
     return {
         k: v.decode("utf-8", errors="replace")
         for k, v in files.items()
-        if k.endswith(".py") and not k.startswith(stack.VENDOR) and "/" not in k
+        if k.endswith(".py") and not k.startswith(stack.VENDOR) and "/" not in k and k not in but
     }
+
+
+def _too_large(files: Mapping[str, str]) -> list[str]:
+    return sorted(k for k, v in files.items() if len(v) > LARGE)
 
 
 def run_checks(
@@ -68,7 +78,13 @@ def run_checks(
     from patch_queue.checks import duplicates, names
     from patch_queue.checks import rules as check
 
-    findings = check.check_parse(files) + check.check_fences(files) + names.check_names(files)
+    findings = check.check_parse(files)
+    large = _too_large(files)
+    for path in large:
+        message = f"{len(files[path]):,} characters: only the compile check runs on a module over {LARGE >> 20} MiB"
+        findings.append(Finding(path, 0, "module-too-large", WARNING, message))
+    checked, files = files, {k: v for k, v in files.items() if k not in large}
+    findings += check.check_fences(files) + names.check_names(files)
     findings += check.check_blocks(reference, files, what=reference_label)
     findings += check.check_rules(files, check.load_rules(ws.queue_dir.root))
     vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)
@@ -80,7 +96,7 @@ def run_checks(
             findings += duplicates.check_duplicates(files, reference, upstream)
     if sources_on:
         findings += source_checks(queue, files, upstream_git=upstream_git, progress=progress)
-    return CheckOutcome(sorted(set(findings)), reference_label, sorted(files), sources_on)
+    return CheckOutcome(sorted(set(findings)), reference_label, sorted(checked), sources_on)
 
 
 def source_checks(
@@ -151,8 +167,7 @@ def do_check(
     ws: Workspace, *, upstream_git: str | None, sources_on: bool, progress: Progress | None = None
 ) -> CheckOutcome:
     """Check the built package in the output folder against the series and the upstream sources."""
-    files = module_texts(read_folder(ws.out))
-    if not files:
+    if not module_texts(read_folder(ws.out)):
         raise QueueError(f"nothing to check: no modules in {ws.rel(ws.out)}/; run `pq build` first")
     state = refresh_state.load(ws)
     if state is not None:
@@ -162,8 +177,9 @@ def do_check(
         loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
         queue, base = loaded.queue, loaded.base
         previous = ws.repo.ref(REF_PREVIOUS) or loaded.top()
+    files = module_texts(read_folder(ws.out))  # read after the stack: never both in memory at once
     label = "the previous build" if ws.repo.ref(REF_PREVIOUS) == previous else "the series"
-    reference = module_texts(module_files(ws, previous))
+    reference = module_texts(module_files(ws, previous), but=_too_large(files))
     return run_checks(
         ws,
         files,

@@ -77,9 +77,13 @@ class ProjectRepo:
         self._oids: dict[bytes, pygit2.Oid] = {}
 
     _BLOB_CACHE = 32
+    _BLOB_LARGE = 4 << 20
 
-    def _keep(self, cache: dict[K, V], key: K, value: V) -> None:
-        """Remember ``key`` in a small cache of recent blobs, forgetting the oldest one when it is full."""
+    def _keep(self, cache: dict[K, V], key: K, value: V, size: int) -> None:
+        """Remember ``key`` in a small cache of recent blobs (of a runner module's size, not a huge one),
+        forgetting the oldest one when it is full."""
+        if size > self._BLOB_LARGE:
+            return
         if len(cache) >= self._BLOB_CACHE:
             del cache[next(iter(cache))]
         cache[key] = value
@@ -92,14 +96,14 @@ class ProjectRepo:
             oid = pygit2.hash(data)
             if oid not in self._repo.odb:
                 oid = self._repo.create_blob(data)
-            self._keep(self._oids, data, oid)
+            self._keep(self._oids, data, oid, len(data))
         return oid
 
     def _blob_data(self, oid: pygit2.Oid) -> bytes:
         data = self._blobs.get(oid)
         if data is None:
             data = self._repo[oid].peel(pygit2.Blob).data
-            self._keep(self._blobs, oid, data)
+            self._keep(self._blobs, oid, data, len(data))
         return data
 
     # ---- the user's tools ------------------------------------------------------------------
@@ -158,7 +162,7 @@ class ProjectRepo:
         index = pygit2.Index()
         for path, data in files.items():
             oid = self._write_blob(data)
-            self._keep(self._blobs, oid, data)
+            self._keep(self._blobs, oid, data, len(data))
             index.add(pygit2.IndexEntry(path, oid, FileMode.BLOB))
         return str(index.write_tree(self._repo))
 

@@ -7,8 +7,11 @@ with no fuzz and no offset search.  Pure: no git, no file system.
 
 from __future__ import annotations
 
+import io
 import re
-from collections.abc import Callable, Mapping
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from patch_queue.errors import PatchError
@@ -24,6 +27,65 @@ _ESCAPE = re.compile(rb'\\([abtnvfr"\\]|[0-3][0-7][0-7])?')  # a backslash and w
 _C_ESCAPES = {b"a": 7, b"b": 8, b"t": 9, b"n": 10, b"v": 11, b"f": 12, b"r": 13, b'"': 34, b"\\": 92}
 
 
+class Lines:
+    """The lines of a text held once, as its UTF-8 bytes and the offset where each line starts: line ``i``
+    (without its newline) is decoded when it is read.  A 200 MB patch costs its bytes and 8 bytes a line,
+    not a string object a line.  As ``text.split("\\n")`` without the empty string after a last newline.
+    """
+
+    __slots__ = ("_n", "_starts", "buf", "lax")
+
+    def __init__(self, buf: bytes, *, lax: bool = False) -> None:
+        starts = array("q", [0])
+        find, pos = buf.find, buf.find(b"\n")
+        while pos >= 0:
+            starts.append(pos + 1)
+            pos = find(b"\n", pos + 1)
+        self.buf = buf
+        self.lax = lax  # a text that came as a str with lone surrogates, encoded with "surrogatepass"
+        self._starts = starts
+        self._n = len(starts) - (1 if buf.endswith(b"\n") else 0)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def raw(self, i: int) -> bytes:
+        """Line ``i`` as bytes, without its newline."""
+        starts = self._starts
+        end = starts[i + 1] - 1 if i + 1 < len(starts) else len(self.buf)
+        return self.buf[starts[i] : end]
+
+    def __getitem__(self, i: int) -> str:
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self.raw(i).decode("utf-8", "surrogatepass" if self.lax else "strict")
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(self._n))
+
+    def tag(self, i: int) -> str:
+        """What ``_tag(self[i])`` is, from the line's first byte."""
+        start = self._starts[i]
+        first = self.buf[start : start + 1]
+        return " " if first in (b"", b"\n") else chr(first[0])
+
+    def text(self, i: int, j: int) -> str:
+        """Lines ``i`` to ``j`` (exclusive) as one string, each with its newline."""
+        starts = self._starts
+        return self.buf[starts[i] : starts[j] if j < len(starts) else len(self.buf)].decode(
+            "utf-8", "surrogatepass" if self.lax else "strict"
+        )
+
+    def find(self, sub: bytes, start: int) -> int:
+        """The first line from ``start`` on that holds ``sub``, else ``len(self)``."""
+        if start >= self._n:
+            return self._n
+        at = self.buf.find(sub, self._starts[start])
+        return self._n if at < 0 else min(bisect_right(self._starts, at) - 1, self._n)
+
+
 @dataclass(slots=True)
 class _Hunk:
     number: int
@@ -31,9 +93,9 @@ class _Hunk:
     old_start: int
     old_count: int
     new_count: int
-    # the hunk's lines as the patch file has them ("+x", "-x", " x"; "" an empty context line), shared with
-    # the parsed file's line list (no copy per line), and the indexes of those followed by "\ No newline"
-    lines: list[str] = field(default_factory=list)
+    # where the hunk's lines ("+x", "-x", " x"; "" an empty context line) are in the parsed Lines, and the
+    # indexes (into rows) of those followed by "\ No newline at end of file"
+    rows: array[int] = field(default_factory=lambda: array("q"))
     no_eol: set[int] = field(default_factory=set)
 
 
@@ -56,7 +118,7 @@ class _FileDiff:
 class DiffParser:
     """Parses ``lines[start:]`` as a sequence of git diffs; stops at the first line that is not part of one."""
 
-    def __init__(self, lines: list[str], *, path: str, first_line: int) -> None:
+    def __init__(self, lines: Lines, *, path: str, first_line: int) -> None:
         self.lines = lines
         self.path = path
         self.first_line = first_line  # line number of lines[0]
@@ -182,12 +244,13 @@ class DiffParser:
         self.i += 1
         old_left, new_left = old_count, new_count
         mismatch = f"hunk {number} for {fd.name} does not match its header's line counts (truncated patch?)"
+        lines, rows = self.lines, h.rows
         while True:
             line = self.peek()
             if line is not None and line.startswith("\\"):
-                if not h.lines or len(h.lines) - 1 in h.no_eol:
+                if not rows or len(rows) - 1 in h.no_eol:
                     raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
-                h.no_eol.add(len(h.lines) - 1)
+                h.no_eol.add(len(rows) - 1)
                 self.i += 1
                 continue
             if old_left == 0 and new_left == 0:
@@ -204,15 +267,16 @@ class DiffParser:
                 new_left -= 1
             else:
                 raise self.error(mismatch, header_index)
-            h.lines.append(line)
+            rows.append(self.i)
             self.i += 1
         line = self.peek()
         if line is not None and line[:1] in (" ", "+", "-") and line != "-- ":
             raise self.error(mismatch, header_index)
         # Only the last line of each side may lack its newline.
         for side in ("-", "+"):
-            body = [k for k, x in enumerate(h.lines) if _tag(x) in (" ", side)]
-            if any(k in h.no_eol for k in body[:-1]):
+            on_side = [k for k in h.no_eol if lines.tag(rows[k]) in (" ", side)]
+            last = next((k for k in range(len(rows) - 1, -1, -1) if lines.tag(rows[k]) in (" ", side)), None)
+            if any(k != last for k in on_side):
                 raise self.error(f"misplaced '\\ No newline at end of file' in hunk {number} for {fd.name}")
         return h
 
@@ -299,39 +363,85 @@ def _unquote(s: str, error: ErrorFactory) -> str:
         raise error(f"file name {s} is not valid UTF-8") from None
 
 
-def parse_diff(diff: str, *, path: str, first_line: int) -> list[_FileDiff]:
+@dataclass(frozen=True, slots=True)
+class Diff:
+    """A parsed diff: its files over the :class:`Lines` it was read from (``start``/``end``: its lines there)."""
+
+    lines: Lines
+    files: list[_FileDiff]
+    start: int
+    end: int
+
+    def text(self) -> str:
+        return self.lines.text(self.start, self.end)
+
+    def touched(self) -> list[str]:
+        """The paths the diff changes, in order: new paths, deleted files by their old path, renames by both."""
+        out: list[str | None] = []
+        for fd in self.files:
+            out += [fd.old_path, fd.new_path] if fd.kind in ("delete", "rename") else [fd.new_path]
+        return [name for name in dict.fromkeys(out) if name is not None]
+
+    def apply(self, files: Mapping[str, bytes], *, patch_path: str) -> dict[str, bytes | None]:
+        """Applies the diff exactly to ``files`` (path -> content); the touched paths' new content (None: deleted)."""
+        result: dict[str, bytes | None] = {}
+
+        def current(name: str) -> bytes | None:
+            return result[name] if name in result else files.get(name)
+
+        for fd in self.files:
+            if fd.kind == "add":
+                source = b""
+            else:
+                assert fd.old_path is not None
+                got = current(fd.old_path)
+                if got is None:
+                    message = f"{fd.old_path} does not exist, the patch changes it"
+                    raise PatchError(message, path=patch_path, line=fd.line)
+                source = got
+            new_path = fd.new_path
+            if new_path is not None and new_path != fd.old_path and current(new_path) is not None:
+                raise PatchError(f"{new_path} already exists, the patch creates it", path=patch_path, line=fd.line)
+            content = _apply_hunks(source, fd, self.lines, patch_path)
+            if fd.kind == "delete" and content:
+                if fd.hunks:
+                    raise _does_not_apply(fd, fd.hunks[-1], patch_path)
+                message = f"{fd.name} is not empty, the patch deletes it as an empty file"
+                raise PatchError(message, path=patch_path, line=fd.line)
+            if fd.kind in ("delete", "rename"):
+                assert fd.old_path is not None
+                result[fd.old_path] = None
+            if new_path is not None:
+                result[new_path] = content
+        return result
+
+
+def parse_diff(diff: str, *, path: str, first_line: int) -> Diff:
+    """Reads ``diff`` (the diff part of a patch file, starting at its line ``first_line``)."""
+    try:
+        lines = Lines(diff.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates: read them, and refuse to apply the hunks that hold them
+        lines = Lines(diff.encode("utf-8", "surrogatepass"), lax=True)
     if diff == "":  # an empty patch (see patch_queue.series.patchfile)
-        return []
+        return Diff(lines, [], 0, 0)
     if not diff.startswith("diff --git "):
         raise PatchError("the diff does not start with a 'diff --git' line", path=path, line=first_line)
     if not diff.endswith("\n"):
         line = first_line + diff.count("\n")
         raise PatchError("the diff does not end with a newline (truncated patch?)", path=path, line=line)
-    lines = diff[:-1].split("\n")
     parser = DiffParser(lines, path=path, first_line=first_line)
     files, end = parser.parse(0)
     if end != len(lines):
         raise parser.error("unexpected line after the diff", end)
-    return files
+    return Diff(lines, files, 0, end)
 
 
 # -- applying ----------------------------------------------------------------------------------
 
 
 def files_touched(diff: str) -> list[str]:
-    """The paths a diff changes, in order: new paths, deleted files by their old path, renames by both."""
-    out: list[str | None] = []
-    for fd in parse_diff(diff, path=DIFF_LABEL, first_line=1):
-        out += [fd.old_path, fd.new_path] if fd.kind in ("delete", "rename") else [fd.new_path]
-    return [name for name in dict.fromkeys(out) if name is not None]
-
-
-def _split_lines(content: bytes) -> list[bytes]:
-    parts = content.split(b"\n")
-    out = [part + b"\n" for part in parts[:-1]]
-    if parts[-1]:
-        out.append(parts[-1])
-    return out
+    """The paths a diff changes (:meth:`Diff.touched`)."""
+    return parse_diff(diff, path=DIFF_LABEL, first_line=1).touched()
 
 
 def _tag(line: str) -> str:
@@ -339,37 +449,60 @@ def _tag(line: str) -> str:
     return line[:1] or " "
 
 
-def _encode(h: _Hunk, k: int) -> bytes:
-    """The bytes the hunk's line ``k`` stands for in the file (its text, and its newline unless it has none)."""
-    return h.lines[k][1:].encode("utf-8") + (b"" if k in h.no_eol else b"\n")
-
-
 def _does_not_apply(fd: _FileDiff, h: _Hunk, patch_path: str) -> PatchError:
     return PatchError(f"hunk {h.number} for {fd.name} does not apply", path=patch_path, line=h.line)
 
 
-def _apply_hunks(content: bytes, fd: _FileDiff, patch_path: str) -> bytes:
-    lines = _split_lines(content)
-    out: list[bytes] = []
-    pos = 0
+def _apply_hunks(content: bytes, fd: _FileDiff, lines: Lines, patch_path: str) -> bytes:
+    """``content`` with ``fd``'s hunks applied, written as a stream: the unchanged stretches are sliced out
+    of ``content`` and each hunk line out of the patch's bytes, with no list of lines on either side."""
+    out = io.BytesIO()
+    line_no, off = 0, 0  # the line of content reached, and its offset
+    ends_newline: bool | None = None  # whether the last line written ends with a newline (None: none yet)
+    find, size = content.find, len(content)
     for h in fd.hunks:
-        try:
-            old = [_encode(h, k) for k, x in enumerate(h.lines) if _tag(x) != "+"]
-            new = [_encode(h, k) for k, x in enumerate(h.lines) if _tag(x) != "-"]
-        except UnicodeEncodeError:  # text that is not valid UTF-8
-            raise _does_not_apply(fd, h, patch_path) from None
         start = h.old_start - 1 if h.old_count else h.old_start
-        if start < pos or start + len(old) > len(lines) or lines[start : start + len(old)] != old:
+        if start < line_no:
             raise _does_not_apply(fd, h, patch_path)
-        out.extend(lines[pos:start])
-        if new and out and not out[-1].endswith(b"\n"):
+        begin = off
+        for _ in range(start - line_no):  # the unchanged lines before the hunk
+            if begin >= size:
+                raise _does_not_apply(fd, h, patch_path)
+            nl = find(b"\n", begin)
+            begin = size if nl < 0 else nl + 1
+        if begin > off:
+            out.write(content[off:begin])
+            ends_newline = content[begin - 1] == 0x0A
+        at, new, old = begin, False, 0  # the removed and context lines must be the content's, byte for byte
+        for k, row in enumerate(h.rows):
+            body = lines.raw(row)[1:]
+            if lines.lax:
+                try:
+                    body.decode("utf-8")
+                except UnicodeDecodeError:  # text that is not valid UTF-8
+                    raise _does_not_apply(fd, h, patch_path) from None
+            tag = lines.tag(row)
+            new = new or tag != "-"
+            if tag == "+":
+                continue
+            want = body if k in h.no_eol else body + b"\n"
+            if not want or content[at : at + len(want)] != want or (k in h.no_eol and at + len(want) != size):
+                raise _does_not_apply(fd, h, patch_path)
+            at += len(want)
+            old += 1
+        if new and ends_newline is False:
             raise _does_not_apply(fd, h, patch_path)
-        out.extend(new)
-        pos = start + len(old)
-        if out and not out[-1].endswith(b"\n") and pos < len(lines):
+        for k, row in enumerate(h.rows):
+            if lines.tag(row) != "-":
+                out.write(lines.raw(row)[1:])
+                if k not in h.no_eol:
+                    out.write(b"\n")
+                ends_newline = k not in h.no_eol
+        line_no, off = start + old, at
+        if ends_newline is False and off < size:
             raise _does_not_apply(fd, h, patch_path)
-    out.extend(lines[pos:])
-    return b"".join(out)
+    out.write(content[off:])
+    return out.getvalue()
 
 
 def apply(diff: str, files: Mapping[str, bytes], *, patch_path: str, first_line: int = 1) -> dict[str, bytes | None]:
@@ -378,32 +511,4 @@ def apply(diff: str, files: Mapping[str, bytes], *, patch_path: str, first_line:
     ``first_line`` is the line of the patch file where diff starts (``PatchFile.diff_line``), so that
     errors name the right line.
     """
-    result: dict[str, bytes | None] = {}
-
-    def current(name: str) -> bytes | None:
-        return result[name] if name in result else files.get(name)
-
-    for fd in parse_diff(diff, path=patch_path, first_line=first_line):
-        if fd.kind == "add":
-            source = b""
-        else:
-            assert fd.old_path is not None
-            got = current(fd.old_path)
-            if got is None:
-                raise PatchError(f"{fd.old_path} does not exist, the patch changes it", path=patch_path, line=fd.line)
-            source = got
-        new_path = fd.new_path
-        if new_path is not None and new_path != fd.old_path and current(new_path) is not None:
-            raise PatchError(f"{new_path} already exists, the patch creates it", path=patch_path, line=fd.line)
-        content = _apply_hunks(source, fd, patch_path)
-        if fd.kind == "delete" and content:
-            if fd.hunks:
-                raise _does_not_apply(fd, fd.hunks[-1], patch_path)
-            message = f"{fd.name} is not empty, the patch deletes it as an empty file"
-            raise PatchError(message, path=patch_path, line=fd.line)
-        if fd.kind in ("delete", "rename"):
-            assert fd.old_path is not None
-            result[fd.old_path] = None
-        if new_path is not None:
-            result[new_path] = content
-    return result
+    return parse_diff(diff, path=patch_path, first_line=first_line).apply(files, patch_path=patch_path)

@@ -44,11 +44,10 @@ import binascii
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from itertools import dropwhile, takewhile
 
 from patch_queue.errors import PatchError
-from patch_queue.series.diffs import DiffParser, ErrorFactory, quoted_end
+from patch_queue.series.diffs import Diff, DiffParser, ErrorFactory, Lines, parse_diff, quoted_end
 
 __all__ = ["PatchFile", "check_message", "parse", "split_message"]
 
@@ -62,20 +61,52 @@ _MBOX_FROM = re.compile(r"From [0-9a-f]{40,64} Mon Sep 17 00:00:00 2001")
 _CHARSETS = {"utf-8", "utf8", "us-ascii", "ascii"}
 
 
-@dataclass(frozen=True)
 class PatchFile:
     """One commit as a patch file.
 
-    ``diff_line`` is where ``diff`` starts in the file it was parsed from (1 for a patch built in
-    memory); it only serves error messages and takes no part in equality.
+    ``diff`` is the diff text; a parsed patch keeps its diff parsed over the file's own bytes
+    (:meth:`parsed`) and makes the text only when it is asked for.  ``diff_line`` is where the diff
+    starts in the file it was parsed from (1 for a patch built in memory); it only serves error
+    messages and takes no part in equality.
     """
 
-    subject: str
-    description: str
-    author: str
-    date: str
-    diff: str
-    diff_line: int = field(default=1, compare=False, repr=False)
+    __slots__ = ("_diff", "_parsed", "author", "date", "description", "diff_line", "subject")
+
+    def __init__(
+        self,
+        subject: str,
+        description: str,
+        author: str,
+        date: str,
+        diff: str | Diff = "",
+        diff_line: int = 1,
+    ) -> None:
+        self.subject, self.description, self.author, self.date = subject, description, author, date
+        self._diff: str = "" if isinstance(diff, Diff) else diff
+        self._parsed: Diff | None = diff if isinstance(diff, Diff) else None
+        self.diff_line = diff_line
+
+    @property
+    def diff(self) -> str:
+        return self._diff if self._parsed is None else self._parsed.text()
+
+    def parsed(self, path: str) -> Diff:
+        """The diff, read (errors name ``path`` and the lines from ``diff_line``)."""
+        if self._parsed is None:
+            return parse_diff(self.diff, path=path, first_line=self.diff_line)
+        return self._parsed
+
+    def _key(self) -> tuple[str, str, str, str, str]:
+        return self.subject, self.description, self.author, self.date, self.diff
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PatchFile) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"PatchFile(subject={self.subject!r}, author={self.author!r}, date={self.date!r})"
 
 
 # -- before git writes a patch -----------------------------------------------------------------
@@ -124,9 +155,9 @@ def _check_description(description: str, error: ErrorFactory, first_line: int = 
 # -- parsing -----------------------------------------------------------------------------------
 
 
-def _decode_utf8(data: bytes, path: str) -> str:
+def _decode_utf8(data: bytes, path: str) -> None:
     try:
-        return data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
@@ -213,18 +244,16 @@ def _parse_author(raw: str, error: ErrorFactory) -> str:
     return raw
 
 
-def _first(lines: list[str], start: int, found: Callable[[str], object]) -> int:
+def _first(lines: Lines, start: int, found: Callable[[str], object]) -> int:
     """The index of the first of ``lines[start:]`` that is ``found``, else ``len(lines)``."""
     return next((i for i in range(start, len(lines)) if found(lines[i])), len(lines))
 
 
 def parse(data: bytes, *, path: str) -> PatchFile:
     """Reads a patch file written by ``git format-patch`` (one commit).  Raises only PatchError."""
-    text = _decode_utf8(data, path)
-    lines = text.split("\n")
-    ends_with_newline = text.endswith("\n")
-    if ends_with_newline:
-        lines.pop()
+    _decode_utf8(data, path)  # checked once; the lines are decoded one by one as they are read
+    lines = Lines(data)
+    ends_with_newline = data.endswith(b"\n")
 
     def fail(message: str, index: int) -> PatchError:
         return PatchError(message, path=path, line=index + 1)
@@ -296,7 +325,7 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     # The message body, up to where git am would stop reading it.
     body_start = header_end + 1
     k = _first(lines, body_start, _patchbreak)
-    description = "\n".join(lines[body_start:k]).rstrip("\n")
+    description = lines.text(body_start, k).rstrip("\n")
     _check_description(description, error_at(body_start), body_start)
 
     if k == len(lines):  # nothing ends the message: an empty patch, as `git format-patch --always` writes it
@@ -306,12 +335,11 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     diff_start = _first(lines, k, lambda line: line.startswith("diff --git "))
     if diff_start >= len(lines):
         raise PatchError("no diff in the patch (no 'diff --git' line)", path=path, line=max(len(lines), 1))
-    if (nul := _first(lines, diff_start, lambda line: "\0" in line)) < len(lines):
+    if (nul := lines.find(b"\0", diff_start)) < len(lines):
         raise fail("binary content (a NUL byte) in the diff; pq keeps text changes only", nul)
 
     parser = DiffParser(lines, path=path, first_line=1)
-    parser.parse(diff_start)
-    end = parser.i
+    files, end = parser.parse(diff_start)
     if end == len(lines) and not ends_with_newline:
         raise PatchError("the last line has no newline (truncated patch?)", path=path, line=len(lines))
     if (mbox := _first(lines, end, _MBOX_FROM.fullmatch)) < len(lines):
@@ -319,5 +347,5 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     rest = _first(lines, end, bool)
     if rest < len(lines) and lines[rest] != "-- ":  # anything after "-- " is the signature
         raise fail("unexpected line after the diff", rest)
-    diff = "\n".join(lines[diff_start:end]) + "\n"
+    diff = Diff(lines, files, diff_start, end)
     return PatchFile(subject, description, author, date, diff, diff_line=diff_start + 1)

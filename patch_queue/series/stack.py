@@ -24,7 +24,7 @@ from email.utils import parsedate_tz
 from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.merge import symbols
-from patch_queue.series import diffs, fmt, patchfile
+from patch_queue.series import fmt, patchfile
 from patch_queue.series.queue import Queue
 from patch_queue.sources import cache
 
@@ -148,13 +148,12 @@ def commit_patch(repo: ProjectRepo, parent: str, p: patchfile.PatchFile, queue: 
     """Apply one patch on ``parent`` (exactly, no fuzz) and commit the result."""
     info = repo.commit_info(parent)
     files = repo.read_tree(info.tree)
-    touched = diffs.files_touched(p.diff)
+    diff = p.parsed(path)
+    touched = diff.touched()
     for name in touched:
         if queue.module(name) is None:
             raise PatchError(f"touches {name!r}, which is not an output module listed in queue.toml", path=path)
-    changes = diffs.apply(
-        p.diff, {k: v for k, v in files.items() if k in touched}, patch_path=path, first_line=p.diff_line
-    )
+    changes = diff.apply({k: v for k, v in files.items() if k in touched}, patch_path=path)
     for name, data in changes.items():
         if data is None:
             files.pop(name, None)
