@@ -24,7 +24,7 @@ LAYERS = (
     {"__main__"},
 )
 RANK = {name: i for i, layer in enumerate(LAYERS) for name in layer}
-PURE = ("merge/", "outputs/report.py")
+PURE = ("merge/", "outputs/report.py", "outputs/report_parts.py")
 NOT_IN_PURE = ("pygit2", "git", "typer", "subprocess", "patch_queue.cli", "patch_queue.commands", "patch_queue.project")
 
 

@@ -11,11 +11,7 @@ from collections.abc import Mapping
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.series import fmt
 
-RULES = {
-    "F821": ("name-undefined", ERROR),
-    "F811": ("name-redefined", WARNING),
-    "F401": ("import-unused", WARNING),
-}
+RULES = {"F821": ("name-undefined", ERROR), "F811": ("name-redefined", WARNING), "F401": ("import-unused", WARNING)}
 
 
 def check_names(files: Mapping[str, str]) -> list[Finding]:

@@ -19,11 +19,7 @@ from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import (
-    LoadedStack,
-    Workspace,
-    upstream_reader,
-)
+from patch_queue.project.workspace import LoadedStack, Workspace, upstream_reader
 from patch_queue.series import lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Step, parse_series, render_series
 

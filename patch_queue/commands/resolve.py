@@ -6,14 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.commands.refresh import (
-    RefreshOutcome,
-    _advance,
-    _killable,
-    edit_lookup,
-    import_sync,
-    normalizer,
-)
+from patch_queue.commands.refresh import RefreshOutcome, _advance, _killable, edit_lookup, import_sync, normalizer
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, read_folder
@@ -25,14 +18,7 @@ from patch_queue.progress import Progress
 from patch_queue.project import journal as journal_mod
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import (
-    REF_JOURNAL,
-    Workspace,
-    applied_count,
-    check_no_journal,
-    load_stack,
-    ref_moves,
-)
+from patch_queue.project.workspace import REF_JOURNAL, Workspace, applied_count, check_no_journal, load_stack, ref_moves
 from patch_queue.series import absorb, replay, rerere, stack
 
 
@@ -292,10 +278,7 @@ def do_resolve(ws: Workspace, where: str, side: str) -> Resolved:
     shown = f"{ws.rel(path)}:{line}"
     if region is None:
         raise QueueError(f"no conflict region at {shown}")
-    if side == "suggested":
-        lines = _suggestion(ws, path, region)
-    else:
-        lines = region.side(side)
+    lines = _suggestion(ws, path, region) if side == "suggested" else region.side(side)
     after = markers.resolve(text, region, lines)
     atomic_write(path, after.encode("utf-8"))
     return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)))

@@ -14,13 +14,7 @@ from patch_queue.outputs import wheel
 from patch_queue.progress import Progress
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import (
-    LoadedStack,
-    Workspace,
-    applied_count,
-    load_stack,
-    stack_ref_updates,
-)
+from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, load_stack, stack_ref_updates
 from patch_queue.series import lineage, stack
 from patch_queue.series.queue import UpstreamPin, render_queue, render_series
 

@@ -183,15 +183,7 @@ def wheel_meta(queue: Queue, *, package: str, patches: list[str]) -> WheelMeta:
             "",
         ]
     )
-    return WheelMeta(
-        name=DIST_NAME,
-        version=version,
-        summary=summary,
-        requires=tuple(requires),
-        omni=omni,
-        urls=tuple(urls),
-        readme=readme,
-    )
+    return WheelMeta(DIST_NAME, version, summary, tuple(requires), omni, tuple(urls), readme)
 
 
 def _toml(value: str) -> str:
@@ -282,13 +274,8 @@ def build_wheel_bytes(project: dict[str, bytes], *, epoch: int) -> tuple[str, by
         env = {k: v for k, v in os.environ.items() if k not in ("DIST_EXTRA_CONFIG", "SETUPTOOLS_USE_DISTUTILS")}
         # HOME: no ~/.pydistutils.cfg of the user's
         env.update(SOURCE_DATE_EPOCH=str(epoch), PYTHONDONTWRITEBYTECODE="1", HOME=tmp, PYTHONHASHSEED="0")
-        proc = subprocess.run(
-            [sys.executable, "-c", _BUILD_SCRIPT, str(dist), str(result)],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        command = [sys.executable, "-c", _BUILD_SCRIPT, str(dist), str(result)]
+        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
         if proc.returncode != 0 or not result.is_file():
             lines = [line.strip() for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
             raise PqError(f"setuptools could not build the wheel: {lines[-1] if lines else f'exit {proc.returncode}'}")

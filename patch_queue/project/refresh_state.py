@@ -50,11 +50,7 @@ class RefreshState:
     def as_json(self) -> dict[str, object]:
         # json writes the tuples as lists
         data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
-        data.update(
-            version=1,
-            conflicts=[c.as_json() for c in self.conflicts],
-            flags=[c.as_json() for c in self.flags],
-        )
+        data.update(version=1, conflicts=[c.as_json() for c in self.conflicts], flags=[c.as_json() for c in self.flags])
         return data
 
     def bytes(self) -> bytes:

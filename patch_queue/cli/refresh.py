@@ -1,30 +1,34 @@
-"""The ``pq`` command line: thin commands that parse options, call the engine and map exit codes.
-
-Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in .git/pq/crash.log).
-"""
+"""The commands of a refresh and what they print: adopt, build, refresh, sync-gpu, continue, resolve, mergetool,
+check, blocks, abort, status."""
 
 from __future__ import annotations
 
-import errno
-import functools
-import os
-import shlex
-import sys
-import time
-import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, ParamSpec
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patch_queue.errors import EXIT_BUG, EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, PqError
-from patch_queue.fsutil import kill_point
+from patch_queue.cli.app import (
+    AnnotationsOpt,
+    DiscardOpt,
+    FlagsOpt,
+    MarkdownOpt,
+    NoSourcesOpt,
+    ReportOpt,
+    UpstreamOpt,
+    VerboseOpt,
+    command,
+    echo,
+    err,
+    locked,
+    say,
+    workspace,
+)
+from patch_queue.errors import EXIT_CONFLICT, EXIT_ERROR, EXIT_OK
 
-if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
+if TYPE_CHECKING:
     from patch_queue.commands.check import CheckOutcome
     from patch_queue.commands.refresh import RefreshOutcome
     from patch_queue.commands.sync_gpu import SyncOutcome
@@ -32,137 +36,6 @@ if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays 
     from patch_queue.project.workspace import Workspace
     from patch_queue.series.absorb import Placement
     from patch_queue.series.replay import PatchResult
-
-P = ParamSpec("P")
-
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases.",
-)
-
-UpstreamOpt = Annotated[
-    str | None,
-    typer.Option("--upstream", help="upstream git repository (URL, path or bundle); default $PQ_UPSTREAM_GIT"),
-]
-DiscardOpt = Annotated[
-    bool, typer.Option("--discard", help="drop the edits in the output folder that no patch holds (they are lost)")
-]
-AllOpt = Annotated[bool, typer.Option("--all", "-a")]
-NoSourcesOpt = Annotated[
-    bool, typer.Option("--no-sources", help="skip the checks that need upstream source trees (imports, GPU audit)")
-]
-ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here")]
-MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the report as a pull-request body here")]
-AnnotationsOpt = Annotated[
-    bool, typer.Option("--annotations", help="print GitHub workflow-command annotations for conflicts and flags")
-]
-FlagsOpt = Annotated[
-    str | None, typer.Option("--flags", help="list the review flags of these kinds (KIND,…; `all`: every flag)")
-]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="list every review flag")]
-
-
-def err(message: str) -> None:
-    typer.echo(f"pq: {message}", err=True)
-
-
-def say(message: str) -> None:
-    typer.echo(message, err=True)
-
-
-def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
-    """Register a command: its body returns the exit code; a PqError exits with its one-line message, anything
-    else with exit 4 (a bug)."""
-
-    def register(body: Callable[P, int | None]) -> Callable[P, None]:
-        @functools.wraps(body)
-        def run(*args: P.args, **kwargs: P.kwargs) -> None:
-            try:
-                kill_point("command")
-                code = body(*args, **kwargs)
-            except PqError as exc:
-                err(f"error: {exc}")
-                raise typer.Exit(exc.exit_code) from None
-            except KeyboardInterrupt:
-                err("interrupted; nothing was written past the last completed step (see `pq status`)")
-                raise typer.Exit(130) from None
-            except BrokenPipeError:  # the reader went away (`pq status | head`): not a bug
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                raise typer.Exit(141) from None
-            except typer.Exit:
-                raise
-            except OSError as exc:
-                if exc.errno not in _OUTPUT_ERRNOS:
-                    _bug()
-                err(f"error: cannot write the output: {exc.strerror}")  # stdout on a full or failing device
-                raise typer.Exit(EXIT_ERROR) from None
-            except Exception:  # a bug: keep the traceback for the report
-                _bug()
-            try:
-                sys.stdout.flush()  # here, not at exit, so a full device is one line, not a traceback
-            except OSError as exc:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                err(f"error: cannot write the output: {exc.strerror}")
-                raise typer.Exit(EXIT_ERROR) from None
-            raise typer.Exit(code or 0)
-
-        app.command(name=name)(run)
-        return run
-
-    return register
-
-
-_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
-
-
-def _bug() -> NoReturn:
-    """Exit 4 with the traceback kept for the report."""
-    err(f"internal error (a bug); traceback written to {_crash_log()}")
-    raise typer.Exit(EXIT_BUG) from None
-
-
-def _crash_log() -> str:
-    """Where the traceback went, with the command line, pq's version and the time: ``.git/pq/crash.log``, else
-    ``pq-crash.log`` here, else stderr (this never fails: it runs when something already did)."""
-    try:
-        from importlib.metadata import version
-
-        stamp = f"pq {version('patch-queue')}"
-    except Exception:
-        stamp = "pq (version unknown)"
-    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    text = f"{stamp} at {when}\ncommand: {shlex.join(sys.argv)}\n\n{traceback.format_exc()}"
-    candidates: list[Callable[[], Path]] = [lambda: _ws().state_dir / "crash.log", lambda: Path("pq-crash.log")]
-    for candidate in candidates:
-        try:
-            path = candidate().resolve()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            return str(path)
-        except Exception:  # the next place, then stderr
-            continue
-    try:
-        sys.stderr.write(text)
-    except Exception:  # nowhere left to say it
-        pass
-    return "stderr (above)"
-
-
-def _ws() -> Workspace:
-    from patch_queue.project.workspace import open_workspace
-
-    return open_workspace()
-
-
-@contextmanager
-def _locked(name: str) -> Iterator[Workspace]:
-    """The workspace, with the repository's lock held for the command ``name``."""
-    from patch_queue.project.workspace import locked
-
-    ws = _ws()
-    with locked(ws, name):
-        yield ws
 
 
 def _on_patch(result: PatchResult) -> None:
@@ -183,10 +56,9 @@ def adopt(
     """Derive the patch series from a hand-maintained release and write patches/ and npu_worker/."""
     from patch_queue.commands import adopt
 
-    with _locked("adopt") as ws:
+    with locked("adopt") as ws:
         res = adopt.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say)
-    if res.discarded:
-        typer.echo(res.discarded)
+    echo(res.discarded)
     if res.searched_auto:
         typer.echo(
             f"upstream base: {res.commit_label} (public {res.public_commit[:12]}), score {res.matched}/{res.total}"
@@ -221,27 +93,33 @@ def build(
     from patch_queue.commands import refresh, write
 
     if wheel:
-        with _locked("build") as ws:
+        with locked("build") as ws:
             built = write.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
         typer.echo(ws.rel(built))
         return
-    with _locked("build") as ws:
+    with locked("build") as ws:
         files, dropped = write.do_build(
             ws, out=out, standalone_pkg=standalone, upstream_git=upstream, discard=discard, progress=say
         )
-    if dropped:
-        typer.echo(dropped)
+    echo(dropped)
     where = ws.rel(out.resolve() if out else ws.out)
     for problem in refresh.fence_problems(files):  # built all the same: the fences are the patches' business
         typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
     typer.echo(f"built {len(files)} files into {where}/")
 
 
+def print_placements(ws: Workspace, placements: list[Placement]) -> None:
+    for p in placements:
+        moved = f" (it does not merge into {p.moved_from}, which owns its lines)" if p.moved_from else ""
+        typer.echo(
+            f"recorded: {ws.rel(ws.out / p.file)}:{p.line} +{p.added} -{p.removed} into patches/{p.patch}{moved}"
+        )
+
+
 def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = None) -> int:
     """Conflicts first, then the review flags counted by kind (those of ``listed``, KIND,… or `all`, one a line)."""
-    if outcome.discarded:
-        typer.echo(outcome.discarded)
-    _print_placements(ws, outcome.placements)
+    echo(outcome.discarded)
+    print_placements(ws, outcome.placements)
     if outcome.conflicts and outcome.culprits_note:
         typer.echo(f"culprits: {outcome.culprits_note}")
     for c in outcome.conflicts:
@@ -298,14 +176,6 @@ def _print_flags(ws: Workspace, flags: list[Conflict], listed: str | None) -> No
     typer.echo(f"{len(flags)} review flag(s): {shown}{hint}")
 
 
-def _print_placements(ws: Workspace, placements: list[Placement]) -> None:
-    for p in placements:
-        moved = f" (it does not merge into {p.moved_from}, which owns its lines)" if p.moved_from else ""
-        typer.echo(
-            f"recorded: {ws.rel(ws.out / p.file)}:{p.line} +{p.added} -{p.removed} into patches/{p.patch}{moved}"
-        )
-
-
 def _print_check(ws: Workspace, result: CheckOutcome) -> None:
     for f in result.findings:
         typer.echo(f.render(prefix=ws.rel(ws.out) + "/" if f.file else ""))
@@ -315,16 +185,16 @@ def _print_check(ws: Workspace, result: CheckOutcome) -> None:
     )
 
 
-def _report_paths(ws: Workspace, *paths: Path | None) -> tuple[str, str]:
+def _report_paths(ws: Workspace, report: Path | None, markdown: Path | None) -> tuple[str, str]:
     """The report paths as the refresh state keeps them: relative to the repository when inside it."""
-    kept = []
-    for path in paths:
-        if path is None:
-            kept.append("")
-            continue
-        full = path.resolve()
-        kept.append(full.relative_to(ws.root).as_posix() if full.is_relative_to(ws.root) else str(full))
-    return kept[0], kept[1]
+
+    def kept(path: Path | None) -> str:
+        full = path.resolve() if path else None
+        if full is None:
+            return ""
+        return full.relative_to(ws.root).as_posix() if full.is_relative_to(ws.root) else str(full)
+
+    return kept(report), kept(markdown)
 
 
 def _write_reports(ws: Workspace, outcome: RefreshOutcome, annotations: bool) -> None:
@@ -340,8 +210,7 @@ def _write_reports(ws: Workspace, outcome: RefreshOutcome, annotations: bool) ->
     if markdown is not None:
         write_output(markdown, render.markdown(data).encode("utf-8"))
     if annotations:
-        for line in render.annotations(data):
-            typer.echo(line)
+        echo(*render.annotations(data))
 
 
 @command()
@@ -369,7 +238,7 @@ def refresh(
 
     check_output(report)
     check_output(markdown)
-    with _locked("refresh") as ws:
+    with locked("refresh") as ws:
         outcome = refresh.do_refresh(
             ws,
             to=to,
@@ -445,7 +314,7 @@ def sync_gpu_(
     """Port the omni changes of the GPU runners the NPU runners lack, one patch each at the end of the series."""
     from patch_queue.commands import sync_gpu
 
-    with _locked("sync-gpu") as ws:
+    with locked("sync-gpu") as ws:
         outcome = sync_gpu.do_sync_gpu(ws, omni=omni, upstream_git=upstream, progress=say)
     _print_sync(ws, outcome)
     return EXIT_OK
@@ -465,7 +334,7 @@ def continue_(
 
     check_output(report)
     check_output(markdown)
-    with _locked("continue") as ws:
+    with locked("continue") as ws:
         interrupted = resolve.recover_interrupted(ws, forward=True)
         if interrupted is not None:
             typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
@@ -486,15 +355,12 @@ def resolve_(
     """Resolve the one conflict region at FILE:LINE in npu_worker/ to one side (the others: `pq mergetool`)."""
     from patch_queue.commands import resolve
 
-    chosen = [
-        n
-        for n, on in (("upstream", upstream_side), ("patch", patch_side), ("both", both), ("suggested", suggested))
-        if on
-    ]
+    sides = {"upstream": upstream_side, "patch": patch_side, "both": both, "suggested": suggested}
+    chosen = [side for side, on in sides.items() if on]
     if len(chosen) != 1:
         err("error: give one of --upstream, --patch, --both, --suggested")
         raise typer.Exit(EXIT_ERROR)
-    with _locked("resolve") as ws:
+    with locked("resolve") as ws:
         done = resolve.do_resolve(ws, where, chosen[0])
     typer.echo(
         f"resolved {done.path}:{done.first}-{done.last} with the {chosen[0]} side ({done.lines} line(s)); "
@@ -515,7 +381,7 @@ def mergetool(
     REMOTE: the patch, BASE: the old upstream)."""
     from patch_queue.commands import resolve
 
-    with _locked("mergetool") as ws:
+    with locked("mergetool") as ws:
         done = resolve.do_mergetool(ws, tool=tool, names=files or [])
     for path, left in done:
         typer.echo(f"{path}: {'resolved' if not left else f'{left} conflict region(s) left'}")
@@ -534,7 +400,7 @@ def check(
     from patch_queue.fsutil import check_output, json_bytes, write_output
 
     check_output(json_out)
-    with _locked("check") as ws:
+    with locked("check") as ws:
         result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
     if json_out is not None:
         write_output(json_out, json_bytes(result.as_json()))
@@ -553,7 +419,7 @@ def blocks(
     from patch_queue.outputs import inventory
 
     check_output(markdown)
-    with _locked("blocks") as ws:
+    with locked("blocks") as ws:
         loaded = write.sync_stack(ws, upstream_git=upstream, progress=say)
     entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
     for e in entries:
@@ -574,7 +440,7 @@ def abort() -> None:
     """Put every file and ref back as it was before the refresh."""
     from patch_queue.commands import resolve
 
-    with _locked("abort") as ws:
+    with locked("abort") as ws:
         interrupted = resolve.recover_interrupted(ws, forward=False)
         if interrupted is None:
             resolve.do_abort(ws)
@@ -592,7 +458,7 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
     from patch_queue.commands import resolve
 
-    ws = _ws()
+    ws = workspace()
     st = resolve.do_status(ws, upstream_git=upstream)
     typer.echo(f"upstream: {st.upstream}")
     if st.in_progress:
@@ -610,211 +476,3 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     if st.in_progress:
         typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
     return EXIT_CONFLICT if st.in_progress and st.conflicts else EXIT_OK
-
-
-@command()
-def series(upstream: UpstreamOpt = None) -> None:
-    """List the patches in order, applied ones marked with +."""
-    from patch_queue.commands import edit, resolve
-
-    ws = _ws()
-    for name, state in resolve.do_status(ws, upstream_git=upstream).patches:
-        mark = "+" if state in ("applied", "modified", "unchanged", "empty") else "!" if state == "conflict" else "-"
-        typer.echo(f"{mark} {name}  {edit.patch_subject(ws, name)}")
-
-
-PatchArg = Annotated[str, typer.Argument(help="patch: its file name, with or without .patch, or without its number")]
-OptPatchArg = Annotated[
-    str | None, typer.Argument(help="patch: its file name, with or without .patch, or without its number")
-]
-
-
-@command()
-def new(
-    name: Annotated[str, typer.Argument(help="patch name")],
-    message: Annotated[str | None, typer.Option("-m", "--message", help="subject line")] = None,
-    upstream: UpstreamOpt = None,
-) -> None:
-    """Make a new patch above the applied ones of the edits in npu_worker/ (an empty one without edits)."""
-    from patch_queue.commands import edit
-
-    with _locked("new") as ws:
-        filename = edit.do_new(ws, name, message=message, upstream_git=upstream)
-    typer.echo(f"created patches/{filename}; edit {ws.rel(ws.out)}/ then `pq record`")
-
-
-@command()
-def record(
-    patch: Annotated[str | None, typer.Option("--patch", "-p", help="put every edit into this applied patch")] = None,
-    upstream: UpstreamOpt = None,
-) -> None:
-    """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
-    from patch_queue.commands import edit
-
-    with _locked("record") as ws:
-        placements = edit.do_record(ws, upstream_git=upstream, into=patch)
-    _print_placements(ws, placements)
-    if not placements:
-        typer.echo("nothing to record")
-
-
-@command()
-def goto(name: PatchArg, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
-    """Push or pop patches until NAME is the top one."""
-    from patch_queue.commands import edit
-
-    with _locked("goto") as ws:
-        before, after, dropped = edit.do_goto(ws, name, upstream_git=upstream, discard=discard)
-    _print_moved(dropped, before, after)
-
-
-@command()
-def delete(
-    name: OptPatchArg = None,
-    top: Annotated[bool, typer.Option("--top", "-t", help="delete the top patch")] = False,
-    upstream: UpstreamOpt = None,
-    discard: DiscardOpt = False,
-) -> int:
-    """Delete a patch from the series; the patches above it must apply without it."""
-    from patch_queue.commands import edit
-
-    if (name is None) == (not top):
-        err("error: name a patch, or pass --top (not both)")
-        return EXIT_ERROR
-    with _locked("delete") as ws:
-        gone, dropped = edit.do_delete(ws, name, upstream_git=upstream, discard=discard)
-    if dropped:
-        typer.echo(dropped)
-    typer.echo(f"deleted patches/{gone}")
-    return EXIT_OK
-
-
-@command()
-def rename(
-    names: Annotated[list[str], typer.Argument(help="[OLD] NEW: the patch (default the top one) and its new name")],
-    upstream: UpstreamOpt = None,
-    discard: DiscardOpt = False,
-) -> int:
-    """Rename a patch (its file keeps its number, its body stays)."""
-    from patch_queue.commands import edit
-
-    if len(names) > 2:
-        err(f"error: unexpected value {names[2]!r}: pq rename [OLD] NEW")
-        return EXIT_ERROR
-    old, new = (None, names[0]) if len(names) == 1 else (names[0], names[1])
-    with _locked("rename") as ws:
-        before, after, dropped = edit.do_rename(ws, old, new, upstream_git=upstream, discard=discard)
-    if dropped:
-        typer.echo(dropped)
-    typer.echo(f"renamed patches/{before} to patches/{after}")
-    return EXIT_OK
-
-
-@command()
-def show(name: OptPatchArg = None, upstream: UpstreamOpt = None) -> None:
-    """Print a patch (default the top one) as it is in patches/."""
-    from patch_queue.commands import edit
-
-    body = edit.do_show(_ws(), name, upstream_git=upstream)
-    sys.stdout.buffer.write(body)
-    sys.stdout.flush()
-
-
-@command()
-def diff(upstream: UpstreamOpt = None) -> None:
-    """Print the edits of npu_worker/ that no patch holds, as a diff against the applied patches."""
-    from patch_queue.commands import edit
-
-    typer.echo(edit.do_diff(_ws(), upstream_git=upstream), nl=False)
-
-
-def _undo(redo: bool, discard: bool) -> None:
-    from patch_queue.commands import undo as undo_mod
-
-    with _locked("redo" if redo else "undo") as ws:
-        undone, dropped = undo_mod.do_undo(ws, redo=redo, discard=discard)
-    if dropped:
-        typer.echo(dropped)
-    typer.echo(
-        f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before it"
-    )
-
-
-@command()
-def undo(discard: DiscardOpt = False) -> None:
-    """Put back the files and refs the last series-editing command wrote (pq keeps one command)."""
-    _undo(False, discard)
-
-
-@command()
-def redo(discard: DiscardOpt = False) -> None:
-    """Take back the last `pq undo`."""
-    _undo(True, discard)
-
-
-@command()
-def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
-    """Rebuild the patch bodies from the lineage in queue.toml (adopt, refreshes, recorded edits), hash-checked."""
-    from patch_queue.commands import reproduce as reproduce_mod
-
-    with _locked("reproduce") as ws:
-        res = reproduce_mod.do_reproduce(ws, upstream_git=upstream, discard=discard, progress=say)
-    if res.discarded:
-        typer.echo(res.discarded)
-    if res.already:
-        typer.echo(f"patches/ already holds the {res.patches} bodies the lineage records")
-    else:
-        typer.echo(
-            f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
-            f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/"
-        )
-
-
-@command()
-def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
-    """Take hand edits of patches/*.patch into the lineage (as a step that needs the bodies to reproduce)."""
-    from patch_queue.commands import edit
-
-    with _locked("accept") as ws:
-        changed = edit.do_accept(ws, upstream_git=upstream, discard=discard)
-    typer.echo(f"accepted the series as it is in patches/ ({changed} body/bodies changed)")
-
-
-def _move(push: bool, all_: bool, upstream: str | None, discard: bool, name: str | None) -> None:
-    from patch_queue.commands import edit
-
-    with _locked("push" if push else "pop") as ws:
-        before, after, dropped = edit.do_push_pop(
-            ws, push=push, all_=all_, upstream_git=upstream, discard=discard, name=name
-        )
-    _print_moved(dropped, before, after)
-
-
-def _print_moved(dropped: str, before: int, after: int) -> None:
-    if dropped:
-        typer.echo(dropped)
-    typer.echo(f"applied {after} of the series (was {before})")
-
-
-@command()
-def push(
-    name: OptPatchArg = None, all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False
-) -> None:
-    """Apply the next patch (or all, or every one up to and including NAME)."""
-    _move(True, all_, upstream, discard, name)
-
-
-@command()
-def pop(
-    name: OptPatchArg = None, all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False
-) -> None:
-    """Unapply the top patch (or all, or NAME and every one above it)."""
-    _move(False, all_, upstream, discard, name)
-
-
-def main() -> None:
-    app(prog_name="pq")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -1,0 +1,167 @@
+"""The Typer app of ``pq``: the options several commands share, and how a command's end maps to an exit code.
+
+Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in .git/pq/crash.log).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn, ParamSpec
+
+import typer
+
+from patch_queue.errors import EXIT_BUG, EXIT_ERROR, PqError
+from patch_queue.fsutil import kill_point
+
+if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
+    from patch_queue.project.workspace import Workspace
+
+P = ParamSpec("P")
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases.",
+)
+
+UpstreamOpt = Annotated[
+    str | None,
+    typer.Option("--upstream", help="upstream git repository (URL, path or bundle); default $PQ_UPSTREAM_GIT"),
+]
+DiscardOpt = Annotated[
+    bool, typer.Option("--discard", help="drop the edits in the output folder that no patch holds (they are lost)")
+]
+AllOpt = Annotated[bool, typer.Option("--all", "-a")]
+NoSourcesOpt = Annotated[
+    bool, typer.Option("--no-sources", help="skip the checks that need upstream source trees (imports, GPU audit)")
+]
+ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here")]
+MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the report as a pull-request body here")]
+AnnotationsOpt = Annotated[
+    bool, typer.Option("--annotations", help="print GitHub workflow-command annotations for conflicts and flags")
+]
+FlagsOpt = Annotated[
+    str | None, typer.Option("--flags", help="list the review flags of these kinds (KIND,…; `all`: every flag)")
+]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="list every review flag")]
+_PATCH_HELP = "patch: its file name, with or without .patch, or without its number"
+PatchArg = Annotated[str, typer.Argument(help=_PATCH_HELP)]
+OptPatchArg = Annotated[str | None, typer.Argument(help=_PATCH_HELP)]
+
+
+def err(message: str) -> None:
+    typer.echo(f"pq: {message}", err=True)
+
+
+def say(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+def echo(*lines: str) -> None:
+    """Print each non-empty line on stdout (a command's result; an empty one, such as no dropped edits, is not)."""
+    for line in lines:
+        if line:
+            typer.echo(line)
+
+
+def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
+    """Register a command: its body returns the exit code; a PqError exits with its one-line message, anything
+    else with exit 4 (a bug)."""
+
+    def register(body: Callable[P, int | None]) -> Callable[P, None]:
+        @functools.wraps(body)
+        def run(*args: P.args, **kwargs: P.kwargs) -> None:
+            try:
+                kill_point("command")
+                code = body(*args, **kwargs)
+            except PqError as exc:
+                err(f"error: {exc}")
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                err("interrupted; nothing was written past the last completed step (see `pq status`)")
+                raise typer.Exit(130) from None
+            except BrokenPipeError:  # the reader went away (`pq status | head`): not a bug
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                raise typer.Exit(141) from None
+            except typer.Exit:
+                raise
+            except OSError as exc:
+                if exc.errno not in _OUTPUT_ERRNOS:
+                    _bug()
+                err(f"error: cannot write the output: {exc.strerror}")  # stdout on a full or failing device
+                raise typer.Exit(EXIT_ERROR) from None
+            except Exception:  # a bug: keep the traceback for the report
+                _bug()
+            try:
+                sys.stdout.flush()  # here, not at exit, so a full device is one line, not a traceback
+            except OSError as exc:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                err(f"error: cannot write the output: {exc.strerror}")
+                raise typer.Exit(EXIT_ERROR) from None
+            raise typer.Exit(code or 0)
+
+        app.command(name=name)(run)
+        return run
+
+    return register
+
+
+_OUTPUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
+
+
+def _bug() -> NoReturn:
+    """Exit 4 with the traceback kept for the report."""
+    err(f"internal error (a bug); traceback written to {_crash_log()}")
+    raise typer.Exit(EXIT_BUG) from None
+
+
+def _crash_log() -> str:
+    """Where the traceback went, with the command line, pq's version and the time: ``.git/pq/crash.log``, else
+    ``pq-crash.log`` here, else stderr (this never fails: it runs when something already did)."""
+    try:
+        from importlib.metadata import version
+
+        stamp = f"pq {version('patch-queue')}"
+    except Exception:
+        stamp = "pq (version unknown)"
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    text = f"{stamp} at {when}\ncommand: {shlex.join(sys.argv)}\n\n{traceback.format_exc()}"
+    candidates: list[Callable[[], Path]] = [lambda: workspace().state_dir / "crash.log", lambda: Path("pq-crash.log")]
+    for candidate in candidates:
+        try:
+            path = candidate().resolve()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            return str(path)
+        except Exception:  # the next place, then stderr
+            continue
+    try:
+        sys.stderr.write(text)
+    except Exception:  # nowhere left to say it
+        pass
+    return "stderr (above)"
+
+
+def workspace() -> Workspace:
+    from patch_queue.project.workspace import open_workspace
+
+    return open_workspace()
+
+
+@contextmanager
+def locked(name: str) -> Iterator[Workspace]:
+    """The workspace, with the repository's lock held for the command ``name``."""
+    from patch_queue.project import workspace as project
+
+    ws = workspace()
+    with project.locked(ws, name):
+        yield ws

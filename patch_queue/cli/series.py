@@ -1,0 +1,210 @@
+"""The series verbs: series, new, record, goto, delete, rename, show, diff, undo, redo, reproduce, accept, push,
+pop."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from patch_queue.cli.app import (
+    AllOpt,
+    DiscardOpt,
+    OptPatchArg,
+    PatchArg,
+    UpstreamOpt,
+    command,
+    echo,
+    err,
+    locked,
+    say,
+    workspace,
+)
+from patch_queue.cli.refresh import print_placements
+from patch_queue.errors import EXIT_ERROR, EXIT_OK
+
+if TYPE_CHECKING:
+    pass
+
+
+@command()
+def series(upstream: UpstreamOpt = None) -> None:
+    """List the patches in order, applied ones marked with +."""
+    from patch_queue.commands import edit, resolve
+
+    ws = workspace()
+    for name, state in resolve.do_status(ws, upstream_git=upstream).patches:
+        mark = "+" if state in ("applied", "modified", "unchanged", "empty") else "!" if state == "conflict" else "-"
+        typer.echo(f"{mark} {name}  {edit.patch_subject(ws, name)}")
+
+
+@command()
+def new(
+    name: Annotated[str, typer.Argument(help="patch name")],
+    message: Annotated[str | None, typer.Option("-m", "--message", help="subject line")] = None,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """Make a new patch above the applied ones of the edits in npu_worker/ (an empty one without edits)."""
+    from patch_queue.commands import edit
+
+    with locked("new") as ws:
+        filename = edit.do_new(ws, name, message=message, upstream_git=upstream)
+    typer.echo(f"created patches/{filename}; edit {ws.rel(ws.out)}/ then `pq record`")
+
+
+@command()
+def record(
+    patch: Annotated[str | None, typer.Option("--patch", "-p", help="put every edit into this applied patch")] = None,
+    upstream: UpstreamOpt = None,
+) -> None:
+    """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
+    from patch_queue.commands import edit
+
+    with locked("record") as ws:
+        placements = edit.do_record(ws, upstream_git=upstream, into=patch)
+    print_placements(ws, placements)
+    if not placements:
+        typer.echo("nothing to record")
+
+
+@command()
+def goto(name: PatchArg, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
+    """Push or pop patches until NAME is the top one."""
+    from patch_queue.commands import edit
+
+    with locked("goto") as ws:
+        before, after, dropped = edit.do_goto(ws, name, upstream_git=upstream, discard=discard)
+    echo(dropped, f"applied {after} of the series (was {before})")
+
+
+@command()
+def delete(
+    name: OptPatchArg = None,
+    top: Annotated[bool, typer.Option("--top", "-t", help="delete the top patch")] = False,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> int:
+    """Delete a patch from the series; the patches above it must apply without it."""
+    from patch_queue.commands import edit
+
+    if (name is None) == (not top):
+        err("error: name a patch, or pass --top (not both)")
+        return EXIT_ERROR
+    with locked("delete") as ws:
+        gone, dropped = edit.do_delete(ws, name, upstream_git=upstream, discard=discard)
+    echo(dropped, f"deleted patches/{gone}")
+    return EXIT_OK
+
+
+@command()
+def rename(
+    names: Annotated[list[str], typer.Argument(help="[OLD] NEW: the patch (default the top one) and its new name")],
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> int:
+    """Rename a patch (its file keeps its number, its body stays)."""
+    from patch_queue.commands import edit
+
+    if len(names) > 2:
+        err(f"error: unexpected value {names[2]!r}: pq rename [OLD] NEW")
+        return EXIT_ERROR
+    old, new = (None, names[0]) if len(names) == 1 else (names[0], names[1])
+    with locked("rename") as ws:
+        before, after, dropped = edit.do_rename(ws, old, new, upstream_git=upstream, discard=discard)
+    echo(dropped, f"renamed patches/{before} to patches/{after}")
+    return EXIT_OK
+
+
+@command()
+def show(name: OptPatchArg = None, upstream: UpstreamOpt = None) -> None:
+    """Print a patch (default the top one) as it is in patches/."""
+    from patch_queue.commands import edit
+
+    body = edit.do_show(workspace(), name, upstream_git=upstream)
+    sys.stdout.buffer.write(body)
+    sys.stdout.flush()
+
+
+@command()
+def diff(upstream: UpstreamOpt = None) -> None:
+    """Print the edits of npu_worker/ that no patch holds, as a diff against the applied patches."""
+    from patch_queue.commands import edit
+
+    typer.echo(edit.do_diff(workspace(), upstream_git=upstream), nl=False)
+
+
+def _undo(redo: bool, discard: bool) -> None:
+    from patch_queue.commands import undo as undo_mod
+
+    with locked("redo" if redo else "undo") as ws:
+        undone, dropped = undo_mod.do_undo(ws, redo=redo, discard=discard)
+    echo(
+        dropped,
+        f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before it",
+    )
+
+
+@command()
+def undo(discard: DiscardOpt = False) -> None:
+    """Put back the files and refs the last series-editing command wrote (pq keeps one command)."""
+    _undo(False, discard)
+
+
+@command()
+def redo(discard: DiscardOpt = False) -> None:
+    """Take back the last `pq undo`."""
+    _undo(True, discard)
+
+
+@command()
+def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
+    """Rebuild the patch bodies from the lineage in queue.toml (adopt, refreshes, recorded edits), hash-checked."""
+    from patch_queue.commands import reproduce as reproduce_mod
+
+    with locked("reproduce") as ws:
+        res = reproduce_mod.do_reproduce(ws, upstream_git=upstream, discard=discard, progress=say)
+    echo(res.discarded)
+    if res.already:
+        typer.echo(f"patches/ already holds the {res.patches} bodies the lineage records")
+    else:
+        typer.echo(
+            f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
+            f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/"
+        )
+
+
+@command()
+def accept(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
+    """Take hand edits of patches/*.patch into the lineage (as a step that needs the bodies to reproduce)."""
+    from patch_queue.commands import edit
+
+    with locked("accept") as ws:
+        changed = edit.do_accept(ws, upstream_git=upstream, discard=discard)
+    typer.echo(f"accepted the series as it is in patches/ ({changed} body/bodies changed)")
+
+
+def _move(push: bool, all_: bool, upstream: str | None, discard: bool, name: str | None) -> None:
+    from patch_queue.commands import edit
+
+    with locked("push" if push else "pop") as ws:
+        before, after, dropped = edit.do_push_pop(
+            ws, push=push, all_=all_, upstream_git=upstream, discard=discard, name=name
+        )
+    echo(dropped, f"applied {after} of the series (was {before})")
+
+
+@command()
+def push(
+    name: OptPatchArg = None, all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False
+) -> None:
+    """Apply the next patch (or all, or every one up to and including NAME)."""
+    _move(True, all_, upstream, discard, name)
+
+
+@command()
+def pop(
+    name: OptPatchArg = None, all_: AllOpt = False, upstream: UpstreamOpt = None, discard: DiscardOpt = False
+) -> None:
+    """Unapply the top patch (or all, or NAME and every one above it)."""
+    _move(False, all_, upstream, discard, name)
