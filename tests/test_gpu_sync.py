@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import git, new_project, pq, push_to_bare
 
-from patch_queue.checks import gpu_sync
+from patch_queue.checks import gpu_helpers, gpu_ports, gpu_rules, gpu_sync
 from patch_queue.errors import QueueError
 
 BASE_030 = "cf0baa38dfb2"
@@ -24,7 +24,7 @@ BASE_030 = "cf0baa38dfb2"
 
 
 def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
-    rules = gpu_sync.load_rules()
+    rules = gpu_rules.load_rules()
     t = rules.translate
     assert t("if not isinstance(self.talker_mtp, CUDAGraphWrapper):") == (
         "if not isinstance(self.talker_mtp, ACLGraphWrapper):"
@@ -41,12 +41,12 @@ def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
 
 
 def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
-    (tmp_path / gpu_sync.USER_RULES).write_text(
+    (tmp_path / gpu_rules.USER_RULES).write_text(
         'fence = "# ---------- Omni-new ----------"\n'
         '[[rule]]\nid = "torch-npu"\nfind = "torch.cuda."\nreplace = "torch_npu.npu."\nregex = false\n'
         '[[rule]]\nid = "nccl"\nfind = \'\\bnccl\\b\'\nreplace = "hccl"\n'
     )
-    rules = gpu_sync.load_rules(tmp_path)
+    rules = gpu_rules.load_rules(tmp_path)
     ids = [r.id for r in rules.rules]
     assert ids.index("torch-npu") < ids.index("device-string") and ids[-1] == "nccl"  # replaced in place, appended
     assert rules.translate("torch.cuda.synchronize()  # nccl") == "torch_npu.npu.synchronize()  # hccl"
@@ -63,10 +63,10 @@ def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
     ],
 )
 def test_bad_user_rules_name_the_file(tmp_path: Path, text: str, message: str) -> None:
-    (tmp_path / gpu_sync.USER_RULES).write_text(text)
+    (tmp_path / gpu_rules.USER_RULES).write_text(text)
     with pytest.raises(QueueError) as err:
-        gpu_sync.load_rules(tmp_path)
-    assert str(err.value).startswith(f"{tmp_path / gpu_sync.USER_RULES}: ") and message in str(err.value)
+        gpu_rules.load_rules(tmp_path)
+    assert str(err.value).startswith(f"{tmp_path / gpu_rules.USER_RULES}: ") and message in str(err.value)
 
 
 # -- placement on small runners ----------------------------------------------------------------
@@ -83,7 +83,7 @@ _ASCEND = "class NPUModelRunner:\n    def execute_model(self, scheduler_output):
 
 def _sync_small(
     gpu_body: str, npu_body: str, gpu_head: str = ""
-) -> tuple[list[gpu_sync.Port | gpu_sync.Unplaced], str]:
+) -> tuple[list[gpu_ports.Port | gpu_ports.Unplaced], str]:
     """Sync one GPU copy of vLLM's execute_model (its body ``gpu_body``) into an NPU one (``npu_body``)."""
     from patch_queue.checks import gpu_audit
 
@@ -92,7 +92,7 @@ def _sync_small(
     gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
     changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
-    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, gpu_sync.load_rules())
+    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, gpu_rules.load_rules())
     return results, files["npu_ar_model_runner.py"]
 
 
@@ -112,7 +112,7 @@ def test_an_insertion_goes_after_the_npu_statement_most_like_its_gpu_neighbour()
         return self.sample(hidden_states)
 """
     (port,), text = _sync_small(_GPU_BODY, npu_body)
-    assert isinstance(port, gpu_sync.Port), port
+    assert isinstance(port, gpu_ports.Port), port
     lines = text.splitlines()
     at = lines.index("        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)")
     assert "_build_attention_metadata(num_tokens=num_reqs, pad=False, npu=True)" in lines[at - 2]
@@ -130,7 +130,7 @@ def test_two_npu_statements_as_like_the_neighbour_place_nothing() -> None:
         return self.sample(hidden_states)
 """
     (unplaced,), _text = _sync_small(_GPU_BODY, npu_body)
-    assert isinstance(unplaced, gpu_sync.Unplaced)
+    assert isinstance(unplaced, gpu_ports.Unplaced)
     assert unplaced.reason.startswith("neither the GPU code before it nor the code after it is in")
 
 
@@ -146,7 +146,7 @@ def test_a_port_reading_a_gpu_local_the_npu_method_lacks_is_not_placed() -> None
         return self.sample(hidden_states)
 """
     (unplaced,), text = _sync_small(gpu_body, npu_body)
-    assert isinstance(unplaced, gpu_sync.Unplaced) and "_remember" not in text
+    assert isinstance(unplaced, gpu_ports.Unplaced) and "_remember" not in text
     assert unplaced.reason == (
         "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not"
     )
@@ -162,7 +162,7 @@ def test_a_port_imports_the_names_it_uses_as_the_gpu_module_binds_them() -> None
 """
     npu_body = _GPU_BODY.replace("        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)\n", "")
     (port,), text = _sync_small(gpu_body, npu_body, gpu_head)
-    assert isinstance(port, gpu_sync.Port), port
+    assert isinstance(port, gpu_ports.Port), port
     assert "from vllm_omni.worker.sampling_utils import sanitize\n" in text
     # a helper the GPU module defines: imported from that module, which the NPU runners import from already
     assert "from vllm_omni.worker.gpu_ar_model_runner import _local_helper\n" in text
@@ -206,23 +206,23 @@ _HELPER_NPU = """class NPUARModelRunner(NPUModelRunner):
 """
 
 
-def _copy(attr: str) -> tuple[list[gpu_sync.Port | gpu_sync.Unplaced], str]:
+def _copy(attr: str) -> tuple[list[gpu_ports.Port | gpu_ports.Unplaced], str]:
     gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % attr}
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
     vllm = "class GPUModelRunner:\n    def execute_model(self, scheduler_output):\n        return None\n"
     ascend = "class NPUModelRunner(GPUModelRunner):\n    def __init__(self):\n        self.device = None\n"
-    results, files = gpu_sync.copy_helpers(npu, gpu, vllm, ascend, gpu_sync.load_rules())
+    results, files = gpu_helpers.copy_helpers(npu, gpu, vllm, ascend, gpu_rules.load_rules())
     return results, files["npu_ar_model_runner.py"]
 
 
 def test_helpers_a_port_calls_are_copied_whole_and_transitively() -> None:
     results, text = _copy("talker")
-    assert [r.symbol for r in results if isinstance(r, gpu_sync.Port)] == [
+    assert [r.symbol for r in results if isinstance(r, gpu_ports.Port)] == [
         "NPUARModelRunner._omni_outputs",
         "NPUARModelRunner._enabled",
         "NPUARModelRunner._inner",
     ]
-    assert all(r.changes[0].reason == gpu_sync.HELPER for r in results)
+    assert all(r.changes[0].reason == gpu_helpers.HELPER for r in results)
     tree = ast.parse(text)
     cls = tree.body[0]
     assert isinstance(cls, ast.ClassDef)
@@ -235,13 +235,13 @@ def test_helpers_a_port_calls_are_copied_whole_and_transitively() -> None:
     assert text.count("Omni-new") == 6
     gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % "talker"}
     vllm, ascend = "class GPUModelRunner:\n    pass\n", "class NPUModelRunner(GPUModelRunner):\n    pass\n"
-    again, same = gpu_sync.copy_helpers({"npu_ar_model_runner.py": text}, gpu, vllm, ascend, gpu_sync.load_rules())
+    again, same = gpu_helpers.copy_helpers({"npu_ar_model_runner.py": text}, gpu, vllm, ascend, gpu_rules.load_rules())
     assert again == [] and same["npu_ar_model_runner.py"] == text
 
 
 def test_a_helper_reading_an_attribute_the_npu_class_never_sets_is_not_copied() -> None:
     (unplaced,), text = _copy("talker_mtp_graphs")
-    assert isinstance(unplaced, gpu_sync.Unplaced) and text == _HELPER_NPU
+    assert isinstance(unplaced, gpu_ports.Unplaced) and text == _HELPER_NPU
     assert unplaced.symbol == "NPUARModelRunner.execute_model"
     assert unplaced.reason == (
         "helper _omni_outputs of NPUARModelRunner.execute_model not copied: it calls _inner, which is not copied: "
@@ -253,9 +253,9 @@ def test_a_helper_calling_super_is_not_copied() -> None:
     gpu = {"gpu_ar_model_runner.py": (_HELPER_GPU % "talker").replace("return None\n", "return super().x()\n", 1)}
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
     vllm = "class GPUModelRunner:\n    pass\n"
-    (unplaced,), _files = gpu_sync.copy_helpers(npu, gpu, vllm, "class NPUModelRunner(GPUModelRunner):\n    pass\n",
-                                                gpu_sync.load_rules())  # fmt: skip
-    assert isinstance(unplaced, gpu_sync.Unplaced) and "calls super()" in unplaced.reason
+    (unplaced,), _files = gpu_helpers.copy_helpers(npu, gpu, vllm, "class NPUModelRunner(GPUModelRunner):\n    pass\n",
+                                                gpu_rules.load_rules())  # fmt: skip
+    assert isinstance(unplaced, gpu_ports.Unplaced) and "calls super()" in unplaced.reason
 
 
 # -- the real runners ---------------------------------------------------------------------------

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.checks import gpu_audit, gpu_sync
+from patch_queue.checks import gpu_audit, gpu_helpers, gpu_rules, gpu_sync
+from patch_queue.checks.gpu_ports import Port, Unplaced
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
 from patch_queue.commands.write import module_files, refuse_out_edits, sync_stack
@@ -39,7 +40,7 @@ _RUNNER = re.compile(r"gpu_\w*model_runner\.py")
 @dataclass(frozen=True)
 class Synced:
     patch: str  # the patch file holding the port
-    port: gpu_sync.Port
+    port: Port
     line: int  # 1-based: the opening fence in the final module
 
 
@@ -48,16 +49,16 @@ class SyncOutcome:
     source: str  # which GPU runners were read
     unported: int  # the audit's unported changes
     synced: list[Synced] = field(default_factory=list)
-    unplaced: list[gpu_sync.Unplaced] = field(default_factory=list)
+    unplaced: list[Unplaced] = field(default_factory=list)
 
     @property
     def flags(self) -> list[Conflict]:
         return [_synced_flag(s) for s in self.synced] + [_unplaced_flag(u) for u in self.unplaced]
 
 
-def is_helper(result: gpu_sync.Port | gpu_sync.Unplaced) -> bool:
+def is_helper(result: Port | Unplaced) -> bool:
     """A whole GPU helper method copied (or not copied), not a change of a GPU copy of a vLLM method."""
-    return result.changes[0].reason == gpu_sync.HELPER
+    return result.changes[0].reason == gpu_helpers.HELPER
 
 
 def where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
@@ -75,13 +76,13 @@ def _synced_flag(s: Synced) -> Conflict:
     note = f"; placed {port.how}" if port.how else ""
     note += f"; {'; '.join(port.imports)} (in this port's patch)" if port.imports else ""
     note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
-    what = gpu_sync.HELPER + " into" if is_helper(port) else "ported into"
+    what = gpu_helpers.HELPER + " into" if is_helper(port) else "ported into"
     flag = _flag(SYNCED, port.changes, f"{what} {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
     return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
 
 
-def _unplaced_flag(u: gpu_sync.Unplaced) -> Conflict:
+def _unplaced_flag(u: Unplaced) -> Conflict:
     return _flag(UNPLACED, u.changes, f"not ported: {u.reason}", u.gpu_hunk, u.npu_file, u.symbol)
 
 
@@ -119,7 +120,7 @@ def _slug(method: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", method).strip("-").lower() or "module"
 
 
-def _final_lines(ports: list[gpu_sync.Port]) -> list[int]:
+def _final_lines(ports: list[Port]) -> list[int]:
     """Each port's opening fence in the final modules (later ports above it in its file shift it)."""
     out = []
     for i, port in enumerate(ports):
@@ -147,15 +148,15 @@ def plan_sync(
         raise QueueError(f"the stack's base vendors no {adopt.UPSTREAM_FILE}")
     npu_files = module_texts(module_files(ws, top))
     changes = gpu_audit.audit(gpu_files, vllm_runner, npu_files, vendored.decode("utf-8", errors="replace"))
-    rules = gpu_sync.load_rules(ws.queue_dir.root)
+    rules = gpu_rules.load_rules(ws.queue_dir.root)
     results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules)
-    helpers, _files = gpu_sync.copy_helpers(
+    helpers, _files = gpu_helpers.copy_helpers(
         files, gpu_files, vllm_runner, vendored.decode("utf-8", errors="replace"), rules
     )
     results += helpers
-    ports = [r for r in results if isinstance(r, gpu_sync.Port)]
+    ports = [r for r in results if isinstance(r, Port)]
     outcome = SyncOutcome(source, sum(1 for c in changes if not c.ported))
-    outcome.unplaced = [r for r in results if isinstance(r, gpu_sync.Unplaced)]
+    outcome.unplaced = [r for r in results if isinstance(r, Unplaced)]
     patches = list(loaded.patches)
     taken = {n.split("-", 1)[-1] for n, _c in patches}
     info = ws.repo.commit_info(top)
