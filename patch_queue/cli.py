@@ -397,7 +397,7 @@ def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | No
     if outcome.conflicts:
         typer.echo("sync-gpu skipped: the refresh left conflicts; resolve them, then run `pq sync-gpu`")
         return None
-    return sync_gpu.do_sync_gpu(ws, omni=None, upstream_git=upstream, progress=say)
+    return sync_gpu.do_sync_gpu(ws, omni=None, since=None, upstream_git=upstream, progress=say)
 
 
 def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
@@ -440,13 +440,17 @@ def sync_gpu_(
         str | None,
         typer.Option("--omni", help="vllm-omni release (X or vllm-omni==X) or folder; default the series' release"),
     ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="the vllm-omni release the NPU runners port (X or folder); default the series'"),
+    ] = None,
     upstream: UpstreamOpt = None,
 ) -> int:
     """Port the omni changes of the GPU runners the NPU runners lack, one patch each at the end of the series."""
     from patch_queue.commands import sync_gpu
 
     with _locked("sync-gpu") as ws:
-        outcome = sync_gpu.do_sync_gpu(ws, omni=omni, upstream_git=upstream, progress=say)
+        outcome = sync_gpu.do_sync_gpu(ws, omni=omni, since=since, upstream_git=upstream, progress=say)
     _print_sync(ws, outcome)
     return EXIT_OK
 

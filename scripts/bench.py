@@ -328,7 +328,8 @@ def quality(
 
 def sync_and_measure(up: Upgrade, corpus: Path, project: Path, upstream_text: str) -> Json:
     """The rest of the maintainers' upgrade, done the way a maintainer would with pq: every conflict resolved to
-    its patch side and ``pq continue``, then ``pq sync-gpu --omni <the newer release>``; section 5 measured
+    its patch side and ``pq continue``, then ``pq sync-gpu --omni <the newer release> --since <the older>`` (the
+    series was adopted from a folder, so it names no release of its own); section 5 measured
     on the result (a copy of the project, so the refresh's own measurements stay as they are)."""
     assert up.new is not None
     synced = project.parent / "synced"
@@ -337,7 +338,7 @@ def sync_and_measure(up: Upgrade, corpus: Path, project: Path, upstream_text: st
         for path in sorted((synced / "npu_worker").glob("*.py")):
             path.write_text(cm.take_side(read_text(path), "patch"), encoding="utf-8")
         pq(synced, "continue", ok=(0, 1))
-    _code, _seconds, out = pq(synced, "sync-gpu", "--omni", up.new)
+    _code, _seconds, out = pq(synced, "sync-gpu", "--omni", up.new, "--since", up.old)
     left_out = unmade_port_lines(up, corpus, synced, out, upstream_text)
     return work_saved(up, corpus, synced / "npu_worker", upstream_text, left_out)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -42,6 +42,20 @@ class Unplaced:
     npu_file: str = ""
     symbol: str = ""
     gpu_hunk: str = ""
+
+
+@dataclass(frozen=True)
+class Since:
+    """The GPU runners of the release the NPU series ports (``label``: e.g. ``vllm-omni==0.18.0``): their omni code
+    is what the NPU methods hold, so a GPU change of it since is placed against it."""
+
+    label: str
+    files: Mapping[str, str]
+
+    def method(self, gpu_file: str, name: str) -> symbols.Symbol | None:
+        """The method ``Class.method`` of the GPU module ``gpu_file`` there."""
+        text = self.files.get(gpu_file)
+        return None if text is None else symbols.symbols_ast(text, path=gpu_file).get(name)
 
 
 class NotPlaced(Exception):

@@ -38,18 +38,22 @@ import ast
 import difflib
 import textwrap
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import NotPlaced, Port, Unplaced, completed, joined, method_at, reindent
+from patch_queue.checks.gpu_ports import NotPlaced, Port, Since, Unplaced, completed, joined, method_at, reindent
 from patch_queue.checks.gpu_rules import Rules
-from patch_queue.merge import anchors, symbols
+from patch_queue.merge import anchors, symbols, three_way
 
 # the longest run of code lines tried to make an anchor unique
 _MAX_ANCHOR = 8
 # two statements this similar (difflib's ratio) are one edited statement
 _SIMILAR = 0.6
+# how many more NPU statements than the code a change replaces may stand between its GPU neighbours
+_MAX_BETWEEN = 3
+# how many GPU statements away from a change its neighbours for a merge may be
+_MAX_AROUND = 4
 
 
 def _code(lines: Sequence[str]) -> dict[int, str]:
@@ -112,7 +116,7 @@ class _Unit:
     key: str
 
 
-def _units(lines: Sequence[str]) -> list[_Unit]:
+def units(lines: Sequence[str]) -> list[_Unit]:
     """The units of a method's lines, in order: wrapping does not change their keys."""
     code = _code(lines)
     out: list[_Unit] = []
@@ -155,7 +159,7 @@ def _groups(todo: Sequence[GpuChange], gpu_files: Mapping[str, str]) -> list[_Gr
     return out
 
 
-def _opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
+def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
     """difflib's opcodes a -> b with every uneven replacement split: a unit of b similar to one of a
     (in order) replaces it, the others of b are insertions and the others of a deletions."""
     out: list[tuple[str, int, int, int, int]] = []
@@ -184,7 +188,7 @@ def _replaced(group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit]) -
     vLLM units those rows stand for (none for an insertion)."""
     first, last = group.first, group.last
     g_keys, v_keys = [u.key for u in gunits], [u.key for u in vunits]
-    ops = _opcodes(v_keys, g_keys)
+    ops = opcodes(v_keys, g_keys)
     stmts = _statements(group.gpu.text)
     while True:
         inside = {j for j, u in enumerate(gunits) if first <= u.first <= last}
@@ -258,8 +262,8 @@ def _site(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sym
     vllm_lines = [rules.translate(line) for line in vllm.text.splitlines()]
     npu_lines = npu.text.splitlines()
     return _Site(
-        group, npu, npu_text, npu_file, rules, npu_lines, _units(npu_lines), gpu_lines, _units(gpu_lines),
-        vllm_lines, _units(vllm_lines),
+        group, npu, npu_text, npu_file, rules, npu_lines, units(npu_lines), gpu_lines, units(gpu_lines),
+        vllm_lines, units(vllm_lines),
     )  # fmt: skip
 
 
@@ -298,17 +302,18 @@ def _locals(fn: ast.AST) -> set[str]:
 
 def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
     """The names the code at ``rows`` of ``text`` reads that the GPU method binds as locals and the innermost
-    function holding those rows (the port's NPU method) binds nowhere: the port would raise NameError."""
-    fn = max(
-        (
-            n
-            for n in ast.walk(ast.parse(text))
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and n.lineno <= rows.start
-            and (n.end_lineno or n.lineno) >= rows.stop - 1
-        ),
-        key=lambda n: n.lineno,
-    )
+    function holding those rows (the port's NPU method; its fences aside) binds nowhere: the port would raise
+    NameError.  NotPlaced when no function holds them."""
+    fns = [
+        n
+        for n in ast.walk(ast.parse(text))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.lineno <= rows.start
+        and (n.end_lineno or n.lineno) >= rows.stop - 2
+    ]
+    if not fns:
+        raise NotPlaced("the port would not stay inside the NPU method")
+    fn = max(fns, key=lambda n: n.lineno)
     gpu = _locals(ast.parse(textwrap.dedent(gpu_method)))
     npu = _locals(fn)
     used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno in rows}
@@ -330,7 +335,11 @@ def _shown(site: _Site, unit: int) -> str:
     return site.npu_lines[site.nunits[unit].first].strip()
 
 
-def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules) -> Port:
+def _place(
+    group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules, base: str = "vLLM"
+) -> Port:
+    """The port of ``group`` into ``symbol``: ``vllm`` is the method the GPU one is compared with (vLLM's, or the
+    GPU method of the series' release, named by ``base``)."""
     site = _site(group, vllm, npu_text, npu_file, symbol, rules)
     gunits, nunits, npu_lines = site.gunits, site.nunits, site.npu_lines
     first, last, v_idx = _replaced(group, gunits, site.vunits)
@@ -352,9 +361,8 @@ def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sy
         if len(hits) != 1:
             where = "more than once" if hits else "nowhere"
             shown = site.vllm_lines[site.vunits[v_idx[0]].first].strip()
-            raise NotPlaced(
-                f"the vLLM code it replaces ({len(upstream)} statement(s) from {shown}) is {where} in {symbol}"
-            )
+            why = f"the {base} code it replaces ({len(upstream)} statement(s) from {shown}) is {where} in {symbol}"
+            return _merge_between(site, first, last, why)
         lo, hi = hits[0], hits[0] + len(upstream) - 1
         start, end = nunits[lo].first, max(u.last for u in nunits[lo : hi + 1]) + 1
         g_anchor, n_anchor = next(u for u in gunits if u.first >= first).first, nunits[lo].first
@@ -388,15 +396,74 @@ def _place(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sy
     return _finish(site, start, end, [fence, *body, fence], raw, how)
 
 
+def _npu_match(site: _Site, key: str, lo: int = 0) -> int | None:
+    """The NPU unit (from ``lo`` on) that is ``key`` (the one occurrence), else the one most like it."""
+    hits = [i for i in range(lo, len(site.nunits)) if site.nunits[i].key == key]
+    if len(hits) == 1:
+        return hits[0]
+    return None if hits else _similar(key, [u.key for u in site.nunits], lo)
+
+
+def _merge_between(site: _Site, first: int, last: int, why: str) -> Port:
+    """The port of GPU rows [first, last] when the code they replace is not verbatim in the NPU method: the nearest
+    GPU statements around them (at most :data:`_MAX_AROUND` away) that are the code compared with too and that the
+    NPU method holds (the one occurrence, else the one statement most like it) bound three regions, merged with
+    pq's three-way merge: the NPU code between them onto the GPU code, against the code compared with.  A
+    conflict, or far more NPU statements there than in the code compared with, places nothing.  ``why``: the reason
+    it was not verbatim."""
+    gunits, vunits, nunits = site.gunits, site.vunits, site.nunits
+    ops = opcodes([u.key for u in vunits], [u.key for u in gunits])
+    g2v = {j: i1 + j - j1 for tag, i1, _i2, j1, j2 in ops if tag == "equal" for j in range(j1, j2)}
+    before = [j for j, u in enumerate(gunits) if u.first < first and j in g2v][-_MAX_AROUND:]
+    after = [j for j, u in enumerate(gunits) if u.first > last and j in g2v][:_MAX_AROUND]
+    found = [(j, n) for j in reversed(before) if (n := _npu_match(site, gunits[j].key)) is not None][:1]
+    lo = found[0][1] + 1 if found else 0
+    found += [(j, n) for j in after if (n := _npu_match(site, gunits[j].key, lo)) is not None][:1]
+    if len(found) != 2 or found[0][0] > first or found[1][1] <= found[0][1]:
+        raise NotPlaced(f"{why}, and the GPU statements around it are not both there")
+    (gp, p), (gq, q) = found
+    vp, vq = g2v[gp], g2v[gq]
+    if q - p > vq - vp + _MAX_BETWEEN:
+        raise NotPlaced(f"{why}, and {site.symbol} holds {q - p - 1} statements where it had {vq - vp - 1}")
+    n_between, v_between = [u.key for u in nunits[p + 1 : q]], [u.key for u in vunits[vp + 1 : vq]]
+    if n_between and v_between and difflib.SequenceMatcher(None, n_between, v_between).ratio() < _SIMILAR:
+        raise NotPlaced(f"{why}, and the NPU code where it goes is not like the code it replaces")
+    start, end = nunits[p].last + 1, nunits[q].first
+    npu_indent = anchors.indent_of(site.npu_lines[nunits[p].first])
+    g_delta = npu_indent - anchors.indent_of(site.gpu_lines[gunits[gp].first])
+    v_delta = npu_indent - anchors.indent_of(site.vllm_lines[vunits[vp].first])
+    ours = [line for line in site.npu_lines[start:end] if not anchors.FENCE.match(line)]
+    base = [reindent(line, v_delta) for line in site.vllm_lines[vunits[vp].last + 1 : vunits[vq].first]]
+    raw = site.raw(gunits[gp].last + 1, gunits[gq].first - 1)
+    theirs = [reindent(site.rules.translate(line), g_delta) for line in raw]
+    merged = three_way.merge3(joined(base), joined(ours), joined(theirs))
+    if not merged.clean:
+        raise NotPlaced(f"{why}, and merging it with the NPU code there conflicts")
+    body = merged.text.splitlines()
+    while body and not body[-1].strip():
+        body.pop()
+    while body and not body[0].strip():
+        body.pop(0)
+    if not body or [line for line in body if line.strip()] == [line for line in ours if line.strip()]:
+        raise NotPlaced(f"{why}, and merging it with the NPU code there changes nothing")
+    _check_partial(site, first, last, set(range(p + 1, q)))
+    fence = " " * min(anchors.indent_of(line) for line in body if line.strip()) + site.rules.fence
+    how = f"merged with the NPU code between {_shown(site, p)} and {_shown(site, q)}"
+    return _finish(site, start, end, [fence, *body, fence], site.raw(first, last), how)
+
+
 def sync(
     changes: Sequence[GpuChange],
     gpu_files: Mapping[str, str],
     vllm_runner: str,
     npu_files: Mapping[str, str],
     rules: Rules,
+    since: Since | None = None,
 ) -> tuple[list[Port | Unplaced], dict[str, str]]:
     """Port the unported ``changes`` (the audit of these files) in GPU file and line order, each onto the
-    NPU modules the ones before left; returns each outcome and the NPU modules after them all."""
+    NPU modules the ones before left; returns each outcome and the NPU modules after them all.  A change that
+    cannot be placed against vLLM's method is placed against the GPU method of ``since`` (the release the NPU
+    series ports), when it has one: the NPU method then holds that release's omni code, which the change updates."""
     vllm_syms = symbols.symbols_ast(vllm_runner, path=gpu_audit.VLLM_RUNNER)
     files = dict(npu_files)
     out: list[Port | Unplaced] = []
@@ -417,13 +484,36 @@ def sync(
             continue
         vsym = vllm_syms.get(f"{gpu_audit.VLLM_CLASS}.{change.method}")
         try:
-            if vsym is None:
+            if vsym is None and since is None:
                 raise NotPlaced(f"vLLM's runner has no {gpu_audit.VLLM_CLASS}.{change.method}")
+            if vsym is None:
+                raise NotPlaced("")  # an omni method: compared with the release's GPU method only
             port = _place(group, vsym, files[change.npu_file], change.npu_file, npu_sym.name, rules)
         except NotPlaced as exc:
-            out.append(Unplaced(group.changes, str(exc), change.npu_file, npu_sym.name, hunk))
-            continue
+            placed = _against_since(group, since, files[change.npu_file], change.npu_file, npu_sym.name, rules)
+            if isinstance(placed, str):
+                why = "; ".join(w for w in (str(exc), placed) if w)
+                out.append(Unplaced(group.changes, why, change.npu_file, npu_sym.name, hunk))
+                continue
+            port = placed
         port = completed(port, gpu_files[change.gpu_file], change.gpu_file)
         files[change.npu_file] = port.text
         out.append(port)
     return out, files
+
+
+def _against_since(
+    group: _Group, since: Since | None, npu_text: str, npu_file: str, symbol: str, rules: Rules
+) -> Port | str:
+    """The port of ``group`` placed against the GPU method of ``since``, else why not ("" when there is none)."""
+    if since is None:
+        return ""
+    old = since.method(group.changes[0].gpu_file, group.gpu.name)
+    if old is None or old.text == group.gpu.text:
+        return ""
+    try:
+        port = _place(group, old, npu_text, npu_file, symbol, rules, base=f"{since.label} GPU")
+    except NotPlaced as exc:
+        return f"against {since.label}'s GPU method: {exc}"
+    how = f"updating the omni code of {since.label}'s {group.gpu.name}"
+    return replace(port, how=f"{how}; {port.how}" if port.how else how)

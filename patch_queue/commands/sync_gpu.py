@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.checks import gpu_audit, gpu_helpers, gpu_rules, gpu_sync
-from patch_queue.checks.gpu_ports import Port, Unplaced
+from patch_queue.checks import gpu_audit, gpu_helpers, gpu_rules, gpu_sync, gpu_update
+from patch_queue.checks.gpu_ports import Port, Since, Unplaced
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
 from patch_queue.commands.write import module_files, refuse_out_edits, sync_stack
@@ -93,15 +93,20 @@ def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = N
     spec = omni or queue.downstream_release
     if not spec:
         raise QueueError("the series was adopted from a folder: name the GPU runners with --omni SPEC")
+    files, source = _runner_files(queue, spec, progress)
+    if Path(spec).is_dir() and not queue.downstream_release:
+        raise QueueError("a folder's GPU runners need the vLLM version of a pinned vllm-omni release")
+    return files, source, queue.downstream_release if Path(spec).is_dir() else spec.rpartition("==")[2]
+
+
+def _runner_files(queue: Queue, spec: str, progress: Progress | None) -> tuple[dict[str, str], str]:
+    """The GPU runner modules of a release or folder ``spec``, and what they are."""
     folder = Path(spec)
     if folder.is_dir():
         found = sorted(p for p in folder.rglob("gpu_*model_runner.py") if _RUNNER.fullmatch(p.name))
         if not found:
             raise QueueError("holds no gpu_*model_runner.py", path=str(folder))
-        if not queue.downstream_release:
-            raise QueueError("a folder's GPU runners need the vLLM version of a pinned vllm-omni release")
-        files = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in found}
-        return files, str(folder), queue.downstream_release
+        return {p.name: p.read_text(encoding="utf-8", errors="replace") for p in found}, str(folder)
     name, _sep, version = spec.rpartition("==")
     name = name or queue.downstream_name
     say(progress, f"Reading the GPU runners of {name} {version} ...")
@@ -113,7 +118,17 @@ def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = N
     }
     if not files:
         raise QueueError(f"{name}=={version} holds no vllm_omni/worker/gpu_*model_runner.py")
-    return files, f"{name}=={version}", version
+    return files, f"{name}=={version}"
+
+
+def since_runners(queue: Queue, since: str | None, source: str, *, progress: Progress | None = None) -> Since | None:
+    """The GPU runners of the release the NPU series ports (``since``, default the downstream release), when they
+    are not the ones synced from (``source``); None when the series names none."""
+    spec = since or queue.downstream_release
+    if not spec:
+        return None
+    files, label = _runner_files(queue, spec, progress)
+    return None if label == source else Since(label, files)
 
 
 def _slug(method: str) -> str:
@@ -135,10 +150,11 @@ def _final_lines(ports: list[Port]) -> list[int]:
 
 
 def plan_sync(
-    ws: Workspace, loaded: LoadedStack, omni: str | None, *, progress: Progress | None = None
+    ws: Workspace, loaded: LoadedStack, omni: str | None, since: str | None = None, *, progress: Progress | None = None
 ) -> tuple[SyncOutcome, list[tuple[str, str]]]:
     """The ports of the unported GPU changes, as commits on top of ``loaded`` (nothing written)."""
     gpu_files, source, version = gpu_runners(loaded.queue, omni, progress=progress)
+    before = since_runners(loaded.queue, since, source, progress=progress)
     say(progress, f"Reading vLLM {version}'s GPUModelRunner ...")
     vllm_runner = gpu_audit.load_vllm_runner(version)
     top = loaded.top()
@@ -149,7 +165,10 @@ def plan_sync(
     npu_files = module_texts(module_files(ws, top))
     changes = gpu_audit.audit(gpu_files, vllm_runner, npu_files, vendored.decode("utf-8", errors="replace"))
     rules = gpu_rules.load_rules(ws.queue_dir.root)
-    results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules)
+    if before is not None:
+        changes = sorted([*changes, *gpu_update.changes_since(before, gpu_files, npu_files, vllm_runner, rules)],
+                         key=lambda c: (c.gpu_file, c.gpu_line))  # fmt: skip
+    results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules, before)
     helpers, _files = gpu_helpers.copy_helpers(
         files, gpu_files, vllm_runner, vendored.decode("utf-8", errors="replace"), rules
     )
@@ -182,7 +201,7 @@ def plan_sync(
 
 
 def do_sync_gpu(
-    ws: Workspace, *, omni: str | None, upstream_git: str | None, progress: Progress | None = None
+    ws: Workspace, *, omni: str | None, since: str | None, upstream_git: str | None, progress: Progress | None = None
 ) -> SyncOutcome:
     """Port every unported omni GPU change that can be placed, one patch each at the end of the series."""
     refuse_pending(ws)
@@ -195,7 +214,7 @@ def do_sync_gpu(
             "the ports go at the end of the series",
             path=ws.rel(ws.queue_dir.series_path),
         )
-    outcome, patches = plan_sync(ws, loaded, omni, progress=progress)
+    outcome, patches = plan_sync(ws, loaded, omni, since, progress=progress)
     if outcome.synced:
         new = LoadedStack(loaded.queue, loaded.base, patches)
         write_edit(ws, loaded, new, len(patches), "sync-gpu")
