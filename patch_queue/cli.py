@@ -429,6 +429,7 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             f"sync-gpu: {outcome.unported} unported omni GPU change(s) in {outcome.source}: "
             f"{sum(len(s.port.changes) for s in synced)} ported in {len(synced)} patch(es), "
             f"{sum(len(u.changes) for u in unplaced)} not placed"
+            + (f", {outcome.carried} on NPU after those ports" if outcome.carried else "")
             + (f"; {len(helpers)} helper method(s) copied" if helpers else "")
             + (f", {len(refused)} not copied" if refused else "")
         )

@@ -36,6 +36,12 @@ def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
     assert t("if cudagraph_runtime_mode == CUDAGraphMode.FULL:") == "if cudagraph_runtime_mode == CUDAGraphMode.FULL:"
     assert t("ready = torch.cuda.Event()") == "ready = torch.npu.Event()"
     assert t('if value.device.type == "cuda":') == 'if value.device.type == "npu":'
+    assert t("    from vllm_omni.worker.gpu_model_runner import CUDAGraphWrapper") == (
+        "    from vllm_ascend.compilation.acl_graph import ACLGraphWrapper"
+    )
+    assert t("from vllm.distributed.parallel_state import graph_capture") == (
+        "from vllm_ascend.worker.model_runner_v1 import graph_capture"
+    )
     assert t("cuda_device=self.device,") == "cuda_device=self.device,"
     assert re.fullmatch(r"#\s+-+ Omni-new -+", rules.fence)
 
@@ -368,6 +374,37 @@ def test_a_helper_calling_super_is_not_copied() -> None:
     assert isinstance(unplaced, gpu_ports.Unplaced) and "calls super()" in unplaced.reason
 
 
+def test_an_override_calling_super_is_copied_where_the_npu_class_runs_the_upstream_method() -> None:
+    """GPUARModelRunner.capture_model calls vLLM's through super() and then an omni helper; NPUARModelRunner runs
+    vllm-ascend's capture_model itself: the override is copied (super() reaches vllm-ascend's there), then the
+    helper it calls; an override the NPU class's omni classes already have is not."""
+    gpu_text = (_HELPER_GPU % "talker") + (
+        "\n    def capture_model(self):\n        size = super().capture_model()\n"
+        "        self._capture_talker()\n        return size\n\n"
+        "    def _capture_talker(self):\n        return isinstance(self.talker, CUDAGraphWrapper)\n"
+    )
+    npu = {"npu_ar_model_runner.py": _HELPER_NPU.replace("return self._omni_outputs(scheduler_output)", "return None")}
+    vllm = "class GPUModelRunner:\n    def capture_model(self):\n        return 0\n"
+    ascend = "class NPUModelRunner(GPUModelRunner):\n    def capture_model(self):\n        return 1\n"
+    results, files = gpu_helpers.copy_helpers(npu, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
+                                              gpu_rules.load_rules())  # fmt: skip
+    assert [r.symbol for r in results if isinstance(r, gpu_ports.Port)] == [
+        "NPUARModelRunner.capture_model",
+        "NPUARModelRunner._capture_talker",
+    ]
+    text = files["npu_ar_model_runner.py"]
+    assert "size = super().capture_model()" in text and "isinstance(self.talker, ACLGraphWrapper)" in text
+    assert results[0].how.endswith(
+        "an override of GPUModelRunner.capture_model calling super(), as GPUARModelRunner's)"
+    )
+    npu_has = {"npu_ar_model_runner.py": npu["npu_ar_model_runner.py"].replace(
+        "    def load_model(self):", "    def capture_model(self):\n        return 2\n\n    def load_model(self):"
+    )}  # fmt: skip
+    again, _files = gpu_helpers.copy_helpers(npu_has, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
+                                             gpu_rules.load_rules())  # fmt: skip
+    assert again == []
+
+
 # -- the real runners ---------------------------------------------------------------------------
 
 
@@ -463,8 +500,8 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
         ),
     ]
     assert (
-        "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 9 ported in 8 patch(es), 29 not placed; "
-        "2 helper method(s) copied\n"
+        "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 9 ported in 8 patch(es), 26 not placed, "
+        "3 on NPU after those ports; 2 helper method(s) copied, 1 not copied\n"
     ) in out
     texts = {f: (proj / "npu_worker" / f).read_text() for f, *_ in ports}
     for text in texts.values():
@@ -529,12 +566,17 @@ def test_real_helpers_are_copied_whole_once_fenced(synced: tuple[Path, str], tmp
 def test_real_unplaced_changes_say_why(synced: tuple[Path, str]) -> None:
     _proj, out = synced
     unplaced = re.findall(r"^unplaced: (.+?) in (\S+): (.+)$", out, re.M)
-    assert sum(len(gpu.split(", ")) for gpu, _s, _r in unplaced) == 29
+    assert sum(len(gpu.split(", ")) for gpu, _s, _r in unplaced) == 27  # 26 changes, and an override not copied
     reasons = {gpu: reason for gpu, _s, reason in unplaced}
     assert reasons["gpu_ar_model_runner.py:1184"].startswith(
         "NPUARModelRunner.execute_model already holds part of it (if self.is_pooling_model:)"
     )
     assert "is nowhere in NPUARModelRunner.sample_tokens" in reasons["gpu_ar_model_runner.py:2012"]
+    assert reasons["gpu_ar_model_runner.py:1235"].endswith(", and merging it with the NPU code there conflicts")
+    assert reasons["gpu_ar_model_runner.py:520"] == (
+        "override GPUARModelRunner.shutdown not copied: GPUARModelRunner.shutdown reads self._clear_duplex_sampling, "
+        "which NPUARModelRunner never sets"
+    )
     assert all(reason for reason in reasons.values())
 
 
@@ -591,11 +633,16 @@ def test_refresh_sync_gpu_reports_the_ports(synced: tuple[Path, str], tmp_path: 
     other = new_project(tmp_path / "other")
     pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
     out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check", "--report", "r.json").stdout
-    assert "no conflicts" in out and "9 ported in 8 patch(es), 29 not placed; 2 helper method(s) copied" in out
+    assert (
+        "no conflicts" in out
+        and "9 ported in 8 patch(es), 26 not placed, 3 on NPU after those ports; 2 helper method(s) copied, "
+        "1 not copied"
+        in out
+    )
     assert (other / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
     flags = json.loads((other / "r.json").read_text())["flags"]
     kinds = [f["kind"] for f in flags]
-    assert kinds.count("gpu-synced") == 10 and kinds.count("gpu-unplaced") == 15
+    assert kinds.count("gpu-synced") == 10 and kinds.count("gpu-unplaced") == 16
     first = flags[0]
     assert "self.routed_experts_capturer.clear_buffer()" in first["sides"]["patch"]
     assert "Omni-new" in first["resolution"] and first["patch"] == "0017-sync-gpu-execute-model-1.patch"

@@ -170,17 +170,47 @@ def _npu_attrs(ctx: _HelperCtx, files: Mapping[str, str], gpu_files: Mapping[str
     return out
 
 
+def _super_calls(tree: ast.AST) -> set[str]:
+    """The ``X`` of every ``super().X`` under ``tree`` (``""`` for a bare ``super()``)."""
+    supers = {
+        id(n)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super"
+    }
+    out = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and id(n.value) in supers}
+    return out | ({""} if len(out) < len(supers) else set())
+
+
+def _overrides(ctx: _HelperCtx) -> list[str]:
+    """The methods of the GPU class that override a vLLM ``GPUModelRunner`` method and call that method through
+    ``super()``, where the NPU class runs the upstream method itself (no omni class of its MRO overrides it): on
+    NPU, ``super()`` reaches vllm-ascend's method, as it reaches vLLM's on the GPU."""
+    out = []
+    for name in sorted(ctx.gpu_methods):
+        owner = next((c for c in ctx.order if c in ctx.classes and name in ctx.classes[c].methods), None)
+        if name not in ctx.vllm_methods or owner not in (gpu_audit.ASCEND_CLASS, gpu_audit.VLLM_CLASS):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(ctx.gpu_methods[name].text))
+        except SyntaxError:
+            continue
+        if _super_calls(tree) == {name}:
+            out.append(name)
+    return out
+
+
 def _helper_plan(
     ctx: _HelperCtx, name: str, caller: str, have: set[str], seen: tuple[str, ...]
 ) -> tuple[list[tuple[str, str]], str]:
-    """The helpers to copy for ``name`` as (helper, the method calling it): it, then its own helpers; or the reason
-    it cannot be copied."""
+    """The helpers to copy for ``name`` as (helper, the method calling it; "" for an override of
+    :func:`_overrides`, whose own ``super()`` call stays): it, then its own helpers; or the reason it cannot be
+    copied."""
     gsym = ctx.gpu_methods[name]
     try:
         tree = ast.parse(textwrap.dedent(gsym.text))
     except SyntaxError:
         return [], f"{ctx.gpu_cls}.{name} does not parse on its own"
-    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super" for n in ast.walk(tree)):
+    if _super_calls(tree) and (caller or _super_calls(tree) != {name}):
         return [], f"{ctx.gpu_cls}.{name} calls super(), which resolves elsewhere in {ctx.npu_cls}"
     own = _assigned_attrs(gsym.text)
     order: list[tuple[str, str]] = [(name, caller)]
@@ -232,6 +262,7 @@ def copy_helpers(
                 ]
                 todo = [(attr, caller) for _l, attr, caller in calls if ctx.wanted(attr)]
                 todo = [t for t in dict.fromkeys(todo) if (ctx.npu_cls, t[0]) not in refused]
+                todo += [(n, "") for n in _overrides(ctx) if (ctx.npu_cls, n) not in refused]
                 if not todo:
                     break
                 name, caller = todo[0]
@@ -242,8 +273,9 @@ def copy_helpers(
                     gsym = ctx.gpu_methods[name]
                     change = GpuChange(ctx.gpu_file, name, gsym.start, tuple(gsym.text.splitlines()), False, HELPER,
                                        npu_file)  # fmt: skip
-                    out.append(Unplaced((change,), f"helper {name} of {ctx.npu_cls}.{caller} not copied: {why}",
-                                        npu_file, f"{ctx.npu_cls}.{caller}", gsym.text))  # fmt: skip
+                    what = f"helper {name} of {ctx.npu_cls}.{caller}" if caller else f"override {ctx.gpu_cls}.{name}"
+                    out.append(Unplaced((change,), f"{what} not copied: {why}", npu_file,
+                                        f"{ctx.npu_cls}.{caller or name}", gsym.text))  # fmt: skip
                     continue
                 for helper, calling in plan:
                     port = _copy_helper(ctx, helper, calling, out_files[npu_file], rules)
@@ -275,5 +307,7 @@ def _copy_helper(ctx: _HelperCtx, name: str, caller: str, text: str, rules: Rule
         ctx.gpu_file, name, gsym.start, tuple(gsym.text.splitlines()), False, HELPER, ctx.npu_file, row + 2
     )
     how = f"as a whole method after {ctx.npu_cls}.{caller}" if after else "as a whole method at the class end"
+    if not caller:
+        how += f", an override of {gpu_audit.VLLM_CLASS}.{name} calling super(), as {ctx.gpu_cls}'s"
     return Port((change,), ctx.npu_file, f"{ctx.npu_cls}.{name}", row + 2, gsym.text, "", joined(["", *result]),
                 new_text, how=f"{HELPER} ({how})")  # fmt: skip

@@ -1,13 +1,14 @@
-"""Omni methods of the GPU runners changed since the release the NPU series ports (``pq sync-gpu``, pure logic).
+"""GPU runner methods changed since the release the NPU series ports (``pq sync-gpu``, pure logic).
 
 The audit (:mod:`patch_queue.checks.gpu_audit`) covers the GPU copies of vLLM's ``GPUModelRunner`` methods.  The
-omni-only methods of the GPU runners (``_talker_mtp_forward``, ``_maybe_get_combined_prefix_cache_tensors``, ...)
-have NPU counterparts that ported them at the series' release: :func:`changes_since` lists, for each such method
-that the GPU side changed since that release (:class:`~patch_queue.checks.gpu_ports.Since`) and that the NPU
-module's runner class overrides, every hunk of that change (the release's method, translated, against today's,
-compared by statement as the placement does).  :func:`patch_queue.checks.gpu_sync.sync` places each against the
-release's GPU method: the NPU method holds that code, so a hunk replaces the lines it replaced there.  Lines the GPU
-side only deleted are not deleted on NPU.
+other methods of the GPU runners (omni-only ones such as ``_talker_mtp_forward``, and overrides calling ``super()``
+such as ``load_model``) have NPU counterparts that ported them at the series' release: :func:`changes_since` lists,
+for each such method that the GPU side changed since that release (:class:`~patch_queue.checks.gpu_ports.Since`)
+and that the NPU module's runner class overrides, every hunk of that change (the release's method, translated,
+against today's, compared by statement as the placement does).  :func:`patch_queue.checks.gpu_sync.sync` places
+each against the release's GPU method: the NPU method holds that code, so a hunk replaces the lines it replaced
+there.  Lines the GPU side only deleted are not deleted on NPU; a hunk whose statements the NPU method all holds is
+not listed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from patch_queue.checks.gpu_audit import GpuChange
 from patch_queue.checks.gpu_ports import Since
 from patch_queue.checks.gpu_rules import Rules
 from patch_queue.merge import symbols
+from patch_queue.series import adopt
 
 
 def changes_since(
@@ -26,10 +28,11 @@ def changes_since(
 ) -> list[GpuChange]:
     """The hunks of the omni GPU methods changed since ``since`` that the counterpart NPU module overrides, as
     unported changes of that NPU method, sorted by GPU file and line."""
-    vllm = {
-        s.name.rsplit(".", 1)[1]
-        for s in symbols.symbols_ast(vllm_runner, path=gpu_audit.VLLM_RUNNER).values()
-        if s.is_method and s.name.startswith(gpu_audit.VLLM_CLASS + ".")
+    copies = {
+        (c.module, c.downstream)
+        for c in adopt.classify(
+            dict(gpu_files), vllm_runner, upstream_path=gpu_audit.VLLM_RUNNER, cls=gpu_audit.VLLM_CLASS
+        )
     }
     out: list[GpuChange] = []
     for gpu_file in sorted(gpu_files):
@@ -40,7 +43,7 @@ def changes_since(
         for name, gsym in symbols.symbols_ast(gpu_files[gpu_file], path=gpu_file).items():
             method = name.rsplit(".", 1)[-1]
             old = since.method(gpu_file, name)
-            if not gsym.is_method or method in vllm or old is None or old.text == gsym.text:
+            if not gsym.is_method or (gpu_file, name) in copies or old is None or old.text == gsym.text:
                 continue
             owners = [s for s in npu_methods if s.name.rsplit(".", 1)[-1] == method and s.name.count(".") == 1]
             if len(owners) != 1:
@@ -48,10 +51,12 @@ def changes_since(
             new_lines = gsym.text.splitlines()
             old_units = gpu_sync.units([rules.translate(line) for line in old.text.splitlines()])
             new_units = gpu_sync.units([rules.translate(line) for line in new_lines])
+            on_npu = {u.key for u in gpu_sync.units(owners[0].text.splitlines())}
             reason = f"{name} changed since {since.label}"
             for tag, _i1, _i2, j1, j2 in gpu_sync.opcodes([u.key for u in old_units], [u.key for u in new_units]):
-                if tag == "equal" or j2 == j1:
-                    continue
+                keys = [u.key for u in new_units[j1:j2] if not gpu_audit._is_trivial(u.key)]
+                if tag == "equal" or j2 == j1 or all(k in on_npu for k in keys):
+                    continue  # unchanged, only deleted on the GPU side, or on NPU already
                 first, last = new_units[j1].first, max(u.last for u in new_units[j1:j2])
                 lines = tuple(new_lines[first : last + 1])
                 change = GpuChange(

@@ -35,6 +35,8 @@ from patch_queue.sources.archives import release_files
 SYNCED = "gpu-synced"
 UNPLACED = "gpu-unplaced"
 _RUNNER = re.compile(r"gpu_\w*model_runner\.py")
+# at most this many rounds of ports (each on the NPU modules the one before left)
+_PASSES = 4
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,8 @@ class Synced:
 @dataclass
 class SyncOutcome:
     source: str  # which GPU runners were read
-    unported: int  # the audit's unported changes
+    unported: int  # the audit's unported changes (and the omni GPU code changed since the series' release)
+    carried: int = 0  # of them, found on NPU after the ports of others (a later round's audit)
     synced: list[Synced] = field(default_factory=list)
     unplaced: list[Unplaced] = field(default_factory=list)
 
@@ -125,7 +128,7 @@ def since_runners(queue: Queue, since: str | None, source: str, *, progress: Pro
     """The GPU runners of the release the NPU series ports (``since``, default the downstream release), when they
     are not the ones synced from (``source``); None when the series names none."""
     spec = since or queue.downstream_release
-    if not spec:
+    if not spec or (not Path(spec).is_dir() and f"{queue.downstream_name}=={spec.rpartition('==')[2]}" == source):
         return None
     files, label = _runner_files(queue, spec, progress)
     return None if label == source else Since(label, files)
@@ -162,20 +165,30 @@ def plan_sync(
     vendored = ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(stack.VENDOR + adopt.UPSTREAM_FILE)
     if vendored is None:
         raise QueueError(f"the stack's base vendors no {adopt.UPSTREAM_FILE}")
-    npu_files = module_texts(module_files(ws, top))
-    changes = gpu_audit.audit(gpu_files, vllm_runner, npu_files, vendored.decode("utf-8", errors="replace"))
+    ascend = vendored.decode("utf-8", errors="replace")
+    files = module_texts(module_files(ws, top))
     rules = gpu_rules.load_rules(ws.queue_dir.root)
-    if before is not None:
-        changes = sorted([*changes, *gpu_update.changes_since(before, gpu_files, npu_files, vllm_runner, rules)],
-                         key=lambda c: (c.gpu_file, c.gpu_line))  # fmt: skip
-    results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules, before)
-    helpers, _files = gpu_helpers.copy_helpers(
-        files, gpu_files, vllm_runner, vendored.decode("utf-8", errors="replace"), rules
-    )
+    ports: list[Port] = []
+    unported = -1
+    for _pass in range(_PASSES):  # a port can make another placeable: again until a pass ports nothing
+        changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
+        if before is not None:
+            changes += gpu_update.changes_since(before, gpu_files, files, vllm_runner, rules)
+        changes.sort(key=lambda c: (c.gpu_file, c.gpu_line))
+        unported = sum(1 for c in changes if not c.ported) if unported < 0 else unported
+        results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, files, rules, before)
+        ports += [r for r in results if isinstance(r, Port)]
+        if not any(isinstance(r, Port) for r in results):
+            break
+    helpers, _files = gpu_helpers.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
     results += helpers
-    ports = [r for r in results if isinstance(r, Port)]
-    outcome = SyncOutcome(source, sum(1 for c in changes if not c.ported))
+    ports += [r for r in helpers if isinstance(r, Port)]
+    outcome = SyncOutcome(source, unported)
     outcome.unplaced = [r for r in results if isinstance(r, Unplaced)]
+    settled = sum(len(p.changes) for p in ports if not is_helper(p)) + sum(
+        len(u.changes) for u in outcome.unplaced if not is_helper(u)
+    )
+    outcome.carried = max(0, unported - settled)
     patches = list(loaded.patches)
     taken = {n.split("-", 1)[-1] for n, _c in patches}
     info = ws.repo.commit_info(top)
