@@ -52,6 +52,9 @@ _MAX_ANCHOR = 8
 _SIMILAR = 0.6
 # how many more NPU statements than the code a change replaces may stand between its GPU neighbours
 _MAX_BETWEEN = 3
+# the merge regions of edits that do not overlap: next to each other, an insertion placed by its anchor next to
+# the other side's change, lines both sides have; every other kind lets one side's text win over the other's
+_DISJOINT = frozenset({"near-block", "block-moved", "already-upstream"})
 # how many GPU statements away from a change its neighbours for a merge may be
 _MAX_AROUND = 4
 
@@ -408,9 +411,10 @@ def _merge_between(site: _Site, first: int, last: int, why: str) -> Port:
     """The port of GPU rows [first, last] when the code they replace is not verbatim in the NPU method: the nearest
     GPU statements around them (at most :data:`_MAX_AROUND` away) that are the code compared with too and that the
     NPU method holds (the one occurrence, else the one statement most like it) bound three regions, merged with
-    pq's three-way merge: the NPU code between them onto the GPU code, against the code compared with.  A
-    conflict, or far more NPU statements there than in the code compared with, places nothing.  ``why``: the reason
-    it was not verbatim."""
+    pq's three-way merge: the NPU code between them onto the GPU code, against the code compared with.  Only edits
+    of the two sides that do not overlap are merged (:data:`_DISJOINT`): a conflict, a region where one side's
+    text won over the other's, or far more NPU statements there than in the code compared with, places nothing.
+    ``why``: the reason it was not verbatim."""
     gunits, vunits, nunits = site.gunits, site.vunits, site.nunits
     ops = opcodes([u.key for u in vunits], [u.key for u in gunits])
     g2v = {j: i1 + j - j1 for tag, i1, _i2, j1, j2 in ops if tag == "equal" for j in range(j1, j2)}
@@ -437,7 +441,7 @@ def _merge_between(site: _Site, first: int, last: int, why: str) -> Port:
     raw = site.raw(gunits[gp].last + 1, gunits[gq].first - 1)
     theirs = [reindent(site.rules.translate(line), g_delta) for line in raw]
     merged = three_way.merge3(joined(base), joined(ours), joined(theirs))
-    if not merged.clean:
+    if any(r.kind not in _DISJOINT for r in merged.regions):
         raise NotPlaced(f"{why}, and merging it with the NPU code there conflicts")
     body = merged.text.splitlines()
     while body and not body[-1].strip():
