@@ -204,22 +204,32 @@ _SYNCED = re.compile(r"^synced: \S+ in \S+ from (?P<changes>.+) \(patches/(?P<pa
 def unmade_port_lines(up: Upgrade, corpus: Path, project: Path, sync_out: str, upstream_text: str) -> list[str]:
     """The lines ``pq sync-gpu`` added (its patches' ``+`` lines) in ports of GPU changes that the maintainers'
     release does not make: the audit of the newer release's GPU runners against its own NPU runners (and
-    ``upstream_text``, the vllm-ascend runner they are based on) says they are unported there."""
+    ``upstream_text``, the vllm-ascend runner they are based on) says they are unported there.  A port of
+    something the audit does not list (an omni method updated since the older release, a whole method copied)
+    counts as made by the audit's own rule: at least ``PORT_RATIO`` of its added code lines are in the
+    maintainers' NPU runners."""
     assert up.new is not None
     release = corpus / f"vllm-omni-{up.new}"
+    maintainers = read_folder(release / "npu")
     changes = gpu_audit.audit(
-        read_folder(release / "gpu"),
-        gpu_audit.load_vllm_runner(up.new),
-        read_folder(release / "npu"),
-        upstream_text,
+        read_folder(release / "gpu"), gpu_audit.load_vllm_runner(up.new), maintainers, upstream_text
     )
+    audited = {f"{c.gpu_file}:{c.gpu_line}" for c in changes}
     made = {f"{c.gpu_file}:{c.gpu_line}" for c in changes if c.ported}
+    theirs = set(cm.pooled(maintainers))
     out: list[str] = []
     for m in _SYNCED.finditer(sync_out):
-        if all(where in made for where in m["changes"].split(", ")):
-            continue
         body = read_text(project / "patches" / m["patch"])
-        out += [line[1:] for line in body.splitlines() if line.startswith("+") and not line.startswith("+++")]
+        added = [line[1:] for line in body.splitlines() if line.startswith("+") and not line.startswith("+++")]
+        where = m["changes"].split(", ")
+        if all(w in audited for w in where):
+            if all(w in made for w in where):
+                continue
+        else:
+            code = [s for line in added if (s := line.strip()) and not s.startswith("#")]
+            if code and sum(1 for s in code if s in theirs) >= gpu_audit.PORT_RATIO * len(code):
+                continue
+        out += added
     return out
 
 
@@ -328,7 +338,8 @@ def quality(
 
 def sync_and_measure(up: Upgrade, corpus: Path, project: Path, upstream_text: str) -> Json:
     """The rest of the maintainers' upgrade, done the way a maintainer would with pq: every conflict resolved to
-    its patch side and ``pq continue``, then ``pq sync-gpu --omni <the newer release>``; section 5 measured
+    its patch side and ``pq continue``, then ``pq sync-gpu --omni <the newer release> --since <the older>`` (the
+    series was adopted from a folder, so it names no release of its own); section 5 measured
     on the result (a copy of the project, so the refresh's own measurements stay as they are)."""
     assert up.new is not None
     synced = project.parent / "synced"
@@ -337,7 +348,7 @@ def sync_and_measure(up: Upgrade, corpus: Path, project: Path, upstream_text: st
         for path in sorted((synced / "npu_worker").glob("*.py")):
             path.write_text(cm.take_side(read_text(path), "patch"), encoding="utf-8")
         pq(synced, "continue", ok=(0, 1))
-    _code, _seconds, out = pq(synced, "sync-gpu", "--omni", up.new)
+    _code, _seconds, out = pq(synced, "sync-gpu", "--omni", up.new, "--since", up.old)
     left_out = unmade_port_lines(up, corpus, synced, out, upstream_text)
     return work_saved(up, corpus, synced / "npu_worker", upstream_text, left_out)
 
@@ -642,10 +653,12 @@ def render_work_saved(rows: Sequence[Json]) -> list[str]:
         *_work_saved_table(rows, "work_saved"),
         "",
         "After the rest of the upgrade with pq: every conflict resolved to its patch side, `pq continue`, then"
-        " `pq sync-gpu --omni <the newer release>` (the ports of the newer release's GPU-side omni changes)."
+        " `pq sync-gpu --omni <the newer release> --since <the older>` (the ports of the newer release's GPU-side"
+        " omni changes, and of the omni GPU code changed since the older release)."
         " The last column leaves out the lines of the ports of changes the maintainers did not make in that"
-        " release (the audit of its GPU runners against its own NPU runners says they are unported there): the"
-        " share of the rest the maintainers wrote the same way.",
+        " release (the audit of its GPU runners against its own NPU runners says they are unported there; a port"
+        " the audit does not list, an update or a whole method, counts as made when the audit's share of its"
+        " lines, 60 %, is in the maintainers' runners): the share of the rest the maintainers wrote the same way.",
         "",
         *_work_saved_table(rows, "work_saved_synced"),
         *(f"- {r['title']}: not measured after the sync: {r['synced_error']}" for r in rows if r.get("synced_error")),

@@ -266,7 +266,7 @@ def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | No
     if outcome.conflicts:
         typer.echo("sync-gpu skipped: the refresh left conflicts; resolve them, then run `pq sync-gpu`")
         return None
-    return sync_gpu.do_sync_gpu(ws, omni=None, upstream_git=upstream, progress=say)
+    return sync_gpu.do_sync_gpu(ws, omni=None, since=None, upstream_git=upstream, progress=say)
 
 
 def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
@@ -298,6 +298,7 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             f"sync-gpu: {outcome.unported} unported omni GPU change(s) in {outcome.source}: "
             f"{sum(len(s.port.changes) for s in synced)} ported in {len(synced)} patch(es), "
             f"{sum(len(u.changes) for u in unplaced)} not placed"
+            + (f", {outcome.carried} on NPU after those ports" if outcome.carried else "")
             + (f"; {len(helpers)} helper method(s) copied" if helpers else "")
             + (f", {len(refused)} not copied" if refused else "")
         )
@@ -309,13 +310,17 @@ def sync_gpu_(
         str | None,
         typer.Option("--omni", help="vllm-omni release (X or vllm-omni==X) or folder; default the series' release"),
     ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="the vllm-omni release the NPU runners port (X or folder); default the series'"),
+    ] = None,
     upstream: UpstreamOpt = None,
 ) -> int:
     """Port the omni changes of the GPU runners the NPU runners lack, one patch each at the end of the series."""
     from patch_queue.commands import sync_gpu
 
     with locked("sync-gpu") as ws:
-        outcome = sync_gpu.do_sync_gpu(ws, omni=omni, upstream_git=upstream, progress=say)
+        outcome = sync_gpu.do_sync_gpu(ws, omni=omni, since=since, upstream_git=upstream, progress=say)
     _print_sync(ws, outcome)
     return EXIT_OK
 

@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.checks import gpu_audit, gpu_sync
+from patch_queue.checks import gpu_audit, gpu_helpers, gpu_rules, gpu_sync, gpu_update
+from patch_queue.checks.gpu_ports import Port, Since, Unplaced
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
 from patch_queue.commands.write import module_files, refuse_out_edits, sync_stack
@@ -34,30 +35,33 @@ from patch_queue.sources.archives import release_files
 SYNCED = "gpu-synced"
 UNPLACED = "gpu-unplaced"
 _RUNNER = re.compile(r"gpu_\w*model_runner\.py")
+# at most this many rounds of ports (each on the NPU modules the one before left)
+_PASSES = 4
 
 
 @dataclass(frozen=True)
 class Synced:
     patch: str  # the patch file holding the port
-    port: gpu_sync.Port
+    port: Port
     line: int  # 1-based: the opening fence in the final module
 
 
 @dataclass
 class SyncOutcome:
     source: str  # which GPU runners were read
-    unported: int  # the audit's unported changes
+    unported: int  # the audit's unported changes (and the omni GPU code changed since the series' release)
+    carried: int = 0  # of them, found on NPU after the ports of others (a later round's audit)
     synced: list[Synced] = field(default_factory=list)
-    unplaced: list[gpu_sync.Unplaced] = field(default_factory=list)
+    unplaced: list[Unplaced] = field(default_factory=list)
 
     @property
     def flags(self) -> list[Conflict]:
         return [_synced_flag(s) for s in self.synced] + [_unplaced_flag(u) for u in self.unplaced]
 
 
-def is_helper(result: gpu_sync.Port | gpu_sync.Unplaced) -> bool:
+def is_helper(result: Port | Unplaced) -> bool:
     """A whole GPU helper method copied (or not copied), not a change of a GPU copy of a vLLM method."""
-    return result.changes[0].reason == gpu_sync.HELPER
+    return result.changes[0].reason == gpu_helpers.HELPER
 
 
 def where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
@@ -75,13 +79,13 @@ def _synced_flag(s: Synced) -> Conflict:
     note = f"; placed {port.how}" if port.how else ""
     note += f"; {'; '.join(port.imports)} (in this port's patch)" if port.imports else ""
     note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
-    what = gpu_sync.HELPER + " into" if is_helper(port) else "ported into"
+    what = gpu_helpers.HELPER + " into" if is_helper(port) else "ported into"
     flag = _flag(SYNCED, port.changes, f"{what} {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
     return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
 
 
-def _unplaced_flag(u: gpu_sync.Unplaced) -> Conflict:
+def _unplaced_flag(u: Unplaced) -> Conflict:
     return _flag(UNPLACED, u.changes, f"not ported: {u.reason}", u.gpu_hunk, u.npu_file, u.symbol)
 
 
@@ -92,15 +96,20 @@ def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = N
     spec = omni or queue.downstream_release
     if not spec:
         raise QueueError("the series was adopted from a folder: name the GPU runners with --omni SPEC")
+    files, source = _runner_files(queue, spec, progress)
+    if Path(spec).is_dir() and not queue.downstream_release:
+        raise QueueError("a folder's GPU runners need the vLLM version of a pinned vllm-omni release")
+    return files, source, queue.downstream_release if Path(spec).is_dir() else spec.rpartition("==")[2]
+
+
+def _runner_files(queue: Queue, spec: str, progress: Progress | None) -> tuple[dict[str, str], str]:
+    """The GPU runner modules of a release or folder ``spec``, and what they are."""
     folder = Path(spec)
     if folder.is_dir():
         found = sorted(p for p in folder.rglob("gpu_*model_runner.py") if _RUNNER.fullmatch(p.name))
         if not found:
             raise QueueError("holds no gpu_*model_runner.py", path=str(folder))
-        if not queue.downstream_release:
-            raise QueueError("a folder's GPU runners need the vLLM version of a pinned vllm-omni release")
-        files = {p.name: p.read_text(encoding="utf-8", errors="replace") for p in found}
-        return files, str(folder), queue.downstream_release
+        return {p.name: p.read_text(encoding="utf-8", errors="replace") for p in found}, str(folder)
     name, _sep, version = spec.rpartition("==")
     name = name or queue.downstream_name
     say(progress, f"Reading the GPU runners of {name} {version} ...")
@@ -112,14 +121,24 @@ def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = N
     }
     if not files:
         raise QueueError(f"{name}=={version} holds no vllm_omni/worker/gpu_*model_runner.py")
-    return files, f"{name}=={version}", version
+    return files, f"{name}=={version}"
+
+
+def since_runners(queue: Queue, since: str | None, source: str, *, progress: Progress | None = None) -> Since | None:
+    """The GPU runners of the release the NPU series ports (``since``, default the downstream release), when they
+    are not the ones synced from (``source``); None when the series names none."""
+    spec = since or queue.downstream_release
+    if not spec or (not Path(spec).is_dir() and f"{queue.downstream_name}=={spec.rpartition('==')[2]}" == source):
+        return None
+    files, label = _runner_files(queue, spec, progress)
+    return None if label == source else Since(label, files)
 
 
 def _slug(method: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", method).strip("-").lower() or "module"
 
 
-def _final_lines(ports: list[gpu_sync.Port]) -> list[int]:
+def _final_lines(ports: list[Port]) -> list[int]:
     """Each port's opening fence in the final modules (later ports above it in its file shift it)."""
     out = []
     for i, port in enumerate(ports):
@@ -134,10 +153,11 @@ def _final_lines(ports: list[gpu_sync.Port]) -> list[int]:
 
 
 def plan_sync(
-    ws: Workspace, loaded: LoadedStack, omni: str | None, *, progress: Progress | None = None
+    ws: Workspace, loaded: LoadedStack, omni: str | None, since: str | None = None, *, progress: Progress | None = None
 ) -> tuple[SyncOutcome, list[tuple[str, str]]]:
     """The ports of the unported GPU changes, as commits on top of ``loaded`` (nothing written)."""
     gpu_files, source, version = gpu_runners(loaded.queue, omni, progress=progress)
+    before = since_runners(loaded.queue, since, source, progress=progress)
     say(progress, f"Reading vLLM {version}'s GPUModelRunner ...")
     vllm_runner = gpu_audit.load_vllm_runner(version)
     top = loaded.top()
@@ -145,17 +165,30 @@ def plan_sync(
     vendored = ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(stack.VENDOR + adopt.UPSTREAM_FILE)
     if vendored is None:
         raise QueueError(f"the stack's base vendors no {adopt.UPSTREAM_FILE}")
-    npu_files = module_texts(module_files(ws, top))
-    changes = gpu_audit.audit(gpu_files, vllm_runner, npu_files, vendored.decode("utf-8", errors="replace"))
-    rules = gpu_sync.load_rules(ws.queue_dir.root)
-    results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, npu_files, rules)
-    helpers, _files = gpu_sync.copy_helpers(
-        files, gpu_files, vllm_runner, vendored.decode("utf-8", errors="replace"), rules
-    )
+    ascend = vendored.decode("utf-8", errors="replace")
+    files = module_texts(module_files(ws, top))
+    rules = gpu_rules.load_rules(ws.queue_dir.root)
+    ports: list[Port] = []
+    unported = -1
+    for _pass in range(_PASSES):  # a port can make another placeable: again until a pass ports nothing
+        changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
+        if before is not None:
+            changes += gpu_update.changes_since(before, gpu_files, files, vllm_runner, rules)
+        changes.sort(key=lambda c: (c.gpu_file, c.gpu_line))
+        unported = sum(1 for c in changes if not c.ported) if unported < 0 else unported
+        results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, files, rules, before)
+        ports += [r for r in results if isinstance(r, Port)]
+        if not any(isinstance(r, Port) for r in results):
+            break
+    helpers, _files = gpu_helpers.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
     results += helpers
-    ports = [r for r in results if isinstance(r, gpu_sync.Port)]
-    outcome = SyncOutcome(source, sum(1 for c in changes if not c.ported))
-    outcome.unplaced = [r for r in results if isinstance(r, gpu_sync.Unplaced)]
+    ports += [r for r in helpers if isinstance(r, Port)]
+    outcome = SyncOutcome(source, unported)
+    outcome.unplaced = [r for r in results if isinstance(r, Unplaced)]
+    settled = sum(len(p.changes) for p in ports if not is_helper(p)) + sum(
+        len(u.changes) for u in outcome.unplaced if not is_helper(u)
+    )
+    outcome.carried = max(0, unported - settled)
     patches = list(loaded.patches)
     taken = {n.split("-", 1)[-1] for n, _c in patches}
     info = ws.repo.commit_info(top)
@@ -181,7 +214,7 @@ def plan_sync(
 
 
 def do_sync_gpu(
-    ws: Workspace, *, omni: str | None, upstream_git: str | None, progress: Progress | None = None
+    ws: Workspace, *, omni: str | None, since: str | None, upstream_git: str | None, progress: Progress | None = None
 ) -> SyncOutcome:
     """Port every unported omni GPU change that can be placed, one patch each at the end of the series."""
     refuse_pending(ws)
@@ -194,7 +227,7 @@ def do_sync_gpu(
             "the ports go at the end of the series",
             path=ws.rel(ws.queue_dir.series_path),
         )
-    outcome, patches = plan_sync(ws, loaded, omni, progress=progress)
+    outcome, patches = plan_sync(ws, loaded, omni, since, progress=progress)
     if outcome.synced:
         new = LoadedStack(loaded.queue, loaded.base, patches)
         write_edit(ws, loaded, new, len(patches), "sync-gpu")

@@ -1,0 +1,66 @@
+"""GPU runner methods changed since the release the NPU series ports (``pq sync-gpu``, pure logic).
+
+The audit (:mod:`patch_queue.checks.gpu_audit`) covers the GPU copies of vLLM's ``GPUModelRunner`` methods.  The
+other methods of the GPU runners (omni-only ones such as ``_talker_mtp_forward``, and overrides calling ``super()``
+such as ``load_model``) have NPU counterparts that ported them at the series' release: :func:`changes_since` lists,
+for each such method that the GPU side changed since that release (:class:`~patch_queue.checks.gpu_ports.Since`)
+and that the NPU module's runner class overrides, every hunk of that change (the release's method, translated,
+against today's, compared by statement as the placement does).  :func:`patch_queue.checks.gpu_sync.sync` places
+each against the release's GPU method: the NPU method holds that code, so a hunk replaces the lines it replaced
+there.  Lines the GPU side only deleted are not deleted on NPU; a hunk whose statements the NPU method all holds is
+not listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from patch_queue.checks import gpu_audit, gpu_sync
+from patch_queue.checks.gpu_audit import GpuChange
+from patch_queue.checks.gpu_ports import Since
+from patch_queue.checks.gpu_rules import Rules
+from patch_queue.merge import symbols
+from patch_queue.series import adopt
+
+
+def changes_since(
+    since: Since, gpu_files: Mapping[str, str], npu_files: Mapping[str, str], vllm_runner: str, rules: Rules
+) -> list[GpuChange]:
+    """The hunks of the omni GPU methods changed since ``since`` that the counterpart NPU module overrides, as
+    unported changes of that NPU method, sorted by GPU file and line."""
+    copies = {
+        (c.module, c.downstream)
+        for c in adopt.classify(
+            dict(gpu_files), vllm_runner, upstream_path=gpu_audit.VLLM_RUNNER, cls=gpu_audit.VLLM_CLASS
+        )
+    }
+    out: list[GpuChange] = []
+    for gpu_file in sorted(gpu_files):
+        npu_file = gpu_audit._npu_counterpart(gpu_file, npu_files)
+        if npu_file is None or gpu_file not in since.files:
+            continue
+        npu_methods = [s for s in symbols.symbols_ast(npu_files[npu_file], path=npu_file).values() if s.is_method]
+        for name, gsym in symbols.symbols_ast(gpu_files[gpu_file], path=gpu_file).items():
+            method = name.rsplit(".", 1)[-1]
+            old = since.method(gpu_file, name)
+            if not gsym.is_method or (gpu_file, name) in copies or old is None or old.text == gsym.text:
+                continue
+            owners = [s for s in npu_methods if s.name.rsplit(".", 1)[-1] == method and s.name.count(".") == 1]
+            if len(owners) != 1:
+                continue  # the NPU class inherits the GPU method (it runs as written), or lacks it (a helper)
+            new_lines = gsym.text.splitlines()
+            old_units = gpu_sync.units([rules.translate(line) for line in old.text.splitlines()])
+            new_units = gpu_sync.units([rules.translate(line) for line in new_lines])
+            on_npu = {u.key for u in gpu_sync.units(owners[0].text.splitlines())}
+            reason = f"{name} changed since {since.label}"
+            for tag, _i1, _i2, j1, j2 in gpu_sync.opcodes([u.key for u in old_units], [u.key for u in new_units]):
+                keys = [u.key for u in new_units[j1:j2] if not gpu_audit._is_trivial(u.key)]
+                if tag == "equal" or j2 == j1 or all(k in on_npu for k in keys):
+                    continue  # unchanged, only deleted on the GPU side, or on NPU already
+                first, last = new_units[j1].first, max(u.last for u in new_units[j1:j2])
+                lines = tuple(new_lines[first : last + 1])
+                change = GpuChange(
+                    gpu_file, method, gsym.start + first, lines, False, reason, npu_file, owners[0].start
+                )
+                out.append(change)
+    return sorted(out, key=lambda c: (c.gpu_file, c.gpu_line))
