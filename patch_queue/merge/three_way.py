@@ -367,9 +367,12 @@ def merge3(
     placed_at: dict[str, int] = {}  # token -> the 1-based line its block's first fence lands on
 
     def unfold(lines: Sequence[str]) -> list[str]:
-        for k, line in enumerate(lines):
-            if line in blocks:
-                placed_at.setdefault(line, len(text) + 1 + sum(len(blocks.get(x, (x,))) for x in lines[:k]))
+        grown = 0  # lines the blocks before line k add when unfolded
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
+            block = blocks.get(lines[k])
+            if block is not None:
+                placed_at.setdefault(lines[k], len(text) + 1 + k + grown)
+                grown += len(block) - 1
         return expand(lines)
 
     i = 0
