@@ -32,6 +32,8 @@ characters, CR, the Unicode line separators) are left to merge3.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -63,10 +65,8 @@ class _Text:
         self.reindex()
 
     def reindex(self) -> None:
-        self.shrink = [0]
-        for s, e in zip(self.starts, self.ends, strict=True):
-            self.shrink.append(self.shrink[-1] + e - s)
-        self.folded_starts = [s - self.shrink[j] for j, s in enumerate(self.starts)]
+        self.shrink = [0, *itertools.accumulate(map(operator.sub, self.ends, self.starts))]
+        self.folded_starts = list(map(operator.sub, self.starts, self.shrink))
 
     def folded_index(self, k: int) -> int:
         """The folded line of unfolded line ``k`` (not inside a block)."""

@@ -283,6 +283,7 @@ def replay(
     results: list[PatchResult] = []
     parent = new_base
     windows: dict[str, window.Window] = {}
+    found = False
     for name, old in patches:
         plain = None if edited is not None else recorded
         res = replay_patch(
@@ -303,7 +304,9 @@ def replay(
             res = replay_patch(
                 repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded, imports=imports
             )
-        _follow_results(repo, results, parent, res.commit)
+        if found:  # earlier findings follow their lines through this patch's edit
+            _follow_results(repo, results, parent, res.commit)
+        found = found or bool(res.conflicts or res.flags)
         results.append(res)
         if progress is not None:
             progress(res)
