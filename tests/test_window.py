@@ -9,12 +9,21 @@ text with no region.  The replay goes on from the oracle's result, as the series
 from __future__ import annotations
 
 import random
+import sys
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from patch_queue.git.repo import ProjectRepo
+from patch_queue.merge import window as window_module
 from patch_queue.merge.checked import merge3_checked
 from patch_queue.merge.window import Window
+from patch_queue.series import replay
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import bench_scale  # noqa: E402
 
 FENCE = "        # ---------------------------------------Omni-new----------------------------------------------\n"
 LABELS = ("base", "ours", "theirs")
@@ -100,3 +109,30 @@ def test_the_window_answers_most_patches_of_a_long_series() -> None:
         answered += 1
         ours = whole.text
     assert answered == 10
+
+
+def test_a_series_replays_to_the_same_commits_with_and_without_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scale benchmark's series, short: the windowed replay makes the very commits, statuses and
+    findings of the whole-file one, and answers nearly every patch itself."""
+    fixture = bench_scale.build_fixture(tmp_path / "repo", bench_scale.generate(40, 15, lines=1500, seed=3))
+    answered: list[bool] = []
+    merge = Window.merge
+
+    def counted(self: Window, p: bytes, n: bytes, c: bytes, *, same_imports: bool = False) -> bytes | None:
+        out = merge(self, p, n, c, same_imports=same_imports)
+        answered.append(out is not None)
+        return out
+
+    def run() -> list[tuple[str, str, list[object], list[object]]]:
+        results = replay.replay(
+            ProjectRepo(fixture.path), list(fixture.patches), fixture.new_base, labels=("old", "new"), stop=False
+        )
+        return [(r.commit, r.status, list(r.conflicts), list(r.flags)) for r in results]
+
+    monkeypatch.setattr(window_module.Window, "merge", counted)
+    windowed = run()
+    monkeypatch.setattr(window_module.Window, "merge", lambda *_a, **_k: None)
+    assert windowed == run()
+    assert len(answered) == 40 and sum(answered) >= 30

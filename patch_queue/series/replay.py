@@ -2,8 +2,11 @@
 
 For patch *i* with old parent P, old result C and new parent N (the replayed stack so far),
 every file is merged as base = P, ours = N (upstream side), theirs = C (the patch), the way
-``git cherry-pick`` does, with diff3 markers on conflict.  Nothing here writes files or moves
-refs: callers get commits (unreferenced objects) and a list of conflicts, then write once.
+``git cherry-pick`` does, with diff3 markers on conflict.  Along a series, :func:`replay` keeps each
+module's :class:`~patch_queue.merge.window.Window`: a patch far from every upstream change is
+spliced into the replayed text (cost in proportion to the patch), the rest get the whole-file merge;
+both give the same bytes.  Nothing here writes files or moves refs: callers get commits
+(unreferenced objects) and a list of conflicts, then write once.
 """
 
 from __future__ import annotations
