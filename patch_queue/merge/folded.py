@@ -63,12 +63,21 @@ class Hunk:
         return self.start == self.end
 
 
+_last: list[tuple[list[str], list[str], str, list[Hunk]]] = []  # the last diff, its inputs held (ids stay theirs)
+
+
 def diff_hunks(base: list[str], other: list[str], side: str) -> list[Hunk]:
+    """The hunks of libgit2's patience diff of two folded texts.  The last one is kept by the identity of its
+    inputs (:func:`fold`'s cached, read-only lists): the windowed replay diffs P and N the way merge3 then does."""
+    if _last and _last[0][0] is base and _last[0][1] is other and _last[0][2] == side:
+        return list(_last[0][3])
     a, b = ("".join(x).encode("utf-8", "surrogateescape") for x in (base, other))
-    return [
+    hunks = [
         Hunk(start, start + count, tuple(other[new_start : new_start + new_count]), side)
         for start, count, new_start, new_count in diff.line_hunks(a, b, patience=True)
     ]
+    _last[:] = [(base, other, side, hunks)]
+    return list(hunks)
 
 
 def touching(hunks: list[Hunk]) -> list[list[Hunk]]:

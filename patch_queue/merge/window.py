@@ -251,7 +251,8 @@ class Window:
         self._hunks = _Hunks([], [])
 
     def _reset(self, p: bytes, n: bytes) -> bool:
-        self._p, self._n = _text(p), _text(n)
+        self._p = _text(p)
+        self._n = None if self._p is None else _text(n)
         if self._p is None or self._n is None:
             self._p = self._n = None
             return False
