@@ -920,7 +920,8 @@ def render(
     md += [
         "## 4. Scale",
         "",
-        "`scripts/bench_scale.run_scale`: a synthetic series on a synthetic ~10,000-line upstream file; pq's"
+        "`scripts/bench_scale.run_scale`: a synthetic series on a synthetic ~10,000-line upstream file (longer"
+        " where a series needs more methods: *lines*); pq's"
         " in-memory replay (a fresh process each run, median) against `git rebase --merge` of the same commits."
         " *Speed-up*: git rebase s / pq s (goal ≥ 3 at the largest series).",
         "",

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import functools
 import hashlib
 import itertools
 import re
@@ -44,12 +43,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from patch_queue.git import diff
 from patch_queue.merge import anchors
 from patch_queue.merge.conflict import Anchor, Conflict
+from patch_queue.merge.folded import TOKEN, Hunk, apply_hunks, diff_hunks, fold, touching
 
 NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
-_TOKEN = "\u241fpq-omni-block:"  # no NUL: libgit2 would call the text binary
 _WORD = re.compile(r"\w+|\s+|[^\w\s]")
 _Expand = Callable[[Sequence[str]], list[str]]  # folded lines -> the lines with their omni blocks unfolded
 
@@ -69,96 +67,22 @@ class MergeResult:
 
 
 # ---------------------------------------------------------------------------------------------
-# atoms and diffs
+# groups of hunks (the hunks and the folded lines: patch_queue.merge.folded)
 
 
-@dataclass
-class _Side:
-    lines: list[str]  # with omni blocks folded into one token line each
-    blocks: dict[str, list[str]]  # token line -> the block's lines
-    info: dict[str, anchors.Block]
-
-
-@functools.lru_cache(maxsize=8)
-def _fold(text: str) -> _Side:
-    """The text with its omni blocks folded (cached: a replay folds each patch's text twice; read-only)."""
-    lines = text.splitlines(keepends=True)
-    blocks: dict[str, list[str]] = {}
-    info: dict[str, anchors.Block] = {}
-    out: list[str] = []
-    pos = 0
-    for b in anchors.parse_blocks(text)[0]:
-        if not b.fenced or b.start - 1 < pos:
-            continue
-        body = lines[b.start - 1 : b.end]
-        token = _TOKEN + hashlib.sha1("".join(body).encode()).hexdigest()[:16] + "\n"
-        out += lines[pos : b.start - 1]
-        out.append(token)
-        blocks[token] = body
-        info[token] = b
-        pos = b.end
-    out += lines[pos:]
-    return _Side(out, blocks, info)
-
-
-@dataclass(frozen=True)
-class _Hunk:
-    start: int  # base range [start, end) replaced by lines
-    end: int
-    lines: tuple[str, ...]
-    side: str  # "o" | "t"
-
-    @property
-    def insertion(self) -> bool:
-        return self.start == self.end
-
-
-def _diff(base: list[str], other: list[str], side: str) -> list[_Hunk]:
-    a, b = ("".join(x).encode("utf-8", "surrogateescape") for x in (base, other))
-    return [
-        _Hunk(start, start + count, tuple(other[new_start : new_start + new_count]), side)
-        for start, count, new_start, new_count in diff.line_hunks(a, b, patience=True)
-    ]
-
-
-def _groups(hunks: list[_Hunk], expand: _Expand | None = None) -> list[list[_Hunk]]:
+def _groups(hunks: list[Hunk], expand: _Expand | None = None) -> list[list[Hunk]]:
     """Hunks gathered where they overlap, or where an insertion touches another hunk (its anchor), or
     where the two sides insert the same call within :data:`NEAR` lines of each other (see :func:`_twins`)."""
-    groups = _touching(hunks)
+    groups = touching(hunks)
     if expand is None:
         return groups
-    joined: list[list[_Hunk]] = []
+    joined: list[list[Hunk]] = []
     for group in groups:
         if joined and any(_calls_shared([h], [g], expand) for h in group for g in joined[-1]):
             joined[-1] = joined[-1] + group
         else:
             joined.append(group)
     return joined
-
-
-def _touching(hunks: list[_Hunk]) -> list[list[_Hunk]]:
-    groups: list[list[_Hunk]] = []
-    end = -1
-    for h in sorted(hunks, key=lambda h: (h.start, h.end, h.side)):
-        touches = h.start == end and (h.insertion or any(x.insertion and x.start == end for x in groups[-1]))
-        if h.start < end or touches:  # never true for the first hunk: end is -1
-            groups[-1].append(h)
-            end = max(end, h.end)
-        else:
-            groups.append([h])
-            end = h.end
-    return groups
-
-
-def _apply(base: list[str], start: int, end: int, hunks: list[_Hunk]) -> list[str]:
-    out: list[str] = []
-    pos = start
-    for h in sorted(hunks, key=lambda h: (h.start, h.end)):
-        out += base[pos : h.start]
-        out += h.lines
-        pos = max(pos, h.end)
-    out += base[pos:end]
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +105,7 @@ def _code(lines: Sequence[str]) -> str:
     kept = [
         _TRAILING_COMMENT.sub("", line.rstrip("\n")) + "\n"
         for line in lines
-        if not line.lstrip().startswith("#") or line.startswith(_TOKEN)
+        if not line.lstrip().startswith("#") or line.startswith(TOKEN)
     ]
     return _squash(kept)
 
@@ -211,9 +135,9 @@ def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str])
 
 def _tokens_whole(merged: list[str], sources: list[str]) -> bool:
     """Every omni block token of a word-level merge still stands alone on its own line."""
-    tokens = {line for line in sources if line.startswith(_TOKEN)}
-    starting = sum(1 for line in merged if line.startswith(_TOKEN))
-    return all(line in tokens for line in merged if _TOKEN in line) and "".join(merged).count(_TOKEN) == starting
+    tokens = {line for line in sources if line.startswith(TOKEN)}
+    starting = sum(1 for line in merged if line.startswith(TOKEN))
+    return all(line in tokens for line in merged if TOKEN in line) and "".join(merged).count(TOKEN) == starting
 
 
 _CONTINUATION = re.compile(r"^(elif\b|else\s*:|except\b|finally\s*:)")
@@ -235,7 +159,7 @@ def _similar(a: str, b: str) -> bool:
     return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio() >= 0.6
 
 
-def _replaced_wholesale(base: list[str], ours: list[_Hunk], theirs: list[_Hunk], expand: _Expand) -> bool:
+def _replaced_wholesale(base: list[str], ours: list[Hunk], theirs: list[Hunk], expand: _Expand) -> bool:
     """Upstream changed only base lines the patch deleted (no look-alike of them left in its text).
 
     The patch's text is looked at with its omni blocks unfolded: a block that wraps an upstream
@@ -275,11 +199,11 @@ def merge3(
     in ``veto`` get no automatic resolution: they are left as conflicts (the caller found that
     their resolution does not compile).
     """
-    sides = [_fold(x) for x in (base, ours, theirs)]
+    sides = [fold(x) for x in (base, ours, theirs)]
     blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
     info = {**sides[0].info, **sides[1].info, **sides[2].info}
     b_lines, o_lines, t_lines = sides[0].lines, sides[1].lines, sides[2].lines
-    hunks = _diff(b_lines, o_lines, "o") + _diff(b_lines, t_lines, "t")
+    hunks = diff_hunks(b_lines, o_lines, "o") + diff_hunks(b_lines, t_lines, "t")
     theirs_hunks = [h for h in hunks if h.side == "t"]
     out: list[str] = []
     pending: list[tuple[int, Conflict, list[str]]] = []  # (index in out, region, folded text placed)
@@ -289,7 +213,7 @@ def merge3(
         """The lines with each omni block token replaced by its block's lines."""
         res: list[str] = []
         pos = 0
-        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(_TOKEN))):
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(TOKEN))):
             res += lines[pos:k]
             res += blocks.get(lines[k], [lines[k]])
             pos = k + 1
@@ -322,8 +246,8 @@ def merge3(
         mine = [h for h in group if h.side == "o"]
         pat = [h for h in group if h.side == "t"]
         b = b_lines[start:end]
-        o = _apply(b_lines, start, end, mine)
-        t = _apply(b_lines, start, end, pat)
+        o = apply_hunks(b_lines, start, end, mine)
+        t = apply_hunks(b_lines, start, end, pat)
         if not pat:
             near = [h for h in theirs_hunks if h.start - NEAR <= end and start <= h.end + NEAR]
             if near:
@@ -367,9 +291,12 @@ def merge3(
     placed_at: dict[str, int] = {}  # token -> the 1-based line its block's first fence lands on
 
     def unfold(lines: Sequence[str]) -> list[str]:
-        for k, line in enumerate(lines):
-            if line in blocks:
-                placed_at.setdefault(line, len(text) + 1 + sum(len(blocks.get(x, (x,))) for x in lines[:k]))
+        grown = 0  # lines the blocks before line k add when unfolded
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(TOKEN))):
+            block = blocks.get(lines[k])
+            if block is not None:
+                placed_at.setdefault(lines[k], len(text) + 1 + k + grown)
+                grown += len(block) - 1
         return expand(lines)
 
     i = 0
@@ -416,7 +343,7 @@ def _blocks_kept(b: list[str], o: list[str], t: list[str], lines: list[str]) -> 
 
     A block both sides added counts once: the decision that would double it is refused.
     """
-    cb, co, ct, got = (Counter(line for line in seq if line.startswith(_TOKEN)) for seq in (b, o, t, lines))
+    cb, co, ct, got = (Counter(line for line in seq if line.startswith(TOKEN)) for seq in (b, o, t, lines))
     for token in cb | co | ct | got:
         base = cb[token]
         d_o, d_t = co[token] - base, ct[token] - base
@@ -437,10 +364,10 @@ def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) 
 
 
 def _decide(
-    base: list[str], start: int, end: int, mine: list[_Hunk], pat: list[_Hunk], expand: _Expand
+    base: list[str], start: int, end: int, mine: list[Hunk], pat: list[Hunk], expand: _Expand
 ) -> tuple[str, str, list[str]] | None:
     """(kind, message, lines) of an automatic resolution of a group, or None for a conflict."""
-    b, o, t = base[start:end], _apply(base, start, end, mine), _apply(base, start, end, pat)
+    b, o, t = base[start:end], apply_hunks(base, start, end, mine), apply_hunks(base, start, end, pat)
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
         return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
     same_calls, twins = _twins(mine, pat, expand)
@@ -484,7 +411,7 @@ def _code_lines(lines: Sequence[str]) -> list[str]:
     return [x for x in (_code([line]) for line in lines) if x]
 
 
-def _calls_shared(a: list[_Hunk], b: list[_Hunk], expand: _Expand) -> bool:
+def _calls_shared(a: list[Hunk], b: list[Hunk], expand: _Expand) -> bool:
     """Whether an upstream insertion and an omni insertion of ``a`` and ``b`` (either way round) lie within
     :data:`NEAR` lines of each other and share a call statement."""
     for h in a:
@@ -499,7 +426,7 @@ def _calls_shared(a: list[_Hunk], b: list[_Hunk], expand: _Expand) -> bool:
 def _call_lines(lines: Sequence[str]) -> set[str]:
     """The call statements of ``lines`` (their code as ``ast`` writes it, so layout does not count); by
     line, whitespace dropped, when the lines do not parse on their own."""
-    text = textwrap.dedent("".join(line for line in lines if not line.startswith(_TOKEN)))
+    text = textwrap.dedent("".join(line for line in lines if not line.startswith(TOKEN)))
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -512,13 +439,13 @@ def _call_lines(lines: Sequence[str]) -> set[str]:
     }
 
 
-def _twins(mine: list[_Hunk], pat: list[_Hunk], expand: _Expand) -> tuple[bool, list[_Hunk]]:
+def _twins(mine: list[Hunk], pat: list[Hunk], expand: _Expand) -> tuple[bool, list[Hunk]]:
     """(same calls, twins) of a group.  ``twins``: the omni insertions (an omni block too, its fences
     being comments) whose code, layout and comments aside, is part of the code upstream inserts within
     :data:`NEAR` lines of them; they are kept once, upstream's copy.  ``same calls``: an omni insertion
     shares a call statement with upstream's nearby insertion but differs otherwise (a guard written
     another way): a ``both-added-same`` conflict, never two copies."""
-    same: list[_Hunk] = []
+    same: list[Hunk] = []
     for h in pat:
         if not h.insertion:
             continue
@@ -540,7 +467,7 @@ def _has_run(lines: list[str], run: list[str]) -> bool:
 
 
 def _place(
-    base: list[str], start: int, end: int, fixed: list[_Hunk], inserts: list[_Hunk], *, upstream_first: bool
+    base: list[str], start: int, end: int, fixed: list[Hunk], inserts: list[Hunk], *, upstream_first: bool
 ) -> tuple[list[str], bool] | None:
     """Apply ``fixed``, then put each pure insertion of ``inserts`` next to its surviving anchor line.
 

@@ -2,8 +2,11 @@
 
 For patch *i* with old parent P, old result C and new parent N (the replayed stack so far),
 every file is merged as base = P, ours = N (upstream side), theirs = C (the patch), the way
-``git cherry-pick`` does, with diff3 markers on conflict.  Nothing here writes files or moves
-refs: callers get commits (unreferenced objects) and a list of conflicts, then write once.
+``git cherry-pick`` does, with diff3 markers on conflict.  Along a series, :func:`replay` keeps each
+module's :class:`~patch_queue.merge.window.Window`: a patch far from every upstream change is
+spliced into the replayed text (cost in proportion to the patch), the rest get the whole-file merge;
+both give the same bytes.  Nothing here writes files or moves refs: callers get commits
+(unreferenced objects) and a list of conflicts, then write once.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import checked
+from patch_queue.merge import checked, window
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
 from patch_queue.series import reimport, stack
@@ -105,12 +108,15 @@ def replay_patch(
     normalize: Normalize | None = None,
     recorded: Recorded | None = None,
     imports: Imports | None = None,
+    windows: dict[str, window.Window] | None = None,
 ) -> PatchResult:
     """Cherry-pick ``old_commit`` onto ``new_parent``. ``labels`` = (old base label, new base label).
 
     ``normalize(path, data)`` lays out the carried symbols of the old sides the way the new base
     is laid out (the projection's formatter); ``recorded(key)`` gives recorded resolutions;
-    ``imports``: reconcile the imports of a runner module in the patch that writes them.
+    ``imports``: reconcile the imports of a runner module in the patch that writes them;
+    ``windows``: each module's :class:`~patch_queue.merge.window.Window` along a replay (the merge of
+    a patch far from every upstream change, by splicing; the same text the whole-file merge gives).
     """
     info = repo.commit_info(old_commit)
     old_parent = repo.commit_info(info.parents[0])
@@ -140,7 +146,13 @@ def replay_patch(
                 Conflict("deleted-file", "one side deleted the file the other changed", patch=name, file=path, line=1)
             )
         else:  # both sides added the file (no base: merge against empty) or changed it
-            result = _merge_one(repo, path, p or b"", n, c, (*labels, name), normalize, recorded, conflicts, flags)
+            result = None
+            if windows is not None and p is not None and not path.startswith(stack.VENDOR):
+                if normalize is None or (normalize(path, p) == p and normalize(path, c) == c):
+                    reimports = imports is not None and bool(imports.modules.get(path))
+                    result = windows.setdefault(path, window.Window()).merge(p, n, c, same_imports=reimports)
+            if result is None:
+                result = _merge_one(repo, path, p or b"", n, c, (*labels, name), normalize, recorded, conflicts, flags)
         upstream = imports.modules.get(path) if imports is not None else None
         if imports is not None and upstream and result is not None and _imports_of(p) != _imports_of(c):
             before = result
@@ -273,9 +285,21 @@ def replay(
     """
     results: list[PatchResult] = []
     parent = new_base
+    windows: dict[str, window.Window] = {}
+    found = False
     for name, old in patches:
         plain = None if edited is not None else recorded
-        res = replay_patch(repo, name, old, parent, labels=labels, normalize=normalize, recorded=plain, imports=imports)
+        res = replay_patch(
+            repo,
+            name,
+            old,
+            parent,
+            labels=labels,
+            normalize=normalize,
+            recorded=plain,
+            imports=imports,
+            windows=windows,
+        )
         final = edited(name, res.commit) if edited is not None else None
         if final is not None:
             res = _with_edits(repo, res, final)
@@ -283,7 +307,9 @@ def replay(
             res = replay_patch(
                 repo, name, old, parent, labels=labels, normalize=normalize, recorded=recorded, imports=imports
             )
-        _follow_results(repo, results, parent, res.commit)
+        if found:  # earlier findings follow their lines through this patch's edit
+            _follow_results(repo, results, parent, res.commit)
+        found = found or bool(res.conflicts or res.flags)
         results.append(res)
         if progress is not None:
             progress(res)
