@@ -25,7 +25,7 @@ from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, checked, explain
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
-from patch_queue.progress import Bar, Progress, bar, say
+from patch_queue.progress import Bar, Progress, bar, say, timed
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
@@ -310,17 +310,18 @@ def _advance(
             # the refresh is done and written: a check that cannot run is a finding, never a failure
             say(progress, "Checking the new runners (pq check) ...")
             try:
-                outcome.check = run_checks(
-                    ws,
-                    module_texts(built),
-                    queue=target,
-                    base=state.new_base,
-                    reference=module_texts(module_files(ws, old_top)) if old_top else {},
-                    reference_label="the previous build",
-                    upstream_git=state.upstream_git,
-                    sources_on=state.check_sources,
-                    progress=progress,
-                )
+                with timed("check"):
+                    outcome.check = run_checks(
+                        ws,
+                        module_texts(built),
+                        queue=target,
+                        base=state.new_base,
+                        reference=module_texts(module_files(ws, old_top)) if old_top else {},
+                        reference_label="the previous build",
+                        upstream_git=state.upstream_git,
+                        sources_on=state.check_sources,
+                        progress=progress,
+                    )
             except PqError as exc:
                 outcome.check = CheckOutcome(
                     [Finding("", 0, "check-failed", ERROR, f"pq check could not run: {exc}")],

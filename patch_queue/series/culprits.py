@@ -181,11 +181,17 @@ def annotate(
             derived_put("culprits", key, hit)
         return tuple(Culprit(**c) for c in json.loads(hit))
 
+    named = [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]
+    # how many candidates there were: cached too, so a refresh whose answers are all cached walks no history
+    key = derived_key(code, "candidates", paths[0], finder.old, finder.new)
+    counted = derived_get("culprits", key)
+    if counted is None or not counted.isdigit():
+        counted = str(len(finder.candidates())).encode()
+        derived_put("culprits", key, counted)
     how = "; ".join(why for _c, why in ends if why)
     note = (
-        f"upstream commits named from the {len(finder.candidates())} that changed {paths[0].rsplit('/', 1)[-1]} "
+        f"upstream commits named from the {int(counted)} that changed {paths[0].rsplit('/', 1)[-1]} "
         f"between {git.public_commit(finder.old)[:12]} and {git.public_commit(finder.new)[:12]}"
         + (f" ({how})" if how else "")
     )
-    named = [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]
     return named, note

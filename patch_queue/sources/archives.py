@@ -20,7 +20,7 @@ from pathlib import Path
 
 from patch_queue.errors import SourceError
 from patch_queue.fsutil import atomic_write
-from patch_queue.progress import Progress, say
+from patch_queue.progress import Progress, say, timed
 from patch_queue.sources import registry
 from patch_queue.sources.cache import cache_dir
 
@@ -36,6 +36,7 @@ class Pinned:
     data: bytes
 
 
+@timed("download")
 def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
     """Download (or take from the cache) the archive of one release and verify its sha256."""
     project = registry.normalize_name(name)
