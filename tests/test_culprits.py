@@ -281,15 +281,27 @@ def test_annotate_keeps_its_answers_in_the_cache(
 
     monkeypatch.setattr(CulpritFinder, "find", counting)
 
+    notes: list[str] = []
+
     def run() -> list[list[dict[str, object]]]:
         entries = [Conflict("both-changed", base=b, ours=a) for b, a in hunks]
         named, note = culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
         assert note.startswith("upstream commits named from the ") and note.endswith(f"and {new[:12]}")
+        notes.append(note)
         return [[c.as_json() for c in e.culprits] for e in named]
 
     first = run()
     assert len(finds) == len(set(hunks)) and any(first)
-    assert run() == first and len(finds) == len(set(hunks))  # the second time: from the cache, no search
+    walks: list[CulpritFinder] = []
+
+    def walking(self: CulpritFinder) -> list[str]:
+        walks.append(self)
+        return []
+
+    monkeypatch.setattr(CulpritFinder, "candidates", walking)
+    # the second time: from the cache, no search and no walk of the history for the note's count of candidates
+    assert run() == first and len(finds) == len(set(hunks)) and not walks
+    assert notes[1] == notes[0]
 
 
 def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: UpstreamGit) -> None:
