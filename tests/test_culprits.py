@@ -304,9 +304,11 @@ def test_annotate_keeps_its_answers_in_the_cache(
     assert notes[1] == notes[0]
 
 
-def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: UpstreamGit) -> None:
+def test_a_release_without_its_tag_is_the_first_commit_with_its_file(
+    upstream: UpstreamGit, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A registry release the history has no tag for: the first commit whose file is the released one;
-    a file no commit has: no commit, and the one-line reason."""
+    a file no commit has: no commit, and the one-line reason.  Both answers are cached by the refs."""
     import hashlib
 
     from patch_queue.series.culprits import _commit_of
@@ -319,6 +321,7 @@ def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: U
     pin = replace(pin, files={PATH: hashlib.sha256(data).hexdigest()})
     found, how = _commit_of(upstream, pin, PATH, data)
     assert found is not None and upstream.read(found, PATH) == data
+    found_first = found
     assert (
         how
         == f"vllm-ascend 9.9.9's model_runner_v1.py is the one of upstream commit {upstream.public_commit(found)[:12]}"
@@ -331,3 +334,12 @@ def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: U
     assert found is None
     assert why.startswith("vllm-ascend 9.9.9 has no tag v9.9.9 in the upstream history, and none of the ")
     assert why.endswith(" that changed model_runner_v1.py has the released file (the history ends 2026-08-22)")
+
+    def searched(*_args: object) -> None:
+        raise AssertionError("searched the history again")
+
+    monkeypatch.setattr(UpstreamGit, "commits_with_blob", searched)
+    monkeypatch.setattr(UpstreamGit, "newest_date", searched)
+    assert _commit_of(upstream, pin, PATH, other) == (None, why)
+    pin = replace(pin, files={PATH: hashlib.sha256(data).hexdigest()})
+    assert _commit_of(upstream, pin, PATH, data) == (found_first, how)
