@@ -202,7 +202,11 @@ class ArchiveReader:
                 raise SourceError(f"cannot read archive {self.filename}: {exc}") from exc
             if self._zip is None:
                 self._members = archive_members(self._pinned, "")
-            self._names = {} if self._zip is None else _zip_names(self._zip)
+                self._names = {}
+            elif self.filename.endswith(".whl"):
+                self._names = _zip_names(self._zip)
+            else:  # pq's unpacked copy holds files only, by clean relative path (_write_index): no cleaning
+                self._names = {name: name for name in self._zip.namelist()}
         return self._names
 
     def read(self, path: str) -> bytes | None:
