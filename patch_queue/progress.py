@@ -4,13 +4,18 @@ Commands hand a ``progress`` callable down to the code that downloads, clones an
 sends a message through it, or to stderr when there is none.  A bar shows how far a download or a
 clone has got, and only when stderr is a terminal: piped or captured (tests, CI, logs), stderr
 carries the messages and nothing else.  rich draws the bar; it is imported only when one is shown.
+
+With ``PQ_TIMINGS`` naming a file, :func:`timed` appends how long the phases of a command took
+(``scripts/main.sh`` names it, and ``scripts/bench.py`` reads its breakdown from it).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 Progress = Callable[[str], None]
 
@@ -70,3 +75,27 @@ def bar(what: str, *, unit: str = "") -> Iterator[Bar]:
                 shown.update(task, completed=done, total=total)
 
         yield Bar(update)
+
+
+_open_phases: list[list[float]] = []  # the seconds spent in the phases nested in each open one
+
+
+@contextmanager
+def timed(phase: str) -> Iterator[None]:
+    """With ``PQ_TIMINGS`` set, append ``within PHASE SECONDS`` to that file when the block ends: the
+    time spent in it less that of the phases timed inside it, so the lines of a command add up."""
+    path = os.environ.get("PQ_TIMINGS")
+    if not path:
+        yield
+        return
+    started = time.perf_counter()
+    _open_phases.append([0.0])
+    try:
+        yield
+    finally:
+        nested = _open_phases.pop()[0]
+        took = time.perf_counter() - started
+        if _open_phases:
+            _open_phases[-1][0] += took
+        with suppress(OSError), open(path, "a", encoding="utf-8") as out:
+            out.write(f"within {phase} {took - nested:.3f}\n")

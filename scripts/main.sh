@@ -5,8 +5,22 @@
 # `pq continue` rewrites the reports).
 # Exit code: that of `pq reproduce` when it fails (1), else that of `pq refresh` (0 clean, 3 conflicts).
 # PQ=<command> uses that pq instead of setting up .venv (the tests run this script that way).
+# PQ_TIMINGS=<file>: append the seconds of each step to it, `step NAME SECONDS` (set-up, download, reproduce,
+# refresh), and pq adds `within download|check SECONDS` lines for the parts of its commands that fetch
+# sources and check the result (scripts/bench.py reads them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+clock() {  # seconds since the epoch: to the microsecond in bash 5 (whatever the locale's decimal mark), else whole
+  local t="${EPOCHREALTIME:-}"
+  if [ -n "$t" ]; then echo "${t/,/.}"; else date +%s; fi
+}
+last="$(clock)"
+step() {
+  local now
+  now="$(clock)"
+  [ -z "${PQ_TIMINGS:-}" ] || awk -v n="$1" -v a="$last" -v b="$now" 'BEGIN { printf "step %s %.3f\n", n, b - a }' >>"$PQ_TIMINGS"
+  last="$now"
+}
 path_hint=""
 if [ -z "${PQ:-}" ]; then
   bash scripts/setup.sh
@@ -14,19 +28,24 @@ if [ -z "${PQ:-}" ]; then
   # printed at the end however the script ends (the next step, `pq continue`, needs pq on PATH)
   trap 'echo "$path_hint"' EXIT
   path_hint="== pq is in .venv/bin: put it on PATH for the next steps (pq continue, pq status, ...): export PATH=\"$PWD/.venv/bin:\$PATH\" (or: source .venv/bin/activate)"
+  step set-up
 fi
 if [ -z "${PQ_UPSTREAM_GIT:-}" ] && [ -f ../shared/corpus/vllm-ascend.bundle ]; then
-  export PQ_UPSTREAM_GIT="$(cd ../shared/corpus && pwd)/vllm-ascend.bundle"
+  PQ_UPSTREAM_GIT="$(cd ../shared/corpus && pwd)/vllm-ascend.bundle"
+  export PQ_UPSTREAM_GIT
 fi
 [ -d .git ] || git init -q
 if git remote get-url origin >/dev/null 2>&1 && ! git rev-parse -q --verify refs/pq/resolutions >/dev/null; then
   git fetch -q origin refs/pq/resolutions:refs/pq/resolutions 2>/dev/null \
     || echo "== no refs/pq/resolutions fetched from origin (it has none): recorded edits come only from this clone"
 fi
+step download
 echo "== reproducing the series from the lineage in patches/queue.toml"
 $PQ reproduce
+step reproduce
 mkdir -p reports
 status=0
 $PQ refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md || status=$?
+step refresh
 echo "== summary: refresh exit $status; reports in reports/refresh.json and reports/refresh.md; package in npu_worker/"
 exit "$status"

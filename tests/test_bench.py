@@ -214,3 +214,13 @@ def test_work_saved_total_sums_the_distances() -> None:
     assert u2[3] == "0.0%"
     # 1 - 95/100, not the mean of 50% and 0%
     assert total == ["**total**", "100", "95", "5.0%", "0.0%", "0", "0", "0", "95", "2/8 (25.0%)", "3/4 (75.0%)"]
+
+
+def test_mainsh_phases_take_pq_s_parts_out_of_main_sh_s_steps() -> None:
+    timings = (
+        "step set-up 10.000\nstep download 0.100\nwithin download 0.400\nstep reproduce 2.000\n"
+        "within download 0.500\nwithin check 1.000\nstep refresh 4.000\n"
+    )
+    phases = bench.mainsh_phases(timings)
+    assert phases == pytest.approx({"set-up": 10.0, "download": 1.0, "reproduce": 1.6, "refresh": 2.5, "check": 1.0})
+    assert sum(phases.values()) == pytest.approx(16.1)  # the steps' total: nothing counted twice

@@ -281,20 +281,34 @@ def test_annotate_keeps_its_answers_in_the_cache(
 
     monkeypatch.setattr(CulpritFinder, "find", counting)
 
+    notes: list[str] = []
+
     def run() -> list[list[dict[str, object]]]:
         entries = [Conflict("both-changed", base=b, ours=a) for b, a in hunks]
         named, note = culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
         assert note.startswith("upstream commits named from the ") and note.endswith(f"and {new[:12]}")
+        notes.append(note)
         return [[c.as_json() for c in e.culprits] for e in named]
 
     first = run()
     assert len(finds) == len(set(hunks)) and any(first)
-    assert run() == first and len(finds) == len(set(hunks))  # the second time: from the cache, no search
+    walks: list[CulpritFinder] = []
+
+    def walking(self: CulpritFinder) -> list[str]:
+        walks.append(self)
+        return []
+
+    monkeypatch.setattr(CulpritFinder, "candidates", walking)
+    # the second time: from the cache, no search and no walk of the history for the note's count of candidates
+    assert run() == first and len(finds) == len(set(hunks)) and not walks
+    assert notes[1] == notes[0]
 
 
-def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: UpstreamGit) -> None:
+def test_a_release_without_its_tag_is_the_first_commit_with_its_file(
+    upstream: UpstreamGit, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A registry release the history has no tag for: the first commit whose file is the released one;
-    a file no commit has: no commit, and the one-line reason."""
+    a file no commit has: no commit, and the one-line reason.  Both answers are cached by the refs."""
     import hashlib
 
     from patch_queue.series.culprits import _commit_of
@@ -307,6 +321,7 @@ def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: U
     pin = replace(pin, files={PATH: hashlib.sha256(data).hexdigest()})
     found, how = _commit_of(upstream, pin, PATH, data)
     assert found is not None and upstream.read(found, PATH) == data
+    found_first = found
     assert (
         how
         == f"vllm-ascend 9.9.9's model_runner_v1.py is the one of upstream commit {upstream.public_commit(found)[:12]}"
@@ -319,3 +334,12 @@ def test_a_release_without_its_tag_is_the_first_commit_with_its_file(upstream: U
     assert found is None
     assert why.startswith("vllm-ascend 9.9.9 has no tag v9.9.9 in the upstream history, and none of the ")
     assert why.endswith(" that changed model_runner_v1.py has the released file (the history ends 2026-08-22)")
+
+    def searched(*_args: object) -> None:
+        raise AssertionError("searched the history again")
+
+    monkeypatch.setattr(UpstreamGit, "commits_with_blob", searched)
+    monkeypatch.setattr(UpstreamGit, "newest_date", searched)
+    assert _commit_of(upstream, pin, PATH, other) == (None, why)
+    pin = replace(pin, files={PATH: hashlib.sha256(data).hexdigest()})
+    assert _commit_of(upstream, pin, PATH, data) == (found_first, how)

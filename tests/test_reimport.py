@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from conftest import copy_project, git, new_project, pq
 
 from patch_queue.checks.names import check_names
@@ -197,3 +198,32 @@ def test_a_planted_upstream_call_gets_its_import(corpus: Path, tmp_path: Path) -
     proc = pq(proj, "check", "--no-sources", check=1)
     line = next(i + 1 for i, x in enumerate(runner.read_text().splitlines()) if "planted_joyn" in x)
     assert f"npu_worker/{runner.name}:{line}: error: [name-undefined] Undefined name `planted_joyn`" in proc.stdout
+
+
+def test_import_statements_are_laid_out_in_one_run_as_each_alone() -> None:
+    sources = [
+        "from vllm.v1.outputs import EMPTY_OUTPUT, ModelRunnerOutput, make_output\n",
+        "from vllm_ascend.ops import (\n    build_topk as topk_builder,\n)\n",
+        "import os\n",
+    ]
+    # at width 40 the first is wrapped; the second keeps its magic trailing comma
+    assert fmt.format_statements(sources, 40) == [fmt.format_source(s, 40) for s in sources]
+    assert fmt.format_statements(sources[:1], 120) == sources[:1]
+    assert fmt.format_statements([], 120) == []
+
+
+def test_a_reconciliation_is_kept_in_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    omni = "class R:\n    def f(self):\n        return still_used()\n"
+    args = {"new_upstream": NEW_UPSTREAM, "old_upstream": OLD_UPSTREAM, "upstream_module": UP, "omni": omni}
+    first = reimport.reconcile(RUNNER, **args)
+    assert first[1] and len(list((tmp_path / "cache" / "derived" / "imports").rglob("*"))) == 2  # a folder, a file
+
+    def recompute(*_args: object) -> None:
+        raise AssertionError("reconciled again")
+
+    monkeypatch.setattr(reimport, "_reconcile", recompute)
+    assert reimport.reconcile(RUNNER, **args) == first
+    # other inputs are another entry
+    with pytest.raises(AssertionError, match="reconciled again"):
+        reimport.reconcile(RUNNER, **{**args, "old_upstream": None})

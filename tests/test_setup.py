@@ -38,3 +38,55 @@ def test_offline_error_names_pq_upstream_git_and_the_corpus(tmp_path: Path) -> N
     assert out.startswith("cannot read upstream git repository http://127.0.0.1:9/vllm-ascend.git: "), out
     assert "set PQ_UPSTREAM_GIT (or --upstream)" in out and "../shared/corpus/vllm-ascend.bundle" in out
     assert out.count("\n") == 1
+
+
+def test_main_sh_records_each_step_for_pq_timings(tmp_path: Path) -> None:
+    # a stand-in pq that, as the real one does, adds the parts of its commands that fetched sources
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "main.sh", tmp_path / "scripts" / "main.sh")
+    fake_pq = '#!/bin/sh\necho "within download 0.250" >>"$PQ_TIMINGS"\n[ "$1" = refresh ] && exit 3\nexit 0\n'
+    (tmp_path / "scripts" / "setup.sh").write_text(
+        f"mkdir -p .venv/bin\ncat > .venv/bin/pq <<'EOF'\n{fake_pq}EOF\nchmod +x .venv/bin/pq\n"
+    )
+    timings = tmp_path / "timings.txt"
+    env = {k: v for k, v in os.environ.items() if k != "PQ"} | {"PQ_TIMINGS": str(timings)}
+    proc = subprocess.run(["bash", "scripts/main.sh"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert proc.returncode == 3, proc.stderr
+    lines = [line.split() for line in timings.read_text(encoding="utf-8").splitlines()]
+    assert [line[:2] for line in lines] == [
+        ["step", "set-up"],
+        ["step", "download"],
+        ["within", "download"],
+        ["step", "reproduce"],
+        ["within", "download"],
+        ["step", "refresh"],
+    ]
+    assert all(float(line[2]) >= 0 for line in lines)
+
+
+def test_setup_sh_keeps_an_up_to_date_venv(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    # a venv whose python logs how it is called (a pip install would show) and a pq
+    log = tmp_path / "calls.txt"
+    (bin_dir / "python").write_text(f'#!/bin/sh\necho "$*" >>{log}\n')
+    (bin_dir / "pq").write_text("#!/bin/sh\n")
+    for tool in ("python", "pq"):
+        (bin_dir / tool).chmod(0o755)
+    stamp = subprocess.run(
+        ["bash", "-c", '(cat pyproject.toml scripts/setup.sh; python3 --version; echo "") | cksum'],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    (tmp_path / ".venv" / "pq-setup").write_text(stamp)
+    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text() == "-c \n"  # asked whether it runs, and nothing installed
+    # another option (--dev) is another set-up: pip is run
+    proc = subprocess.run(["bash", "scripts/setup.sh", "--dev"], cwd=tmp_path, capture_output=True, text=True)
+    assert "-m pip install" in log.read_text()

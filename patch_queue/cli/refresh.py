@@ -199,6 +199,8 @@ def _report_paths(ws: Workspace, report: Path | None, markdown: Path | None) -> 
 
 def _write_reports(ws: Workspace, outcome: RefreshOutcome, annotations: bool) -> None:
     """The reports of ``outcome`` at the paths the refresh was given (the later `pq continue` rewrites them)."""
+    if not any(outcome.reports) and not annotations:
+        return  # no report asked for: none is made
     from patch_queue.commands import refresh
     from patch_queue.fsutil import json_bytes, write_output
     from patch_queue.outputs import report as render

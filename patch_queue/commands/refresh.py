@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.commands.adopt import snapshot_pin
-from patch_queue.commands.check import CheckOutcome, module_texts, run_checks
 from patch_queue.commands.write import (
     REF_PREVIOUS,
     REF_REFRESH,
@@ -25,7 +24,7 @@ from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, checked, explain
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
-from patch_queue.progress import Bar, Progress, bar, say
+from patch_queue.progress import Bar, Progress, bar, say, timed
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
@@ -33,9 +32,13 @@ from patch_queue.project.workspace import (
     LoadedStack,
     Workspace,
 )
-from patch_queue.series import absorb, culprits, fmt, patchfile, replay, rerere, stack
+from patch_queue.series import culprits, fmt, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue
 from patch_queue.sources.snapshot import resolve_upstream
+
+if TYPE_CHECKING:  # pq check and the absorption of edits are imported where they run: `refresh --no-check` skips them
+    from patch_queue.commands.check import CheckOutcome
+    from patch_queue.series import absorb
 
 
 @dataclass
@@ -307,20 +310,24 @@ def _advance(
         writes.move_refs({ref: (value, None) for ref, value in ws.repo.refs().items() if ref.startswith(REF_REFRESH)})
         built = finish(ws, loaded, writes, len(new_patches))
         if state.check:
+            from patch_queue.checks.findings import ERROR, Finding
+            from patch_queue.commands.check import CheckOutcome, module_texts, run_checks
+
             # the refresh is done and written: a check that cannot run is a finding, never a failure
             say(progress, "Checking the new runners (pq check) ...")
             try:
-                outcome.check = run_checks(
-                    ws,
-                    module_texts(built),
-                    queue=target,
-                    base=state.new_base,
-                    reference=module_texts(module_files(ws, old_top)) if old_top else {},
-                    reference_label="the previous build",
-                    upstream_git=state.upstream_git,
-                    sources_on=state.check_sources,
-                    progress=progress,
-                )
+                with timed("check"):
+                    outcome.check = run_checks(
+                        ws,
+                        module_texts(built),
+                        queue=target,
+                        base=state.new_base,
+                        reference=module_texts(module_files(ws, old_top)) if old_top else {},
+                        reference_label="the previous build",
+                        upstream_git=state.upstream_git,
+                        sources_on=state.check_sources,
+                        progress=progress,
+                    )
             except PqError as exc:
                 outcome.check = CheckOutcome(
                     [Finding("", 0, "check-failed", ERROR, f"pq check could not run: {exc}")],

@@ -10,7 +10,6 @@ from pathlib import Path
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write
 from patch_queue.outputs import folder as output
-from patch_queue.outputs import wheel
 from patch_queue.progress import Progress
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
@@ -186,6 +185,8 @@ def refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
 
 def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None) -> Path:
     """Build the wheel of the top of the stack into ``out`` (default ``dist/``); npu_worker/ is not touched."""
+    from patch_queue.outputs import wheel  # importlib.metadata and email: only a wheel needs them
+
     refresh_state.refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     applied = applied_count(ws, loaded)

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import json
 import re
+from contextlib import suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -110,12 +111,29 @@ def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str, data: bytes | None
 
     A git pin is its own commit; a registry release is its tag's commit when the tagged file is the
     released one (``data``, sha256 in the pin), else the first commit of the history whose file is
-    byte for byte the released one.
+    byte for byte the released one.  The answer for a release depends on the history's refs too
+    (a tag may come): it is cached by them.
     """
     if pin.kind == "git" and pin.pin:
         return pin.pin, ""
     if pin.kind != "release" or "==" not in pin.spec:
         return None, f"{pin.label} is no git commit or registry release"
+    digest = "" if data is None else hashlib.sha256(data).hexdigest()
+    code = code_stamp("series/culprits.py", "git/remote.py")
+    key = derived_key(code, "release", git.tip_key(), pin.spec, pin.label, path, pin.files.get(path, ""), digest)
+    hit = derived_get("culprits", key)
+    if hit is not None:
+        with suppress(ValueError, TypeError):
+            commit, why = json.loads(hit)
+            if (commit is None or isinstance(commit, str)) and isinstance(why, str):
+                return commit, why
+    found = _release_commit(git, pin, path, data)
+    derived_put("culprits", key, json.dumps(list(found)).encode("utf-8"))
+    return found
+
+
+def _release_commit(git: UpstreamGit, pin: UpstreamPin, path: str, data: bytes | None) -> tuple[str | None, str]:
+    """:func:`_commit_of` for a registry release, searched."""
     version = pin.spec.split("==", 1)[1].strip()
     tags = (f"v{version}", version)
     for tag in tags:
@@ -181,11 +199,17 @@ def annotate(
             derived_put("culprits", key, hit)
         return tuple(Culprit(**c) for c in json.loads(hit))
 
+    named = [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]
+    # how many candidates there were: cached too, so a refresh whose answers are all cached walks no history
+    key = derived_key(code, "candidates", paths[0], finder.old, finder.new)
+    counted = derived_get("culprits", key)
+    if counted is None or not counted.isdigit():
+        counted = str(len(finder.candidates())).encode()
+        derived_put("culprits", key, counted)
     how = "; ".join(why for _c, why in ends if why)
     note = (
-        f"upstream commits named from the {len(finder.candidates())} that changed {paths[0].rsplit('/', 1)[-1]} "
+        f"upstream commits named from the {int(counted)} that changed {paths[0].rsplit('/', 1)[-1]} "
         f"between {git.public_commit(finder.old)[:12]} and {git.public_commit(finder.new)[:12]}"
         + (f" ({how})" if how else "")
     )
-    named = [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]
     return named, note

@@ -52,6 +52,18 @@ def format_source(source: str, line_length: int) -> str | None:
     return proc.stdout.decode("utf-8") if proc.returncode == 0 else None
 
 
+def format_statements(sources: Sequence[str], line_length: int) -> list[str]:
+    """Each of ``sources`` (top-level statements, each ending in a newline) laid out by ``ruff format`` as
+    :func:`format_source` lays it out alone, all in one formatter run; a source it refuses stays as it is."""
+    if len(sources) > 1:
+        out = format_source("".join(f"{_MARK.format(i)}\n{s}\n\n" for i, s in enumerate(sources)), line_length)
+        parts = _MARK_RE.split(out) if out is not None else []
+        # parts: [prefix, "0", text0, "1", text1, ...]
+        if len(parts) == 1 + 2 * len(sources) and not parts[0].strip():
+            return [parts[2 + 2 * i].strip("\n") + "\n" for i in range(len(sources))]
+    return [format_source(s, line_length) or s for s in sources]
+
+
 @dataclass(frozen=True, order=True)
 class Lint:
     """One finding of ``ruff check`` on a text: where (1-based line and column), the rule, the name it is about."""

@@ -21,14 +21,17 @@ the merge result of the patch that owns a module's import block (its skeleton) a
 from __future__ import annotations
 
 import ast
+import functools
+import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 
-from patch_queue.git.diff import line_hunks
+from patch_queue.git.diff import Hunk, line_hunks
 from patch_queue.merge.checked import one_side
 from patch_queue.series import fmt
+from patch_queue.sources import cache
 
 ADDED = "import-added"
 STALE = "import-stale"
@@ -69,8 +72,13 @@ def sides(text: str) -> list[str]:
     return [one_side(text, "ours")[0], one_side(text, "theirs")[0]]
 
 
-def bindings(text: str, module: str) -> dict[str, _Binding]:
-    """The names the top level of ``text`` (the module ``module``) binds, outside ``if TYPE_CHECKING:``."""
+@functools.lru_cache(maxsize=4)
+def bindings(text: str, module: str) -> Mapping[str, _Binding]:
+    """The names the top level of ``text`` (the module ``module``) binds, outside ``if TYPE_CHECKING:``.
+
+    Kept for the last few texts: a refresh asks for the same old and new upstream module once per
+    runner module, and parsing one (~4,000 lines) is most of a reconciliation.
+    """
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -135,16 +143,62 @@ def reconcile(
     series knew it; ``omni``: the old series' final text of this runner, whose lines that are not
     ``old_upstream``'s are the omni code that may still use an import; ``old_base``: this runner
     before the patch in the old series.  A use the later patches will delete again does not count
-    (:func:`_deleted_again`)."""
+    (:func:`_deleted_again`).
+
+    The result is kept in the download cache by its inputs, the formatter binary and this code: a
+    refresh of the same upgrade runs neither ruff nor the parses again.
+    """
+    key = cache.derived_key(
+        _stamp(),
+        text,
+        new_upstream,
+        "-" if old_upstream is None else "+",
+        old_upstream or "",
+        upstream_module,
+        omni,
+        old_base,
+        str(line_length),
+    )
+    hit = cache.derived_get("imports", key)
+    if hit is not None:
+        try:
+            data = json.loads(hit)
+            return data["text"], [
+                Change(c["kind"], c["line"], c["text"], tuple(c["names"]), c["message"]) for c in data["changes"]
+            ]
+        except (ValueError, KeyError, TypeError):
+            pass
+    out, changes = _reconcile(text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length)
+    cache.derived_put("imports", key, json.dumps({"text": out, "changes": [asdict(c) for c in changes]}).encode())
+    return out, changes
+
+
+@functools.lru_cache(maxsize=1)
+def _stamp() -> str:
+    """What a reconciliation depends on besides its inputs: ruff and pq's code."""
+    return fmt.tool_stamp() + cache.code_stamp("series/reimport.py", "merge/checked.py", "git/diff.py")
+
+
+def _reconcile(
+    text: str,
+    new_upstream: str,
+    old_upstream: str | None,
+    upstream_module: str,
+    omni: str,
+    old_base: str,
+    line_length: int,
+) -> tuple[str, list[Change]]:
     views = sides(text)
     found = [fmt.lint(v, ("F821", "F401")) for v in views]
     if any(f is None for f in found):
         return text, []  # a side that does not parse: the parse check reports it
+    undefined = any(lint.code == "F821" for f in found for lint in f or [])
+    hunks = line_hunks(old_base.encode(), omni.encode()) if undefined else []  # the old series' deletions
     lints = [
         lint
         for view, f in zip(views, found, strict=True)
         for lint in f or []
-        if lint.code != "F821" or not _deleted_again(view.splitlines(), lint.line, old_base, omni)
+        if lint.code != "F821" or not _deleted_again(view.splitlines(), lint.line, old_base, hunks)
     ]
     upstream = bindings(new_upstream, upstream_module)
     own = _statements(views[0], text)
@@ -172,7 +226,8 @@ def reconcile(
             changes.append(Change(STALE, own[i].first, "", (name,), said + "; unused: removed"))
         else:
             changes.append(Change(STALE, own[i].first, own[i].source, (name,), said + "; still used: check it"))
-    edits: list[tuple[int, int, list[str], Change | None]] = []  # (first, last, new lines, what was added)
+    # (first, last, the `from` statement to lay out, "" to remove, what was added): laid out in one formatter run
+    rewrites: list[tuple[int, int, str, Change | None]] = []
     for i, stmt in enumerate(own):
         extra = add.pop(stmt.module, []) if _joinable(stmt) else []
         if not extra and i not in drop:
@@ -182,12 +237,18 @@ def reconcile(
         old = [a.name + (f" as {a.asname}" if a.asname else "") for a in node.names]
         kept = [a for a in dict.fromkeys(old + extra) if a not in drop.get(i, [])]
         exploded = stmt.source.rstrip().removesuffix(")").rstrip().endswith(",")
-        new = _render(stmt.module, sorted(kept, key=_order), exploded, line_length) if kept else ""
-        edits.append((stmt.first, stmt.last, new.splitlines(keepends=True), _added(stmt.module, extra, upstream)))
+        new = _from_import(stmt.module, sorted(kept, key=_order), exploded) if kept else ""
+        rewrites.append((stmt.first, stmt.last, new, _added(stmt.module, extra, upstream)))
     for module, names in sorted(add.items()):
         at = _insert_at(own, module, is_from=True)
-        new = _render(module, sorted(names, key=_order), False, line_length)
-        edits.append((at, at - 1, new.splitlines(keepends=True), _added(module, names, upstream)))
+        rewrites.append(
+            (at, at - 1, _from_import(module, sorted(names, key=_order), False), _added(module, names, upstream))
+        )
+    laid_out = iter(fmt.format_statements([new for _f, _l, new, _c in rewrites if new], line_length))
+    edits: list[tuple[int, int, list[str], Change | None]] = [  # (first, last, new lines, what was added)
+        (first, last, (next(laid_out) if new else "").splitlines(keepends=True), change)
+        for first, last, new, change in rewrites
+    ]
     for statement, name in plain:
         at = _insert_at(own, statement.split()[1], is_from=False)
         edits.append((at, at - 1, [statement + "\n"], _added(statement, [name], upstream)))
@@ -213,16 +274,16 @@ def reconcile(
     return "".join(out), sorted(changes, key=lambda c: (c.line, c.kind, c.names))
 
 
-def _deleted_again(lines: Sequence[str], line: int, old_base: str, omni: str) -> bool:
+def _deleted_again(lines: Sequence[str], line: int, old_base: str, hunks: Sequence[Hunk]) -> bool:
     """Whether the use on 1-based ``line`` of ``lines`` is on a line the old series deleted (a hunk of
-    ``old_base`` -> ``omni`` that removes it) while the lines that hunk removed, and the line either side,
-    stand unchanged, one after the other, in ``lines``: then the later patches delete them again.  Where
-    upstream changed them, the merge keeps upstream's code or conflicts on it (a side a maintainer may
-    take), and the name is imported."""
+    ``old_base`` -> the old series' final text, ``hunks``, that removes it) while the lines that hunk
+    removed, and the line either side, stand unchanged, one after the other, in ``lines``: then the later
+    patches delete them again.  Where upstream changed them, the merge keeps upstream's code or conflicts
+    on it (a side a maintainer may take), and the name is imported."""
     text = lines[line - 1].strip()
     old = old_base.splitlines()
     stripped = [x.strip() for x in lines]
-    for start, count, _new_start, _new_count in line_hunks(old_base.encode(), omni.encode()):
+    for start, count, _new_start, _new_count in hunks:
         # with a line of context either side: upstream changing the line next to it conflicts too
         removed = [x.strip() for x in old[max(0, start - 1) : start + count + 1]]
         if text in removed[1:-1] and _contains(stripped, removed):
@@ -235,7 +296,7 @@ def _contains(lines: Sequence[str], block: Sequence[str]) -> bool:
     return any(lines[i : i + len(block)] == list(block) for i, x in enumerate(lines) if x == first)
 
 
-def _added(source: str, aliases: Sequence[str], upstream: dict[str, _Binding]) -> Change | None:
+def _added(source: str, aliases: Sequence[str], upstream: Mapping[str, _Binding]) -> Change | None:
     """The change that imports ``aliases`` from the module ``source`` (or, for ``import x``, by that statement)."""
     if not aliases:
         return None
@@ -300,7 +361,7 @@ def _uses(omni: str, old_upstream: str) -> set[str]:
     return words
 
 
-def _stale(own: list[_Stmt], old: str, new: dict[str, _Binding], upstream_module: str) -> list[tuple[int, str, str]]:
+def _stale(own: list[_Stmt], old: str, new: Mapping[str, _Binding], upstream_module: str) -> list[tuple[int, str, str]]:
     """(statement index, alias, note) for each name a ``from M import`` of the runner takes the way the old
     upstream module bound it (the same import, or its own definition) while the new one does not."""
     before = bindings(old, upstream_module)
@@ -353,9 +414,8 @@ def _insert_at(own: list[_Stmt], module: str, *, is_from: bool) -> int:
     return own[-1].last + 1 if own else 1
 
 
-def _render(module: str, names: list[str], exploded: bool, line_length: int) -> str:
+def _from_import(module: str, names: list[str], exploded: bool) -> str:
+    """``from module import names`` before the formatter lays it out (``exploded``: one name a line)."""
     if exploded:
-        source = f"from {module} import (\n" + "".join(f"    {n},\n" for n in names) + ")\n"
-    else:
-        source = f"from {module} import {', '.join(names)}\n"
-    return fmt.format_source(source, line_length) or source
+        return f"from {module} import (\n" + "".join(f"    {n},\n" for n in names) + ")\n"
+    return f"from {module} import {', '.join(names)}\n"

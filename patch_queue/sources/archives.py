@@ -20,7 +20,7 @@ from pathlib import Path
 
 from patch_queue.errors import SourceError
 from patch_queue.fsutil import atomic_write
-from patch_queue.progress import Progress, say
+from patch_queue.progress import Progress, say, timed
 from patch_queue.sources import registry
 from patch_queue.sources.cache import cache_dir
 
@@ -36,6 +36,7 @@ class Pinned:
     data: bytes
 
 
+@timed("download")
 def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
     """Download (or take from the cache) the archive of one release and verify its sha256."""
     project = registry.normalize_name(name)
@@ -201,7 +202,11 @@ class ArchiveReader:
                 raise SourceError(f"cannot read archive {self.filename}: {exc}") from exc
             if self._zip is None:
                 self._members = archive_members(self._pinned, "")
-            self._names = {} if self._zip is None else _zip_names(self._zip)
+                self._names = {}
+            elif self.filename.endswith(".whl"):
+                self._names = _zip_names(self._zip)
+            else:  # pq's unpacked copy holds files only, by clean relative path (_write_index): no cleaning
+                self._names = {name: name for name in self._zip.namelist()}
         return self._names
 
     def read(self, path: str) -> bytes | None:

@@ -7,7 +7,8 @@ needs Ascend's toolkit), so this small PEP 691 / PEP 503 client reads the index,
 :mod:`.archives` opens the downloaded archives as plain zip / tar.gz files, never built.
 
 Versions, names and file names are read by ``packaging`` (PEP 440, PEP 503, wheel and sdist file
-names).  It is imported where it is used: it costs ~25 ms, and most commands never read the index.
+names).  It is imported where it is used: it costs ~25 ms, and most commands never read the index;
+so are urllib's HTTP client and the HTML parser (~10 ms): a pinned release resolves without them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import html.parser
 import json
 import os
 import posixpath
@@ -24,9 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -34,9 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from patch_queue.errors import SourceError
-from patch_queue.progress import Progress, bar, say
+from patch_queue.progress import Progress, bar, say, timed
 
 if TYPE_CHECKING:
+    import urllib.request
+
     import packaging.version
 
 _JSON_TYPE = "application/vnd.pypi.simple.v1+json"
@@ -145,6 +145,8 @@ def _timeout() -> float:
 
 def _opener() -> urllib.request.OpenerDirector:
     """urllib with its default proxy handling, verifying TLS against pip's ``cert`` when set."""
+    import urllib.request
+
     cert = _pip_settings().get("cert", "").strip()
     if cert and os.path.isdir(cert):
         context = ssl.create_default_context(capath=cert)
@@ -156,6 +158,8 @@ def _opener() -> urllib.request.OpenerDirector:
 
 
 def _reason(exc: BaseException) -> str:
+    import urllib.error
+
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code} {exc.reason}"
     if isinstance(exc, urllib.error.URLError):
@@ -199,20 +203,26 @@ def _file_version(project: str, filename: str) -> tuple[Version, Literal["wheel"
     return Version(str(version), version), kind
 
 
-class _AnchorParser(html.parser.HTMLParser):
-    """Collect the anchors of a PEP 503 page: (href, attributes), and its ``<base>``."""
+def _anchors(page: str) -> tuple[list[tuple[str, dict[str, str | None]]], str | None]:
+    """The anchors of a PEP 503 page, (href, attributes), and its ``<base>``."""
+    import html.parser
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.anchors: list[tuple[str, dict[str, str | None]]] = []
-        self.base: str | None = None
+    class Parser(html.parser.HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.anchors: list[tuple[str, dict[str, str | None]]] = []
+            self.base: str | None = None
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        attributes = dict(attrs)
-        if tag == "base" and attributes.get("href"):
-            self.base = attributes["href"]
-        elif tag == "a" and attributes.get("href"):
-            self.anchors.append((str(attributes["href"]), attributes))
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            attributes = dict(attrs)
+            if tag == "base" and attributes.get("href"):
+                self.base = attributes["href"]
+            elif tag == "a" and attributes.get("href"):
+                self.anchors.append((str(attributes["href"]), attributes))
+
+    parser = Parser()
+    parser.feed(page)
+    return parser.anchors, parser.base
 
 
 def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> list[DistFile]:
@@ -223,10 +233,9 @@ def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> 
             hashes = item.get("hashes") or {}
             entries.append((item["filename"], url, hashes.get("sha256"), bool(item.get("yanked", False))))
     else:
-        parser = _AnchorParser()
-        parser.feed(body.decode("utf-8", "replace"))
-        base = urllib.parse.urljoin(page_url, parser.base) if parser.base else page_url
-        for href, attributes in parser.anchors:
+        anchors, found_base = _anchors(body.decode("utf-8", "replace"))
+        base = urllib.parse.urljoin(page_url, found_base) if found_base else page_url
+        for href, attributes in anchors:
             url, _, fragment = urllib.parse.urljoin(base, href).partition("#")
             filename = urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(url).path))
             hashes = dict(urllib.parse.parse_qsl(fragment))
@@ -241,6 +250,9 @@ def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> 
 
 def _read_index_page(index: str, project: str) -> tuple[str, bytes, str] | None:
     """(page URL, body, content type) of the project's page, or None when the index lacks it."""
+    import urllib.error
+    import urllib.request
+
     page_url = index.rstrip("/") + f"/{project}/"
     if urllib.parse.urlsplit(page_url).scheme == "file":
         # A local index is a directory tree; pip reads <dir>/index.html the same way.
@@ -259,6 +271,7 @@ def _read_index_page(index: str, project: str) -> tuple[str, bytes, str] | None:
         raise
 
 
+@timed("download")
 def project_files(name: str) -> list[DistFile]:
     """Every non-yanked wheel and sdist of ``name`` on the configured indexes (earlier index wins)."""
     project = normalize_name(name)

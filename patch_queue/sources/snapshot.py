@@ -18,7 +18,7 @@ from typing import Literal, Protocol
 
 from patch_queue.errors import SourceError
 from patch_queue.git.remote import UpstreamGit, normalize_location
-from patch_queue.progress import Progress
+from patch_queue.progress import Progress, timed
 from patch_queue.sources import archives, registry
 from patch_queue.sources.cache import cache_dir
 
@@ -176,7 +176,8 @@ def open_git(location: str, progress: Progress | None = None) -> UpstreamGit:
     path = cache_dir() / "git" / f"{key}.git"
     repo = _open_repos.get((normalized, path))
     if repo is None or not path.is_dir():
-        repo = UpstreamGit(normalized, path, progress=progress)
+        with timed("download"):  # a clone, or a fetch when the local source changed
+            repo = UpstreamGit(normalized, path, progress=progress)
         _open_repos[(normalized, path)] = repo
     return repo
 
