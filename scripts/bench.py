@@ -829,6 +829,7 @@ def render_work_saved(rows: Sequence[Json]) -> list[str]:
         "",
         *_work_saved_table(rows, "work_saved_synced"),
         *(f"- {r['title']}: not measured after the sync: {r['synced_error']}" for r in rows if r.get("synced_error")),
+        "",
     ]
     return out
 
