@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import BASE_030, RELEASES, copy_project, git, new_project, pq, state
 
+from patch_queue.merge import checked
+
 
 def omni_lines(text: str) -> Counter[str]:
     return Counter(line for line in text.splitlines() if "Omni-new" in line)
@@ -248,6 +250,11 @@ def test_real_upgrade_anchor_aware(corpus: Path, tmp_path: Path, old: str, new: 
         got = Counter({re.sub(r"\s+", " ", k): v for k, v in have.items()})
         assert not (norm - got), (f.name, norm - got)
     assert data["blocks"]["before"] == data["blocks"]["after"]
+    # no conflict region cuts a statement: every module parses with every region taken to either side
+    for f in (proj / "npu_worker").glob("*.py"):
+        for side in ("ours", "theirs"):
+            probe = checked.one_side(f.read_text(), side)[0]
+            assert checked.syntax_error_line(probe) is None, (f.name, side)
     if data["removed_symbols"]:  # 0.14.0 -> 0.16.0: upstream dropped _generate_process_reqs_hidden_states
         assert any(c["kind"] == "symbol-removed" for c in data["conflicts"]), data["conflicts"]
     kinds = {f["kind"] for f in data["flags"]}

@@ -842,6 +842,64 @@ def test_a_resolution_that_does_not_compile_becomes_a_conflict() -> None:
     assert "elif self.c:" in region.theirs and "else:" in region.ours
 
 
+def sides_parse(text: str) -> list[int | None]:
+    """The first syntax error of the module with every region taken to upstream, then to the patch."""
+    return [merge_checked.syntax_error_line(merge_checked.one_side(text, side)[0]) for side in ("ours", "theirs")]
+
+
+def test_a_conflict_region_never_cuts_a_statement() -> None:
+    """Upstream turned a `with g(` into a `y = prep(` call; the patch edited the lines around `with g(`.  The
+    plain region ends inside the open `with g(` on the patch side, whose common lines after it are upstream's
+    arguments: taking the patch's side would not parse.  The region takes in the whole `with` statement."""
+    base = src(
+        "def f(a, b, n):",
+        "    x = 1",
+        "    with g(",
+        "        a,",
+        "        b=1,",
+        "    ) as h:",
+        "        run(h)",
+        "    return x",
+    )
+    ours = src("def f(a, b, n):", "    x = 1", "    y = prep(", "        a,", "        n,", "    )", "    return x")
+    theirs = src(
+        "def f(a, b, n):",
+        "    x = 2",
+        "    with g2(",
+        "        a,",
+        "        b=1,",
+        "    ) as h:",
+        "        run(h)",
+        "    return x",
+    )
+    plain = merge3(base, ours, theirs)
+    assert sides_parse(plain.text)[0] is None and sides_parse(plain.text)[1] is not None
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert sides_parse(result.text) == [None, None]
+    (region,) = result.conflicts
+    assert region.kind == "both-changed" and "widened to whole statements" in region.message
+    assert region.ours == "".join(ours.splitlines(keepends=True)[1:6])
+    assert region.theirs == "".join(theirs.splitlines(keepends=True)[1:7])
+    assert region.base == "".join(base.splitlines(keepends=True)[1:7])
+    assert region.line == 2 and region.length == 1 + 5 + 1 + 6 + 1 + 6 + 1
+    assert result.text.splitlines()[region.line - 1].startswith("<<<<<<< ")
+    assert region.key and region.key != plain.conflicts[0].key
+    # taking either side gives that side's own code
+    assert merge_checked.one_side(result.text)[0] == ours
+    assert merge_checked.one_side(result.text, "theirs")[0] == theirs
+    # a resolution recorded for the grown region is reused
+    again = merge_checked.merge3_checked(base, ours, theirs, recorded={region.key: "    pass\n"}.get)
+    assert again.clean and "    pass\n" in again.text and [r.kind for r in again.regions] == ["reused"]
+
+
+def test_regions_whose_sides_parse_are_left_as_they_are() -> None:
+    base = src("def f():", "    x = 1", "    return x")
+    ours = src("def f():", "    x = 3", "    return x")
+    theirs = src("def f():", "    x = 2", "    return x")
+    plain, result = merge3(base, ours, theirs), merge_checked.merge3_checked(base, ours, theirs)
+    assert result.text == plain.text and result.conflicts == plain.conflicts
+
+
 # ---------------------------------------------------------------------------------------------
 # code both sides added: kept once, or a conflict, never two copies (issue 18)
 

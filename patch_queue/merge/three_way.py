@@ -56,6 +56,7 @@ _Expand = Callable[[Sequence[str]], list[str]]  # folded lines -> the lines with
 class MergeResult:
     text: str
     regions: list[Conflict] = field(default_factory=list)
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # group -> its range of folded base lines
 
     @property
     def clean(self) -> bool:
@@ -191,13 +192,15 @@ def merge3(
     key_prefix: str = "",
     recorded: Callable[[str], str | None] | None = None,
     veto: frozenset[int] = frozenset(),
+    grow: Sequence[tuple[int, int]] = (),
 ) -> MergeResult:
     """Merge ``theirs`` (the patch) into ``ours`` (the new upstream side) against ``base``.
 
     ``labels`` are (base, ours, theirs) for the diff3 markers.  ``recorded(key)`` returns a
     resolution a maintainer recorded for a conflict region with that key, if any.  The groups
     in ``veto`` get no automatic resolution: they are left as conflicts (the caller found that
-    their resolution does not compile).
+    their resolution does not compile).  Each range of folded base lines in ``grow`` is merged as one
+    group with every group it meets, and left as a conflict (see :mod:`patch_queue.merge.checked`).
     """
     sides = [fold(x) for x in (base, ours, theirs)]
     blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
@@ -238,9 +241,10 @@ def merge3(
         pending.append((len(out), region, lines))
         out.extend(lines)
 
-    for index, group in enumerate(_groups(hunks, expand)):
-        start = min(h.start for h in group)
-        end = max(h.end for h in group)
+    spans: dict[int, tuple[int, int]] = {}
+    for index, start, end, group, widened in _grown(_groups(hunks, expand), grow):
+        spans[index] = (start, end)
+        forced = widened or index in veto
         out += b_lines[pos:start]
         pos = end
         mine = [h for h in group if h.side == "o"]
@@ -262,14 +266,14 @@ def merge3(
             continue
         eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
-        decided = None if index in veto else _decide(b_lines, start, end, mine, pat, expand)
+        decided = None if forced else _decide(b_lines, start, end, mine, pat, expand)
         # never drop or duplicate an omni block, but one whose code upstream now has (reported, fence and all)
         if decided is not None and (decided[0] == "already-upstream" or _blocks_kept(b, o, t, decided[2])):
             kind, message, lines = decided
             emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
         kind = "both-changed"
-        if index not in veto and _twins(mine, pat, expand)[0]:
+        if not forced and _twins(mine, pat, expand)[0]:
             kind = "both-added-same"
         elif all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = "anchor-lost"
@@ -283,6 +287,7 @@ def merge3(
             emit_region(region, reuse.splitlines(keepends=True))
             continue
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
+        message += "; widened to whole statements, so that either side parses" if widened else ""
         emit_region(Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index), [_MARK])
     out += b_lines[pos:]
     # unfold the tokens and the conflict placeholders into the final text, filling in each region's line
@@ -318,7 +323,24 @@ def merge3(
     for k, r in enumerate(regions):
         if r.anchor is not None:
             regions[k] = replace(r, anchor=replace(r.anchor, line=placed_at.get(tokens.get(id(r.anchor), ""))))
-    return MergeResult("".join(text), regions)
+    return MergeResult("".join(text), regions, spans)
+
+
+def _grown(groups: list[list[Hunk]], grow: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, list[Hunk], bool]]:
+    """(index, start, end, hunks, grown) of each group; a range of ``grow`` and every group it meets are one
+    group: the range, widened over the groups that cross its ends, with the index of its first group."""
+    out: list[tuple[int, int, int, list[Hunk], bool]] = []
+    for index, group in enumerate(groups):
+        start, end = min(h.start for h in group), max(h.end for h in group)
+        span = next(((s, e) for s, e in grow if (start < e and s < end) or s < start < e), None)
+        if span is not None and out and out[-1][4] and min(span[0], start) < out[-1][2]:  # meets the one before
+            first, s0, e0, hunks, _ = out[-1]
+            out[-1] = (first, s0, max(e0, end, span[1]), hunks + group, True)
+        elif span is not None:
+            out.append((index, min(span[0], start), max(span[1], end), list(group), True))
+        else:
+            out.append((index, start, end, group, False))
+    return out
 
 
 def _find_run(lines: Sequence[str], run: Sequence[str]) -> int:
