@@ -607,20 +607,26 @@ def render_mainsh(m: Json) -> list[str]:
     return md
 
 
-def speed_only(args: argparse.Namespace, chosen: Sequence[Upgrade], corpus: Path, root: Path, location: str) -> int:
-    """``--speed``: section 3's refresh timings (and, unless ``--quick``, profiles of the worst upgrade warm and
-    cold) and the main.sh breakdown, printed as Markdown (and ``--json``); docs/ is not written."""
-    newest = resolve_upstream(None, progress=say) if any(u.new is None for u in chosen) else None
+def each_upgrade(chosen: Sequence[Upgrade], root: Path, measure: Callable[[Upgrade, Path], Json]) -> list[Json]:
+    """``measure(upgrade, its fresh folder)`` for each upgrade; a failed one is a row with its error."""
     rows: list[Json] = []
     for i, up in enumerate(chosen):
         work = root / f"u{i}"
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         try:
-            rows.append(speed_upgrade(up, corpus, work, location, args.repeats, newest))
+            rows.append(measure(up, work))
         except (StepError, OSError, ValueError) as exc:
             say(f"{up.title}: {exc}")
             rows.append({"title": up.title, "old": up.old, "new": up.new, "error": str(exc)})
+    return rows
+
+
+def speed_only(args: argparse.Namespace, chosen: Sequence[Upgrade], corpus: Path, root: Path, location: str) -> int:
+    """``--speed``: section 3's refresh timings (and, unless ``--quick``, profiles of the worst upgrade warm and
+    cold) and the main.sh breakdown, printed as Markdown (and ``--json``); docs/ is not written."""
+    newest = resolve_upstream(None, progress=say) if any(u.new is None for u in chosen) else None
+    rows = each_upgrade(chosen, root, lambda up, work: speed_upgrade(up, corpus, work, location, args.repeats, newest))
     good = [r for r in rows if not r.get("error")]
     real = [r for r in good if not r["noop"]] or good
     ratio = median([r["ratio"] for r in real])
@@ -1163,15 +1169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         say("== pq adopt with an empty method cache")
         shutil.rmtree(cache_dir() / "methods", ignore_errors=True)
         adopt_cold = adopt(root / "cold-adopt", corpus / f"vllm-omni-{chosen[-1].old}" / "npu")[0]
-        for i, up in enumerate(chosen):
-            work = root / f"u{i}"
-            shutil.rmtree(work, ignore_errors=True)
-            work.mkdir(parents=True)
-            try:
-                rows.append(measure_upgrade(up, corpus, work, location, args.repeats, newest))
-            except (StepError, OSError, ValueError) as exc:
-                say(f"{up.title}: {exc}")
-                rows.append({"title": up.title, "old": up.old, "new": up.new, "error": str(exc)})
+        rows += each_upgrade(
+            chosen, root, lambda up, work: measure_upgrade(up, corpus, work, location, args.repeats, newest)
+        )
         good = [r for r in rows if not r.get("error")]
         adopt_by: dict[str, float] = {}
         for r in good:

@@ -4,7 +4,7 @@ pop."""
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -23,9 +23,6 @@ from patch_queue.cli.app import (
 )
 from patch_queue.cli.refresh import print_placements
 from patch_queue.errors import EXIT_ERROR, EXIT_OK
-
-if TYPE_CHECKING:
-    pass
 
 
 @command()
