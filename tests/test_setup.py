@@ -11,14 +11,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_main_sh_prints_how_to_put_pq_on_path(tmp_path: Path) -> None:
-    # a stand-in setup.sh and pq: what is checked is main.sh's own output, at the end, however pq exits
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "main.sh", tmp_path / "scripts" / "main.sh")
-    fake_pq = '#!/bin/sh\necho "pq $1"\n[ "$1" = refresh ] && exit 3\nexit 0\n'
-    (tmp_path / "scripts" / "setup.sh").write_text(
+def _main_sh_with_fake_pq(folder: Path, fake_pq: str) -> None:
+    """``folder`` with this repository's main.sh and a stand-in setup.sh that installs ``fake_pq`` as pq."""
+    (folder / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "main.sh", folder / "scripts" / "main.sh")
+    (folder / "scripts" / "setup.sh").write_text(
         f"mkdir -p .venv/bin\ncat > .venv/bin/pq <<'EOF'\n{fake_pq}EOF\nchmod +x .venv/bin/pq\n"
     )
+
+
+def test_main_sh_prints_how_to_put_pq_on_path(tmp_path: Path) -> None:
+    # a stand-in setup.sh and pq: what is checked is main.sh's own output, at the end, however pq exits
+    _main_sh_with_fake_pq(tmp_path, '#!/bin/sh\necho "pq $1"\n[ "$1" = refresh ] && exit 3\nexit 0\n')
     env = {k: v for k, v in os.environ.items() if k != "PQ"}
     proc = subprocess.run(["bash", "scripts/main.sh"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert proc.returncode == 3, proc.stderr
@@ -42,12 +46,8 @@ def test_offline_error_names_pq_upstream_git_and_the_corpus(tmp_path: Path) -> N
 
 def test_main_sh_records_each_step_for_pq_timings(tmp_path: Path) -> None:
     # a stand-in pq that, as the real one does, adds the parts of its commands that fetched sources
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "main.sh", tmp_path / "scripts" / "main.sh")
     fake_pq = '#!/bin/sh\necho "within download 0.250" >>"$PQ_TIMINGS"\n[ "$1" = refresh ] && exit 3\nexit 0\n'
-    (tmp_path / "scripts" / "setup.sh").write_text(
-        f"mkdir -p .venv/bin\ncat > .venv/bin/pq <<'EOF'\n{fake_pq}EOF\nchmod +x .venv/bin/pq\n"
-    )
+    _main_sh_with_fake_pq(tmp_path, fake_pq)
     timings = tmp_path / "timings.txt"
     env = {k: v for k, v in os.environ.items() if k != "PQ"} | {"PQ_TIMINGS": str(timings)}
     proc = subprocess.run(["bash", "scripts/main.sh"], cwd=tmp_path, capture_output=True, text=True, env=env)
