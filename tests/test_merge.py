@@ -1006,3 +1006,81 @@ def test_an_omni_block_upstream_now_has_is_reported_with_its_fences() -> None:
     region = only(result)
     assert result.clean and result.text == src(*ours)
     assert region.kind == "already-upstream" and src(*omni) in (region.theirs or "")
+
+
+def unbound_reads(text: str, *names: str) -> list[str]:
+    """Which of ``names`` a side of ``text`` reads with no binding before it (ruff's F821, as pq check runs it)."""
+    from patch_queue.series import fmt
+
+    out = []
+    for side in ("ours", "theirs"):
+        found = fmt.lint(merge_checked.one_side(text, side)[0], ("F821",)) or []
+        out += [f"{side}:{x.name}" for x in found if x.name in names]
+    return out
+
+
+def test_a_clean_merge_that_loses_a_binding_becomes_a_conflict() -> None:
+    """The patch rewrote the lines that assign `y`; upstream added a line that reads `y`.  Each hunk merges
+    cleanly, and the result would raise NameError.  The region takes in both, so that each side is its own."""
+    base = src("def f(a):", "    y = a + 1", "    z = 2", "    w = 3", "    v = 4", "    return z")
+    ours = src("def f(a):", "    y = a + 1", "    z = 2", "    w = 3", "    v = 4", "    log(y)", "    return z")
+    theirs = src("def f(a):", "    q = omni(a)", "    z = 2", "    w = 3", "    v = 4", "    return z")
+    plain = merge3(base, ours, theirs)
+    assert plain.clean and unbound_reads(plain.text, "y") == ["ours:y", "theirs:y"]
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert unbound_reads(result.text, "y") == []
+    (region,) = result.conflicts
+    assert "binds what it reads (`y`)" in region.message
+    assert merge_checked.one_side(result.text)[0] == ours
+    assert merge_checked.one_side(result.text, "theirs")[0] == theirs
+
+
+def test_a_region_grows_down_to_the_clean_line_that_reads_what_one_side_binds() -> None:
+    """Upstream's side of a conflict binds `n`, and upstream's clean change further down reads it: taking the
+    patch's side would leave the read unbound, so the region reaches down to it (an insertion is held by the
+    base line after it: here the last statement)."""
+    base = src("def f(a):", "    x = 1", "    k = 0", "    k += 1", "    k += 2", "    return x")
+    ours = src(
+        "def f(a):", "    x = 3", "    n = a", "    k = 0", "    k += 1", "    k += 2", "    use(n)", "    return x"
+    )
+    theirs = src("def f(a):", "    x = 2", "    k = 0", "    k += 1", "    k += 2", "    return x")
+    plain = merge3(base, ours, theirs)
+    assert len(plain.conflicts) == 1 and unbound_reads(plain.text, "n") == ["theirs:n"]
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert unbound_reads(result.text, "n") == []
+    (region,) = result.conflicts
+    assert "`n`" in region.message and region.ours is not None and "    use(n)\n" in region.ours
+    assert merge_checked.one_side(result.text)[0] == ours
+    assert merge_checked.one_side(result.text, "theirs")[0] == theirs
+
+
+def test_a_read_before_the_line_that_binds_it_grows_the_region() -> None:
+    """The patch renamed `h` to `out` inside a conflict and added lines below that read `out` and then assign it
+    again: taking upstream's side reads `out` before anything binds it (ruff's F821, an UnboundLocalError)."""
+    base = src("def f(a):", "    h = run(a)", "    k = 0", "    k += 1", "    k += 2", "    return h")
+    ours = src("def f(a):", "    h = run(a, 1)", "    k = 0", "    k += 1", "    k += 2", "    return h")
+    theirs = src(
+        "def f(a):",
+        "    out = run(a, 2)",
+        "    k = 0",
+        "    k += 1",
+        "    k += 2",
+        "    if wrap(out):",
+        "        out = make(out)",
+        "    return out",
+    )
+    plain = merge3(base, ours, theirs)
+    assert len(plain.conflicts) == 1 and set(unbound_reads(plain.text, "out")) == {"ours:out"}
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert unbound_reads(result.text, "out") == []
+    assert merge_checked.one_side(result.text)[0] == ours
+    assert merge_checked.one_side(result.text, "theirs")[0] == theirs
+
+
+def test_a_name_the_patch_itself_leaves_unbound_grows_nothing() -> None:
+    """The patch's own text reads `missing` with nothing binding it: not the merge's doing, left to pq check."""
+    base = src("def f(a):", "    x = 1", "    y = 1", "    z = 1", "    return x")
+    ours = src("def f(a):", "    x = 3", "    y = 1", "    z = 1", "    return x")
+    theirs = src("def f(a):", "    x = 2", "    y = 1", "    z = 1", "    return missing")
+    plain, result = merge3(base, ours, theirs), merge_checked.merge3_checked(base, ours, theirs)
+    assert result.text == plain.text and result.conflicts == plain.conflicts

@@ -21,9 +21,10 @@ def test_merge_defects_on_one_real_upgrade(corpus: Path, tmp_path: Path) -> None
     rows = [line.split("|")[1:-1] for line in out.read_text().splitlines() if line.startswith("| ")][1:]
     assert [r[0].strip() for r in rows] == ["0.16.0 → 0.18.0", ""]
     first, second = rows
-    assert first[1].strip() == "both-changed 2" and int(first[2]) > 0  # imports added
+    assert first[1].strip() == "both-changed 3" and int(first[2]) > 0  # imports added
     assert first[5].strip() == "14 → 14"  # every omni block kept
     for row, side in ((first, "upstream"), (second, "patch")):
         assert row[6].strip() == side
         assert int(row[8]) == 0  # no name the new upstream binds is left undefined
+        assert int(row[9]) == 0  # nor a local that only the other side of a region, or the base, binds
         assert int(row[10]) == 0  # no call made twice

@@ -1,16 +1,17 @@
-"""A merge whose automatic resolutions must compile: :func:`merge3_checked` for Python modules, and
-the helpers that read one side of a conflicted text."""
+"""A merge whose automatic resolutions must compile and whose conflict regions leave each side whole (parsing,
+binding what it reads): :func:`merge3_checked` for Python modules, and the helpers that read one side of a
+conflicted text."""
 
 from __future__ import annotations
 
 import ast
-import bisect
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 
+from patch_queue.merge import binding
 from patch_queue.merge.conflict import Conflict
-from patch_queue.merge.folded import fold
+from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
 from patch_queue.merge.three_way import MergeResult, merge3
 
 
@@ -73,7 +74,9 @@ def merge3_checked(
 
     Only when all three sides compile (conflict regions already in ``ours`` read as their upstream
     side): then the merged text, read the same way, must compile too.  The resolution nearest
-    before the first syntax error is vetoed and the merge redone, until it compiles.
+    before the first syntax error is vetoed and the merge redone, until it compiles.  Then conflict
+    regions grow until either side of each parses (:meth:`_Growth.whole_statements`) and binds every
+    local it reads (:meth:`_Growth.bind_names`).
     """
 
     def run(veto: frozenset[int] = frozenset()) -> MergeResult:
@@ -99,91 +102,22 @@ def merge3_checked(
                 break
             veto.add(max(decided, key=lambda r: r.line or 0).group)
             result = run(frozenset(veto))
-    if result.clean or any(_ours_side_error(x) is not None for x in (ours, theirs)):
-        return result
 
     def widened(grow: list[tuple[int, int]]) -> MergeResult:
         return merge3(
             base, ours, theirs, labels=labels, key_prefix=key_prefix, recorded=recorded, veto=frozenset(veto), grow=grow
         )
 
-    return _whole_statements(result, base, widened)
+    growth = _Growth(base, result, widened)
+    if not result.clean and all(_ours_side_error(x) is None for x in (ours, theirs)):
+        growth.whole_statements()
+    if ours != base and theirs != base:  # else the result is one side's text, whose names are its own
+        growth.bind_names(ours, theirs)
+    return growth.result
 
 
 # ---------------------------------------------------------------------------------------------
-# conflict regions that never cut a statement
-
-
-@dataclass(frozen=True)
-class _Statement:
-    start: int  # 0-based lines [start, end) of the base text, decorators included
-    end: int
-    own: frozenset[int]  # the lines no statement of its bodies holds (headers, ``else:``), code only
-    compound: bool
-    function: bool
-    klass: bool
-
-
-def _first_line(node: ast.stmt) -> int:
-    """The 1-based first line of a statement, its decorators included."""
-    decorators: list[ast.expr] = getattr(node, "decorator_list", [])
-    return min([node.lineno, *(d.lineno for d in decorators)])
-
-
-def _statements(tree: ast.Module, lines: list[str]) -> list[_Statement]:
-    found: list[_Statement] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt) or node.end_lineno is None:
-            continue
-        start = _first_line(node) - 1
-        children: list[ast.stmt] = []
-        for name in ("body", "orelse", "finalbody"):
-            value = getattr(node, name, None)
-            if isinstance(value, list):
-                children += [c for c in value if isinstance(c, ast.stmt)]
-        for part in [*getattr(node, "handlers", []), *getattr(node, "cases", [])]:
-            children += part.body
-        held = {k for c in children for k in range(_first_line(c) - 1, c.end_lineno or c.lineno)}
-        own = frozenset(
-            k
-            for k in range(start, node.end_lineno)
-            if k not in held and lines[k].strip() and not lines[k].lstrip().startswith("#")
-        )
-        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        klass = isinstance(node, ast.ClassDef)
-        found.append(_Statement(start, node.end_lineno, own, bool(children), function, klass))
-    return found
-
-
-def _widen(statements: list[_Statement], lo: int, hi: int) -> tuple[int, int] | None:
-    """The base lines [lo, hi) grown to whole statements, or when they are, to the statement around them;
-    None when they already cover their function, or would cover a whole class."""
-    start, end = lo, hi
-    changed = True
-    while changed:
-        changed = False
-        for s in statements:
-            meets = s.start < end and start < s.end if start < end else s.start < start < s.end
-            if not meets or (start <= s.start and s.end <= end):
-                continue
-            if s.compound and s.start <= start and end <= s.end:
-                inside = not any(start <= k < end for k in s.own) if start < end else not {start - 1, start} <= s.own
-                if inside:
-                    continue
-            start, end, changed = min(start, s.start), max(end, s.end), True
-    if (start, end) == (lo, hi):
-        if any(s.function and (s.start, s.end) == (lo, hi) for s in statements):
-            return None
-        around = [
-            s for s in statements if s.compound and s.start <= lo and hi <= s.end and (s.start, s.end) != (lo, hi)
-        ]
-        if not around:
-            return None
-        inner = min(around, key=lambda s: s.end - s.start)
-        start, end = inner.start, inner.end
-    if any(s.klass and start <= s.start and s.end <= end for s in statements):
-        return None  # never a whole class
-    return start, end
+# conflict regions grown: never cutting a statement, never leaving a name unbound
 
 
 def _side_error(text: str) -> int | None:
@@ -197,57 +131,158 @@ def _side_error(text: str) -> int | None:
     return None
 
 
-def _whole_statements(
-    result: MergeResult, base: str, widened: Callable[[list[tuple[int, int]]], MergeResult]
-) -> MergeResult:
-    """``result`` with its conflict regions grown until the module parses with every region taken to upstream
-    and with every region taken to the patch.
+class _Growth:
+    """A merge redone with ranges of base lines grown into conflict regions (``grow`` of merge3): each side of
+    a grown region is that side's own text of those lines, and regions that meet become one."""
 
-    A region that cuts a statement (one side's text ends inside a call whose arguments are the other side's)
-    takes in the base lines around it, up to whole statements of the base, then the statement enclosing
-    those, at most its function: each side of the grown region is that side's own text of those lines (the
-    unchanged lines on every side), and regions that meet become one.  None of it when no growth parses.
-    """
-    error = _side_error(result.text)
-    if error is None:
-        return result
-    try:
-        tree = ast.parse(base)
-    except SyntaxError:
-        return result
-    side = fold(base)
-    first: list[int] = []  # folded base line -> its first unfolded line
-    total = 0
-    for line in side.lines:
-        first.append(total)
-        total += len(side.blocks.get(line, [line]))
-    statements = _statements(tree, base.splitlines())
+    def __init__(self, base: str, result: MergeResult, merge: Callable[[list[tuple[int, int]]], MergeResult]) -> None:
+        self.base = base
+        self.result = result
+        self.merge = merge
+        self.grow: list[tuple[int, int]] = []  # folded base lines
+        self._statements: list[Statement] | None = None
+        self._folding: Folding | None = None
 
-    def unfolded(k: int) -> int:
-        return first[k] if k < len(first) else total
+    def statements(self) -> list[Statement]:
+        if self._statements is None:
+            try:
+                self._statements = statements(ast.parse(self.base), self.base.splitlines())
+            except SyntaxError:
+                self._statements = []
+        return self._statements
 
-    grow: list[tuple[int, int]] = []
-    current = result
-    for _ in range(24):
-        conflicts = sorted((r for r in current.conflicts if r.line is not None), key=lambda r: r.line or 0)
-        if not conflicts:
-            return result
-        at = [r for r in conflicts if (r.line or 0) <= error] or conflicts[:1]
-        region = at[-1]
-        span = current.spans.get(region.group)
-        if span is None:
-            return result
-        wider = _widen(statements, unfolded(span[0]), unfolded(span[1]))
-        if wider is None:
-            return result
-        lo, hi = bisect.bisect_right(first, wider[0]) - 1, bisect.bisect_left(first, wider[1])
+    def folding(self) -> Folding:
+        if self._folding is None:
+            self._folding = Folding(self.base)
+        return self._folding
+
+    def try_grow(self, lo: int, hi: int) -> tuple[list[tuple[int, int]], MergeResult]:
+        """The grow list with the unfolded base lines [lo, hi) added, and the merge it gives."""
+        lo, hi = self.folding().folded(lo, hi)
+        grow = list(self.grow)
         for s, e in list(grow):
             if s < hi and lo < e:
                 grow.remove((s, e))
                 lo, hi = min(lo, s), max(hi, e)
-        grow = sorted([*grow, (max(lo, 0), hi)])
-        current = widened(grow)
-        error = _side_error(current.text)
-        if error is None:
-            return current
-    return result
+        grow = sorted([*grow, (lo, hi)])
+        return grow, self.merge(grow)
+
+    def whole_statements(self) -> None:
+        """Conflict regions grown until the module parses with every region taken to upstream and with every
+        region taken to the patch.
+
+        A region that cuts a statement (one side's text ends inside a call whose arguments are the other
+        side's) takes in the base lines around it, up to whole statements of the base, then the statement
+        enclosing those, at most its function.  None of it when no growth parses.
+        """
+        error = _side_error(self.result.text)
+        if error is None or not self.statements():
+            return
+        current = self.result
+        for _ in range(24):
+            conflicts = sorted((r for r in current.conflicts if r.line is not None), key=lambda r: r.line or 0)
+            if not conflicts:
+                return
+            region = ([r for r in conflicts if (r.line or 0) <= error] or conflicts[:1])[-1]
+            span = current.spans.get(region.group)
+            if span is None:
+                return
+            folding = self.folding()
+            wider = widen(self.statements(), folding.unfolded(span[0]), folding.unfolded(span[1]))
+            if wider is None:
+                return
+            grow, current = self.try_grow(*wider)
+            error = _side_error(current.text)
+            if error is None:
+                self.grow, self.result = grow, current
+                return
+
+    def bind_names(self, ours: str, theirs: str) -> None:
+        """Regions grown until no function reads a name that the merge left unbound on either side of them
+        (:mod:`patch_queue.merge.binding`).
+
+        The region that binds the name on one side only (the nearest before where the other side reads it),
+        or else the base lines that bound it, grows down to the statement that reads it: each side of the
+        region is then that side's own code, which binds what it reads.  A growth is kept only when both
+        sides still parse and fewer names are unbound; what is left is ``pq check``'s to report.
+        """
+        missing = binding.made_unbound(self.result.text, ours, theirs)
+        if not missing:
+            return
+        best = (len(missing), self.grow, self.result, list[tuple[int, int, str]]())
+        ranges: list[tuple[int, int, str]] = []  # folded base lines grown for a name, the name
+        tried: set[tuple[str, str]] = set()
+        for _ in range(16):
+            todo = [u for u in missing if (u.scope, u.name) not in tried]
+            if not todo:
+                break
+            u = todo[0]
+            tried.add((u.scope, u.name))
+            span = self._span_for(u)
+            if span is None:
+                continue
+            lo, hi = close(self.statements(), *span)
+            if whole_class(self.statements(), lo, hi):
+                continue
+            grow, current = self.try_grow(lo, hi)
+            after = binding.made_unbound(current.text, ours, theirs) if _side_error(current.text) is None else None
+            if after is None or any((x.scope, x.name) == (u.scope, u.name) for x in after):
+                continue
+            self.grow, self.result, missing = grow, current, after
+            ranges.append((*self.folding().folded(lo, hi), u.name))
+            if len(missing) < best[0]:
+                best = (len(missing), self.grow, self.result, list(ranges))
+            if not missing:
+                break
+        _count, self.grow, result, ranges = best
+        self.result = _say_bound(result, ranges)
+
+    def _span_for(self, u: binding.Unbound) -> tuple[int, int] | None:
+        """The 0-based unfolded base lines [lo, hi) that hold where ``u``'s name is bound and read."""
+        view, where = one_side(self.result.text, u.side)
+        used = binding.reads(view, u.scope, u.name)
+        if not used or not self.statements():
+            return None
+        base_of = binding.base_lines(self.base, view)
+        first = where[used[0] - 1]  # in the merged text
+        other = "theirs" if u.side == "ours" else "ours"
+        # a region before the first read, in which the other side binds the name
+        bound = [
+            r
+            for r in self.result.regions
+            if r.group >= 0
+            and r.group in self.result.spans
+            and (r.line or 0) <= first
+            and binding.mentions(r.theirs if other == "theirs" else r.ours, u.name)
+        ]
+        folding = self.folding()
+        if bound:
+            nearest = max(bound, key=lambda r: r.line or 0)
+            if nearest.reused:  # a maintainer's recorded resolution: theirs to answer for
+                return None
+            start = folding.unfolded(self.result.spans[nearest.group][0])
+        else:  # the base bound it: a side rewrote those lines
+            lines = binding.binds(self.base, u.scope, u.name)
+            if not lines:
+                return None
+            start = lines[0] - 1
+        lo, _ = base_of(used[0])
+        _, hi = base_of(used[-1])
+        return min(start, lo), max(hi, start + 1)
+
+
+def _say_bound(result: MergeResult, ranges: list[tuple[int, int, str]]) -> MergeResult:
+    """``result`` with the message of each region grown for names saying which (``ranges``: the folded base
+    lines grown for each)."""
+    if not ranges:
+        return result
+    regions: list[Conflict] = []
+    for r in result.regions:
+        span = result.spans.get(r.group)
+        names = sorted({n for s, e, n in ranges if span is not None and s < span[1] and span[0] < e})
+        if r.conflict and names:
+            said = ", ".join(f"`{n}`" for n in names)
+            head = r.message.split("; widened")[0]
+            r = replace(r, message=f"{head}; widened so that either side parses and binds what it reads ({said})")
+        regions.append(r)
+    return MergeResult(result.text, regions, result.spans)

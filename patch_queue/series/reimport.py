@@ -194,11 +194,12 @@ def _reconcile(
         return text, []  # a side that does not parse: the parse check reports it
     undefined = any(lint.code == "F821" for f in found for lint in f or [])
     hunks = line_hunks(old_base.encode(), omni.encode()) if undefined else []  # the old series' deletions
+    inside = _inside_regions(text) if undefined else [set[int]() for _ in views]
     lints = [
         lint
-        for view, f in zip(views, found, strict=True)
+        for view, f, kept in zip(views, found, inside, strict=True)
         for lint in f or []
-        if lint.code != "F821" or not _deleted_again(view.splitlines(), lint.line, old_base, hunks)
+        if lint.code != "F821" or lint.line in kept or not _deleted_again(view.splitlines(), lint.line, old_base, hunks)
     ]
     upstream = bindings(new_upstream, upstream_module)
     own = _statements(views[0], text)
@@ -216,7 +217,8 @@ def _reconcile(
             )
     drop: dict[int, list[str]] = {}  # statement index -> aliases to remove
     changes: list[Change] = []
-    unused = {lint.name for lint in lints if lint.code == "F401"}
+    # unused on every side: an import one side of a conflict region uses stays
+    unused = set.intersection(*({lint.name for lint in f or [] if lint.code == "F401"} for f in found))
     uses = _uses(omni, old_upstream or "")
     for i, alias, note in _stale(own, old_upstream, upstream, upstream_module) if old_upstream is not None else []:
         name = alias.split(" as ")[-1]
@@ -272,6 +274,26 @@ def _reconcile(
     out += lines[pos - 1 :]
     changes = [replace(c, line=follow(c.line)) if c.kind == STALE else c for c in changes]
     return "".join(out), sorted(changes, key=lambda c: (c.line, c.kind, c.names))
+
+
+def _inside_regions(text: str) -> list[set[int]]:
+    """For each of :func:`sides`' views of ``text``, its 1-based lines that stand inside a conflict region: a
+    side a maintainer may take, so a name read there is imported even where the old series deleted the line."""
+    if len(sides(text)) == 1:
+        return [set()]
+    marked: set[int] = set()
+    start = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("<<<<<<< "):
+            start = number
+        elif line.startswith(">>>>>>> ") and start is not None:
+            marked.update(range(start, number + 1))
+            start = None
+    out = []
+    for side in ("ours", "theirs"):
+        where = one_side(text, side)[1]
+        out.append({k for k, m in enumerate(where, 1) if m in marked})
+    return out
 
 
 def _deleted_again(lines: Sequence[str], line: int, old_base: str, hunks: Sequence[Hunk]) -> bool:

@@ -154,9 +154,13 @@ def replay_patch(
             if result is None:
                 result = _merge_one(repo, path, p or b"", n, c, (*labels, name), normalize, recorded, conflicts, flags)
         upstream = imports.modules.get(path) if imports is not None else None
-        if imports is not None and upstream and result is not None and _imports_of(p) != _imports_of(c):
+        skeleton = _imports_of(p) != _imports_of(c)  # the patch that owns the module's imports
+        # a later patch's conflict regions: a side a maintainer may take can read a name the module never
+        # needed (a widened region keeps upstream code the old series deleted): imported, nothing removed
+        region = not skeleton and any(f.file == path for f in conflicts)
+        if imports is not None and upstream and result is not None and (skeleton or region):
             before = result
-            result = _reimport(repo, imports, path, upstream, result, p_files, n_files, name, flags)
+            result = _reimport(repo, imports, path, upstream, result, p_files, n_files, name, flags, stale=skeleton)
             if result != before:
                 hunks = line_hunks(before, result)
                 conflicts[:] = [moved(f, hunks) if f.file == path else f for f in conflicts]
@@ -190,8 +194,11 @@ def _reimport(
     n_files: dict[str, bytes],
     name: str,
     flags: list[Conflict],
+    *,
+    stale: bool,
 ) -> bytes:
-    """``merged`` with its imports reconciled with the new upstream file; one review flag per change."""
+    """``merged`` with its imports reconciled with the new upstream file; one review flag per change.
+    ``stale``: also imports the new upstream file no longer has (else only what merged code reads)."""
     new_up, old_up = n_files.get(stack.VENDOR + upstream), p_files.get(stack.VENDOR + upstream)
     if new_up is None:
         return merged
@@ -200,7 +207,7 @@ def _reimport(
         text, changes = reimport.reconcile(
             merged.decode("utf-8"),
             new_upstream=new_up.decode("utf-8"),
-            old_upstream=None if old_up is None else old_up.decode("utf-8"),
+            old_upstream=None if old_up is None or not stale else old_up.decode("utf-8"),
             upstream_module=upstream.removesuffix(".py").replace("/", "."),
             omni=omni.decode("utf-8"),
             old_base=p_files.get(path, b"").decode("utf-8"),

@@ -1,0 +1,265 @@
+"""Names a merge leaves unbound: a function reads a name that one side of the merge binds and the
+merged text (with each conflict region taken to one side) binds nowhere.
+
+Upstream renames a local, or the omni patch rewrites the lines that assign it, while the other side
+adds a line that reads it: each hunk merges cleanly, or the assignment sits inside a conflict region
+whose other side the reader takes, and the result fails with a ``NameError`` at run time.  The scopes
+come from :mod:`symtable` (a name a function reads is unbound when neither it, the functions around
+it, the module's top level nor the builtins bind it); only what the merge made unbound counts, not
+what either side already left unbound (a missing import is :mod:`patch_queue.series.reimport`'s).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import functools
+import re
+import symtable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from patch_queue.git.diff import line_hunks
+
+_BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__"}
+_MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)", re.M)
+
+
+@dataclass(frozen=True, order=True)
+class Unbound:
+    side: str  # the side of the conflict regions the merged text is read with: "ours" (upstream) or "theirs"
+    scope: str  # Class.method (nested functions: Class.method.inner)
+    name: str
+
+
+def _scopes(table: symtable.SymbolTable, prefix: str) -> Iterator[tuple[str, symtable.SymbolTable]]:
+    for child in table.get_children():
+        name = f"{prefix}{child.get_name()}"
+        yield name, child
+        yield from _scopes(child, name + ".")
+
+
+@functools.lru_cache(maxsize=32)
+def scopes(text: str) -> tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]]] | None:
+    """(scope, name) of every name a function of ``text`` reads and nothing binds, and of every name a function
+    binds; None when ``text`` does not compile, or star-imports (then any name may be bound)."""
+    if re.search(r"^\s*from\s+\S+\s+import\s+\*", text, re.M):
+        return None
+    try:
+        top = symtable.symtable(text, "<merged>", "exec")
+    except (SyntaxError, ValueError):
+        return None
+    module = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    unbound: set[tuple[str, str]] = set()
+    local: set[tuple[str, str]] = set()
+    for scope, table in _scopes(top, ""):
+        if table.get_type() != "function":
+            continue
+        for sym in table.get_symbols():
+            name = sym.get_name()
+            if sym.is_local():
+                local.add((scope, name))
+            implicit = sym.is_global() and not sym.is_declared_global()
+            if sym.is_referenced() and implicit and name not in module and name not in _BUILTINS:
+                unbound.add((scope, name))
+    return frozenset(unbound), frozenset(local)
+
+
+_SCOPED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp)
+
+
+def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of ``function``'s body in source order, not those of the functions, classes and
+    comprehensions in it (their names are their own, or read later); a nested def or class itself is."""
+    stack = list(reversed([n for n in ast.iter_child_nodes(function) if not isinstance(n, ast.arguments)]))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (*_SCOPED, ast.GeneratorExp)):
+            stack += reversed(list(ast.iter_child_nodes(node)))
+
+
+@functools.lru_cache(maxsize=32)
+def read_first(text: str, functions: frozenset[str]) -> frozenset[tuple[str, str]]:
+    """(scope, name) for each name that a function of ``functions`` (Class.method) of ``text`` reads before any
+    line of it binds the name: in source order, as ruff's F821 takes it (``print(x)`` then ``x = 1``)."""
+    found: set[tuple[str, str]] = set()
+    tree = ast.parse(text)
+    for scope in sorted(functions):
+        function = _function(tree, scope)
+        if function is None:
+            continue
+        declared = {n for g in ast.walk(function) if isinstance(g, ast.Global | ast.Nonlocal) for n in g.names}
+        args = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+        seen: set[str] = set(args) | declared
+        for node in _own_nodes(function):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Store):
+                    seen.add(node.id)
+                elif node.id not in seen:
+                    found.add((scope, node.id))
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                seen.add(node.name)
+            elif isinstance(node, ast.alias):
+                seen.add(node.asname or node.name.split(".")[0])
+            elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+                seen.add(node.name)
+    return frozenset(found)
+
+
+def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
+    """The functions (Class.method) of ``view`` (one side of ``text``, ``where`` its line map) that hold a line
+    of a conflict region."""
+    marked: set[int] = set()
+    start = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("<<<<<<< "):
+            start = number
+        elif line.startswith(">>>>>>> ") and start is not None:
+            marked.update(range(start, number + 1))
+            start = None
+    lines = [k for k, m in enumerate(where, 1) if m in marked]
+    out: set[str] = set()
+    for node in ast.parse(view).body:
+        prefix, members = (f"{node.name}.", node.body) if isinstance(node, ast.ClassDef) else ("", [node])
+        for f in members:
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno is not None:
+                if any(f.lineno <= k <= f.end_lineno for k in lines):
+                    out.add(prefix + f.name)
+    return frozenset(out)
+
+
+def sides(text: str) -> dict[str, str]:
+    """``text`` read with every conflict region taken to each side; one entry ("ours") without regions."""
+    from patch_queue.merge.checked import one_side  # checked uses this module
+
+    if not _MARKER.search(text):
+        return {"ours": text}
+    return {side: one_side(text, side)[0] for side in ("ours", "theirs")}
+
+
+def made_unbound(merged: str, ours: str, theirs: str) -> list[Unbound] | None:
+    """The locals ``merged`` leaves unbound, on either side of its conflict regions: names a function reads
+    that it (or a function around it) binds in another of the texts (the other side, ``ours`` with each side
+    of its own regions, ``theirs``) and that ``theirs`` (the patch's own text) does not leave unbound.  (``ours``
+    may: a module's omni code lands with its skeleton patch, before the patch that changes the method around
+    it.)  In the functions that hold a conflict region, a name read before the line that binds it counts too.
+    None when a text does not compile."""
+    from patch_queue.merge.checked import one_side  # checked uses this module
+
+    views = sides(merged)
+    found = {side: scopes(view) for side, view in views.items()}
+    if any(f is None for f in found.values()):
+        return None
+    missing = {side: set(f[0]) for side, f in found.items() if f is not None}
+    functions: frozenset[str] = frozenset()
+    if len(views) > 1:
+        for side, view in views.items():
+            functions |= _region_functions(merged, view, one_side(merged, side)[1])
+        for side, view in views.items():
+            missing[side] |= read_first(view, functions)
+    if not any(missing.values()):
+        return []
+    before: set[tuple[str, str]] = set(read_first(theirs, functions)) if functions else set()
+    local: set[tuple[str, str]] = set()
+    for text in (*sides(ours).values(), theirs):
+        names = scopes(text)
+        if names is None:
+            return None
+        before |= names[0] if text is theirs else set()
+        local |= names[1]
+    for f in found.values():
+        local |= f[1] if f is not None else set()
+    out = [
+        Unbound(side, scope, name)
+        for side, names in missing.items()
+        for scope, name in names
+        if (scope, name) not in before and any((outer, name) in local for outer in _enclosing(scope))
+    ]
+    if len(views) == 1:  # no region: both sides read the same text
+        out += [Unbound("theirs", u.scope, u.name) for u in out]
+    return sorted(out)
+
+
+def _enclosing(scope: str) -> list[str]:
+    """``scope`` and the scopes around it: ``A.f.g``, ``A.f``, ``A``."""
+    parts = scope.split(".")
+    return [".".join(parts[:k]) for k in range(len(parts), 0, -1)]
+
+
+def _function(tree: ast.Module, scope: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The function of ``tree`` that ``scope`` (Class.method) names: its first two parts."""
+    parts = scope.split(".")
+    body: list[ast.stmt] = tree.body
+    node: ast.stmt | None = None
+    for part in parts:
+        node = next(
+            (
+                n
+                for n in body
+                if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.name == part
+            ),
+            None,
+        )
+        if node is None:
+            return None
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return node
+        body = node.body
+    return None
+
+
+def reads(text: str, scope: str, name: str) -> list[int]:
+    """The 1-based lines where the function ``scope`` of ``text`` reads ``name``."""
+    function = _function(ast.parse(text), scope)
+    if function is None:
+        return []
+    return sorted(
+        {
+            n.lineno
+            for n in ast.walk(function)
+            if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+        }
+    )
+
+
+def binds(text: str, scope: str, name: str) -> list[int]:
+    """The 1-based lines where the function ``scope`` of ``text`` (which must compile) binds ``name``."""
+    function = _function(ast.parse(text), scope)
+    if function is None:
+        return []
+    lines: set[int] = set()
+    for n in ast.walk(function):
+        if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
+            lines.add(n.lineno)
+        elif isinstance(n, ast.arg | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.ExceptHandler):
+            if getattr(n, "arg", None) == name or (n is not function and getattr(n, "name", None) == name):
+                lines.add(n.lineno)
+        elif isinstance(n, ast.alias) and (n.asname or n.name.split(".")[0]) == name:
+            lines.add(n.lineno)
+    return sorted(lines)
+
+
+def mentions(text: str | None, name: str) -> bool:
+    """Whether ``text`` names ``name`` other than as an attribute (``x.name``)."""
+    return text is not None and re.search(rf"(?<![\w.]){re.escape(name)}\b", text) is not None
+
+
+def base_lines(base: str, view: str) -> Callable[[int], tuple[int, int]]:
+    """For a 1-based line of ``view`` (a text made from ``base``), the 0-based base lines [lo, hi) a region
+    must cover to hold it: the line itself, or the base lines it replaced, or the base line it was inserted
+    before."""
+    hunks = line_hunks(base.encode("utf-8", "surrogateescape"), view.encode("utf-8", "surrogateescape"))
+
+    def where(line: int) -> tuple[int, int]:
+        v = line - 1
+        shift = 0
+        for old, old_count, new, new_count in hunks:
+            if v < new:
+                break
+            if v < new + new_count:
+                return old, old + max(old_count, 1)
+            shift = old + old_count - (new + new_count)
+        return v + shift, v + shift + 1
+
+    return where

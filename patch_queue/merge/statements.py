@@ -1,0 +1,113 @@
+"""The statements of a base text as line ranges, and base line ranges grown to whole statements: what a
+conflict region may cover (:mod:`patch_queue.merge.checked`)."""
+
+from __future__ import annotations
+
+import ast
+import bisect
+from dataclasses import dataclass
+
+from patch_queue.merge.folded import fold
+
+
+@dataclass(frozen=True)
+class Statement:
+    start: int  # 0-based lines [start, end) of the base text, decorators included
+    end: int
+    own: frozenset[int]  # the lines no statement of its bodies holds (headers, ``else:``), code only
+    compound: bool
+    function: bool
+    klass: bool
+
+
+def _first_line(node: ast.stmt) -> int:
+    """The 1-based first line of a statement, its decorators included."""
+    decorators: list[ast.expr] = getattr(node, "decorator_list", [])
+    return min([node.lineno, *(d.lineno for d in decorators)])
+
+
+def statements(tree: ast.Module, lines: list[str]) -> list[Statement]:
+    found: list[Statement] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or node.end_lineno is None:
+            continue
+        start = _first_line(node) - 1
+        children: list[ast.stmt] = []
+        for name in ("body", "orelse", "finalbody"):
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                children += [c for c in value if isinstance(c, ast.stmt)]
+        for part in [*getattr(node, "handlers", []), *getattr(node, "cases", [])]:
+            children += part.body
+        held = {k for c in children for k in range(_first_line(c) - 1, c.end_lineno or c.lineno)}
+        own = frozenset(
+            k
+            for k in range(start, node.end_lineno)
+            if k not in held and lines[k].strip() and not lines[k].lstrip().startswith("#")
+        )
+        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        klass = isinstance(node, ast.ClassDef)
+        found.append(Statement(start, node.end_lineno, own, bool(children), function, klass))
+    return found
+
+
+def close(statements: list[Statement], lo: int, hi: int) -> tuple[int, int]:
+    """The base lines [lo, hi) grown until no statement is cut: a statement they meet is taken whole, unless
+    they lie in its body and hold none of its own lines (a header, ``else:``)."""
+    start, end = lo, hi
+    changed = True
+    while changed:
+        changed = False
+        for s in statements:
+            meets = s.start < end and start < s.end if start < end else s.start < start < s.end
+            if not meets or (start <= s.start and s.end <= end):
+                continue
+            if s.compound and s.start <= start and end <= s.end:
+                inside = not any(start <= k < end for k in s.own) if start < end else not {start - 1, start} <= s.own
+                if inside:
+                    continue
+            start, end, changed = min(start, s.start), max(end, s.end), True
+    return start, end
+
+
+def widen(statements: list[Statement], lo: int, hi: int) -> tuple[int, int] | None:
+    """The base lines [lo, hi) grown to whole statements, or when they are, to the statement around them;
+    None when they already cover their function, or would cover a whole class."""
+    start, end = close(statements, lo, hi)
+    if (start, end) == (lo, hi):
+        if any(s.function and (s.start, s.end) == (lo, hi) for s in statements):
+            return None
+        around = [
+            s for s in statements if s.compound and s.start <= lo and hi <= s.end and (s.start, s.end) != (lo, hi)
+        ]
+        if not around:
+            return None
+        inner = min(around, key=lambda s: s.end - s.start)
+        start, end = inner.start, inner.end
+    if whole_class(statements, start, end):
+        return None
+    return start, end
+
+
+def whole_class(statements: list[Statement], start: int, end: int) -> bool:
+    """Whether the base lines [start, end) cover a whole class (a conflict region never does)."""
+    return any(s.klass and start <= s.start and s.end <= end for s in statements)
+
+
+class Folding:
+    """The lines of a base text, unfolded, against merge3's folded lines (an omni block is one folded line)."""
+
+    def __init__(self, base: str) -> None:
+        self.first: list[int] = []  # folded line -> its first unfolded line
+        self.total = 0
+        side = fold(base)
+        for line in side.lines:
+            self.first.append(self.total)
+            self.total += len(side.blocks.get(line, [line]))
+
+    def unfolded(self, k: int) -> int:
+        return self.first[k] if k < len(self.first) else self.total
+
+    def folded(self, lo: int, hi: int) -> tuple[int, int]:
+        """The folded lines that hold the unfolded lines [lo, hi)."""
+        return max(bisect.bisect_right(self.first, lo) - 1, 0), bisect.bisect_left(self.first, hi)
