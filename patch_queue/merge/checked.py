@@ -41,10 +41,12 @@ def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str
     return "".join(out), where
 
 
+@functools.lru_cache(maxsize=32)
 def syntax_error_line(text: str) -> int | None:
     """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles.  Compiled to
     bytecode, which also refuses what only the compiler sees (``return`` outside a function), at two thirds of
-    the cost of building its syntax tree."""
+    the cost of building its syntax tree.  Kept for the last few texts: along a replay, a merge's result read as
+    its upstream side is the next patch's upstream side, checked again."""
     try:
         compile(text, "<merged>", "exec", dont_inherit=True)
     except SyntaxError as exc:
