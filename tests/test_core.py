@@ -125,6 +125,24 @@ def test_enclosing_symbol_and_conflict_lines() -> None:
     assert replay.has_markers(text.encode()) == 4
 
 
+def test_enclosing_symbol_at_each_line() -> None:
+    """The region at 1-based ``line`` (its marker line) is inside the def or class above it that is shallower
+    than the first code line below; module level when that line is at the top level."""
+    text = (
+        "class A:\n"
+        "    def m(self):\n"
+        "        x = 1\n"
+        "        y = 2\n"
+        "\n"
+        "    def n(self):\n"
+        "        return 3\n"
+        "def top():\n"
+        "    pass\n"
+    )
+    found = [replay.enclosing_symbol(text, k) for k in range(11)]
+    assert found == ["", "", "A", "A.m", "A", "A", "A.m", "", "A", "", ""]
+
+
 def test_carry_resolutions_places_each_region() -> None:
     top = b"a\n<<<<<<< u\nX\n||||||| b\nY\n=======\nZ\n>>>>>>> p1\nmid\n<<<<<<< u\nQ\n=======\nR\n>>>>>>> p2\nend\n"
     resolved = b"a\nXZ\nmid\nQR\nend\n"
