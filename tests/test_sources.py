@@ -161,6 +161,44 @@ def test_read_blobs_streams_what_read_gives(upstream: UpstreamGit) -> None:
         list(upstream.read_blobs([blobs[0], "0" * 40]))
 
 
+def test_commits_with_blob_are_the_ones_git_log_shows_making_it(tmp_path: Path) -> None:
+    """The commits that made a file a given blob, as ``git log --raw`` lists them: the root commit counts, a
+    merge that sets the file (it shows no diff for a merge) does not."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "pq@localhost")
+    git("config", "user.name", "pq")
+    for step in ("1 f root", "2 f side", "3 g main", "merge", "1 f back"):
+        if step == "merge":  # an evil merge: the file is neither side's
+            git("merge", "-q", "--no-commit", "side")
+            (tmp_path / "f").write_text("5\n")
+            git("add", "f")
+            git("commit", "-qm", "merge")
+            continue
+        text, name, branch = step.split()
+        if branch == "side":
+            git("checkout", "-qb", "side")
+        (tmp_path / name).write_text(text + "\n")
+        git("add", name)
+        git("commit", "-qm", step)
+        if branch == "side":
+            git("checkout", "-q", "main")
+    small = open_git(str(tmp_path), progress=lambda _: None)
+    shown: dict[str, list[str]] = {}
+    commit = ""
+    for line in git("log", "--all", "--topo-order", "--format=%H", "--raw", "--no-abbrev", "--", "f").splitlines():
+        if line.startswith(":"):
+            shown.setdefault(line.split()[3], []).insert(0, commit)
+        elif line:
+            commit = line
+    blobs = {git("rev-parse", f"{c}:f").strip() for c in git("rev-list", "--all").split()}
+    assert len(blobs) == 3 and len(shown[git("rev-parse", "HEAD:f").strip()]) == 2
+    assert {b: small.commits_with_blob("f", b) for b in blobs} == {b: shown.get(b, []) for b in blobs}
+
+
 def test_resolve_tag_branch_and_abbreviated_sha(upstream: UpstreamGit) -> None:
     tag = upstream.resolve("v0.25.1rc1")
     assert len(tag) == 40 and all(c in "0123456789abcdef" for c in tag)
