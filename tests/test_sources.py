@@ -12,6 +12,7 @@ import hashlib
 import io
 import os
 import subprocess
+import sys
 import tarfile
 import time
 import zipfile
@@ -159,6 +160,25 @@ def test_read_blobs_streams_what_read_gives(upstream: UpstreamGit) -> None:
     assert list(upstream.read_blobs([])) == []
     with pytest.raises(SourceError, match=r"cannot read blob 0{40} from .*missing"):
         list(upstream.read_blobs([blobs[0], "0" * 40]))
+
+
+def test_git_run_gives_stdout_or_gits_reason_without_gitpython(tmp_path: Path) -> None:
+    """``command.run``: git's stdout as bytes; a failure names git's own reason; GitPython stays unimported."""
+    code = (
+        "import sys\n"
+        "from patch_queue.git import command\n"
+        "assert command.run('.', 'version').startswith(b'git version ')\n"
+        "try:\n"
+        "    command.run('.', 'log')\n"
+        "except command.GitFailed as exc:\n"
+        "    print(exc)\n"
+        "print('git' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines() == [
+        "git log failed: not a git repository (or any of the parent directories): .git",
+        "False",
+    ]
 
 
 def test_commits_with_blob_are_the_ones_git_log_shows_making_it(tmp_path: Path) -> None:
