@@ -56,7 +56,7 @@ def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str
     return "".join(out), where
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=8)
 def syntax_error_line(text: str) -> int | None:
     """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles.  Compiled to
     bytecode, which also refuses what only the compiler sees (``return`` outside a function), at two thirds of

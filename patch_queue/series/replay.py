@@ -189,7 +189,7 @@ def relabel(message: str, labels: tuple[str, str]) -> str:
     return re.sub(rf"^(Upstream: \S+ at ){re.escape(old)}\.$", lambda m: f"{m.group(1)}{new}.", message, flags=re.M)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def _imports_of(data: bytes | None) -> tuple[bytes, ...]:
     """The import lines of a module (kept for a while: a replay compares each module text before and after
     every patch, and a patch's result is the next one's old side)."""
