@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -547,9 +548,14 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         unpacked.write_bytes(damage(unpacked.read_bytes()))
         assert release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None) == module
         unpacked.write_bytes(damage(unpacked.read_bytes()))
+        shutil.rmtree(tmp_path / "cache" / "derived", ignore_errors=True)  # a file the snapshot never read
         snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
         assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
         assert zipfile.ZipFile(unpacked).read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
+    # A file read once comes from the derived cache, by the archive's sha256: the archive is not opened again.
+    unpacked.write_bytes(b"")
+    snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+    assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n" and unpacked.read_bytes() == b""
 
     # A download whose content does not match the index's hash never lands in the cache.  Temp files
     # of killed downloads are removed once an hour old; a fresh one may be a download still running.
