@@ -10,7 +10,7 @@ import pytest
 
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import symbols
+from patch_queue.merge import checked, symbols
 from patch_queue.series import adopt, queue, replay
 
 SOURCE = '''import x
@@ -123,6 +123,38 @@ def test_enclosing_symbol_and_conflict_lines() -> None:
     assert replay.conflict_lines(text.encode(), "0002-y.patch") == []
     assert replay.enclosing_symbol(text, 4) == "A.m"
     assert replay.has_markers(text.encode()) == 4
+
+
+def test_enclosing_symbol_at_each_line() -> None:
+    """The region at 1-based ``line`` (its marker line) is inside the def or class above it that is shallower
+    than the first code line below; module level when that line is at the top level."""
+    text = (
+        "class A:\n"
+        "    def m(self):\n"
+        "        x = 1\n"
+        "        y = 2\n"
+        "\n"
+        "    def n(self):\n"
+        "        return 3\n"
+        "def top():\n"
+        "    pass\n"
+    )
+    found = [replay.enclosing_symbol(text, k) for k in range(11)]
+    assert found == ["", "", "A", "A.m", "A", "A", "A.m", "", "A", "", ""]
+
+
+def test_one_side_reads_each_region_as_one_side() -> None:
+    """Each region as its upstream or patch side, with or without its base section; a marker-like line out of
+    place is a line of the text; ``blank`` keeps every line number."""
+    text = (
+        "a\n<<<<<<< up\nU\n||||||| base\nB\n=======\nP\n>>>>>>> p1\n=======\n<<<<<<< up\nV\n=======\nQ\n>>>>>>> p2\nz"
+    )
+    assert checked.one_side(text) == ("a\nU\n=======\nV\nz", [1, 3, 9, 11, 15])
+    assert checked.one_side(text, "theirs") == ("a\nP\n=======\nQ\nz", [1, 7, 9, 13, 15])
+    blanked, where = checked.one_side(text, "theirs", blank=True)
+    assert blanked == "a\n" + "\n" * 5 + "P\n\n=======\n" + "\n" * 3 + "Q\n\nz"
+    assert where == list(range(1, 16))
+    assert checked.one_side("a\n=======\nb") == ("a\n=======\nb", [1, 2, 3])
 
 
 def test_carry_resolutions_places_each_region() -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import zipfile
@@ -159,6 +161,63 @@ def test_read_blobs_streams_what_read_gives(upstream: UpstreamGit) -> None:
     assert list(upstream.read_blobs([])) == []
     with pytest.raises(SourceError, match=r"cannot read blob 0{40} from .*missing"):
         list(upstream.read_blobs([blobs[0], "0" * 40]))
+
+
+def test_git_run_gives_stdout_or_gits_reason_without_gitpython(tmp_path: Path) -> None:
+    """``command.run``: git's stdout as bytes; a failure names git's own reason; GitPython stays unimported."""
+    code = (
+        "import sys\n"
+        "from patch_queue.git import command\n"
+        "assert command.run('.', 'version').startswith(b'git version ')\n"
+        "try:\n"
+        "    command.run('.', 'log')\n"
+        "except command.GitFailed as exc:\n"
+        "    print(exc)\n"
+        "print('git' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines() == [
+        "git log failed: not a git repository (or any of the parent directories): .git",
+        "False",
+    ]
+
+
+def test_commits_with_blob_are_the_ones_git_log_shows_making_it(tmp_path: Path) -> None:
+    """The commits that made a file a given blob, as ``git log --raw`` lists them: the root commit counts, a
+    merge that sets the file (it shows no diff for a merge) does not."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "pq@localhost")
+    git("config", "user.name", "pq")
+    for step in ("1 f root", "2 f side", "3 g main", "merge", "1 f back"):
+        if step == "merge":  # an evil merge: the file is neither side's
+            git("merge", "-q", "--no-commit", "side")
+            (tmp_path / "f").write_text("5\n")
+            git("add", "f")
+            git("commit", "-qm", "merge")
+            continue
+        text, name, branch = step.split()
+        if branch == "side":
+            git("checkout", "-qb", "side")
+        (tmp_path / name).write_text(text + "\n")
+        git("add", name)
+        git("commit", "-qm", step)
+        if branch == "side":
+            git("checkout", "-q", "main")
+    small = open_git(str(tmp_path), progress=lambda _: None)
+    shown: dict[str, list[str]] = {}
+    commit = ""
+    for line in git("log", "--all", "--topo-order", "--format=%H", "--raw", "--no-abbrev", "--", "f").splitlines():
+        if line.startswith(":"):
+            shown.setdefault(line.split()[3], []).insert(0, commit)
+        elif line:
+            commit = line
+    blobs = {git("rev-parse", f"{c}:f").strip() for c in git("rev-list", "--all").split()}
+    assert len(blobs) == 3 and len(shown[git("rev-parse", "HEAD:f").strip()]) == 2
+    assert {b: small.commits_with_blob("f", b) for b in blobs} == {b: shown.get(b, []) for b in blobs}
 
 
 def test_resolve_tag_branch_and_abbreviated_sha(upstream: UpstreamGit) -> None:
@@ -489,9 +548,14 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         unpacked.write_bytes(damage(unpacked.read_bytes()))
         assert release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None) == module
         unpacked.write_bytes(damage(unpacked.read_bytes()))
+        shutil.rmtree(tmp_path / "cache" / "derived", ignore_errors=True)  # a file the snapshot never read
         snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
         assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
         assert zipfile.ZipFile(unpacked).read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
+    # A file read once comes from the derived cache, by the archive's sha256: the archive is not opened again.
+    unpacked.write_bytes(b"")
+    snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+    assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n" and unpacked.read_bytes() == b""
 
     # A download whose content does not match the index's hash never lands in the cache.  Temp files
     # of killed downloads are removed once an hour old; a fresh one may be a download still running.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patch_queue.commands.write import (
     DOWNSTREAM_PACKAGE,
@@ -23,12 +24,14 @@ from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
-from patch_queue.series import adopt as adopt_mod
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, UpstreamPin
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.cache import MethodCache
 from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
+
+if TYPE_CHECKING:  # the adopt search is imported where it runs: a refresh needs only snapshot_pin from here
+    from patch_queue.series import adopt as adopt_mod
 
 ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
 
@@ -103,6 +106,8 @@ def plan_adopt(
     ws: Workspace, source: str, *, upstream_git: str | None, at: str | None, progress: Progress | None = None
 ) -> tuple[LoadedStack, AdoptResult]:
     """The adopted stack as unreferenced commits (nothing written), and what the search found."""
+    from patch_queue.series import adopt as adopt_mod
+
     modules, down_name, down_release = read_downstream(source, progress)
     texts = {}
     for k, v in modules.items():

@@ -1,9 +1,10 @@
-"""The one way pq runs the git command line: GitPython's ``Git``, imported on first use.
+"""How pq runs the git command line: a plain process for a command's output (:func:`run`), GitPython's
+``Git`` for a clone that reports progress and for a request-and-answer stream, imported on first use.
 
 pq reads and writes objects with pygit2 (``repo.py``, ``remote.py``); the git binary does what
 only it does: clone and fetch every transport and the bundle format, and git's own file formats,
 and ``cat-file --batch``, whose delta-base cache reads a run of revisions faster than libgit2.
-GitPython costs ~60 ms to import, so nothing imports it until a git command runs.
+GitPython costs ~60 ms to import, so only a clone or a stream imports it.
 """
 
 from __future__ import annotations
@@ -66,10 +67,25 @@ def _execute(cwd: Path | str, args: tuple[str, ...], **options: Any) -> Any:
         raise GitFailed(args[0] if args else "", reason(exc)) from None
 
 
+# What GitPython sets for every git it runs, kept for ``run``: git's messages and dates in one language.
+_C_LOCALE = {"LANGUAGE": "C", "LC_ALL": "C"}
+
+
 def run(cwd: Path | str, *args: str, env: dict[str, str] | None = None) -> bytes:
-    """stdout of ``git args...`` in ``cwd``; :class:`GitFailed` with git's reason when it exits non-zero."""
-    env = {**GIT_ENV, **(env or {})}
-    return bytes(_execute(cwd, args, env=env, stdout_as_string=False, strip_newline_in_stdout=False))
+    """stdout of ``git args...`` in ``cwd`` (the C locale, no stdin); :class:`GitFailed` with git's reason when
+    it exits non-zero.  A plain process: a command that runs git only this way never imports GitPython."""
+    full = {**os.environ, **_C_LOCALE, **GIT_ENV, **(env or {})}
+    command = args[0] if args else ""
+    try:
+        proc = subprocess.run(
+            ["git", *args], cwd=str(cwd), env=full, stdin=subprocess.DEVNULL, capture_output=True, check=False
+        )
+    except OSError as exc:
+        raise GitFailed(command, _reason_of(str(exc).splitlines(), type(exc).__name__)) from None
+    if proc.returncode != 0:
+        lines = proc.stderr.decode("utf-8", "replace").splitlines()
+        raise GitFailed(command, _reason_of(lines, f"exit status {proc.returncode}"))
+    return proc.stdout
 
 
 def run_fed(cwd: Path | str, *args: str, input: bytes, env: dict[str, str] | None = None) -> bytes:

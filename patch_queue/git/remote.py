@@ -222,16 +222,14 @@ class UpstreamGit:
         return list(commits)
 
     def commits_with_blob(self, path: str, blob: str) -> list[str]:
-        """The commits reachable from any ref that made ``path`` the blob ``blob``, oldest first."""
-        out = command.run(self.path, "log", "--all", "--topo-order", "--format=%H", "--raw", "--no-abbrev", "--", path)
-        found: list[str] = []
-        commit = ""
-        for line in out.decode().splitlines():
-            if line.startswith(":"):
-                if line.split()[3] == blob:
-                    found.append(commit)
-            elif line.strip():
-                commit = line.strip()
+        """The commits reachable from any ref that made ``path`` the blob ``blob``, oldest first: of the commits
+        that changed it (:meth:`commits_touching`), those whose file is that blob, merges aside (what
+        ``git log --raw`` lists: it shows no diff for a merge), read from their trees."""
+        found = []
+        for sha in self.commits_touching(path):
+            commit = self._commit(sha)
+            if len(commit.parents) <= 1 and (held := _file(commit.tree, path)) is not None and str(held.id) == blob:
+                found.append(sha)
         return found[::-1]
 
     def newest_date(self) -> str:

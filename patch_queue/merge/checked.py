@@ -14,6 +14,8 @@ from patch_queue.merge.conflict import Conflict
 from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
 from patch_queue.merge.three_way import MergeResult, merge3
 
+_MARKERS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")
+
 
 def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str, list[int]]:
     """``text`` with every diff3 conflict region reduced to one ``side`` ("ours" or "theirs"), and the line map.
@@ -21,11 +23,22 @@ def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str
     The map gives, for each line of the result, its 1-based line in ``text``.  With ``blank``, the
     lines of the other sides and the markers become empty lines, so line numbers stay as they were.
     """
+    lines = text.splitlines(keepends=True)
+    if "<<<<<<< " not in text:  # no region: every line as it is
+        return text, list(range(1, len(lines) + 1))
     out: list[str] = []
     where: list[int] = []
     mode = ""
-    for number, line in enumerate(text.splitlines(keepends=True), 1):
-        keep = False
+    done = 0  # the lines before this one are in ``out`` (when kept)
+
+    def plain(stop: int) -> None:  # lines[done:stop] hold no marker: all kept, or all blanked, in ``mode``
+        if mode in ("", side) or blank:
+            out.extend(lines[done:stop] if mode in ("", side) else ["\n"] * (stop - done))
+            where.extend(range(done + 1, stop + 1))
+
+    for number in [k for k, line in enumerate(lines) if line.startswith(_MARKERS)]:
+        plain(number)
+        line, done = lines[number], number + 1
         if line.startswith("<<<<<<< "):
             mode = "ours"
         elif line.startswith("||||||| ") and mode == "ours":
@@ -34,18 +47,22 @@ def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str
             mode = "theirs"
         elif line.startswith(">>>>>>> ") and mode == "theirs":
             mode = ""
-        else:
-            keep = mode in ("", side)
-        if keep or blank:
-            out.append(line if keep else "\n")
-            where.append(number)
+        else:  # a marker-like line out of place: a line of the current side
+            done = number
+            continue
+        if blank:
+            out.append("\n")
+            where.append(number + 1)
+    plain(len(lines))
     return "".join(out), where
 
 
+@functools.lru_cache(maxsize=8)
 def syntax_error_line(text: str) -> int | None:
     """The 1-based line of the first syntax error of ``text`` (Python), or None when it compiles.  Compiled to
     bytecode, which also refuses what only the compiler sees (``return`` outside a function), at two thirds of
-    the cost of building its syntax tree."""
+    the cost of building its syntax tree.  Kept for the last few texts: along a replay, a merge's result read as
+    its upstream side is the next patch's upstream side, checked again."""
     try:
         compile(text, "<merged>", "exec", dont_inherit=True)
     except SyntaxError as exc:

@@ -14,6 +14,7 @@ Pure functions of a conflict's three sides (old upstream, new upstream, the omni
 from __future__ import annotations
 
 import difflib
+import functools
 import keyword
 import re
 from dataclasses import dataclass
@@ -50,11 +51,25 @@ def _layout(text: str) -> str:
     return _LAYOUT.sub("", "\n".join(_code_lines(text)))
 
 
+_Opcode = tuple[str, int, int, int, int]
+
+
+@functools.lru_cache(maxsize=64)
+def _word_diff(base: str, ours: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[_Opcode, ...]]:
+    """The words of the code lines of ``base`` and ``ours`` and the opcodes from the one to the other.
+
+    Kept for a while: a conflict's explanation and its suggestion diff the same pair, on the terminal and
+    again in each report.
+    """
+    a, b = _WORD.findall(" ".join(_code_lines(base))), _WORD.findall(" ".join(_code_lines(ours)))
+    return tuple(a), tuple(b), tuple(difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes())
+
+
 def renames(base: str, ours: str) -> list[tuple[str, str]] | None:
     """The identifier renames that turn ``base`` into ``ours`` (layout aside), None when it is more than that."""
-    a, b = _WORD.findall(" ".join(_code_lines(base))), _WORD.findall(" ".join(_code_lines(ours)))
+    a, b, opcodes = _word_diff(base, ours)
     found: dict[str, str] = {}
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
             continue
         olds, news = [t for t in a[i1:i2] if t != ","], [t for t in b[j1:j2] if t != ","]
@@ -73,10 +88,10 @@ def renames(base: str, ours: str) -> list[tuple[str, str]] | None:
 
 def _arguments(base: str, ours: str) -> str | None:
     """``new argument `x=`…`` when upstream only added (or dropped) keyword arguments or parameters."""
-    a, b = _WORD.findall(" ".join(_code_lines(base))), _WORD.findall(" ".join(_code_lines(ours)))
+    a, b, opcodes = _word_diff(base, ours)
     added: list[str] = []
     dropped: list[str] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
             continue
         if tag not in ("insert", "delete"):

@@ -16,6 +16,7 @@ Two extractors share these rules:
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -62,10 +63,19 @@ def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int
     return start, end
 
 
-def symbols_ast(source: str, *, path: str = "<source>") -> dict[str, Symbol]:
-    """All top-level classes and functions and the methods of top-level classes, by name."""
+@functools.lru_cache(maxsize=2)
+def parse_upstream(source: str) -> ast.Module:
+    """The syntax tree of an upstream module, kept for the last two: a refresh parses the old and the new one
+    for their projections, and the import reconciliation reads the same two (``reimport.bindings``).  The
+    tree is shared: read it, never change it."""
+    return ast.parse(source)
+
+
+def symbols_ast(source: str, *, path: str = "<source>", upstream: bool = False) -> dict[str, Symbol]:
+    """All top-level classes and functions and the methods of top-level classes, by name; of an ``upstream``
+    module through :func:`parse_upstream`."""
     try:
-        tree = ast.parse(source)
+        tree = parse_upstream(source) if upstream else ast.parse(source)
     except SyntaxError as exc:
         raise PqError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
     lines = source.splitlines(keepends=True)

@@ -157,7 +157,10 @@ def _continues(lines: Sequence[str], base: list[str], k: int) -> bool:
 
 
 def _similar(a: str, b: str) -> bool:
-    return difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False).ratio() >= 0.6
+    """The two lines' similarity ratio is at least 0.6; the cheap upper bounds of the ratio rule out most
+    pairs first (the same answer, without matching the characters)."""
+    sm = difflib.SequenceMatcher(None, a.strip(), b.strip(), autojunk=False)
+    return sm.real_quick_ratio() >= 0.6 and sm.quick_ratio() >= 0.6 and sm.ratio() >= 0.6
 
 
 def _replaced_wholesale(base: list[str], ours: list[Hunk], theirs: list[Hunk], expand: _Expand) -> bool:

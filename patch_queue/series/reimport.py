@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, replace
 
 from patch_queue.git.diff import Hunk, line_hunks
 from patch_queue.merge.checked import one_side
+from patch_queue.merge.symbols import parse_upstream
 from patch_queue.series import fmt
 from patch_queue.sources import cache
 
@@ -80,7 +81,7 @@ def bindings(text: str, module: str) -> Mapping[str, _Binding]:
     runner module, and parsing one (~4,000 lines) is most of a reconciliation.
     """
     try:
-        tree = ast.parse(text)
+        tree = parse_upstream(text)
     except SyntaxError:
         return {}
     out: dict[str, _Binding] = {}

@@ -11,8 +11,10 @@ both give the same bytes.  Nothing here writes files or moves refs: callers get 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import difflib
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -53,24 +55,35 @@ _DEF = re.compile(r"^(\s*)(?:(?:async\s+)?def|class)\s+(\w+)")
 
 def enclosing_symbol(text: str, line: int) -> str:
     """The Class.method around 1-based ``line`` of (possibly conflicted) source, by indentation."""
-    lines = text.splitlines()
-    # the indent of the first real code line in the region tells how deep it sits
-    limit = 0
-    for probe in lines[line:]:
-        if probe.strip() and not MARKER_ANY.match(probe.encode()):
-            limit = len(probe) - len(probe.lstrip())
-            if probe.lstrip()[0] in ")]}":
-                limit += 1  # the closing line of a signature belongs inside the def it closes
-            break
-    names: list[str] = []
-    for probe in reversed(lines[: line - 1]):
-        if limit == 0:
-            break
-        m = _DEF.match(probe)
-        if m and len(m.group(1)) < limit:
-            names.append(m.group(2))
-            limit = len(m.group(1))
-    return ".".join(names[::-1][:2])  # the outermost class and the method right inside it (Class.method)
+    return _Outline(text).symbol_at(line)
+
+
+class _Outline:
+    """A text's lines and its ``def`` and ``class`` lines (index, indent, name): :func:`enclosing_symbol` at
+    every region of a merge with one pass over the text."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.defs = [(i, len(m.group(1)), m.group(2)) for i, probe in enumerate(self.lines) if (m := _DEF.match(probe))]
+
+    def symbol_at(self, line: int) -> str:
+        # the indent of the first real code line in the region tells how deep it sits
+        limit = 0
+        for probe in self.lines[line:]:
+            if probe.strip() and not MARKER_ANY.match(probe.encode()):
+                limit = len(probe) - len(probe.lstrip())
+                if probe.lstrip()[0] in ")]}":
+                    limit += 1  # the closing line of a signature belongs inside the def it closes
+                break
+        names: list[str] = []
+        above = len(range(len(self.lines))[: line - 1])  # the lines before ``line``
+        for _i, indent, name in reversed(self.defs[: bisect.bisect_left(self.defs, (above,))]):
+            if limit == 0:
+                break
+            if indent < limit:
+                names.append(name)
+                limit = indent
+        return ".".join(names[::-1][:2])  # the outermost class and the method right inside it (Class.method)
 
 
 def conflict_lines(data: bytes, theirs: str | None = None) -> list[int]:
@@ -180,8 +193,11 @@ def relabel(message: str, labels: tuple[str, str]) -> str:
     return re.sub(rf"^(Upstream: \S+ at ){re.escape(old)}\.$", lambda m: f"{m.group(1)}{new}.", message, flags=re.M)
 
 
-def _imports_of(data: bytes | None) -> list[bytes]:
-    return _IMPORT_LINE.findall(data or b"")
+@functools.lru_cache(maxsize=16)
+def _imports_of(data: bytes | None) -> tuple[bytes, ...]:
+    """The import lines of a module (kept for a while: a replay compares each module text before and after
+    every patch, and a patch's result is the next one's old side)."""
+    return tuple(_IMPORT_LINE.findall(data or b""))
 
 
 def _reimport(
@@ -265,9 +281,11 @@ def _merge_one(
         texts[2] = norm_c
     do_merge = checked.merge3_checked if path.endswith(".py") else merge.merge3
     result = do_merge(*texts, labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded)
-    for region in result.regions:
-        found = replace(region, patch=name, file=path, symbol=enclosing_symbol(result.text, region.line or 0))
-        (conflicts if region.conflict else flags).append(found)
+    if result.regions:
+        outline = _Outline(result.text)
+        for region in result.regions:
+            found = replace(region, patch=name, file=path, symbol=outline.symbol_at(region.line or 0))
+            (conflicts if region.conflict else flags).append(found)
     return result.text.encode("utf-8")
 
 

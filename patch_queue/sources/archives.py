@@ -3,7 +3,8 @@
 The choice of archive for ``NAME==VERSION`` (:func:`.registry.pick_file`) is pinned in
 ``dist/NAME==VERSION.json`` beside the archive, so a release that was read once resolves again
 without the network.  A wheel is a zip and is read member by member; an sdist (tar.gz) has no index,
-so it is unpacked once into ``unpacked/<sha256>.zip`` and read from there.
+so it is unpacked once into ``unpacked/<sha256>.zip`` and read from there.  A file a snapshot read is
+kept in ``derived/member/`` by the archive's sha256 and its path.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from patch_queue.errors import SourceError
 from patch_queue.fsutil import atomic_write
 from patch_queue.progress import Progress, say, timed
 from patch_queue.sources import registry
-from patch_queue.sources.cache import cache_dir
+from patch_queue.sources.cache import cache_dir, code_stamp, derived_get, derived_key, derived_put
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,19 @@ class ArchiveReader:
         return self._names
 
     def read(self, path: str) -> bytes | None:
+        """The file at ``path`` (None: no such file), kept in the derived cache by the archive's sha256: a
+        later read skips opening the archive, whose index alone (an sdist's unpacked copy holds some 5,000
+        files) takes longer to read than the file."""
+        key = derived_key(code_stamp("sources/archives.py"), self._pinned.sha256, path)
+        kept = derived_get("member", key)
+        if kept is not None:
+            return kept
+        data = self._read(path)
+        if data is not None:
+            derived_put("member", key, data)
+        return data
+
+    def _read(self, path: str) -> bytes | None:
         member = self._load().get(path)
         if self._members is not None:
             return self._members.get(path)
