@@ -9,7 +9,9 @@ the newer release's upstream base, or onto the newest vllm-ascend release), with
 every conflict region taken in turn (upstream, patch):
 
 - **undefined names** (ruff F821): split into names the new upstream module binds (an import pq
-  should have added) and the rest (locals defined only on the other side of a conflict region);
+  should have added), names only the old upstream module bound (an API upstream removed, which the
+  old code on a conflict's patch side still calls) and the rest (locals only the other side of a
+  conflict region binds);
 - **calls made twice**: ``pq check``'s ``statement-duplicated`` rule, a call statement a method
   makes more often than both the old omni method and the new upstream method do;
 - the refresh's conflicts by kind, its ``import-added`` / ``import-stale`` / ``already-upstream``
@@ -57,6 +59,9 @@ def measure(up: Upgrade, corpus: Path, work: Path) -> Json:
     base = "refs/pq/refresh/base" if git(project, "for-each-ref", "refs/pq/refresh/base").strip() else "refs/pq/base"
     upstream = git(project, "show", f"{base}:.pq-upstream/vllm_ascend/worker/model_runner_v1.py")
     bound = reimport.bindings(upstream, RUNNER_MODULE)
+    # what the old upstream module bound: a name it lost is an API upstream removed, which old code still calls
+    old_up = git(project, "show", "refs/pq/base:.pq-upstream/vllm_ascend/worker/model_runner_v1.py")
+    removed = set(reimport.bindings(old_up, RUNNER_MODULE)) - set(bound)
     old = {p.name: p.read_text(encoding="utf-8") for p in (corpus / f"vllm-omni-{up.old}" / "npu").glob("*.py")}
     texts = {p.name: p.read_text(encoding="utf-8") for p in sorted((project / "npu_worker").glob("*.py"))}
     row: Json = {
@@ -75,7 +80,8 @@ def measure(up: Upgrade, corpus: Path, work: Path) -> Json:
         row[side] = {
             "unparsable": sorted(name for name, view in views.items() if fmt.lint(view, ("F821",)) is None),
             "undefined_upstream_binds": sorted(f"{n}:{x}" for n, x in undefined if x in bound),
-            "undefined_other": len([x for _n, x in undefined if x not in bound]),
+            "undefined_removed": len([x for _n, x in undefined if x in removed]),
+            "undefined_other": len([x for _n, x in undefined if x not in bound and x not in removed]),
             "twice": sorted(f"{f.file}:{f.line}" for f in check_duplicates(views, old, upstream)),
         }
     return row
@@ -86,9 +92,9 @@ def render(rows: Sequence[Json]) -> str:
         "# Merge defects on the real upgrades",
         "",
         "| upgrade | conflicts | import-added | import-stale | already-upstream | blocks | side | unparsable "
-        "| undefined: upstream binds | undefined: other | calls made twice "
+        "| undefined: upstream binds | undefined: upstream removed | undefined: other | calls made twice "
         f"| PR body chars (full report chars), budget {body_report.BODY_BUDGET:,} |",
-        "|---|---|--:|--:|--:|---|---|---|--:|--:|--:|--:|",
+        "|---|---|--:|--:|--:|---|---|---|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         conflicts = ", ".join(f"{k} {v}" for k, v in r["conflicts"].items()) or "0"
@@ -97,7 +103,8 @@ def render(rows: Sequence[Json]) -> str:
             head = [r["title"], conflicts, *(str(r["flags"][k]) for k in r["flags"])] if side == SIDES[0] else [""] * 5
             blocks = f"{r['blocks'][0]} → {r['blocks'][1]}" if side == SIDES[0] else ""
             cells = [*head, blocks, side, ", ".join(s["unparsable"]) or "-"]
-            cells += [str(len(s["undefined_upstream_binds"])), str(s["undefined_other"]), str(len(s["twice"]))]
+            cells += [str(len(s["undefined_upstream_binds"])), str(s["undefined_removed"]), str(s["undefined_other"])]
+            cells.append(str(len(s["twice"])))
             cells.append(f"{r['body'][0]:,} ({r['body'][1]:,})" if side == SIDES[0] else "")
             out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"

@@ -62,23 +62,27 @@ def test_every_line_is_right_after_refresh_and_each_continue(adopted_030: Path, 
     assert seen[0][0] > 0
     st = pq(proj, "status", "-v", check=3).stdout
     check_lines(proj, st)
-    # the maintainer resolves the first region only: status follows the lines on disk
+    # each continue (resolving by the patch's side) rewrites the reports, the lines as they are then; at the
+    # first stop with two regions or more, the maintainer resolves one first: status follows the lines on disk
     work = proj / "npu_worker"
-    marked = next(f for f in sorted(work.glob("*.py")) if "<<<<<<< " in f.read_text())
-    text = marked.read_text()
-    first = text.index("<<<<<<< ")
-    end = text.index("\n", text.index(">>>>>>> ", first)) + 1
-    marked.write_text(text[:first] + _take_patch_side(text[first:end]) + text[end:])
-    st = pq(proj, "status", "-v", check=3).stdout
-    left = re.findall(r"^conflict: npu_worker/(\w+\.py):(\d+)", st, re.MULTILINE)
-    assert len(left) == seen[0][0] - 1 and f"1 of {seen[0][0]} conflict region(s) resolved on disk" in st, st
-    for file, line in left:
-        assert (work / file).read_text().splitlines()[int(line) - 1].startswith("<<<<<<< "), st
-    flags = re.findall(r"^review: npu_worker/(\w+\.py):(\d+) ", st, re.MULTILINE)
-    assert len(flags) == seen[0][1] and all(0 < int(n) <= len((work / f).read_text().splitlines()) for f, n in flags)
-    # each continue (resolving by the patch's side) rewrites the reports, the lines as they are then
+    partial = False
     code = 3
     while code == 3:
+        if not partial and seen[-1][0] >= 2:
+            partial = True
+            marked = next(f for f in sorted(work.glob("*.py")) if "<<<<<<< " in f.read_text())
+            text = marked.read_text()
+            first = text.index("<<<<<<< ")
+            end = text.index("\n", text.index(">>>>>>> ", first)) + 1
+            marked.write_text(text[:first] + _take_patch_side(text[first:end]) + text[end:])
+            st = pq(proj, "status", "-v", check=3).stdout
+            left = re.findall(r"^conflict: npu_worker/(\w+\.py):(\d+)", st, re.MULTILINE)
+            assert len(left) == seen[-1][0] - 1 and f"1 of {seen[-1][0]} conflict region(s) resolved on disk" in st
+            for file, line in left:
+                assert (work / file).read_text().splitlines()[int(line) - 1].startswith("<<<<<<< "), st
+            flags = re.findall(r"^review: npu_worker/(\w+\.py):(\d+) ", st, re.MULTILINE)
+            assert len(flags) == seen[-1][1]
+            assert all(0 < int(n) <= len((work / f).read_text().splitlines()) for f, n in flags)
         for f in work.glob("*.py"):
             if "<<<<<<< " in f.read_text():
                 f.write_text(_take_patch_side(f.read_text()))
@@ -86,6 +90,7 @@ def test_every_line_is_right_after_refresh_and_each_continue(adopted_030: Path, 
         code = proc.returncode
         assert code in (0, 3), proc.stderr
         seen.append(check_lines(proj, proc.stdout))
+    assert partial, seen
     assert len(seen) >= 4 and seen[-1][0] == 0
     # the patch headers name the new upstream
     headers = [line for f in sorted((proj / "patches").glob("*.patch")) for line in f.read_text().splitlines()]
@@ -98,7 +103,7 @@ def test_no_stop_then_continue_lines(adopted_030: Path, tmp_path: Path) -> None:
     proj = copy_project(adopted_030, tmp_path / "p")
     (proj / "reports").mkdir()
     proc = pq(proj, "refresh", "--no-stop", "--to", RC2, "--report", "reports/refresh.json", check=3)
-    assert "review: " not in proc.stdout and re.search(r"\d+ review flag\(s\): \d+ near-block", proc.stdout)
+    assert "review: " not in proc.stdout and re.search(r"\d+ review flag\(s\): .*\b\d+ near-block", proc.stdout)
     (proj / "reports" / "refresh.md").write_text("")  # no Markdown asked for
     only = pq(proj, "status", "--flags", "near-block,kept-replacement", check=3).stdout
     assert {r.split()[2] for r in only.splitlines() if r.startswith("review: ")} == {"near-block", "kept-replacement"}

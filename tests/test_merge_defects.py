@@ -26,5 +26,5 @@ def test_merge_defects_on_one_real_upgrade(corpus: Path, tmp_path: Path) -> None
     for row, side in ((first, "upstream"), (second, "patch")):
         assert row[6].strip() == side
         assert int(row[8]) == 0  # no name the new upstream binds is left undefined
-        assert int(row[9]) == 0  # nor a local that only the other side of a region, or the base, binds
-        assert int(row[10]) == 0  # no call made twice
+        assert int(row[10]) == 0  # nor a local that only the other side of a region, or the base, binds
+        assert int(row[11]) == 0  # no call made twice

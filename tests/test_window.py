@@ -136,3 +136,20 @@ def test_a_series_replays_to_the_same_commits_with_and_without_windows(
     monkeypatch.setattr(window_module.Window, "merge", lambda *_a, **_k: None)
     assert windowed == run()
     assert len(answered) == 40 and sum(answered) >= 30
+
+
+def test_a_patch_that_drops_a_name_upstream_now_reads_is_left_to_the_whole_merge() -> None:
+    """The patch rewrites the line that binds `y`; far below, upstream adds a line that reads it.  The hunks are
+    far apart, but the merge would leave the read unbound: merge3_checked makes it a conflict, and the window
+    gives no answer of its own."""
+    body = [f"        k{k} = {k}\n" for k in range(30)]
+    base = "class A:\n    def m(self, a):\n        y = a + 1\n" + "".join(body) + "        return k0\n"
+    ours = base.replace("        return k0\n", "        log(y)\n        return k0\n")
+    theirs = base.replace("        y = a + 1\n", "        q = omni(a)\n")
+    whole = merge3_checked(base, ours, theirs, labels=LABELS)
+    assert whole.conflicts and "`y`" in whole.conflicts[0].message
+    assert Window().merge(base.encode(), ours.encode(), theirs.encode()) is None
+    # the same patch with a name upstream does not touch is answered by the window
+    other = base.replace("        k3 = 3\n", "        k3 = 33\n")
+    fast = Window().merge(base.encode(), ours.encode(), other.encode())
+    assert fast is not None and fast.decode() == merge3_checked(base, ours, other, labels=LABELS).text

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from patch_queue.git.diff import line_hunks
+from patch_queue.merge import markers
 
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__"}
 _MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)", re.M)
@@ -110,14 +111,7 @@ def read_first(text: str, functions: frozenset[str]) -> frozenset[tuple[str, str
 def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
     """The functions (Class.method) of ``view`` (one side of ``text``, ``where`` its line map) that hold a line
     of a conflict region."""
-    marked: set[int] = set()
-    start = None
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.startswith("<<<<<<< "):
-            start = number
-        elif line.startswith(">>>>>>> ") and start is not None:
-            marked.update(range(start, number + 1))
-            start = None
+    marked = {k for r in markers.regions(text) for k in range(r.first, r.last + 1)}
     lines = [k for k, m in enumerate(where, 1) if m in marked]
     out: set[str] = set()
     for node in ast.parse(view).body:

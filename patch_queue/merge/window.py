@@ -21,6 +21,9 @@ libgit2's patience algorithm:
 - No hunk of diff(P, N) lies within ``NEAR`` lines of ``[lo, hi]``, and no line moved by one
   (unique in P and N but changed) crosses ``lo`` or ``hi``: every group of merge3 holds one side
   only and none is near the other side, so merge3 applies both sides as they are, with no flag.
+- No name the patch stops using is one upstream's changed lines use, and no name it starts using is one
+  they stopped using: else the merge may leave a read unbound, which only
+  :func:`patch_queue.merge.checked.merge3_checked` answers (:mod:`patch_queue.merge.binding`).
 - For the next patch (base C, ours R) the same diff holds, shifted after the window: no line
   outside the window changes from unique to repeated or back, so patience sees the same anchors
   outside, and inside ``[lo, hi]`` both texts are equal.
@@ -33,10 +36,11 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import keyword
 import operator
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from patch_queue.merge import anchors
@@ -46,6 +50,9 @@ from patch_queue.merge.three_way import NEAR
 SCAN = 64  # folded lines searched above and below a window for an anchor line
 _UNSAFE = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2\x85|\xe2\x80[\xa8\xa9]")
 _IMPORT = re.compile(r"^(?:from|import) ")
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # a name, not an attribute
+_NOT_LOCAL = frozenset(keyword.kwlist) | {"self", "cls"}
+_DEF = re.compile(r"^\s*(?:async\s+)?def ")
 
 
 @dataclass
@@ -223,9 +230,13 @@ class _Hunks:
 
     spans: list[tuple[int, int, int, int]]
     moved: list[tuple[int, int]]
+    added: list[frozenset[str]] = field(default_factory=list)  # per hunk, the names of its new lines (blocks unfolded)
+    removed: list[frozenset[str]] = field(default_factory=list)  # and those of the lines it replaced
 
     @classmethod
-    def of(cls, base: list[str], ours: list[str], p: Counter[str], n: Counter[str]) -> _Hunks:
+    def of(
+        cls, base: list[str], ours: list[str], p: Counter[str], n: Counter[str], blocks: dict[str, list[str]]
+    ) -> _Hunks:
         hunks: list[Hunk] = diff_hunks(base, ours, "o")
         spans = []
         shift = 0
@@ -239,7 +250,35 @@ class _Hunks:
             for j in range(s, e)
             if p[base[j]] == 1 and n[base[j]] == 1 and base[j] in inserted
         ]
-        return cls(spans, moved)
+        added = [_names(line for x in ours[n0:n1] for line in blocks.get(x, [x])) for _s, _e, n0, n1 in spans]
+        removed = [_names(line for x in base[s:e] for line in blocks.get(x, [x])) for s, e, _n0, _n1 in spans]
+        return cls(spans, moved, added, removed)
+
+
+def _function_around(lines: list[str], x0: int, x1: int) -> tuple[int, int]:
+    """The lines [start, end) of the function that holds the lines [x0, x1), found by indentation; the whole
+    text at module level."""
+    if x0 >= len(lines):
+        return 0, len(lines)
+    body = [len(x) - len(x.lstrip()) for x in lines[x0:x1] if x.strip()] or [len(lines[x0]) - len(lines[x0].lstrip())]
+    inner = min(body)
+    start = next(
+        (k for k in range(x0 - 1, -1, -1) if _DEF.match(lines[k]) and len(lines[k]) - len(lines[k].lstrip()) < inner),
+        None,
+    )
+    if start is None:
+        return 0, len(lines)
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    for k in range(max(x1, start + 1), len(lines)):
+        text = lines[k].strip()
+        if text and not text.startswith("#") and len(lines[k]) - len(lines[k].lstrip()) <= indent:
+            return start, k
+    return start, len(lines)
+
+
+def _names(lines: Iterable[str]) -> frozenset[str]:
+    """The names ``lines`` hold that a function may bind: no attribute, keyword, ``self``; comments too."""
+    return frozenset(word for line in lines for word in _NAME.findall(line)) - _NOT_LOCAL
 
 
 class Window:
@@ -256,9 +295,9 @@ class Window:
         if self._p is None or self._n is None:
             self._p = self._n = None
             return False
-        base = fold(p.decode("utf-8")).lines
-        ours = fold(n.decode("utf-8")).lines
-        self._hunks = _Hunks.of(base, ours, self._p.counts, self._n.counts)
+        base, ours = fold(p.decode("utf-8")), fold(n.decode("utf-8"))
+        blocks = {**base.blocks, **ours.blocks}
+        self._hunks = _Hunks.of(base.lines, ours.lines, self._p.counts, self._n.counts, blocks)
         return True
 
     def _flip_harmless(self, P: _Text, N: _Text, line: str, window: tuple[int, int], changing: set[str]) -> bool:
@@ -324,6 +363,15 @@ class Window:
         Y = y_bytes.decode("utf-8").splitlines(keepends=True)
         if same_imports and [x for x in X if _IMPORT.match(x)] != [y for y in Y if _IMPORT.match(y)]:
             return None
+        # a name the patch stops using that upstream's changes use, or the reverse: the merge may leave a read
+        # unbound (merge.binding), which merge3_checked answers
+        x_names, y_names = _names(X), _names(Y)
+        if x_names != y_names:
+            f0, f1 = (P.folded_index(k) for k in _function_around(P.lines, x0, x1))
+            for k, (s, e, _n0, _n1) in enumerate(self._hunks.spans):
+                if s <= f1 and f0 <= e:
+                    if (x_names - y_names) & self._hunks.added[k] or (y_names - x_names) & self._hunks.removed[k]:
+                        return None
         y_blocks = _blocks(Y)
         if y_blocks is None:
             return None
@@ -373,6 +421,8 @@ class Window:
         self._hunks = _Hunks(
             spans[:after] + [(s + moved, e + moved, ns + moved, ne + moved) for s, e, ns, ne in spans[after:]],
             [(i + moved if i >= fx1 else i, j + moved if j >= fx1 + shift else j) for i, j in self._hunks.moved],
+            self._hunks.added,
+            self._hunks.removed,
         )
         P.data = c
         N.data = "".join(N.lines).encode("utf-8")

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from patch_queue.git.diff import Hunk, line_hunks
+from patch_queue.merge import markers
 from patch_queue.merge.checked import one_side
 from patch_queue.merge.symbols import parse_upstream
 from patch_queue.series import fmt
@@ -282,14 +283,7 @@ def _inside_regions(text: str) -> list[set[int]]:
     side a maintainer may take, so a name read there is imported even where the old series deleted the line."""
     if len(sides(text)) == 1:
         return [set()]
-    marked: set[int] = set()
-    start = None
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.startswith("<<<<<<< "):
-            start = number
-        elif line.startswith(">>>>>>> ") and start is not None:
-            marked.update(range(start, number + 1))
-            start = None
+    marked = {k for r in markers.regions(text) for k in range(r.first, r.last + 1)}
     out = []
     for side in ("ours", "theirs"):
         where = one_side(text, side)[1]
