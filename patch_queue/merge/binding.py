@@ -66,45 +66,67 @@ def scopes(text: str) -> tuple[frozenset[tuple[str, str]], frozenset[tuple[str, 
     return frozenset(unbound), frozenset(local)
 
 
-_SCOPED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp, ast.DictComp)
+_SCOPED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.comprehension, ast.arguments)
+_BINDS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler, ast.MatchAs, ast.MatchStar)
+_DECLARES = re.compile(r"^\s*(?:global|nonlocal)\s", re.M)
 
 
-def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of ``function``'s body in source order, not those of the functions, classes and
-    comprehensions in it (their names are their own, or read later); a nested def or class itself is."""
-    stack = list(reversed([n for n in ast.iter_child_nodes(function) if not isinstance(n, ast.arguments)]))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (*_SCOPED, ast.GeneratorExp)):
-            stack += reversed(list(ast.iter_child_nodes(node)))
+@functools.lru_cache(maxsize=8)
+def parsed(text: str) -> ast.Module:
+    """The syntax tree of ``text`` (kept: the checks of one merge read each text several times)."""
+    return ast.parse(text)
 
 
 @functools.lru_cache(maxsize=32)
 def read_first(text: str, functions: frozenset[str]) -> frozenset[tuple[str, str]]:
     """(scope, name) for each name that a function of ``functions`` (Class.method) of ``text`` reads before any
-    line of it binds the name: in source order, as ruff's F821 takes it (``print(x)`` then ``x = 1``)."""
+    line of it binds the name, as ruff's F821 takes it (``print(x)`` then ``x = 1``).  The functions, classes,
+    lambdas and comprehensions inside are left out (their names are their own, or read later); the name a
+    nested def or class binds is not."""
     found: set[tuple[str, str]] = set()
-    tree = ast.parse(text)
+    tree = parsed(text)
+    declares = _DECLARES.search(text) is not None
     for scope in sorted(functions):
         function = _function(tree, scope)
         if function is None:
             continue
-        declared = {n for g in ast.walk(function) if isinstance(g, ast.Global | ast.Nonlocal) for n in g.names}
-        args = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
-        seen: set[str] = set(args) | declared
-        for node in _own_nodes(function):
+        declared = (
+            {n for g in ast.walk(function) if isinstance(g, ast.Global | ast.Nonlocal) for n in g.names}
+            if declares
+            else set()
+        )
+        bound: dict[str, tuple[int, int]] = {}  # name -> where it is first bound
+        read: dict[str, tuple[int, int]] = {}  # name -> where it is first read
+        stack: list[ast.AST] = list(function.body)
+        while stack:
+            node = stack.pop()
             if isinstance(node, ast.Name):
-                if isinstance(node.ctx, ast.Store):
-                    seen.add(node.id)
-                elif node.id not in seen:
-                    found.add((scope, node.id))
-            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                seen.add(node.name)
-            elif isinstance(node, ast.alias):
-                seen.add(node.asname or node.name.split(".")[0])
-            elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
-                seen.add(node.name)
+                at = (node.lineno, node.col_offset)
+                seen = bound if isinstance(node.ctx, ast.Store) else read
+                if node.id not in seen or at < seen[node.id]:
+                    seen[node.id] = at
+                continue
+            name = getattr(node, "name", None) if isinstance(node, _BINDS) else None
+            if isinstance(node, ast.alias):
+                name = node.asname or node.name.split(".")[0]
+            if isinstance(name, str):
+                at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+                if name not in bound or at < bound[name]:
+                    bound[name] = at
+            if isinstance(node, _SCOPED) or isinstance(
+                node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
+            ):
+                continue
+            for field in node._fields:
+                value = getattr(node, field, None)
+                if isinstance(value, list):
+                    stack += [v for v in value if isinstance(v, ast.AST)]
+                elif isinstance(value, ast.AST):
+                    stack.append(value)
+        args = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+        for name, at in read.items():
+            if name not in args and name not in declared and name in bound and at < bound[name]:
+                found.add((scope, name))
     return frozenset(found)
 
 
@@ -114,7 +136,7 @@ def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
     marked = {k for r in markers.regions(text) for k in range(r.first, r.last + 1)}
     lines = [k for k, m in enumerate(where, 1) if m in marked]
     out: set[str] = set()
-    for node in ast.parse(view).body:
+    for node in parsed(view).body:
         prefix, members = (f"{node.name}.", node.body) if isinstance(node, ast.ClassDef) else ("", [node])
         for f in members:
             if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno is not None:
@@ -205,7 +227,7 @@ def _function(tree: ast.Module, scope: str) -> ast.FunctionDef | ast.AsyncFuncti
 
 def reads(text: str, scope: str, name: str) -> list[int]:
     """The 1-based lines where the function ``scope`` of ``text`` reads ``name``."""
-    function = _function(ast.parse(text), scope)
+    function = _function(parsed(text), scope)
     if function is None:
         return []
     return sorted(
@@ -219,7 +241,7 @@ def reads(text: str, scope: str, name: str) -> list[int]:
 
 def binds(text: str, scope: str, name: str) -> list[int]:
     """The 1-based lines where the function ``scope`` of ``text`` (which must compile) binds ``name``."""
-    function = _function(ast.parse(text), scope)
+    function = _function(parsed(text), scope)
     if function is None:
         return []
     lines: set[int] = set()

@@ -167,10 +167,11 @@ def replay_patch(
             if result is None:
                 result = _merge_one(repo, path, p or b"", n, c, (*labels, name), normalize, recorded, conflicts, flags)
         upstream = imports.modules.get(path) if imports is not None else None
-        skeleton = _imports_of(p) != _imports_of(c)  # the patch that owns the module's imports
-        # a later patch's conflict regions: a side a maintainer may take can read a name the module never
-        # needed (a widened region keeps upstream code the old series deleted): imported, nothing removed
-        region = not skeleton and any(f.file == path for f in conflicts)
+        # the patch that owns the module's imports; or a later patch's conflict regions: a side a maintainer may
+        # take can read a name the module never needed (a widened region keeps upstream code the old series
+        # deleted): imported, nothing removed
+        skeleton = bool(upstream) and result is not None and _imports_of(p) != _imports_of(c)
+        region = bool(upstream) and result is not None and not skeleton and any(f.file == path for f in conflicts)
         if imports is not None and upstream and result is not None and (skeleton or region):
             before = result
             result = _reimport(repo, imports, path, upstream, result, p_files, n_files, name, flags, stale=skeleton)
