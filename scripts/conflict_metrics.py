@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.merge import symbols
-from patch_queue.merge.checked import one_side
+from patch_queue.merge.markers import one_side
 
 UPSTREAM_CLASS = "NPUModelRunner"
 FENCE_WORD = "Omni-new"

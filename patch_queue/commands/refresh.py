@@ -21,7 +21,7 @@ from patch_queue.commands.write import (
 from patch_queue.errors import PqError
 from patch_queue.fsutil import kill_point, read_folder
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import anchors, checked, explain
+from patch_queue.merge import anchors, explain, markers
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Bar, Progress, bar, say, timed
@@ -190,7 +190,7 @@ def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
         if not path.endswith(".py") or path.startswith(stack.VENDOR):
             continue
         # conflict regions read as the patch's side; line numbers kept
-        text = checked.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
+        text = markers.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
         _blocks, problems = anchors.parse_blocks(text)
         out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
     return out

@@ -23,7 +23,6 @@ from patch_queue.git.diff import line_hunks
 from patch_queue.merge import markers
 
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__"}
-_MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)", re.M)
 
 
 @dataclass(frozen=True, order=True)
@@ -133,7 +132,7 @@ def read_first(text: str, functions: frozenset[str]) -> frozenset[tuple[str, str
 def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
     """The functions (Class.method) of ``view`` (one side of ``text``, ``where`` its line map) that hold a line
     of a conflict region."""
-    marked = {k for r in markers.regions(text) for k in range(r.first, r.last + 1)}
+    marked = markers.inside(text)
     lines = [k for k, m in enumerate(where, 1) if m in marked]
     out: set[str] = set()
     for node in parsed(view).body:
@@ -145,15 +144,6 @@ def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
     return frozenset(out)
 
 
-def sides(text: str) -> dict[str, str]:
-    """``text`` read with every conflict region taken to each side; one entry ("ours") without regions."""
-    from patch_queue.merge.checked import one_side  # checked uses this module
-
-    if not _MARKER.search(text):
-        return {"ours": text}
-    return {side: one_side(text, side)[0] for side in ("ours", "theirs")}
-
-
 def made_unbound(merged: str, ours: str, theirs: str) -> list[Unbound] | None:
     """The locals ``merged`` leaves unbound, on either side of its conflict regions: names a function reads
     that it (or a function around it) binds in another of the texts (the other side, ``ours`` with each side
@@ -161,9 +151,7 @@ def made_unbound(merged: str, ours: str, theirs: str) -> list[Unbound] | None:
     may: a module's omni code lands with its skeleton patch, before the patch that changes the method around
     it.)  In the functions that hold a conflict region, a name read before the line that binds it counts too.
     None when a text does not compile."""
-    from patch_queue.merge.checked import one_side  # checked uses this module
-
-    views = sides(merged)
+    views = markers.sides(merged)
     found = {side: scopes(view) for side, view in views.items()}
     if any(f is None for f in found.values()):
         return None
@@ -171,14 +159,14 @@ def made_unbound(merged: str, ours: str, theirs: str) -> list[Unbound] | None:
     functions: frozenset[str] = frozenset()
     if len(views) > 1:
         for side, view in views.items():
-            functions |= _region_functions(merged, view, one_side(merged, side)[1])
+            functions |= _region_functions(merged, view, markers.one_side(merged, side)[1])
         for side, view in views.items():
             missing[side] |= read_first(view, functions)
     if not any(missing.values()):
         return []
     before: set[tuple[str, str]] = set(read_first(theirs, functions)) if functions else set()
     local: set[tuple[str, str]] = set()
-    for text in (*sides(ours).values(), theirs):
+    for text in (*markers.sides(ours).values(), theirs):
         names = scopes(text)
         if names is None:
             return None

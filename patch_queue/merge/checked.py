@@ -1,6 +1,5 @@
 """A merge whose automatic resolutions must compile and whose conflict regions leave each side whole (parsing,
-binding what it reads): :func:`merge3_checked` for Python modules, and the helpers that read one side of a
-conflicted text."""
+binding what it reads): :func:`merge3_checked` for Python modules."""
 
 from __future__ import annotations
 
@@ -11,50 +10,9 @@ from dataclasses import replace
 
 from patch_queue.merge import binding
 from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.markers import one_side
 from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
 from patch_queue.merge.three_way import MergeResult, merge3
-
-_MARKERS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")
-
-
-def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str, list[int]]:
-    """``text`` with every diff3 conflict region reduced to one ``side`` ("ours" or "theirs"), and the line map.
-
-    The map gives, for each line of the result, its 1-based line in ``text``.  With ``blank``, the
-    lines of the other sides and the markers become empty lines, so line numbers stay as they were.
-    """
-    lines = text.splitlines(keepends=True)
-    if "<<<<<<< " not in text:  # no region: every line as it is
-        return text, list(range(1, len(lines) + 1))
-    out: list[str] = []
-    where: list[int] = []
-    mode = ""
-    done = 0  # the lines before this one are in ``out`` (when kept)
-
-    def plain(stop: int) -> None:  # lines[done:stop] hold no marker: all kept, or all blanked, in ``mode``
-        if mode in ("", side) or blank:
-            out.extend(lines[done:stop] if mode in ("", side) else ["\n"] * (stop - done))
-            where.extend(range(done + 1, stop + 1))
-
-    for number in [k for k, line in enumerate(lines) if line.startswith(_MARKERS)]:
-        plain(number)
-        line, done = lines[number], number + 1
-        if line.startswith("<<<<<<< "):
-            mode = "ours"
-        elif line.startswith("||||||| ") and mode == "ours":
-            mode = "base"
-        elif line.startswith("=======") and mode in ("ours", "base"):
-            mode = "theirs"
-        elif line.startswith(">>>>>>> ") and mode == "theirs":
-            mode = ""
-        else:  # a marker-like line out of place: a line of the current side
-            done = number
-            continue
-        if blank:
-            out.append("\n")
-            where.append(number + 1)
-    plain(len(lines))
-    return "".join(out), where
 
 
 @functools.lru_cache(maxsize=8)

@@ -7,9 +7,11 @@ section has no base lines.  Pure functions of the text.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 SIDES = ("upstream", "patch", "both")
+MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)", re.M)  # a line of diff3 markers
 
 
 @dataclass(frozen=True)
@@ -72,3 +74,59 @@ def whole_side(text: str, side: str) -> str:
     for region in reversed(regions(text)):
         text = resolve(text, region, region.side(side))
     return text
+
+
+def inside(text: str) -> set[int]:
+    """The 1-based lines of ``text`` that its complete regions hold, markers included."""
+    return {k for r in regions(text) for k in range(r.first, r.last + 1)}
+
+
+_MARKERS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")
+
+
+def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str, list[int]]:
+    """``text`` with every diff3 conflict region reduced to one ``side`` ("ours" or "theirs"), and the line map.
+
+    The map gives, for each line of the result, its 1-based line in ``text``.  With ``blank``, the
+    lines of the other sides and the markers become empty lines, so line numbers stay as they were.
+    """
+    lines = text.splitlines(keepends=True)
+    if "<<<<<<< " not in text:  # no region: every line as it is
+        return text, list(range(1, len(lines) + 1))
+    out: list[str] = []
+    where: list[int] = []
+    mode = ""
+    done = 0  # the lines before this one are in ``out`` (when kept)
+
+    def plain(stop: int) -> None:  # lines[done:stop] hold no marker: all kept, or all blanked, in ``mode``
+        if mode in ("", side) or blank:
+            out.extend(lines[done:stop] if mode in ("", side) else ["\n"] * (stop - done))
+            where.extend(range(done + 1, stop + 1))
+
+    for number in [k for k, line in enumerate(lines) if line.startswith(_MARKERS)]:
+        plain(number)
+        line, done = lines[number], number + 1
+        if line.startswith("<<<<<<< "):
+            mode = "ours"
+        elif line.startswith("||||||| ") and mode == "ours":
+            mode = "base"
+        elif line.startswith("=======") and mode in ("ours", "base"):
+            mode = "theirs"
+        elif line.startswith(">>>>>>> ") and mode == "theirs":
+            mode = ""
+        else:  # a marker-like line out of place: a line of the current side
+            done = number
+            continue
+        if blank:
+            out.append("\n")
+            where.append(number + 1)
+    plain(len(lines))
+    return "".join(out), where
+
+
+def sides(text: str) -> dict[str, str]:
+    """``text`` read with every region taken to each side ("ours": upstream, "theirs": the patch); one entry
+    ("ours") without regions."""
+    if not MARKER.search(text):
+        return {"ours": text}
+    return {side: one_side(text, side)[0] for side in ("ours", "theirs")}

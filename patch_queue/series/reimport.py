@@ -30,14 +30,12 @@ from dataclasses import asdict, dataclass, replace
 
 from patch_queue.git.diff import Hunk, line_hunks
 from patch_queue.merge import markers
-from patch_queue.merge.checked import one_side
 from patch_queue.merge.symbols import parse_upstream
 from patch_queue.series import fmt
 from patch_queue.sources import cache
 
 ADDED = "import-added"
 STALE = "import-stale"
-_MARKER = re.compile(r"^(<{7}|\|{7}|={7}|>{7})(?: |$)")
 _FIRST_PARTY = "vllm_omni"
 
 
@@ -69,9 +67,7 @@ class _Binding:
 
 def sides(text: str) -> list[str]:
     """``text`` as each side of its conflict regions would leave it (upstream, patch); [text] without regions."""
-    if not any(_MARKER.match(line) for line in text.splitlines()):
-        return [text]
-    return [one_side(text, "ours")[0], one_side(text, "theirs")[0]]
+    return list(markers.sides(text).values())
 
 
 @functools.lru_cache(maxsize=4)
@@ -178,7 +174,7 @@ def reconcile(
 @functools.lru_cache(maxsize=1)
 def _stamp() -> str:
     """What a reconciliation depends on besides its inputs: ruff and pq's code."""
-    return fmt.tool_stamp() + cache.code_stamp("series/reimport.py", "merge/checked.py", "git/diff.py")
+    return fmt.tool_stamp() + cache.code_stamp("series/reimport.py", "merge/markers.py", "git/diff.py")
 
 
 def _reconcile(
@@ -283,10 +279,10 @@ def _inside_regions(text: str) -> list[set[int]]:
     side a maintainer may take, so a name read there is imported even where the old series deleted the line."""
     if len(sides(text)) == 1:
         return [set()]
-    marked = {k for r in markers.regions(text) for k in range(r.first, r.last + 1)}
+    marked = markers.inside(text)
     out = []
     for side in ("ours", "theirs"):
-        where = one_side(text, side)[1]
+        where = markers.one_side(text, side)[1]
         out.append({k for k, m in enumerate(where, 1) if m in marked})
     return out
 
@@ -355,7 +351,7 @@ def _joinable(stmt: _Stmt) -> bool:
 def _statements(view: str, text: str) -> list[_Stmt]:
     """The unconditional top-level import statements of ``view`` that stand before the first conflict
     region of ``text`` (so their lines are the same in both)."""
-    first_marker = next((i for i, line in enumerate(text.splitlines()) if _MARKER.match(line)), None)
+    first_marker = next((i for i, line in enumerate(text.splitlines()) if markers.MARKER.match(line)), None)
     lines = view.splitlines(keepends=True)
     out = []
     for node in ast.parse(view).body:
