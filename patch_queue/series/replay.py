@@ -171,8 +171,12 @@ def replay_patch(
         # take can read a name the module never needed (a widened region keeps upstream code the old series
         # deleted): imported, nothing removed
         skeleton = bool(upstream) and result is not None and _imports_of(p) != _imports_of(c)
-        region = bool(upstream) and result is not None and not skeleton and any(f.file == path for f in conflicts)
-        if imports is not None and upstream and result is not None and (skeleton or region):
+        if (
+            imports is not None
+            and upstream
+            and result is not None
+            and (skeleton or any(f.file == path for f in conflicts))
+        ):
             before = result
             result = _reimport(repo, imports, path, upstream, result, p_files, n_files, name, flags, stale=skeleton)
             if result != before:
