@@ -99,7 +99,8 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     for c in data["conflicts"]:
         assert set(c) == keys | {"explanation"}, c
         assert c["explanation"]["upstream"] and c["explanation"]["block"], c
-        assert c["kind"] in {"both-changed", "anchor-lost", "upstream-changed-replaced", "symbol-removed"}, c
+        kinds = {"both-changed", "anchor-lost", "upstream-changed-replaced", "symbol-removed", "name-linked"}
+        assert c["kind"] in kinds, c
         assert set(c["sides"]) == {"base", "upstream", "patch"}
         assert c["patch"] in names
         text = (proj / "npu_worker" / c["file"]).read_text().splitlines()

@@ -71,3 +71,14 @@ def test_the_omni_block() -> None:
     assert explain.omni_block(region("a = 1\n", "a = 2\n", "a = omni()\n")) == (
         "no omni block: an unfenced omni edit (`a = omni()`)"
     )
+
+
+def test_a_name_linked_region_suggests_no_side() -> None:
+    """Only the patch changed these lines; they bind what another region reads: the side is the one taken there,
+    so no rule suggests one (the layout rule would take the patch's)."""
+    base, theirs = "    y = a + 1\n", "    q = omni(a)\n"
+    linked = Conflict("name-linked", base=base, ours=base, theirs=theirs)
+    assert explain.upstream_change(linked) == "did not change these lines"
+    assert explain.suggest(linked) is None
+    tip = explain.suggest(region(base, base, theirs))
+    assert tip is not None and tip.side == "patch"

@@ -1021,7 +1021,8 @@ def unbound_reads(text: str, *names: str) -> list[str]:
 
 def test_a_clean_merge_that_loses_a_binding_becomes_a_conflict() -> None:
     """The patch rewrote the lines that assign `y`; upstream added a line that reads `y`.  Each hunk merges
-    cleanly, and the result would raise NameError.  The region takes in both, so that each side is its own."""
+    cleanly, and the result would raise NameError.  Each becomes a region of its own, saying they go together:
+    taken to the same side, each side is its own."""
     base = src("def f(a):", "    y = a + 1", "    z = 2", "    w = 3", "    v = 4", "    return z")
     ours = src("def f(a):", "    y = a + 1", "    z = 2", "    w = 3", "    v = 4", "    log(y)", "    return z")
     theirs = src("def f(a):", "    q = omni(a)", "    z = 2", "    w = 3", "    v = 4", "    return z")
@@ -1029,16 +1030,20 @@ def test_a_clean_merge_that_loses_a_binding_becomes_a_conflict() -> None:
     assert plain.clean and unbound_reads(plain.text, "y") == ["ours:y", "theirs:y"]
     result = merge_checked.merge3_checked(base, ours, theirs)
     assert unbound_reads(result.text, "y") == []
-    (region,) = result.conflicts
-    assert "binds what it reads (`y`)" in region.message
+    binder, reader = result.conflicts
+    assert (binder.ours, binder.theirs) == ("    y = a + 1\n", "    q = omni(a)\n")
+    assert (reader.ours, reader.theirs) == ("    log(y)\n", "")
+    for region in (binder, reader):
+        assert region.kind == "name-linked"
+        assert "goes with the other regions that name `y`: take the same side in each" in region.message
     assert merge_checked.one_side(result.text)[0] == ours
     assert merge_checked.one_side(result.text, "theirs")[0] == theirs
 
 
 def test_a_region_grows_down_to_the_clean_line_that_reads_what_one_side_binds() -> None:
     """Upstream's side of a conflict binds `n`, and upstream's clean change further down reads it: taking the
-    patch's side would leave the read unbound, so the region reaches down to it (an insertion is held by the
-    base line after it: here the last statement)."""
+    patch's side would leave the read unbound, so the read becomes a region too, with no line on the patch
+    side, and both regions say they go together."""
     base = src("def f(a):", "    x = 1", "    k = 0", "    k += 1", "    k += 2", "    return x")
     ours = src(
         "def f(a):", "    x = 3", "    n = a", "    k = 0", "    k += 1", "    k += 2", "    use(n)", "    return x"
@@ -1048,8 +1053,10 @@ def test_a_region_grows_down_to_the_clean_line_that_reads_what_one_side_binds() 
     assert len(plain.conflicts) == 1 and unbound_reads(plain.text, "n") == ["theirs:n"]
     result = merge_checked.merge3_checked(base, ours, theirs)
     assert unbound_reads(result.text, "n") == []
-    (region,) = result.conflicts
-    assert "`n`" in region.message and region.ours is not None and "    use(n)\n" in region.ours
+    binder, reader = result.conflicts
+    assert binder.kind == "both-changed" and binder.ours == "    x = 3\n    n = a\n"
+    assert (reader.kind, reader.ours, reader.theirs) == ("name-linked", "    use(n)\n", "")
+    assert all("goes with the other regions that name `n`" in r.message for r in (binder, reader))
     assert merge_checked.one_side(result.text)[0] == ours
     assert merge_checked.one_side(result.text, "theirs")[0] == theirs
 

@@ -249,10 +249,10 @@ def mentions(text: str | None, name: str) -> bool:
     return text is not None and re.search(rf"(?<![\w.]){re.escape(name)}\b", text) is not None
 
 
-def base_lines(base: str, view: str) -> Callable[[int], tuple[int, int]]:
+def base_lines(base: str, view: str, *, inserted: bool = False) -> Callable[[int], tuple[int, int]]:
     """For a 1-based line of ``view`` (a text made from ``base``), the 0-based base lines [lo, hi) a region
     must cover to hold it: the line itself, or the base lines it replaced, or the base line it was inserted
-    before."""
+    before (with ``inserted``: no line, the place it was inserted at)."""
     hunks = line_hunks(base.encode("utf-8", "surrogateescape"), view.encode("utf-8", "surrogateescape"))
 
     def where(line: int) -> tuple[int, int]:
@@ -262,7 +262,7 @@ def base_lines(base: str, view: str) -> Callable[[int], tuple[int, int]]:
             if v < new:
                 break
             if v < new + new_count:
-                return old, old + max(old_count, 1)
+                return old, old + (old_count if inserted else max(old_count, 1))
             shift = old + old_count - (new + new_count)
         return v + shift, v + shift + 1
 

@@ -131,15 +131,16 @@ class _Growth:
             self._folding = Folding(self.base)
         return self._folding
 
-    def try_grow(self, lo: int, hi: int) -> tuple[list[tuple[int, int]], MergeResult]:
-        """The grow list with the unfolded base lines [lo, hi) added, and the merge it gives."""
-        lo, hi = self.folding().folded(lo, hi)
+    def try_grow(self, *ranges: tuple[int, int]) -> tuple[list[tuple[int, int]], MergeResult]:
+        """The grow list with the unfolded base lines [lo, hi) of each range added, and the merge it gives."""
         grow = list(self.grow)
-        for s, e in list(grow):
-            if s < hi and lo < e:
-                grow.remove((s, e))
-                lo, hi = min(lo, s), max(hi, e)
-        grow = sorted([*grow, (lo, hi)])
+        for lo, hi in ranges:
+            lo, hi = self.folding().folded(lo, hi)
+            for s, e in list(grow):
+                if s < hi and lo < e:
+                    grow.remove((s, e))
+                    lo, hi = min(lo, s), max(hi, e)
+            grow = sorted({*grow, (lo, hi)})
         return grow, self.merge(grow)
 
     def whole_statements(self) -> None:
@@ -166,7 +167,7 @@ class _Growth:
             wider = widen(self.statements(), folding.unfolded(span[0]), folding.unfolded(span[1]))
             if wider is None:
                 return
-            grow, current = self.try_grow(*wider)
+            grow, current = self.try_grow(wider)
             error = _side_error(current.text)
             if error is None:
                 self.grow, self.result = grow, current
@@ -176,16 +177,17 @@ class _Growth:
         """Regions grown until no function reads a name that the merge left unbound on either side of them
         (:mod:`patch_queue.merge.binding`).
 
-        The region that binds the name on one side only (the nearest before where the other side reads it),
-        or else the base lines that bound it, grows down to the statement that reads it: each side of the
-        region is then that side's own code, which binds what it reads.  A growth is kept only when both
-        sides still parse and fewer names are unbound; what is left is ``pq check``'s to report.
+        Where one side binds the name and the other side's change reads it, each becomes a region of its own
+        (a clean change so grown is ``name-linked``): taken to the same side, they bind what they read.  When
+        that is not enough (a read the two sides share), the region that binds the name grows down to the
+        statement that reads it.  A growth is kept only when both sides still parse and the name is bound;
+        what is left is ``pq check``'s to report.
         """
         missing = binding.made_unbound(self.result.text, ours, theirs)
         if not missing:
             return
-        best = (len(missing), self.grow, self.result, list[tuple[int, int, str]]())
-        ranges: list[tuple[int, int, str]] = []  # folded base lines grown for a name, the name
+        best = (len(missing), self.grow, self.result, list[tuple[int, int, str, bool]]())
+        ranges: list[tuple[int, int, str, bool]] = []  # folded base lines of a region for a name, the name, whole
         tried: set[tuple[str, str]] = set()
         for _ in range(16):
             todo = [u for u in missing if (u.scope, u.name) not in tried]
@@ -193,18 +195,11 @@ class _Growth:
                 break
             u = todo[0]
             tried.add((u.scope, u.name))
-            span = self._span_for(u)
-            if span is None:
+            found = self._bind(u, ours, theirs)
+            if found is None:
                 continue
-            lo, hi = close(self.statements(), *span)
-            if whole_class(self.statements(), lo, hi):
-                continue
-            grow, current = self.try_grow(lo, hi)
-            after = binding.made_unbound(current.text, ours, theirs) if _side_error(current.text) is None else None
-            if after is None or any((x.scope, x.name) == (u.scope, u.name) for x in after):
-                continue
-            self.grow, self.result, missing = grow, current, after
-            ranges.append((*self.folding().folded(lo, hi), u.name))
+            self.grow, self.result, missing, named, whole = found
+            ranges += [(*self.folding().folded(lo, hi), u.name, whole) for lo, hi in named]
             if len(missing) < best[0]:
                 best = (len(missing), self.grow, self.result, list(ranges))
             if not missing:
@@ -212,13 +207,26 @@ class _Growth:
         _count, self.grow, result, ranges = best
         self.result = _say_bound(result, ranges)
 
-    def _span_for(self, u: binding.Unbound) -> tuple[int, int] | None:
-        """The 0-based unfolded base lines [lo, hi) that hold where ``u``'s name is bound and read."""
+    def _bind(
+        self, u: binding.Unbound, ours: str, theirs: str
+    ) -> tuple[list[tuple[int, int]], MergeResult, list[binding.Unbound], list[tuple[int, int]], bool] | None:
+        """The first of :meth:`_growths_for` that binds ``u``'s name: its grow list, merge, names left unbound,
+        the ranges whose regions name ``u`` and whether it is one range."""
+        for grown, named, whole in self._growths_for(u):
+            grow, current = self.try_grow(*grown)
+            after = binding.made_unbound(current.text, ours, theirs) if _side_error(current.text) is None else None
+            if after is not None and all((x.scope, x.name) != (u.scope, u.name) for x in after):
+                return grow, current, after, named, whole
+        return None
+
+    def _growths_for(self, u: binding.Unbound) -> list[tuple[list[tuple[int, int]], list[tuple[int, int]], bool]]:
+        """The growths to try for ``u``, smallest first, each as the unfolded base lines [lo, hi) to grow, the
+        ranges whose regions then name ``u`` and whether it is one range: the lines that bind the name on the
+        other side and the statements that read it, apart; then one range from the first down to the last."""
         view, where = one_side(self.result.text, u.side)
         used = binding.reads(view, u.scope, u.name)
         if not used or not self.statements():
-            return None
-        base_of = binding.base_lines(self.base, view)
+            return []
         first = where[used[0] - 1]  # in the merged text
         other = "theirs" if u.side == "ours" else "ours"
         # a region before the first read, in which the other side binds the name
@@ -234,30 +242,50 @@ class _Growth:
         if bound:
             nearest = max(bound, key=lambda r: r.line or 0)
             if nearest.reused:  # a maintainer's recorded resolution: theirs to answer for
-                return None
-            start = folding.unfolded(self.result.spans[nearest.group][0])
+                return []
+            lo, hi = self.result.spans[nearest.group]
+            binder, start = [], folding.unfolded(lo)
+            named = [(start, max(folding.unfolded(hi), start + 1))]
         else:  # the base bound it: a side rewrote those lines
             lines = binding.binds(self.base, u.scope, u.name)
             if not lines:
-                return None
+                return []
             start = lines[0] - 1
-        lo, _ = base_of(used[0])
-        _, hi = base_of(used[-1])
-        return min(start, lo), max(hi, start + 1)
+            binder = named = [close(self.statements(), start, start + 1)]
+        place = binding.base_lines(self.base, view, inserted=True)
+        apart = sorted({close(self.statements(), *place(k)) for k in used})
+        base_of = binding.base_lines(self.base, view)
+        lo, hi = base_of(used[0])[0], base_of(used[-1])[1]
+        whole = [close(self.statements(), min(start, lo), max(hi, start + 1))]
+        growths = [(binder + apart, named + apart, False), (whole, whole, True)]
+        return [(g, n, w) for g, n, w in growths if not any(whole_class(self.statements(), *r) for r in g)]
 
 
-def _say_bound(result: MergeResult, ranges: list[tuple[int, int, str]]) -> MergeResult:
+def _say_bound(result: MergeResult, ranges: list[tuple[int, int, str, bool]]) -> MergeResult:
     """``result`` with the message of each region grown for names saying which (``ranges``: the folded base
-    lines grown for each)."""
+    lines of the regions for each name, and whether one region was grown over both its binding and its reads,
+    else the regions go together)."""
     if not ranges:
         return result
+
+    def meets(s: int, e: int, span: tuple[int, int]) -> bool:  # an empty range meets what is at its place
+        return s <= max(span[1] - 1, span[0]) and span[0] <= max(e - 1, s)
+
+    def said(names: set[str]) -> str:
+        return ", ".join(f"`{n}`" for n in sorted(names))
+
     regions: list[Conflict] = []
     for r in result.regions:
         span = result.spans.get(r.group)
-        names = sorted({n for s, e, n in ranges if span is not None and s < span[1] and span[0] < e})
-        if r.conflict and names:
-            said = ", ".join(f"`{n}`" for n in names)
-            head = r.message.split("; widened")[0]
-            r = replace(r, message=f"{head}; widened so that either side parses and binds what it reads ({said})")
+        found = [(n, whole) for s, e, n, whole in ranges if r.conflict and span is not None and meets(s, e, span)]
+        if found:
+            message = r.message.split("; widened")[0]
+            whole = {n for n, w in found if w}
+            apart = {n for n, w in found if not w} - whole
+            if whole:
+                message += f"; widened so that either side parses and binds what it reads ({said(whole)})"
+            if apart:
+                message += f"; goes with the other regions that name {said(apart)}: take the same side in each"
+            r = replace(r, message=message)
         regions.append(r)
     return MergeResult(result.text, regions, result.spans)

@@ -8,7 +8,8 @@ Pure functions of a conflict's three sides (old upstream, new upstream, the omni
   lines inserted or deleted, else the first line rewritten;
 - :func:`suggest`: a resolution when one rule is certain, shown to the maintainer and never applied:
   upstream only renamed identifiers (the patch side with the same renames), or one side's edit is
-  layout only (the other side).  None otherwise.
+  layout only (the other side).  None otherwise, and for a ``name-linked`` region (its side is the side
+  taken in the regions that go with it).
 """
 
 from __future__ import annotations
@@ -159,6 +160,8 @@ def upstream_change(conflict: Conflict) -> str:
     base, ours = conflict.base or "", conflict.ours or ""
     if conflict.base is None or conflict.ours is None:
         return "deleted the file" if conflict.ours is None else "no old text here (a new file)"
+    if base == ours:
+        return "did not change these lines"
     if _layout(base) == _layout(ours):
         return "changed only the layout or comments"
     found = renames(base, ours)
@@ -208,8 +211,8 @@ def omni_block(conflict: Conflict) -> str:
 
 def suggest(conflict: Conflict) -> Suggestion | None:
     """A resolution a rule is certain of, or None."""
-    if conflict.base is None or conflict.ours is None or conflict.theirs is None:
-        return None
+    if conflict.base is None or conflict.ours is None or conflict.theirs is None or conflict.kind == "name-linked":
+        return None  # (a name-linked region is resolved with the regions that go with it)
     base, ours, theirs = conflict.base, conflict.ours, conflict.theirs
     if _layout(base) == _layout(ours):
         return Suggestion("patch", theirs, "upstream changed only the layout here")

@@ -24,7 +24,9 @@ follows from what the omni change is:
 - **Replaced code keeps its replacement.**  Upstream changed only lines the omni patch deleted
   or rewrote beyond recognition: the omni text stays, the upstream change is listed
   (``kept-replacement``) for a human to port.
-- Anything else is a conflict with diff3 markers (``both-changed``).
+- Anything else is a conflict with diff3 markers (``both-changed``).  So is one side's change that reads or
+  binds a name another region binds or reads on one side only (``name-linked``, asked for by
+  :mod:`patch_queue.merge.checked`): each side of the module then binds what it reads.
 
 Every decision the merge takes on its own is returned as a flag region, and so is every clean
 upstream change within a few lines of an omni change (``near-block``), so none is silent.
@@ -203,7 +205,8 @@ def merge3(
     resolution a maintainer recorded for a conflict region with that key, if any.  The groups
     in ``veto`` get no automatic resolution: they are left as conflicts (the caller found that
     their resolution does not compile).  Each range of folded base lines in ``grow`` is merged as one
-    group with every group it meets, and left as a conflict (see :mod:`patch_queue.merge.checked`).
+    group with every group it meets, and left as a conflict, even when only one side changed those lines
+    (``name-linked``: see :mod:`patch_queue.merge.checked`).
     """
     sides = [fold(x) for x in (base, ours, theirs)]
     blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
@@ -255,7 +258,7 @@ def merge3(
         b = b_lines[start:end]
         o = apply_hunks(b_lines, start, end, mine)
         t = apply_hunks(b_lines, start, end, pat)
-        if not pat:
+        if not pat and not widened:
             near = [h for h in theirs_hunks if h.start - NEAR <= end and start <= h.end + NEAR]
             if near:
                 message = "upstream changed lines next to an omni change; merged cleanly"
@@ -264,7 +267,7 @@ def merge3(
             else:
                 out += o
             continue
-        if not mine or o == t:
+        if (not mine and not widened) or o == t:
             out += t
             continue
         eb, eo, et = joined(b), joined(o), joined(t)
@@ -276,7 +279,9 @@ def merge3(
             emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
         kind = "both-changed"
-        if not forced and _twins(mine, pat, expand)[0]:
+        if not mine or not pat:  # one side's change, grown into a region with the other side's text
+            kind = "name-linked"
+        elif not forced and _twins(mine, pat, expand)[0]:
             kind = "both-added-same"
         elif all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = "anchor-lost"
@@ -290,7 +295,7 @@ def merge3(
             emit_region(region, reuse.splitlines(keepends=True))
             continue
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
-        message += "; widened to whole statements, so that either side parses" if widened else ""
+        message += "; widened to whole statements, so that either side parses" if widened and mine and pat else ""
         emit_region(Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index), [_MARK])
     out += b_lines[pos:]
     # unfold the tokens and the conflict placeholders into the final text, filling in each region's line
@@ -331,11 +336,12 @@ def merge3(
 
 def _grown(groups: list[list[Hunk]], grow: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, list[Hunk], bool]]:
     """(index, start, end, hunks, grown) of each group; a range of ``grow`` and every group it meets are one
-    group: the range, widened over the groups that cross its ends, with the index of its first group."""
+    group: the range, widened over the groups that cross its ends, with the index of its first group.  An
+    empty range meets the insertions at its place."""
     out: list[tuple[int, int, int, list[Hunk], bool]] = []
     for index, group in enumerate(groups):
         start, end = min(h.start for h in group), max(h.end for h in group)
-        span = next(((s, e) for s, e in grow if (start < e and s < end) or s < start < e), None)
+        span = next(((s, e) for s, e in grow if (start < e and s < end) or s < start < e or s == e == start), None)
         if span is not None and out and out[-1][4] and min(span[0], start) < out[-1][2]:  # meets the one before
             first, s0, e0, hunks, _ = out[-1]
             out[-1] = (first, s0, max(e0, end, span[1]), hunks + group, True)
@@ -360,6 +366,8 @@ _MESSAGES = {
     "anchor-lost": "upstream changed the lines on both sides of an omni insertion; its anchor is gone",
     "upstream-changed-replaced": "upstream changed lines the omni patch replaced; port the change by hand",
     "both-added-same": "upstream and the omni patch both inserted the same call here, written differently; keep one",
+    "name-linked": "only one side changed these lines; they read or bind a name that another region binds or "
+    "reads on one side only",
 }
 
 

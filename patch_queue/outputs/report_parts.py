@@ -29,6 +29,7 @@ KIND_ORDER = (
     "upstream-changed-replaced",
     "anchor-lost",
     "both-added-same",
+    "name-linked",
     "both-inserted",
     "already-upstream",
     "symbol-removed",
