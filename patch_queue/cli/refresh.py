@@ -146,11 +146,13 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
 
 
 def _print_conflict(ws: Workspace, c: Conflict) -> None:
-    """A conflict and, indented, what upstream changed there (and which commits), its omni block, a suggestion."""
+    """A conflict and, indented, why it is one, what upstream changed there (and which commits), its omni block,
+    a suggestion."""
     from patch_queue.merge import explain
 
     where = f"{ws.rel(ws.out / c.file)}:{c.line}"
     typer.echo(f"conflict: {where} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})")
+    typer.echo(f"  why: {c.message}")
     by = ", ".join(f"{u.commit[:12]}" + (f" (#{u.pr})" if u.pr is not None else "") for u in c.culprits)
     typer.echo(f"  upstream: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
     typer.echo(f"  omni: {explain.omni_block(c)}")
