@@ -478,8 +478,8 @@ def test_two_refreshes_at_once(
         f"pq: error: {proj.resolve() / '.git' / 'pq' / 'lock'}: another pq command (refresh, pid "
         f"{winner.pid}) is running in this repository; wait for it to finish\n"
     ), err
-    winner.communicate(timeout=120)
-    assert winner.returncode == 3
+    _out, winner_err = winner.communicate(timeout=120)
+    assert winner.returncode == 3, winner_err
     assert_same(snap(proj), after, "the refresh that ran")
 
 

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from patch_queue.merge import binding
 from patch_queue.merge import checked as merge_checked
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.markers import sides
 from patch_queue.merge.three_way import MergeResult, merge3
 
 FENCE = "        #  -------------------------------------- Omni-new -------------------------------------------------"
@@ -1082,6 +1084,105 @@ def test_a_read_before_the_line_that_binds_it_grows_the_region() -> None:
     assert unbound_reads(result.text, "out") == []
     assert merge_checked.one_side(result.text)[0] == ours
     assert merge_checked.one_side(result.text, "theirs")[0] == theirs
+
+
+def test_an_automatic_resolution_that_dropped_a_binding_becomes_a_region() -> None:
+    """Upstream inserted `o0 = ...` among lines the patch rewrote (the patch's text is kept: kept-replacement)
+    and reads `o0` further down: the resolution becomes a region with upstream's binding on its side, and the
+    read a name-linked region of its own."""
+    base = _program(["v0 = g(a)", "v1 = g(v0)", "v2 = g(v1)", "v3 = g(v2)", "return v3"])
+    ours = _program(["v0 = g(a)", "o0 = h(a)", "v1 = g(v0)", "v2 = g(v1)", "use(o0)", "v3 = g(v2)", "return v3"])
+    theirs = _program(["t_v0 = g(a)", "t0 = h(a)", "v1 = g(t_v0)", "v2 = g(v1)", "v3 = g(v2)", "return v3"])
+    plain = merge3(base, ours, theirs)
+    assert [r.kind for r in plain.regions if not r.conflict][0] == "kept-replacement"
+    assert unbound_reads(plain.text, "o0") == ["ours:o0", "theirs:o0"]
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert unbound_reads(result.text, "o0") == []
+    binder, reader = result.conflicts
+    assert binder.ours is not None and "    o0 = h(a)\n" in binder.ours
+    assert (reader.kind, reader.ours, reader.theirs) == ("name-linked", "    use(o0)\n", "")
+    assert all("goes with the other regions that name `o0`" in r.message for r in (binder, reader))
+
+
+def test_a_region_that_only_reads_the_name_is_not_taken_for_its_binding() -> None:
+    """Upstream renamed `v0` (its binding and its read), the patch inserted a read of `v0` next to another
+    upstream change: the region grown for it is the one around the binding, not the one around the read."""
+    base = src("def f(a):", "    v0 = g(a)", "    v1 = g(v0)", "    v2 = g(v1)", "    v3 = g(v2)", "    return v3")
+    ours = src("def f(a):", "    w0 = g(a)", "    v1 = g(w0)", "    v2 = g(v1)", "    w3 = g(v2)", "    return w3")
+    theirs = src(
+        "def f(a):",
+        "    v0 = g(a)",
+        "    v1 = g(v0)",
+        "    v2 = g(v1)",
+        "    t0 = h(v0)",
+        "    v3 = g(v2)",
+        "    return v3",
+    )
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert unbound_reads(result.text, "v0") == []
+    binder, reader = result.conflicts
+    assert (binder.ours, binder.theirs) == ("    w0 = g(a)\n    v1 = g(w0)\n", "    v0 = g(a)\n    v1 = g(v0)\n")
+    assert reader.theirs is not None and "    t0 = h(v0)\n" in reader.theirs
+    assert merge_checked.one_side(result.text)[0] == ours
+
+
+def _program(body: list[str]) -> str:
+    return "def f(a):\n" + "".join(f"    {line}\n" for line in body)
+
+
+@st.composite
+def _renamed_and_read(draw: st.DrawFn, tag: str) -> str:
+    """A chain `v0 = g(a)`, `vK = g(vK-1)`, … edited as one side of a merge would: variables renamed (the binding
+    and every read after it), lines inserted that bind a new name from a bound one and maybe read it later,
+    calls changed, unread assignments deleted, an assignment wrapped in `if`/`else`."""
+    chain: list[list[str]] = [["v0", "g", "a"]] + [
+        [f"v{k}", "g", f"v{k - 1}"] for k in range(1, 8)
+    ]  # target, call, read
+    wrapped: set[int] = set()
+    for n in range(draw(st.integers(1, 4))):
+        k = draw(st.integers(0, len(chain) - 1))
+        target = chain[k][0]
+        op = draw(st.sampled_from(["rename", "rename", "insert", "insert", "call", "delete", "wrap"]))
+        if op == "rename" and target:
+            new = f"{tag}{n}_{target}"
+            chain[k][0] = new
+            for item in chain[k + 1 :]:
+                item[2] = new if item[2] == target else item[2]
+        elif op == "insert":
+            read = draw(st.sampled_from(["a"] + [c[0] for c in chain[:k] if c[0]]))
+            chain.insert(k, [f"{tag}{n}", "h", read])
+            if draw(st.booleans()):
+                chain.insert(draw(st.integers(k + 1, len(chain))), ["", "use", f"{tag}{n}"])
+        elif op == "call" and target:
+            chain[k][1] = "m"
+        elif op == "delete" and target and k < len(chain) - 1 and all(c[2] != target for c in chain[k + 1 :]):
+            del chain[k]
+        elif op == "wrap" and target:
+            wrapped.add(id(chain[k]))
+    body: list[str] = []
+    for target, call, read in chain:
+        if not target:
+            body.append(f"{call}({read})")
+        elif any(id(c) in wrapped for c in chain if c[0] == target):
+            body += [f"if c_{target}:", f"    {target} = {call}({read})", "else:", f"    {target} = None"]
+        else:
+            body.append(f"{target} = {call}({read})")
+    last = [c[0] for c in chain if c[0]][-1]
+    return _program([*body, f"return {last}"])
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_renamed_and_read("o"), _renamed_and_read("t"))
+def test_each_side_of_a_merge_binds_what_it_reads(ours: str, theirs: str) -> None:
+    """Upstream and the patch each bind everything they read; then so does each side of the merged module (its
+    regions all taken to that side), whatever renames, insertions, reads and deletions the two made."""
+    base = _program([f"v{k} = g({'a' if k == 0 else f'v{k - 1}'})" for k in range(8)] + ["return v7"])
+    for text in (ours, theirs):
+        assert binding.made_unbound(text, text, text) == [], text
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    for view in sides(result.text).values():
+        compile(view, "<merged>", "exec")
+    assert binding.made_unbound(result.text, ours, theirs) == [], result.text
 
 
 def test_a_name_the_patch_itself_leaves_unbound_grows_nothing() -> None:

@@ -16,6 +16,7 @@ import builtins
 import functools
 import re
 import symtable
+import textwrap
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -230,23 +231,43 @@ def reads(text: str, scope: str, name: str) -> list[int]:
 def binds(text: str, scope: str, name: str) -> list[int]:
     """The 1-based lines where the function ``scope`` of ``text`` (which must compile) binds ``name``."""
     function = _function(parsed(text), scope)
-    if function is None:
-        return []
+    return [] if function is None else _binding_lines(function, name)
+
+
+def _binding_lines(tree: ast.AST, name: str) -> list[int]:
+    """The 1-based lines where ``tree`` binds ``name`` (its own name, when it is a def, aside)."""
     lines: set[int] = set()
-    for n in ast.walk(function):
+    for n in ast.walk(tree):
         if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load):
             lines.add(n.lineno)
         elif isinstance(n, ast.arg | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.ExceptHandler):
-            if getattr(n, "arg", None) == name or (n is not function and getattr(n, "name", None) == name):
+            if getattr(n, "arg", None) == name or (n is not tree and getattr(n, "name", None) == name):
                 lines.add(n.lineno)
         elif isinstance(n, ast.alias) and (n.asname or n.name.split(".")[0]) == name:
             lines.add(n.lineno)
     return sorted(lines)
 
 
-def mentions(text: str | None, name: str) -> bool:
-    """Whether ``text`` names ``name`` other than as an attribute (``x.name``)."""
-    return text is not None and re.search(rf"(?<![\w.]){re.escape(name)}\b", text) is not None
+def bound_in(lines: str | None, name: str) -> bool:
+    """Whether ``lines`` (a region's side: whole statements, as a rule) bind ``name``; when they do not parse
+    alone, whether a line binds it the way formatted code does (``name = …``, ``a, name: T = …``, ``for … in``,
+    ``as name``, ``def``, ``class``, ``import``, ``:=``)."""
+    if lines is None or re.search(rf"(?<![\w.]){re.escape(name)}\b", lines) is None:
+        return False
+    try:
+        tree = ast.parse(textwrap.dedent(lines))
+    except SyntaxError:
+        n = re.escape(name)
+        forms = (
+            rf"^\s*(?:[\w.\[\]]+\s*,\s*)*{n}\s*(?::\s*[^=\n]+)?\s+(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=\s",
+            rf"\bfor\s[^\n]*?(?<![\w.]){n}\b[^\n]*?\sin\s",
+            rf"\bas\s+{n}\b",
+            rf"\b(?:def|class)\s+{n}\b",
+            rf"^\s*(?:from\s+\S+\s+)?import\s[^\n]*(?<![\w.]){n}\b",
+            rf"(?<![\w.]){n}\s*:=",
+        )
+        return any(re.search(form, lines, re.M) for form in forms)
+    return bool(_binding_lines(tree, name))
 
 
 def base_lines(base: str, view: str, *, inserted: bool = False) -> Callable[[int], tuple[int, int]]:

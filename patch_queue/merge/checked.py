@@ -228,15 +228,15 @@ class _Growth:
         if not used or not self.statements():
             return []
         first = where[used[0] - 1]  # in the merged text
-        other = "theirs" if u.side == "ours" else "ours"
-        # a region before the first read, in which the other side binds the name
+        # a region before the first read, one side of which binds the name (the other side of a conflict, or
+        # either side of an automatic resolution that dropped the binding)
         bound = [
             r
             for r in self.result.regions
             if r.group >= 0
             and r.group in self.result.spans
             and (r.line or 0) <= first
-            and binding.mentions(r.theirs if other == "theirs" else r.ours, u.name)
+            and (binding.bound_in(r.ours, u.name) or binding.bound_in(r.theirs, u.name))
         ]
         folding = self.folding()
         if bound:
@@ -244,8 +244,9 @@ class _Growth:
             if nearest.reused:  # a maintainer's recorded resolution: theirs to answer for
                 return []
             lo, hi = self.result.spans[nearest.group]
-            binder, start = [], folding.unfolded(lo)
-            named = [(start, max(folding.unfolded(hi), start + 1))]
+            start, end = folding.unfolded(lo), folding.unfolded(hi)
+            binder = [] if nearest.conflict else [(start, end)]  # an automatic resolution becomes a region
+            named = [(start, max(end, start + 1))]
         else:  # the base bound it: a side rewrote those lines
             lines = binding.binds(self.base, u.scope, u.name)
             if not lines:
