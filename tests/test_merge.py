@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from patch_queue.merge import binding
+from patch_queue.merge import calls as merge_calls
 from patch_queue.merge import checked as merge_checked
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
@@ -1124,6 +1125,38 @@ def test_a_region_that_only_reads_the_name_is_not_taken_for_its_binding() -> Non
     assert (binder.ours, binder.theirs) == ("    w0 = g(a)\n    v1 = g(w0)\n", "    v0 = g(a)\n    v1 = g(v0)\n")
     assert reader.theirs is not None and "    t0 = h(v0)\n" in reader.theirs
     assert merge_checked.one_side(result.text)[0] == ours
+
+
+def test_a_call_upstream_moved_out_of_a_region_is_made_once_on_either_side() -> None:
+    """Upstream moved `s.update(a)` out of lines the patch rewrote (keeping the call there): taking the patch's
+    side would run it twice.  The copy upstream's clean change brought in becomes a region of its own, and
+    both regions say they go together."""
+    base = src(
+        "def f(a, s):", "    x = 1", "    k = 0", "    if a:", "        y = 2", "        s.update(a)", "    return x"
+    )
+    ours = src(
+        "def f(a, s):", "    x = 1", "    s.update(a)", "    k = 0", "    if a:", "        y = 5", "    return x"
+    )
+    theirs = src(
+        "def f(a, s):",
+        "    x = 1",
+        "    k = 0",
+        "    if a:",
+        "        y = omni(2)",
+        "        s.update(a)",
+        "    return x",
+    )
+    plain = merge3(base, ours, theirs)
+    assert [t.code for t in merge_calls.made_twice(plain.text, ours, theirs)] == ["s.update(a)"]
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert merge_calls.made_twice(result.text, ours, theirs) == []
+    moved, rewritten = result.conflicts
+    assert (moved.kind, moved.ours, moved.theirs) == ("name-linked", "    s.update(a)\n", "")
+    assert rewritten.theirs is not None and "s.update(a)" in rewritten.theirs
+    said = "goes with the other regions that make the call `s.update(a)`: take the same side in each"
+    assert said in moved.message and said in rewritten.message
+    assert merge_checked.one_side(result.text)[0] == ours
+    assert merge_checked.one_side(result.text, "theirs")[0] == theirs
 
 
 def _program(body: list[str]) -> str:

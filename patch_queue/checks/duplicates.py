@@ -14,58 +14,25 @@ branches of one ``if``, a call made twice is work done twice.
 
 from __future__ import annotations
 
-import ast
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 from patch_queue.checks.findings import ERROR, Finding
+from patch_queue.merge.calls import calls, counts, methods
 
 RULE = "statement-duplicated"
 UPSTREAM_CLASS = "NPUModelRunner"
 
 
-def _methods(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-    """Class.method (and top-level function) -> its node; {} when the text does not parse."""
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return {}
-    out: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[node.name] = node
-        elif isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    out[f"{node.name}.{item.name}"] = item
-    return out
-
-
-def _calls(method: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[tuple[str, int]]:
-    """(code, line) of each statement of ``method``'s body that is a call, nested defs left out."""
-    todo: list[ast.AST] = list(method.body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Call, ast.Await)):
-            yield ast.unparse(node), node.lineno
-        todo.extend(ast.iter_child_nodes(node))
-
-
-def counts(method: ast.FunctionDef | ast.AsyncFunctionDef | None) -> Counter[str]:
-    return Counter(code for code, _line in _calls(method)) if method is not None else Counter()
-
-
 def check_duplicates(files: Mapping[str, str], reference: Mapping[str, str], upstream: str | None) -> list[Finding]:
     """One error per statement a method of ``files`` runs more often than the same method of ``reference``
     (same module) and of upstream's ``NPUModelRunner`` (``upstream``: the vendored module text) both do."""
-    up = {k.split(".", 1)[1]: v for k, v in _methods(upstream or "").items() if k.startswith(UPSTREAM_CLASS + ".")}
+    up = {k.split(".", 1)[1]: v for k, v in methods(upstream or "").items() if k.startswith(UPSTREAM_CLASS + ".")}
     out: list[Finding] = []
     for path, text in sorted(files.items()):
-        before = _methods(reference.get(path, ""))
-        for name, method in _methods(text).items():
-            have = list(_calls(method))
+        before = methods(reference.get(path, ""))
+        for name, method in methods(text).items():
+            have = list(calls(method))
             got = Counter(code for code, _line in have)
             old, new = counts(before.get(name)), counts(up.get(name.rsplit(".", 1)[-1]))
             for code, n in sorted(got.items()):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import ast
 import functools
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from patch_queue.merge import binding
+from patch_queue.merge import binding, calls
 from patch_queue.merge.conflict import Conflict
-from patch_queue.merge.markers import one_side
+from patch_queue.merge.markers import inside, one_side
 from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
 from patch_queue.merge.three_way import MergeResult, merge3
 
@@ -50,8 +50,8 @@ def merge3_checked(
     Only when all three sides compile (conflict regions already in ``ours`` read as their upstream
     side): then the merged text, read the same way, must compile too.  The resolution nearest
     before the first syntax error is vetoed and the merge redone, until it compiles.  Then conflict
-    regions grow until either side of each parses (:meth:`_Growth.whole_statements`) and binds every
-    local it reads (:meth:`_Growth.bind_names`).
+    regions grow until either side of each parses (:meth:`_Growth.whole_statements`), binds every
+    local it reads (:meth:`_Growth.bind_names`) and makes no call twice (:meth:`_Growth.no_twice`).
     """
 
     def run(veto: frozenset[int] = frozenset()) -> MergeResult:
@@ -87,8 +87,15 @@ def merge3_checked(
     if not result.clean and all(_ours_side_error(x) is None for x in (ours, theirs)):
         growth.whole_statements()
     if ours != base and theirs != base:  # else the result is one side's text, whose names are its own
-        growth.bind_names(ours, theirs)
-    return growth.result
+        before = (growth.grow, growth.result)
+        if growth.no_twice(ours, theirs):  # the copy grown may bind what other lines read: bound again
+            growth.bind_names(ours, theirs)
+            if binding.made_unbound(growth.result.text, ours, theirs) != []:
+                (growth.grow, growth.result), growth.ranges = before, []
+                growth.bind_names(ours, theirs)
+        else:
+            growth.bind_names(ours, theirs)
+    return _say_linked(growth.result, growth.ranges)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,6 +122,7 @@ class _Growth:
         self.result = result
         self.merge = merge
         self.grow: list[tuple[int, int]] = []  # folded base lines
+        self.ranges: list[_Linked] = []  # the regions grown for names and calls
         self._statements: list[Statement] | None = None
         self._folding: Folding | None = None
 
@@ -186,8 +194,8 @@ class _Growth:
         missing = binding.made_unbound(self.result.text, ours, theirs)
         if not missing:
             return
-        best = (len(missing), self.grow, self.result, list[tuple[int, int, str, bool]]())
-        ranges: list[tuple[int, int, str, bool]] = []  # folded base lines of a region for a name, the name, whole
+        best = (len(missing), self.grow, self.result, list(self.ranges))
+        ranges = list(self.ranges)
         tried: set[tuple[str, str]] = set()
         for _ in range(16):
             todo = [u for u in missing if (u.scope, u.name) not in tried]
@@ -199,13 +207,45 @@ class _Growth:
             if found is None:
                 continue
             self.grow, self.result, missing, named, whole = found
-            ranges += [(*self.folding().folded(lo, hi), u.name, whole) for lo, hi in named]
+            ranges += [_Linked(*self.folding().folded(lo, hi), "name", u.name, whole) for lo, hi in named]
             if len(missing) < best[0]:
                 best = (len(missing), self.grow, self.result, list(ranges))
             if not missing:
                 break
-        _count, self.grow, result, ranges = best
-        self.result = _say_bound(result, ranges)
+        _count, self.grow, self.result, self.ranges = best
+
+    def no_twice(self, ours: str, theirs: str) -> bool:
+        """Regions grown until no side of the merge makes a call statement more often than both inputs do
+        (:mod:`patch_queue.merge.calls`): each copy a clean change brought in becomes a region of its own
+        (``name-linked``), going with the region that holds the other copy.  Kept (True) only when both sides
+        parse and fewer calls are made twice."""
+        extra = calls.made_twice(self.result.text, ours, theirs)
+        if not extra or not self.statements():
+            return False
+        marked = inside(self.result.text)
+        grown: list[tuple[int, int]] = []
+        linked: list[_Linked] = []
+        for t in extra:
+            view, where = one_side(self.result.text, t.side)
+            place = binding.base_lines(self.base, view, inserted=True)
+            back = {m: k for k, m in enumerate(where, 1)}
+            for line in t.lines:
+                if line not in marked:
+                    lo, hi = close(self.statements(), *place(back[line]))
+                    grown.append((lo, hi))
+                    linked.append(_Linked(*self.folding().folded(lo, hi), "call", t.code, False))
+                    continue
+                held = [r for r in self.result.conflicts if (r.line or 0) <= line < (r.line or 0) + r.length]
+                if held and held[0].group in self.result.spans:
+                    linked.append(_Linked(*self.result.spans[held[0].group], "call", t.code, False))
+        if not grown or any(whole_class(self.statements(), *r) for r in grown):
+            return False
+        grow, current = self.try_grow(*grown)
+        if _side_error(current.text) is not None or len(calls.made_twice(current.text, ours, theirs)) >= len(extra):
+            return False
+        self.grow, self.result = grow, current
+        self.ranges += linked
+        return True
 
     def _bind(
         self, u: binding.Unbound, ours: str, theirs: str
@@ -262,31 +302,44 @@ class _Growth:
         return [(g, n, w) for g, n, w in growths if not any(whole_class(self.statements(), *r) for r in g)]
 
 
-def _say_bound(result: MergeResult, ranges: list[tuple[int, int, str, bool]]) -> MergeResult:
-    """``result`` with the message of each region grown for names saying which (``ranges``: the folded base
-    lines of the regions for each name, and whether one region was grown over both its binding and its reads,
-    else the regions go together)."""
+@dataclass(frozen=True)
+class _Linked:
+    """The folded base lines of a region grown (or taken) for a name or a call, and whether one region was grown
+    over both a binding and its reads (else the regions go together)."""
+
+    lo: int
+    hi: int
+    what: str  # "name" or "call"
+    text: str
+    whole: bool
+
+
+def _say_linked(result: MergeResult, ranges: list[_Linked]) -> MergeResult:
+    """``result`` with the message of each region grown for names or calls saying which, and, where regions go
+    together, that they do."""
     if not ranges:
         return result
 
-    def meets(s: int, e: int, span: tuple[int, int]) -> bool:  # an empty range meets what is at its place
-        return s <= max(span[1] - 1, span[0]) and span[0] <= max(e - 1, s)
+    def meets(r: _Linked, span: tuple[int, int]) -> bool:  # an empty range meets what is at its place
+        return r.lo <= max(span[1] - 1, span[0]) and span[0] <= max(r.hi - 1, r.lo)
 
-    def said(names: set[str]) -> str:
-        return ", ".join(f"`{n}`" for n in sorted(names))
+    def said(texts: set[str]) -> str:
+        return ", ".join(f"`{t.splitlines()[0]}`" for t in sorted(texts))
 
     regions: list[Conflict] = []
     for r in result.regions:
         span = result.spans.get(r.group)
-        found = [(n, whole) for s, e, n, whole in ranges if r.conflict and span is not None and meets(s, e, span)]
+        found = [x for x in ranges if r.conflict and span is not None and meets(x, span)]
         if found:
             message = r.message.split("; widened")[0]
-            whole = {n for n, w in found if w}
-            apart = {n for n, w in found if not w} - whole
+            whole = {x.text for x in found if x.whole}
+            names = {x.text for x in found if not x.whole and x.what == "name"} - whole
+            made = {x.text for x in found if x.what == "call"}
             if whole:
                 message += f"; widened so that either side parses and binds what it reads ({said(whole)})"
+            apart = [f"that name {said(names)}"] * bool(names) + [f"that make the call {said(made)}"] * bool(made)
             if apart:
-                message += f"; goes with the other regions that name {said(apart)}: take the same side in each"
+                message += f"; goes with the other regions {' and '.join(apart)}: take the same side in each"
             r = replace(r, message=message)
         regions.append(r)
     return MergeResult(result.text, regions, result.spans)

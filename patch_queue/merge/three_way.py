@@ -25,8 +25,9 @@ follows from what the omni change is:
   or rewrote beyond recognition: the omni text stays, the upstream change is listed
   (``kept-replacement``) for a human to port.
 - Anything else is a conflict with diff3 markers (``both-changed``).  So is one side's change that reads or
-  binds a name another region binds or reads on one side only (``name-linked``, asked for by
-  :mod:`patch_queue.merge.checked`): each side of the module then binds what it reads.
+  binds a name another region binds or reads on one side only, or that makes a call another region makes
+  (``name-linked``, asked for by :mod:`patch_queue.merge.checked`): each side of the module then binds what
+  it reads and makes each call once.
 
 Every decision the merge takes on its own is returned as a flag region, and so is every clean
 upstream change within a few lines of an omni change (``near-block``), so none is silent.
@@ -366,8 +367,8 @@ _MESSAGES = {
     "anchor-lost": "upstream changed the lines on both sides of an omni insertion; its anchor is gone",
     "upstream-changed-replaced": "upstream changed lines the omni patch replaced; port the change by hand",
     "both-added-same": "upstream and the omni patch both inserted the same call here, written differently; keep one",
-    "name-linked": "only one side changed these lines; they read or bind a name that another region binds or "
-    "reads on one side only",
+    "name-linked": "only one side changed these lines; they go with another region (a name one side binds and the "
+    "other reads, or a call both make)",
 }
 
 
