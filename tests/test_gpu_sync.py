@@ -289,6 +289,57 @@ def test_an_omni_method_changed_since_the_series_release_is_updated_on_npu() -> 
     )
 
 
+_WIDE_OLD = """class OmniGPUModelRunner(GPUModelRunner):
+    def load_model(self, *args):
+        super().load_model(*args)
+        model = getattr(self, "model", None)
+        self._flag = bool(getattr(model, "flag", False))
+        self._init_talker()
+"""
+_WIDE_NEW = _WIDE_OLD.replace(
+    "        self._init_talker()\n", "        self._policy(model)\n        self._init_talker()\n        self._warm()\n"
+)
+_WIDE_NPU = """class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):
+    def load_model(self, *args):
+        NPUModelRunner.load_model(self, *args)
+        enable_sp(self.vllm_config)
+        self._init_talker()
+"""
+
+
+def test_a_change_since_the_release_brings_the_omni_lines_next_to_it_the_npu_never_got() -> None:
+    from patch_queue.checks import gpu_update
+
+    rules = gpu_rules.load_rules()
+    since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _WIDE_OLD})
+    gpu, npu = {"gpu_model_runner.py": _WIDE_NEW}, {"npu_model_runner.py": _WIDE_NPU}
+    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    # the new line reads `model`, bound by a line the release had and the NPU never got: both go together; the
+    # super() call the NPU writes as NPUModelRunner.load_model(self, ...) stops the widening
+    assert [(c.gpu_line, [line.strip() for line in c.lines]) for c in changes] == [
+        (4, ['model = getattr(self, "model", None)', 'self._flag = bool(getattr(model, "flag", False))',
+             "self._policy(model)"]),
+        (8, ["self._warm()"]),
+    ]  # fmt: skip
+    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    assert all(isinstance(r, gpu_ports.Port) for r in results), results
+    text = files["npu_model_runner.py"]
+    code = [
+        s for line in text.splitlines() if (s := line.strip()) and "Omni-new" not in s and not s.startswith("from ")
+    ]
+    assert code == [
+        "class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):",
+        "def load_model(self, *args):",
+        "NPUModelRunner.load_model(self, *args)",
+        "enable_sp(self.vllm_config)",
+        'model = getattr(self, "model", None)',
+        'self._flag = bool(getattr(model, "flag", False))',
+        "self._policy(model)",
+        "self._init_talker()",
+        "self._warm()",
+    ]
+
+
 _HELPER_GPU = """class OmniGPUModelRunner(GPUModelRunner):
     pass
 
