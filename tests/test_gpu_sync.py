@@ -340,6 +340,63 @@ def test_a_change_since_the_release_brings_the_omni_lines_next_to_it_the_npu_nev
     ]
 
 
+_BLOCK_OLD = """class OmniGPUModelRunner(GPUModelRunner):
+    def _talker_forward(self, hidden):
+        out = self.talker(hidden)
+        cpu = out.to("cpu")
+        for key in self.keys:
+            cpu = self.fix(cpu, key)
+        payload = {"hidden": cpu}
+        return payload
+"""
+_BLOCK_NEW = _BLOCK_OLD.replace(
+    """        cpu = out.to("cpu")
+        for key in self.keys:
+            cpu = self.fix(cpu, key)
+        payload = {"hidden": cpu}
+""",
+    """        cpu = out.to("cpu", non_blocking=True)
+        payload = {"hidden": cpu, "step": self.step}
+""",
+)
+_BLOCK_NPU = (
+    _BLOCK_OLD.replace("OmniGPUModelRunner(GPUModelRunner)", "OmniNPUModelRunner(OmniGPUModelRunner)")
+    .replace("out = self.talker(hidden)", "out = self.npu_graph.replay(hidden)")
+    .replace("return payload", "return self.npu_stage_output_builder.finish(payload)")
+)
+
+
+def test_an_omni_block_changed_around_lines_the_gpu_side_deleted_is_replaced_whole() -> None:
+    from patch_queue.checks import gpu_update
+
+    rules = gpu_rules.load_rules()
+    since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _BLOCK_OLD})
+    gpu, npu = {"gpu_model_runner.py": _BLOCK_NEW}, {"npu_model_runner.py": _BLOCK_NPU}
+    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    (port,), files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    assert isinstance(port, gpu_ports.Port), port
+    # the NPU method holds the release's block, loop included: the loop the GPU side deleted between the two changed
+    # statements is part of what the port replaces (the NPU rewrote its neighbours, so no merge between them could)
+    assert port.replaced.split("\n")[:4] == [
+        '        cpu = out.to("cpu")',
+        "        for key in self.keys:",
+        "            cpu = self.fix(cpu, key)",
+        '        payload = {"hidden": cpu}',
+    ]
+    text = files["npu_model_runner.py"]
+    code = [
+        s for line in text.splitlines() if (s := line.strip()) and "Omni-new" not in s and not s.startswith("from ")
+    ]
+    assert code == [
+        "class OmniNPUModelRunner(OmniGPUModelRunner):",
+        "def _talker_forward(self, hidden):",
+        "out = self.npu_graph.replay(hidden)",
+        'cpu = out.to("cpu", non_blocking=True)',
+        'payload = {"hidden": cpu, "step": self.step}',
+        "return self.npu_stage_output_builder.finish(payload)",
+    ]
+
+
 _HELPER_GPU = """class OmniGPUModelRunner(GPUModelRunner):
     pass
 

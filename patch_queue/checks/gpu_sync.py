@@ -192,9 +192,10 @@ def _replaced(
     group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit], held: Sequence[str] | None
 ) -> tuple[int, int, list[int]]:
     """The group's rows widened over every vLLM -> GPU replacement it takes part in, and the indices of the vLLM
-    units those rows stand for (none for an insertion).  An unchanged statement of the rows at either end that the
-    NPU method (its unit keys ``held``: given when the code compared with is the release's GPU method, whose omni
-    code the NPU method may never have got) lacks is inserted with the change, not code it replaces."""
+    units those rows stand for, deleted ones between them included (none for an insertion).  An unchanged statement
+    of the rows at either end that the NPU method (its unit keys ``held``: given when the code compared with is the
+    release's GPU method, whose omni code the NPU method may never have got) lacks is inserted with the change, not
+    code it replaces."""
     first, last = group.first, group.last
     g_keys, v_keys = [u.key for u in gunits], [u.key for u in vunits]
     ops = opcodes(v_keys, g_keys)
@@ -219,7 +220,8 @@ def _replaced(
         upstream.pop(0)
     while held is not None and upstream and upstream[-1][1] and vunits[upstream[-1][0]].key not in held:
         upstream.pop()
-    return first, last, [i for i, _same in upstream]
+    # the units the GPU side deleted between them are part of the code the rows replace
+    return first, last, list(range(upstream[0][0], upstream[-1][0] + 1)) if upstream else []
 
 
 def _run(keys: Sequence[str], target: Sequence[str]) -> list[int]:
@@ -315,6 +317,14 @@ def _locals(fn: ast.AST) -> set[str]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             out.add(node.name)
     return out
+
+
+def bound_locals(method: str) -> set[str]:
+    """:func:`_locals` of a method's text (none when it does not parse)."""
+    try:
+        return _locals(ast.parse(textwrap.dedent(method)))
+    except SyntaxError:
+        return set()
 
 
 def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:

@@ -15,11 +15,13 @@ not listed.
 
 from __future__ import annotations
 
+import ast
+import textwrap
 from collections.abc import Mapping, Sequence
 
 from patch_queue.checks import gpu_audit, gpu_sync
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import Since
+from patch_queue.checks.gpu_ports import Since, joined
 from patch_queue.checks.gpu_rules import Rules
 from patch_queue.merge import anchors, symbols
 from patch_queue.series import adopt
@@ -61,7 +63,7 @@ def changes_since(
                 keys = [u.key for u in new_units[j1:j2] if not gpu_audit._is_trivial(u.key)]
                 if tag == "equal" or j2 == j1 or all(k in on_npu for k in keys):
                     continue  # unchanged, only deleted on the GPU side, or on NPU already
-                j1, j2 = _widened(new_units, new_lines, j1, j2, unchanged, on_npu)
+                j1, j2 = _widened(new_units, new_lines, j1, j2, unchanged, on_npu, owners[0].text)
                 first, last = new_units[j1].first, max(u.last for u in new_units[j1:j2])
                 lines = tuple(new_lines[first : last + 1])
                 change = GpuChange(
@@ -72,21 +74,37 @@ def changes_since(
 
 
 def _widened(
-    units: Sequence[gpu_sync._Unit], lines: Sequence[str], j1: int, j2: int, unchanged: set[int], on_npu: set[str]
+    units: Sequence[gpu_sync._Unit],
+    lines: Sequence[str],
+    j1: int,
+    j2: int,
+    unchanged: set[int],
+    on_npu: set[str],
+    npu_method: str,
 ) -> tuple[int, int]:
     """Units [j1, j2) of a change widened over the statements next to it, in its block or deeper, that the GPU side
     had at the release already and the NPU method never got (its omni code the change builds on: the new line
-    reads what they bind); blank lines and comments do not stop it, a statement the NPU method holds, or holds
-    rewritten (one as like it as :func:`patch_queue.checks.gpu_sync.like`), does."""
+    reads what they bind); blank lines and comments do not stop it.  A statement the NPU method holds, or holds
+    rewritten, does: one as like it as :func:`patch_queue.checks.gpu_sync.like`, one binding a local the NPU method
+    binds too (its own version of it), and a ``return`` or ``raise`` (the NPU method ends that path its own way)."""
+    try:
+        tree = ast.parse(textwrap.dedent(joined(lines)))
+    except SyntaxError:
+        return j1, j2
+    stmts = {n.lineno - 1: n for n in ast.walk(tree) if isinstance(n, ast.stmt)}
+    npu_locals = gpu_sync.bound_locals(npu_method)
     indent = anchors.indent_of(lines[units[j1].first])
 
     def lacking(j: int) -> bool:
         u = units[j]
+        node = stmts.get(u.first)
         return (
             j in unchanged
             and u.key not in on_npu
             and not gpu_audit._is_trivial(u.key)
             and anchors.indent_of(lines[u.first]) >= indent
+            and not isinstance(node, (ast.Return, ast.Raise))
+            and not (node is not None and _targets(node) & npu_locals)
             and not any(gpu_sync.like(u.key, k) for k in on_npu)
         )
 
@@ -95,3 +113,25 @@ def _widened(
     while j2 < len(units) and lacking(j2):
         j2 += 1
     return j1, j2
+
+
+def _targets(node: ast.stmt) -> set[str]:
+    """The locals a statement binds itself (assignment and loop targets, ``with ... as``; not its body's)."""
+    if isinstance(node, ast.Assign):
+        targets: list[ast.expr] = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+    else:
+        return set()
+    out: set[str] = set()
+    while targets:  # names, inside tuples and starred ones too; not the object of an attribute or subscript
+        t = targets.pop()
+        if isinstance(t, ast.Name):
+            out.add(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            targets += t.elts
+        elif isinstance(t, ast.Starred):
+            targets.append(t.value)
+    return out
