@@ -158,6 +158,28 @@ def test_a_port_reading_a_gpu_local_the_npu_method_lacks_is_not_placed() -> None
     )
 
 
+def test_a_port_replacing_the_binding_of_a_local_the_npu_method_still_reads_is_not_placed() -> None:
+    gpu_body = """        num_reqs = self.input_batch.num_reqs
+        meta = self._omni_metadata(num_reqs)
+        hidden_states = self.model(meta)
+        return self.sample(hidden_states)
+"""
+    npu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        hidden_states = self.model(attn_metadata)
+        self.npu_post(attn_metadata)
+        return self.sample(hidden_states)
+"""
+    (unplaced,), text = _sync_small(gpu_body, npu_body)
+    assert isinstance(unplaced, gpu_ports.Unplaced) and "_omni_metadata" not in text
+    assert unplaced.reason == (
+        "it replaces the code binding attn_metadata, which the rest of NPUARModelRunner.execute_model still reads"
+    )
+    # the same change where nothing else reads it is placed
+    (port,), text = _sync_small(gpu_body, npu_body.replace("        self.npu_post(attn_metadata)\n", ""))
+    assert isinstance(port, gpu_ports.Port) and "meta = self._omni_metadata(num_reqs)" in text
+
+
 def test_a_port_imports_the_names_it_uses_as_the_gpu_module_binds_them() -> None:
     gpu_head = "from vllm_omni.worker.sampling_utils import sanitize\n\n\ndef _local_helper(x):\n    return x\n\n\n"
     gpu_body = """        num_reqs = self.input_batch.num_reqs

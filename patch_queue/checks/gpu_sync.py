@@ -24,8 +24,9 @@ one), and never guesses:
    replaced.
 4. **The port**: the translated hunk, re-indented by the NPU anchor's indentation, between two
    ``Omni-new`` fence lines at the indentation of its shallowest line.  The module must still
-   parse, and the port must not read a local name of the GPU method that the NPU method never binds
-   (it would raise ``NameError``), else the change is reported.
+   parse, the port must not read a local name of the GPU method that the NPU method never binds, nor
+   replace the code binding a local the rest of the NPU method still reads (either would raise
+   ``NameError``), else the change is reported.
 
 A change that cannot be placed (no NPU method to hold it, an anchor absent or ambiguous, diverged
 NPU code, a result that does not parse or reads an unbound local) comes back as :class:`Unplaced` with the reason.
@@ -301,9 +302,19 @@ def _finish(site: _Site, start: int, end: int, result: list[str], raw: list[str]
     unbound = _unbound(new_text, rows, site.group.gpu.text)
     if unbound:
         raise NotPlaced(f"it uses {', '.join(unbound)}, which the GPU method binds and {site.symbol} does not")
+    lost = _lost(site.npu.text, joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]]))
+    if lost:
+        raise NotPlaced(f"it replaces the code binding {', '.join(lost)}, which the rest of {site.symbol} still reads")
     replaced = joined(site.npu_lines[start:end])
     return Port(site.group.changes, site.npu_file, site.symbol, npu.start + start + fence, joined(raw), replaced,
                 joined(result), new_text, how=how)  # fmt: skip
+
+
+def _lost(before: str, after: str) -> list[str]:
+    """The locals a method's text binds ``before`` and no longer ``after``, which it still reads after."""
+    tree = ast.parse(textwrap.dedent(after))
+    reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return sorted((_locals(ast.parse(textwrap.dedent(before))) - _locals(tree)) & reads)
 
 
 def _locals(fn: ast.AST) -> set[str]:
