@@ -311,10 +311,14 @@ def _finish(site: _Site, start: int, end: int, result: list[str], raw: list[str]
 
 
 def _lost(before: str, after: str) -> list[str]:
-    """The locals a method's text binds ``before`` and no longer ``after``, which it still reads after."""
-    tree = ast.parse(textwrap.dedent(after))
+    """The locals a method's text binds ``before`` and no longer ``after``, which it still reads after (none when
+    either does not parse on its own)."""
+    try:
+        old, tree = ast.parse(textwrap.dedent(before)), ast.parse(textwrap.dedent(after))
+    except SyntaxError:
+        return []
     reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    return sorted((_locals(ast.parse(textwrap.dedent(before))) - _locals(tree)) & reads)
+    return sorted((_locals(old) - _locals(tree)) & reads)
 
 
 def _locals(fn: ast.AST) -> set[str]:
