@@ -158,6 +158,28 @@ def test_a_port_reading_a_gpu_local_the_npu_method_lacks_is_not_placed() -> None
     )
 
 
+def test_a_port_replacing_the_binding_of_a_local_the_npu_method_still_reads_is_not_placed() -> None:
+    gpu_body = """        num_reqs = self.input_batch.num_reqs
+        meta = self._omni_metadata(num_reqs)
+        hidden_states = self.model(meta)
+        return self.sample(hidden_states)
+"""
+    npu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        hidden_states = self.model(attn_metadata)
+        self.npu_post(attn_metadata)
+        return self.sample(hidden_states)
+"""
+    (unplaced,), text = _sync_small(gpu_body, npu_body)
+    assert isinstance(unplaced, gpu_ports.Unplaced) and "_omni_metadata" not in text
+    assert unplaced.reason == (
+        "it replaces the code binding attn_metadata, which the rest of NPUARModelRunner.execute_model still reads"
+    )
+    # the same change where nothing else reads it is placed
+    (port,), text = _sync_small(gpu_body, npu_body.replace("        self.npu_post(attn_metadata)\n", ""))
+    assert isinstance(port, gpu_ports.Port) and "meta = self._omni_metadata(num_reqs)" in text
+
+
 def test_a_port_imports_the_names_it_uses_as_the_gpu_module_binds_them() -> None:
     gpu_head = "from vllm_omni.worker.sampling_utils import sanitize\n\n\ndef _local_helper(x):\n    return x\n\n\n"
     gpu_body = """        num_reqs = self.input_batch.num_reqs
@@ -287,6 +309,114 @@ def test_an_omni_method_changed_since_the_series_release_is_updated_on_npu() -> 
         gpu_update.changes_since(gpu_ports.Since("x", {"gpu_model_runner.py": _SINCE_NEW}), gpu, npu, _VLLM, rules)
         == []
     )
+
+
+_WIDE_OLD = """class OmniGPUModelRunner(GPUModelRunner):
+    def load_model(self, *args):
+        super().load_model(*args)
+        model = getattr(self, "model", None)
+        self._flag = bool(getattr(model, "flag", False))
+        self._init_talker()
+"""
+_WIDE_NEW = _WIDE_OLD.replace(
+    "        self._init_talker()\n", "        self._policy(model)\n        self._init_talker()\n        self._warm()\n"
+)
+_WIDE_NPU = """class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):
+    def load_model(self, *args):
+        NPUModelRunner.load_model(self, *args)
+        enable_sp(self.vllm_config)
+        self._init_talker()
+"""
+
+
+def test_a_change_since_the_release_brings_the_omni_lines_next_to_it_the_npu_never_got() -> None:
+    from patch_queue.checks import gpu_update
+
+    rules = gpu_rules.load_rules()
+    since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _WIDE_OLD})
+    gpu, npu = {"gpu_model_runner.py": _WIDE_NEW}, {"npu_model_runner.py": _WIDE_NPU}
+    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    # the new line reads `model`, bound by a line the release had and the NPU never got: both go together; the
+    # super() call the NPU writes as NPUModelRunner.load_model(self, ...) stops the widening
+    assert [(c.gpu_line, [line.strip() for line in c.lines]) for c in changes] == [
+        (4, ['model = getattr(self, "model", None)', 'self._flag = bool(getattr(model, "flag", False))',
+             "self._policy(model)"]),
+        (8, ["self._warm()"]),
+    ]  # fmt: skip
+    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    assert all(isinstance(r, gpu_ports.Port) for r in results), results
+    text = files["npu_model_runner.py"]
+    code = [
+        s for line in text.splitlines() if (s := line.strip()) and "Omni-new" not in s and not s.startswith("from ")
+    ]
+    assert code == [
+        "class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):",
+        "def load_model(self, *args):",
+        "NPUModelRunner.load_model(self, *args)",
+        "enable_sp(self.vllm_config)",
+        'model = getattr(self, "model", None)',
+        'self._flag = bool(getattr(model, "flag", False))',
+        "self._policy(model)",
+        "self._init_talker()",
+        "self._warm()",
+    ]
+
+
+_BLOCK_OLD = """class OmniGPUModelRunner(GPUModelRunner):
+    def _talker_forward(self, hidden):
+        out = self.talker(hidden)
+        cpu = out.to("cpu")
+        for key in self.keys:
+            cpu = self.fix(cpu, key)
+        payload = {"hidden": cpu}
+        return payload
+"""
+_BLOCK_NEW = _BLOCK_OLD.replace(
+    """        cpu = out.to("cpu")
+        for key in self.keys:
+            cpu = self.fix(cpu, key)
+        payload = {"hidden": cpu}
+""",
+    """        cpu = out.to("cpu", non_blocking=True)
+        payload = {"hidden": cpu, "step": self.step}
+""",
+)
+_BLOCK_NPU = (
+    _BLOCK_OLD.replace("OmniGPUModelRunner(GPUModelRunner)", "OmniNPUModelRunner(OmniGPUModelRunner)")
+    .replace("out = self.talker(hidden)", "out = self.npu_graph.replay(hidden)")
+    .replace("return payload", "return self.npu_stage_output_builder.finish(payload)")
+)
+
+
+def test_an_omni_block_changed_around_lines_the_gpu_side_deleted_is_replaced_whole() -> None:
+    from patch_queue.checks import gpu_update
+
+    rules = gpu_rules.load_rules()
+    since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _BLOCK_OLD})
+    gpu, npu = {"gpu_model_runner.py": _BLOCK_NEW}, {"npu_model_runner.py": _BLOCK_NPU}
+    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    (port,), files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    assert isinstance(port, gpu_ports.Port), port
+    # the NPU method holds the release's block, loop included: the loop the GPU side deleted between the two changed
+    # statements is part of what the port replaces (the NPU rewrote its neighbours, so no merge between them could)
+    assert port.replaced.split("\n")[:4] == [
+        '        cpu = out.to("cpu")',
+        "        for key in self.keys:",
+        "            cpu = self.fix(cpu, key)",
+        '        payload = {"hidden": cpu}',
+    ]
+    text = files["npu_model_runner.py"]
+    code = [
+        s for line in text.splitlines() if (s := line.strip()) and "Omni-new" not in s and not s.startswith("from ")
+    ]
+    assert code == [
+        "class OmniNPUModelRunner(OmniGPUModelRunner):",
+        "def _talker_forward(self, hidden):",
+        "out = self.npu_graph.replay(hidden)",
+        'cpu = out.to("cpu", non_blocking=True)',
+        'payload = {"hidden": cpu, "step": self.step}',
+        "return self.npu_stage_output_builder.finish(payload)",
+    ]
 
 
 _HELPER_GPU = """class OmniGPUModelRunner(GPUModelRunner):

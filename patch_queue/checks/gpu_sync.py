@@ -19,11 +19,14 @@ one), and never guesses:
    replaced (none for an insertion).  The NPU code between the anchors must be that code
    (normalised), else the NPU method diverged there and the change is reported, not placed.
    When an anchor is itself omni code (vLLM lacks it), the NPU side must have nothing between the
-   anchors: an insertion.
+   anchors: an insertion.  Against the release's GPU method, statements of the change it has unchanged but the NPU
+   method lacks (at either end: omni code the NPU side never got, brought along with the change) are inserted, not
+   replaced.
 4. **The port**: the translated hunk, re-indented by the NPU anchor's indentation, between two
    ``Omni-new`` fence lines at the indentation of its shallowest line.  The module must still
-   parse, and the port must not read a local name of the GPU method that the NPU method never binds
-   (it would raise ``NameError``), else the change is reported.
+   parse, the port must not read a local name of the GPU method that the NPU method never binds, nor
+   replace the code binding a local the rest of the NPU method still reads (either would raise
+   ``NameError``), else the change is reported.
 
 A change that cannot be placed (no NPU method to hold it, an anchor absent or ambiguous, diverged
 NPU code, a result that does not parse or reads an unbound local) comes back as :class:`Unplaced` with the reason.
@@ -186,9 +189,14 @@ def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int
     return out
 
 
-def _replaced(group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit]) -> tuple[int, int, list[int]]:
-    """The group's rows widened over every vLLM -> GPU replacement it takes part in, and the indices of the
-    vLLM units those rows stand for (none for an insertion)."""
+def _replaced(
+    group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit], held: Sequence[str] | None
+) -> tuple[int, int, list[int]]:
+    """The group's rows widened over every vLLM -> GPU replacement it takes part in, and the indices of the vLLM
+    units those rows stand for, deleted ones between them included (none for an insertion).  An unchanged statement
+    of the rows at either end that the NPU method (its unit keys ``held``: given when the code compared with is the
+    release's GPU method, whose omni code the NPU method may never have got) lacks is inserted with the change, not
+    code it replaces."""
     first, last = group.first, group.last
     g_keys, v_keys = [u.key for u in gunits], [u.key for u in vunits]
     ops = opcodes(v_keys, g_keys)
@@ -203,13 +211,18 @@ def _replaced(group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit]) -
         if (lo, hi) == (first, last):
             break
         first, last = lo, hi
-    upstream: list[int] = []
+    upstream: list[tuple[int, bool]] = []  # (vLLM unit, unchanged)
     for tag, i1, i2, j1, j2 in ops:
         if tag == "equal":
-            upstream += [i1 + j - j1 for j in range(j1, j2) if j in inside]
+            upstream += [(i1 + j - j1, True) for j in range(j1, j2) if j in inside]
         elif tag == "replace" and inside & set(range(j1, j2)):
-            upstream += range(i1, i2)
-    return first, last, upstream
+            upstream += [(i, False) for i in range(i1, i2)]
+    while held is not None and upstream and upstream[0][1] and vunits[upstream[0][0]].key not in held:
+        upstream.pop(0)
+    while held is not None and upstream and upstream[-1][1] and vunits[upstream[-1][0]].key not in held:
+        upstream.pop()
+    # the units the GPU side deleted between them are part of the code the rows replace
+    return first, last, list(range(upstream[0][0], upstream[-1][0] + 1)) if upstream else []
 
 
 def _run(keys: Sequence[str], target: Sequence[str]) -> list[int]:
@@ -217,17 +230,21 @@ def _run(keys: Sequence[str], target: Sequence[str]) -> list[int]:
     return [i for i in range(len(target) - n + 1) if list(target[i : i + n]) == list(keys)]
 
 
+def like(a: str, b: str) -> float:
+    """difflib's ratio of two statements' normalised code when it is at least :data:`_SIMILAR` (one edited
+    statement), else 0."""
+    m = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    if m.real_quick_ratio() >= _SIMILAR and m.quick_ratio() >= _SIMILAR and (r := m.ratio()) >= _SIMILAR:
+        return r
+    return 0.0
+
+
 def _similar(key: str, keys: Sequence[str], lo: int = 0) -> int | None:
     """Index in ``keys`` (from ``lo`` on) of the one statement most like ``key``: difflib's ratio at least
     :data:`_SIMILAR` and above every other's; None when there is none or two are as close."""
     if gpu_audit._is_trivial(key):
         return None
-    scored = []
-    for i in range(lo, len(keys)):
-        m = difflib.SequenceMatcher(None, key, keys[i], autojunk=False)
-        if m.real_quick_ratio() >= _SIMILAR and m.quick_ratio() >= _SIMILAR and (r := m.ratio()) >= _SIMILAR:
-            scored.append((r, i))
-    scored.sort(reverse=True)
+    scored = sorted(((r, i) for i in range(lo, len(keys)) if (r := like(key, keys[i]))), reverse=True)
     if not scored or (len(scored) > 1 and scored[1][0] == scored[0][0]):
         return None
     return scored[0][1]
@@ -285,9 +302,23 @@ def _finish(site: _Site, start: int, end: int, result: list[str], raw: list[str]
     unbound = _unbound(new_text, rows, site.group.gpu.text)
     if unbound:
         raise NotPlaced(f"it uses {', '.join(unbound)}, which the GPU method binds and {site.symbol} does not")
+    lost = _lost(site.npu.text, joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]]))
+    if lost:
+        raise NotPlaced(f"it replaces the code binding {', '.join(lost)}, which the rest of {site.symbol} still reads")
     replaced = joined(site.npu_lines[start:end])
     return Port(site.group.changes, site.npu_file, site.symbol, npu.start + start + fence, joined(raw), replaced,
                 joined(result), new_text, how=how)  # fmt: skip
+
+
+def _lost(before: str, after: str) -> list[str]:
+    """The locals a method's text binds ``before`` and no longer ``after``, which it still reads after (none when
+    either does not parse on its own)."""
+    try:
+        old, tree = ast.parse(textwrap.dedent(before)), ast.parse(textwrap.dedent(after))
+    except SyntaxError:
+        return []
+    reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return sorted((_locals(old) - _locals(tree)) & reads)
 
 
 def _locals(fn: ast.AST) -> set[str]:
@@ -301,6 +332,14 @@ def _locals(fn: ast.AST) -> set[str]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             out.add(node.name)
     return out
+
+
+def bound_locals(method: str) -> set[str]:
+    """:func:`_locals` of a method's text (none when it does not parse)."""
+    try:
+        return _locals(ast.parse(textwrap.dedent(method)))
+    except SyntaxError:
+        return set()
 
 
 def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
@@ -339,17 +378,24 @@ def _shown(site: _Site, unit: int) -> str:
 
 
 def _place(
-    group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules, base: str = "vLLM"
+    group: _Group,
+    vllm: symbols.Symbol,
+    npu_text: str,
+    npu_file: str,
+    symbol: str,
+    rules: Rules,
+    base: str = "vLLM",
+    since: bool = False,
 ) -> Port:
     """The port of ``group`` into ``symbol``: ``vllm`` is the method the GPU one is compared with (vLLM's, or the
-    GPU method of the series' release, named by ``base``)."""
+    GPU method of the series' release, named by ``base``, when ``since``)."""
     site = _site(group, vllm, npu_text, npu_file, symbol, rules)
     gunits, nunits, npu_lines = site.gunits, site.nunits, site.npu_lines
-    first, last, v_idx = _replaced(group, gunits, site.vunits)
+    n_keys = [u.key for u in nunits]
+    first, last, v_idx = _replaced(group, gunits, site.vunits, n_keys if since else None)
     upstream = [site.vunits[i].key for i in v_idx]
     before = [u.key for u in gunits if u.first < first]
     after = [u.key for u in gunits if u.first > last]
-    n_keys = [u.key for u in nunits]
     how = ""
     if upstream:
         hits = _run(upstream, n_keys)
@@ -516,7 +562,7 @@ def _against_since(
     if old is None or old.text == group.gpu.text:
         return ""
     try:
-        port = _place(group, old, npu_text, npu_file, symbol, rules, base=f"{since.label} GPU")
+        port = _place(group, old, npu_text, npu_file, symbol, rules, base=f"{since.label} GPU", since=True)
     except NotPlaced as exc:
         return f"against {since.label}'s GPU method: {exc}"
     how = f"updating the omni code of {since.label}'s {group.gpu.name}"

@@ -5,7 +5,9 @@ other methods of the GPU runners (omni-only ones such as ``_talker_mtp_forward``
 such as ``load_model``) have NPU counterparts that ported them at the series' release: :func:`changes_since` lists,
 for each such method that the GPU side changed since that release (:class:`~patch_queue.checks.gpu_ports.Since`)
 and that the NPU module's runner class overrides, every hunk of that change (the release's method, translated,
-against today's, compared by statement as the placement does).  :func:`patch_queue.checks.gpu_sync.sync` places
+against today's, compared by statement as the placement does), widened over the statements next to it that the GPU
+side had at that release already and the NPU method never got (the omni code the change builds on, e.g. the line
+binding what a new line reads).  :func:`patch_queue.checks.gpu_sync.sync` places
 each against the release's GPU method: the NPU method holds that code, so a hunk replaces the lines it replaced
 there.  Lines the GPU side only deleted are not deleted on NPU; a hunk whose statements the NPU method all holds is
 not listed.
@@ -13,13 +15,15 @@ not listed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ast
+import textwrap
+from collections.abc import Mapping, Sequence
 
 from patch_queue.checks import gpu_audit, gpu_sync
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import Since
+from patch_queue.checks.gpu_ports import Since, joined
 from patch_queue.checks.gpu_rules import Rules
-from patch_queue.merge import symbols
+from patch_queue.merge import anchors, symbols
 from patch_queue.series import adopt
 
 
@@ -53,10 +57,13 @@ def changes_since(
             new_units = gpu_sync.units([rules.translate(line) for line in new_lines])
             on_npu = {u.key for u in gpu_sync.units(owners[0].text.splitlines())}
             reason = f"{name} changed since {since.label}"
-            for tag, _i1, _i2, j1, j2 in gpu_sync.opcodes([u.key for u in old_units], [u.key for u in new_units]):
+            ops = gpu_sync.opcodes([u.key for u in old_units], [u.key for u in new_units])
+            unchanged = {j for tag, _i1, _i2, j1, j2 in ops if tag == "equal" for j in range(j1, j2)}
+            for tag, _i1, _i2, j1, j2 in ops:
                 keys = [u.key for u in new_units[j1:j2] if not gpu_audit._is_trivial(u.key)]
                 if tag == "equal" or j2 == j1 or all(k in on_npu for k in keys):
                     continue  # unchanged, only deleted on the GPU side, or on NPU already
+                j1, j2 = _widened(new_units, new_lines, j1, j2, unchanged, on_npu, owners[0].text)
                 first, last = new_units[j1].first, max(u.last for u in new_units[j1:j2])
                 lines = tuple(new_lines[first : last + 1])
                 change = GpuChange(
@@ -64,3 +71,67 @@ def changes_since(
                 )
                 out.append(change)
     return sorted(out, key=lambda c: (c.gpu_file, c.gpu_line))
+
+
+def _widened(
+    units: Sequence[gpu_sync._Unit],
+    lines: Sequence[str],
+    j1: int,
+    j2: int,
+    unchanged: set[int],
+    on_npu: set[str],
+    npu_method: str,
+) -> tuple[int, int]:
+    """Units [j1, j2) of a change widened over the statements next to it, in its block or deeper, that the GPU side
+    had at the release already and the NPU method never got (its omni code the change builds on: the new line
+    reads what they bind); blank lines and comments do not stop it.  A statement the NPU method holds, or holds
+    rewritten, does: one as like it as :func:`patch_queue.checks.gpu_sync.like`, one binding a local the NPU method
+    binds too (its own version of it), and a ``return`` or ``raise`` (the NPU method ends that path its own way)."""
+    try:
+        tree = ast.parse(textwrap.dedent(joined(lines)))
+    except SyntaxError:
+        return j1, j2
+    stmts = {n.lineno - 1: n for n in ast.walk(tree) if isinstance(n, ast.stmt)}
+    npu_locals = gpu_sync.bound_locals(npu_method)
+    indent = anchors.indent_of(lines[units[j1].first])
+
+    def lacking(j: int) -> bool:
+        u = units[j]
+        node = stmts.get(u.first)
+        return (
+            j in unchanged
+            and u.key not in on_npu
+            and not gpu_audit._is_trivial(u.key)
+            and anchors.indent_of(lines[u.first]) >= indent
+            and not isinstance(node, (ast.Return, ast.Raise))
+            and not (node is not None and _targets(node) & npu_locals)
+            and not any(gpu_sync.like(u.key, k) for k in on_npu)
+        )
+
+    while j1 > 0 and lacking(j1 - 1):
+        j1 -= 1
+    while j2 < len(units) and lacking(j2):
+        j2 += 1
+    return j1, j2
+
+
+def _targets(node: ast.stmt) -> set[str]:
+    """The locals a statement binds itself (assignment and loop targets, ``with ... as``; not its body's)."""
+    if isinstance(node, ast.Assign):
+        targets: list[ast.expr] = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    elif isinstance(node, (ast.With, ast.AsyncWith)):
+        targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+    else:
+        return set()
+    out: set[str] = set()
+    while targets:  # names, inside tuples and starred ones too; not the object of an attribute or subscript
+        t = targets.pop()
+        if isinstance(t, ast.Name):
+            out.add(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            targets += t.elts
+        elif isinstance(t, ast.Starred):
+            targets.append(t.value)
+    return out
