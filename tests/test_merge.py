@@ -1087,6 +1087,19 @@ def test_a_read_before_the_line_that_binds_it_grows_the_region() -> None:
     assert merge_checked.one_side(result.text, "theirs")[0] == theirs
 
 
+def test_the_same_change_in_another_layout_takes_upstreams_lines() -> None:
+    """Both sides deleted the same block; the patch left a blank line where upstream left none: one change,
+    resolved to upstream's lines and flagged, not a conflict."""
+    base = src("def f(a):", "    x = 1", "    if a:", "        g(a)", "        h(a)", "    return x")
+    ours = src("def f(a):", "    x = 1", "    return x")
+    theirs = src("def f(a):", "    x = 1", "", "    return x")
+    result = merge3(base, ours, theirs)
+    assert result.text == ours and result.clean
+    (flag,) = result.regions
+    assert flag.kind == "layout-only" and "both sides made the same change" in flag.message
+    assert (flag.ours, flag.theirs) == ("", "\n")
+
+
 def test_an_automatic_resolution_that_dropped_a_binding_becomes_a_region() -> None:
     """Upstream inserted `o0 = ...` among lines the patch rewrote (the patch's text is kept: kept-replacement)
     and reads `o0` further down: the resolution becomes a region with upstream's binding on its side, and the

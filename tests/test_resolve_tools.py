@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import stat
@@ -48,13 +49,40 @@ def test_resolve_one_region_by_side(adopted_030: Path, tmp_path: Path) -> None:
     assert region is not None and region.first == int(line)
     pq(proj, "resolve", "--both", f"{where}:{line}")
     assert (proj / where).read_text() == markers.resolve(text, region, [*region.upstream, *region.patch])
-    # a suggestion, written only when asked for
-    status = pq(proj, "status", check=3).stdout
-    tips = re.findall(r"suggestion: .*: `pq resolve (--\w+) (npu_worker/\w+\.py):(\d+)`", status)
-    assert tips, status
-    option, where, line = tips[0]
-    pq(proj, "resolve", option, f"{where}:{line}")
-    assert pq(proj, "status", check=3).stdout.count("conflict: ") == len(report["conflicts"]) - 3
+    assert pq(proj, "status", check=3).stdout.count("conflict: ") == len(report["conflicts"]) - 2
+
+
+def test_resolve_by_the_suggestion(adopted_030: Path, tmp_path: Path) -> None:
+    """Upstream renamed `scheduler_output` in `NPUModelRunner.execute_model` (the real pinned runner, renamed
+    here): where the omni patch changed those lines, the suggestion is the patch side renamed, written only
+    when asked for."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    runner = "vllm_ascend/worker/model_runner_v1.py"
+    text = git(proj, "show", f"refs/pq/base:.pq-upstream/{runner}")
+    method = next(
+        f
+        for c in ast.parse(text).body
+        if isinstance(c, ast.ClassDef) and c.name == "NPUModelRunner"
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == "execute_model"
+    )
+    lines = text.splitlines(keepends=True)
+    renamed = re.sub(r"\bscheduler_output\b", "sched_out", "".join(lines[method.lineno - 1 : method.end_lineno]))
+    folder = tmp_path / "upstream"
+    (folder / runner).parent.mkdir(parents=True)
+    (folder / runner).write_text("".join(lines[: method.lineno - 1]) + renamed + "".join(lines[method.end_lineno :]))
+    out = pq(proj, "refresh", "--no-stop", "--to", str(folder), check=3).stdout
+    tips = re.findall(r"suggestion: upstream only renamed .*: `pq resolve --suggested (npu_worker/\w+\.py):(\d+)`", out)
+    assert tips, out
+    where, line = tips[0]
+    before = (proj / where).read_text()
+    region = markers.region_at(before, int(line))
+    assert region is not None
+    conflicts = pq(proj, "status", check=3).stdout.count("conflict: ")
+    pq(proj, "resolve", "--suggested", f"{where}:{line}")
+    patch_side = re.sub(r"\bscheduler_output\b", "sched_out", "".join(region.patch))
+    assert (proj / where).read_text() == markers.resolve(before, region, patch_side.splitlines(keepends=True))
+    assert pq(proj, "status", check=3).stdout.count("conflict: ") == conflicts - 1
 
 
 def test_mergetool_runs_the_configured_tool(adopted_030: Path, tmp_path: Path) -> None:

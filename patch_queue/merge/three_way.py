@@ -16,7 +16,8 @@ follows from what the omni change is:
   its fences): they are kept once, upstream's copy.  Where both insert the same call written
   differently (``assert x`` vs ``if x:``), it is a conflict (``both-added-same``), never two copies.
 - **Layout-only changes yield.**  A side whose change is only layout (whitespace, line breaks,
-  trailing commas, comment wrapping) gives way to the other side's real change.
+  trailing commas, comment wrapping) gives way to the other side's real change; where both made the
+  same change in a different layout, upstream's lines are taken.
 - **Comment edits yield to code edits.**  The patch only changed comments where upstream changed
   code: upstream's code is taken and the dropped comment edit is listed (``comment-only``).
 - **Words merge.**  Both sides edited the same lines in different places of them: a word-level
@@ -427,6 +428,8 @@ def _decide(
         return "layout-only", "the omni patch only changed the layout of these lines; upstream's change is taken", o
     if _squash(o) == _squash(b):
         return "layout-only", "upstream only changed the layout of these lines; the omni text is kept", t
+    if _squash(o) == _squash(t):
+        return "layout-only", "both sides made the same change here, layout aside; upstream's lines are taken", o
     if _code(t) == _code(b) and _code(o) != _code(b):
         return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
     words = _word_merge(b, o, t)
