@@ -300,6 +300,19 @@ def test_a_port_inside_an_omni_block_adds_no_fences_of_its_own(old: str, new: st
     assert all(c.ported for c in gpu_audit.audit(gpu, _VLLM, {"npu_ar_model_runner.py": text}, _ASCEND))
 
 
+def test_a_port_over_one_fence_of_an_omni_block_is_not_placed() -> None:
+    # the GPU rewrites two statements an omni block of the NPU starts between: replacing them would drop its opening
+    # fence, leaving the closing one unpaired
+    gpu_body = _VLLM.split(":\n", 2)[2].replace("(attn_metadata)", "(attn_metadata, omni=True)")
+    gpu_body = gpu_body.replace("(hidden_states)", "(hidden_states, omni=True)")
+    npu_body = _VLLM.split(":\n", 2)[2].replace("        return", f"{_FENCE}        return") + _FENCE
+    assert anchors.parse_blocks("class A:\n    def f(self):\n" + npu_body)[1] == []
+    (unplaced,), text = _sync_small(gpu_body, npu_body)
+    assert isinstance(unplaced, gpu_ports.Unplaced), unplaced
+    assert unplaced.reason.endswith("it would replace one fence of the omni block at line 6, not both")
+    assert "omni=True" not in text
+
+
 def test_an_insertion_before_an_omni_block_goes_before_its_opening_fence() -> None:
     # the GPU statement before the change is the last NPU one before an omni block: the port goes between them
     npu_body = _GPU_BODY.replace(

@@ -25,7 +25,8 @@ one), and never guesses:
 4. **The port**: the translated hunk, re-indented by the NPU anchor's indentation, between two
    ``Omni-new`` fence lines at the indentation of its shallowest line; inside an omni block of the NPU method
    without fences of its own (the block marks it as omni already: fences there would nest, and the fence parser,
-   which pairs them in order, would read the block as two).  The module must still
+   which pairs them in order, would read the block as two); never over one fence of a block and not the other.  The
+   module must still
    parse, the port must not read a local name of the GPU method that the NPU method never binds, nor
    replace the code binding a local the rest of the NPU method still reads (either would raise
    ``NameError``), else the change is reported.
@@ -306,6 +307,9 @@ def _finish(site: _Site, start: int, end: int, body: list[str], raw: list[str], 
     """The port that writes ``body`` over the NPU method's rows [start, end), once it parses: fenced at the
     indentation of its shallowest line, unless an omni block holds those rows."""
     npu = site.npu
+    crossed = [s for s, e in site.blocks if (start <= s < end) != (start <= e < end)]
+    if crossed:
+        raise NotPlaced(f"it would replace one fence of the omni block at line {npu.start + crossed[0]}, not both")
     if site.inside(start, end):
         result = body
         how = "; ".join(w for w in (how, "inside an omni block, without fences of its own") if w)
