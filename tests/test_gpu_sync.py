@@ -16,6 +16,7 @@ from conftest import git, new_project, pq, push_to_bare
 
 from patch_queue.checks import gpu_helpers, gpu_ports, gpu_rules, gpu_sync
 from patch_queue.errors import QueueError
+from patch_queue.merge import anchors
 
 BASE_030 = "cf0baa38dfb2"
 
@@ -254,6 +255,78 @@ def test_a_change_where_the_npu_code_diverged_places_nothing() -> None:
         "the vLLM code it replaces (1 statement(s) from hidden_states = self.model(attn_metadata)) is nowhere in "
         "NPUARModelRunner.execute_model, and the NPU code where it goes is not like the code it replaces"
     )
+
+
+_FENCE = "        #  ---------- Omni-new ----------\n"
+_NPU_BLOCK = (  # an omni block of the NPU method around the model call
+    "        num_reqs = self.input_batch.num_reqs\n"
+    "        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)\n"
+    f"{_FENCE}        hidden_states = self.model(attn_metadata)\n"
+    f"        hidden_states = self._npu_post(hidden_states)\n{_FENCE}"
+    "        return self.sample(hidden_states)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (
+            "hidden_states = self.model(attn_metadata)\n",
+            "hidden_states = self.model(attn_metadata)\n        self._omni_hook(hidden_states)\n",
+        ),
+        ("self.model(attn_metadata)", "self.model(attn_metadata, omni=True)"),
+    ],
+    ids=["insertion", "replacement"],
+)
+def test_a_port_inside_an_omni_block_adds_no_fences_of_its_own(old: str, new: str) -> None:
+    from patch_queue.checks import gpu_audit
+
+    gpu_body = _VLLM.split(":\n", 2)[2].replace(old, new)
+    (port,), text = _sync_small(gpu_body, _NPU_BLOCK)
+    assert isinstance(port, gpu_ports.Port), port
+    assert "Omni-new" not in port.result and port.how.endswith("inside an omni block, without fences of its own")
+    assert text.splitlines()[port.line - 1] == port.result.splitlines()[0] and "self._npu_post(" in text
+    # the fence parser reads the one block it read before, with the port inside it
+    blocks, problems = anchors.parse_blocks(text)
+    assert problems == [] and len(blocks) == 1 and text.count("Omni-new") == 2
+    assert blocks[0].first == "hidden_states = self.model(attn_metadata" + (
+        ", omni=True)" if "omni=True" in new else ")"
+    )
+    assert blocks[0].start < port.line and port.line + len(port.result.splitlines()) <= blocks[0].end
+    # and the audit finds the change ported
+    gpu = {
+        "gpu_ar_model_runner.py": "class GPUARModelRunner:\n    def execute_model(self, scheduler_output):\n" + gpu_body
+    }
+    assert all(c.ported for c in gpu_audit.audit(gpu, _VLLM, {"npu_ar_model_runner.py": text}, _ASCEND))
+
+
+def test_a_port_over_one_fence_of_an_omni_block_is_not_placed() -> None:
+    # the GPU rewrites two statements an omni block of the NPU starts between: replacing them would drop its opening
+    # fence, leaving the closing one unpaired
+    gpu_body = _VLLM.split(":\n", 2)[2].replace("(attn_metadata)", "(attn_metadata, omni=True)")
+    gpu_body = gpu_body.replace("(hidden_states)", "(hidden_states, omni=True)")
+    npu_body = _VLLM.split(":\n", 2)[2].replace("        return", f"{_FENCE}        return") + _FENCE
+    assert anchors.parse_blocks("class A:\n    def f(self):\n" + npu_body)[1] == []
+    (unplaced,), text = _sync_small(gpu_body, npu_body)
+    assert isinstance(unplaced, gpu_ports.Unplaced), unplaced
+    assert unplaced.reason.endswith("it would replace one fence of the omni block at line 6, not both")
+    assert "omni=True" not in text
+
+
+def test_an_insertion_before_an_omni_block_goes_before_its_opening_fence() -> None:
+    # the GPU statement before the change is the last NPU one before an omni block: the port goes between them
+    npu_body = _GPU_BODY.replace(
+        "        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)\n",
+        f"{_FENCE}        self._npu_prepare(attn_metadata)\n{_FENCE}",
+    )
+    (port,), text = _sync_small(_GPU_BODY, npu_body)
+    assert isinstance(port, gpu_ports.Port) and port.how == "", port
+    blocks, problems = anchors.parse_blocks(text)
+    assert problems == [] and [b.first for b in blocks] == [
+        "self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)",
+        "self._npu_prepare(attn_metadata)",
+    ]
+    assert text.splitlines()[port.line - 2].strip().startswith("attn_metadata = self._build_attention_metadata(")
 
 
 _SINCE_OLD = """class OmniGPUModelRunner(GPUModelRunner):

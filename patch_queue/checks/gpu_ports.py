@@ -22,10 +22,10 @@ class Port:
     changes: tuple[GpuChange, ...]
     npu_file: str
     symbol: str  # Class.method on the NPU side
-    line: int  # 1-based: the opening fence in the new module text
+    line: int  # 1-based: the opening fence in the new module text (inside an omni block: its first line)
     gpu_hunk: str  # the GPU lines ported, as written
     replaced: str  # the NPU lines the port replaced ("" for an insertion)
-    result: str  # what was written, fences included
+    result: str  # what was written, fences included (none inside an omni block)
     text: str  # the whole new module
     missing_names: tuple[str, ...] = ()  # names of the GPU module the NPU module neither defines nor imports
     how: str = ""  # how it was placed, when not at verbatim anchors

@@ -23,7 +23,10 @@ one), and never guesses:
    method lacks (at either end: omni code the NPU side never got, brought along with the change) are inserted, not
    replaced.
 4. **The port**: the translated hunk, re-indented by the NPU anchor's indentation, between two
-   ``Omni-new`` fence lines at the indentation of its shallowest line.  The module must still
+   ``Omni-new`` fence lines at the indentation of its shallowest line; inside an omni block of the NPU method
+   without fences of its own (the block marks it as omni already: fences there would nest, and the fence parser,
+   which pairs them in order, would read the block as two); never over one fence of a block and not the other.  The
+   module must still
    parse, the port must not read a local name of the GPU method that the NPU method never binds, nor
    replace the code binding a local the rest of the NPU method still reads (either would raise
    ``NameError``), else the change is reported.
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -273,6 +277,18 @@ class _Site:
     def raw(self, first: int, last: int) -> list[str]:
         return self.group.gpu.text.splitlines()[first : last + 1]
 
+    @functools.cached_property
+    def blocks(self) -> list[tuple[int, int]]:
+        """The module's fenced omni blocks as the rows of their opening and closing fences, counted from the NPU
+        method's first line."""
+        found, _problems = anchors.parse_blocks(self.npu_text)
+        return [(b.start - self.npu.start, b.end - self.npu.start) for b in found if b.fenced]
+
+    def inside(self, start: int, end: int) -> bool:
+        """Whether rows [start, end) of the NPU method (when empty: the insertion point before ``start``) lie
+        inside an omni block."""
+        return any(s < start and end <= e for s, e in self.blocks)
+
 
 def _site(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, symbol: str, rules: Rules) -> _Site:
     npu = method_at(npu_text, npu_file, name=symbol)
@@ -287,9 +303,19 @@ def _site(group: _Group, vllm: symbols.Symbol, npu_text: str, npu_file: str, sym
     )  # fmt: skip
 
 
-def _finish(site: _Site, start: int, end: int, result: list[str], raw: list[str], how: str) -> Port:
-    """The port that writes ``result`` over the NPU method's rows [start, end), once it parses."""
+def _finish(site: _Site, start: int, end: int, body: list[str], raw: list[str], how: str) -> Port:
+    """The port that writes ``body`` over the NPU method's rows [start, end), once it parses: fenced at the
+    indentation of its shallowest line, unless an omni block holds those rows."""
     npu = site.npu
+    crossed = [s for s, e in site.blocks if (start <= s < end) != (start <= e < end)]
+    if crossed:
+        raise NotPlaced(f"it would replace one fence of the omni block at line {npu.start + crossed[0]}, not both")
+    if site.inside(start, end):
+        result = body
+        how = "; ".join(w for w in (how, "inside an omni block, without fences of its own") if w)
+    else:
+        fence = " " * min(anchors.indent_of(line) for line in body if line.strip()) + site.rules.fence
+        result = [fence, *body, fence]
     lines = site.npu_text.splitlines(keepends=True)
     new_text = "".join(lines[: npu.start - 1]) + joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]])
     new_text += "".join(lines[npu.end :])
@@ -297,7 +323,6 @@ def _finish(site: _Site, start: int, end: int, result: list[str], raw: list[str]
         ast.parse(new_text)
     except SyntaxError as exc:
         raise NotPlaced(f"the port does not parse ({exc.msg}, line {exc.lineno})") from None
-    fence = next(i for i, line in enumerate(result) if anchors.FENCE.match(line))
     rows = range(npu.start + start, npu.start + start + len(result))
     unbound = _unbound(new_text, rows, site.group.gpu.text)
     if unbound:
@@ -306,7 +331,7 @@ def _finish(site: _Site, start: int, end: int, result: list[str], raw: list[str]
     if lost:
         raise NotPlaced(f"it replaces the code binding {', '.join(lost)}, which the rest of {site.symbol} still reads")
     replaced = joined(site.npu_lines[start:end])
-    return Port(site.group.changes, site.npu_file, site.symbol, npu.start + start + fence, joined(raw), replaced,
+    return Port(site.group.changes, site.npu_file, site.symbol, npu.start + start, joined(raw), replaced,
                 joined(result), new_text, how=how)  # fmt: skip
 
 
@@ -426,14 +451,14 @@ def _place(
             raise NotPlaced(f"neither the GPU code before it nor the code after it is in {symbol}")
         if p is not None:
             start = nunits[p].last + 1
-            while start < len(npu_lines) and anchors.FENCE.match(npu_lines[start]):
+            while start < len(npu_lines) and start in {e for _s, e in site.blocks}:
                 start += 1  # after the closing fence of the omni block the anchor ends
             g_anchor, n_anchor = [u for u in gunits if u.first < first][-1].first, nunits[p].first
         else:
             assert q is not None
             start = nunits[q].first
-            while start > 0 and anchors.FENCE.match(npu_lines[start - 1]):
-                start -= 1
+            while start - 1 in {s for s, _e in site.blocks}:
+                start -= 1  # before the opening fence of the omni block the anchor starts
             g_anchor, n_anchor = next(u for u in gunits if u.first > last).first, nunits[q].first
         end = start
         keep = set()
@@ -441,8 +466,7 @@ def _place(
     raw = site.raw(first, last)
     delta = anchors.indent_of(npu_lines[n_anchor]) - anchors.indent_of(site.gpu_lines[g_anchor])
     body = [reindent(rules.translate(line), delta) for line in raw]
-    fence = " " * min(anchors.indent_of(line) for line in body if line.strip()) + rules.fence
-    return _finish(site, start, end, [fence, *body, fence], raw, how)
+    return _finish(site, start, end, body, raw, how)
 
 
 def _npu_match(site: _Site, key: str, lo: int = 0) -> int | None:
@@ -497,9 +521,8 @@ def _merge_between(site: _Site, first: int, last: int, why: str) -> Port:
     if not body or [line for line in body if line.strip()] == [line for line in ours if line.strip()]:
         raise NotPlaced(f"{why}, and merging it with the NPU code there changes nothing")
     _check_partial(site, first, last, set(range(p + 1, q)))
-    fence = " " * min(anchors.indent_of(line) for line in body if line.strip()) + site.rules.fence
     how = f"merged with the NPU code between {_shown(site, p)} and {_shown(site, q)}"
-    return _finish(site, start, end, [fence, *body, fence], site.raw(first, last), how)
+    return _finish(site, start, end, body, site.raw(first, last), how)
 
 
 def sync(

@@ -43,7 +43,7 @@ _PASSES = 4
 class Synced:
     patch: str  # the patch file holding the port
     port: Port
-    line: int  # 1-based: the opening fence in the final module
+    line: int  # 1-based: the port's line (its opening fence) in the final module
 
 
 @dataclass
@@ -139,7 +139,7 @@ def _slug(method: str) -> str:
 
 
 def _final_lines(ports: list[Port]) -> list[int]:
-    """Each port's opening fence in the final modules (later ports above it in its file shift it)."""
+    """Each port's line in the final modules (later ports above it in its file shift it)."""
     out = []
     for i, port in enumerate(ports):
         line = port.line
