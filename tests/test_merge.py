@@ -1172,6 +1172,16 @@ def test_a_call_upstream_moved_out_of_a_region_is_made_once_on_either_side() -> 
     assert merge_checked.one_side(result.text, "theirs")[0] == theirs
 
 
+def test_a_call_made_twice_around_a_nested_def_is_found() -> None:
+    """The copies of `s.go()` stand before and after a nested def of the method: still one method's calls."""
+    ours = src("def f(s):", "    s.go()", "    def g():", "        pass", "    return g")
+    theirs = src("def f(s):", "    def g():", "        pass", "    s.go()", "    return g")
+    merged = src("def f(s):", "    s.go()", "    def g():", "        pass", "    s.go()", "    return g")
+    (twice,) = merge_calls.made_twice(merged, ours, theirs)
+    assert (twice.scope, twice.code, twice.lines) == ("f", "s.go()", (2, 5))
+    assert merge_calls.made_twice(ours, ours, theirs) == []
+
+
 def _program(body: list[str]) -> str:
     return "def f(a):\n" + "".join(f"    {line}\n" for line in body)
 

@@ -12,6 +12,8 @@ grows regions so that the merge leaves none.
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,10 +64,48 @@ class Twice:
     lines: tuple[int, ...]  # 1-based lines of its copies in the merged text
 
 
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s")
+_CALL = re.compile(r"^(?:await)?[\w.]+(?:\[[^\]]*\])*\(")
+
+
+@functools.lru_cache(maxsize=32)
+def _call_lines(text: str) -> dict[str, Counter[str]]:
+    """For each ``def`` line of ``text`` (stripped), the lines after it (up to the next ``def`` indented no deeper:
+    a nested one is the method's own; a method after a function holds with it) that start a call statement,
+    whitespace dropped, counted: a cheap upper view of :func:`calls`, from the text alone."""
+    out: dict[str, Counter[str]] = {}
+    section: Counter[str] = Counter()
+    depth = -1
+    for line in text.splitlines():
+        if _DEF.match(line) and (depth < 0 or len(line) - len(line.lstrip()) <= depth):
+            section, depth = out.setdefault(line.strip(), Counter()), len(line) - len(line.lstrip())
+            continue
+        code = "".join(line.split())
+        if _CALL.match(code):
+            section[code] += 1
+    return out
+
+
+def _may_repeat(merged: str, inputs: list[str]) -> bool:
+    """Whether a side of ``merged`` holds some call line more often, after the same ``def`` line, than each of
+    ``inputs`` does: a method made to run a call twice does, when its copies are written alike (the formatter
+    writes them so; ``pq check`` reports any other)."""
+    before = [_call_lines(text) for text in inputs]
+    for view in markers.sides(merged).values():
+        for head, made in _call_lines(view).items():
+            for code, n in made.items():
+                if n > 1 and all(n > b.get(head, Counter())[code] for b in before):
+                    return True
+    return False
+
+
 def made_twice(merged: str, ours: str, theirs: str) -> list[Twice]:
     """The call statements a side of ``merged`` makes in a method more often than ``ours`` (each side of its
     own regions) and ``theirs`` both do, where both make it."""
-    inputs = [methods(text) for text in (*markers.sides(ours).values(), theirs)]
+    texts = [*markers.sides(ours).values(), theirs]
+    if not _may_repeat(merged, texts):
+        return []
+    inputs = [methods(text) for text in texts]
     out: list[Twice] = []
     for side, view in markers.sides(merged).items():
         where = markers.one_side(merged, side)[1]
@@ -76,5 +116,5 @@ def made_twice(merged: str, ours: str, theirs: str) -> list[Twice]:
             for code, n in sorted(made.items()):
                 if n > 1 and before[-1][code] and any(b[code] for b in before[:-1]):
                     if n > max(b[code] for b in before):
-                        out.append(Twice(side, scope, code, tuple(where[k - 1] for c, k in found if c == code)))
+                        out.append(Twice(side, scope, code, tuple(sorted(where[k - 1] for c, k in found if c == code))))
     return sorted(out)
