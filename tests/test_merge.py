@@ -1121,17 +1121,9 @@ def test_an_automatic_resolution_that_dropped_a_binding_becomes_a_region() -> No
 def test_a_region_that_only_reads_the_name_is_not_taken_for_its_binding() -> None:
     """Upstream renamed `v0` (its binding and its read), the patch inserted a read of `v0` next to another
     upstream change: the region grown for it is the one around the binding, not the one around the read."""
-    base = src("def f(a):", "    v0 = g(a)", "    v1 = g(v0)", "    v2 = g(v1)", "    v3 = g(v2)", "    return v3")
-    ours = src("def f(a):", "    w0 = g(a)", "    v1 = g(w0)", "    v2 = g(v1)", "    w3 = g(v2)", "    return w3")
-    theirs = src(
-        "def f(a):",
-        "    v0 = g(a)",
-        "    v1 = g(v0)",
-        "    v2 = g(v1)",
-        "    t0 = h(v0)",
-        "    v3 = g(v2)",
-        "    return v3",
-    )
+    base = _program(["v0 = g(a)", "v1 = g(v0)", "v2 = g(v1)", "v3 = g(v2)", "return v3"])
+    ours = _program(["w0 = g(a)", "v1 = g(w0)", "v2 = g(v1)", "w3 = g(v2)", "return w3"])
+    theirs = _program(["v0 = g(a)", "v1 = g(v0)", "v2 = g(v1)", "t0 = h(v0)", "v3 = g(v2)", "return v3"])
     result = merge_checked.merge3_checked(base, ours, theirs)
     assert unbound_reads(result.text, "v0") == []
     binder, reader = result.conflicts
