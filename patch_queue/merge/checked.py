@@ -88,12 +88,10 @@ def merge3_checked(
         growth.whole_statements()
     if ours != base and theirs != base:  # else the result is one side's text, whose names are its own
         before = (growth.grow, growth.result)
-        if growth.no_twice(ours, theirs):  # the copy grown may bind what other lines read: bound again
-            growth.bind_names(ours, theirs)
-            if binding.made_unbound(growth.result.text, ours, theirs) != []:
-                (growth.grow, growth.result), growth.ranges = before, []
-                growth.bind_names(ours, theirs)
-        else:
+        twice = growth.no_twice(ours, theirs)  # the copy grown may bind what other lines read
+        growth.bind_names(ours, theirs)
+        if twice and binding.made_unbound(growth.result.text, ours, theirs) != []:  # names first: taken back
+            (growth.grow, growth.result), growth.ranges = before, []
             growth.bind_names(ours, theirs)
     return _say_linked(growth.result, growth.ranges)
 
