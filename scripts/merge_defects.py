@@ -14,8 +14,8 @@ every conflict region taken in turn (upstream, patch):
   conflict region binds);
 - **calls made twice**: ``pq check``'s ``statement-duplicated`` rule, a call statement a method
   makes more often than both the old omni method and the new upstream method do;
-- the refresh's conflicts by kind, its ``import-added`` / ``import-stale`` / ``already-upstream``
-  flags, and the omni blocks before and after;
+- the refresh's conflicts by kind, its ``import-added`` / ``import-stale`` / ``api-replaced`` /
+  ``already-upstream`` flags, and the omni blocks before and after;
 - the size of the pull-request body the scheduled refresh would post (``report.markdown`` within its
   budget, in the characters GitHub counts) and of the whole report.
 
@@ -67,8 +67,10 @@ def measure(up: Upgrade, corpus: Path, work: Path) -> Json:
     row: Json = {
         "title": up.title,
         "conflicts": dict(sorted(Counter(str(c["kind"]) for c in data["conflicts"]).items())),
-        "flags": {k: sum(1 for f in data["flags"] if f["kind"] == k) for k in ("import-added", "import-stale")}
-        | {"already-upstream": sum(1 for f in data["flags"] if f["kind"] == "already-upstream")},
+        "flags": {
+            k: sum(1 for f in data["flags"] if f["kind"] == k)
+            for k in ("import-added", "import-stale", "api-replaced", "already-upstream")
+        },
         "blocks": [data["blocks"]["before"], data["blocks"]["after"]],
         "body": [
             body_report.github_chars(body_report.markdown(data, limit=lim)) for lim in (body_report.BODY_BUDGET, None)
@@ -91,16 +93,17 @@ def render(rows: Sequence[Json]) -> str:
     out = [
         "# Merge defects on the real upgrades",
         "",
-        "| upgrade | conflicts | import-added | import-stale | already-upstream | blocks | side | unparsable "
+        "| upgrade | conflicts | import-added | import-stale | api-replaced | already-upstream | blocks | side "
+        "| unparsable "
         "| undefined: upstream binds | undefined: upstream removed | undefined: other | calls made twice "
         f"| PR body chars (full report chars), budget {body_report.BODY_BUDGET:,} |",
-        "|---|---|--:|--:|--:|---|---|---|--:|--:|--:|--:|--:|",
+        "|---|---|--:|--:|--:|--:|---|---|---|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         conflicts = ", ".join(f"{k} {v}" for k, v in r["conflicts"].items()) or "0"
         for side in SIDES:
             s = r[side]
-            head = [r["title"], conflicts, *(str(r["flags"][k]) for k in r["flags"])] if side == SIDES[0] else [""] * 5
+            head = [r["title"], conflicts, *(str(r["flags"][k]) for k in r["flags"])] if side == SIDES[0] else [""] * 6
             blocks = f"{r['blocks'][0]} → {r['blocks'][1]}" if side == SIDES[0] else ""
             cells = [*head, blocks, side, ", ".join(s["unparsable"]) or "-"]
             cells += [str(len(s["undefined_upstream_binds"])), str(s["undefined_removed"]), str(s["undefined_other"])]

@@ -5,6 +5,8 @@ A text algorithm, not a repository: the one part of ``git/`` the pure core (``me
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pygit2
 
 Hunk = tuple[int, int, int, int]  # (old start, old count, new start, new count), 0-based
@@ -22,3 +24,14 @@ def line_hunks(old: bytes, new: bytes, *, patience: bool = False) -> list[Hunk]:
         new_start = h.new_start - 1 if h.new_lines else h.new_start
         out.append((old_start, h.old_lines, new_start, h.new_lines))
     return out
+
+
+def move_line(line: int, hunks: Sequence[Hunk]) -> int:
+    """1-based ``line`` of a text after the edit ``hunks`` (old start, old lines, new start, new lines, 0-based)."""
+    at = line
+    for old_start, old_lines, new_start, new_lines in hunks:
+        if line >= old_start + 1 + old_lines:
+            at += new_lines - old_lines
+        elif line >= old_start + 1:  # the edit rewrote the line itself: point at what replaced it
+            return new_start + 1
+    return at

@@ -41,6 +41,7 @@ KIND_ORDER = (
     "merged-words",
     "import-added",
     "import-stale",
+    "api-replaced",
     "gpu-synced",
     "gpu-unplaced",
 )

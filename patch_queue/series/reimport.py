@@ -25,13 +25,13 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from patch_queue.git.diff import Hunk, line_hunks
+from patch_queue.git.diff import Hunk, line_hunks, move_line
 from patch_queue.merge import markers
 from patch_queue.merge.symbols import parse_upstream
-from patch_queue.series import fmt
+from patch_queue.series import fmt, replaced
 from patch_queue.sources import cache
 
 ADDED = "import-added"
@@ -102,6 +102,12 @@ def bindings(text: str, module: str) -> Mapping[str, _Binding]:
     return out
 
 
+def rewrites(old_upstream: str, new_upstream: str, module: str) -> tuple[replaced.Replacement, ...]:
+    """Upstream's rewrites of the uses of the names its module ``module`` no longer binds (:func:`replaced.learn`)."""
+    removed = frozenset(bindings(old_upstream, module)) - frozenset(bindings(new_upstream, module))
+    return replaced.learn(old_upstream, new_upstream, removed) if removed else ()
+
+
 def _top(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
     """The statements of a module's top level, looking into ``try`` and ``if`` (not ``if TYPE_CHECKING``)."""
     for node in body:
@@ -135,13 +141,15 @@ def reconcile(
     omni: str = "",
     old_base: str = "",
     line_length: int = 120,
+    rules: Sequence[replaced.Replacement] = (),
 ) -> tuple[str, list[Change]]:
     """``text`` (a merged runner module, conflict regions allowed) with its imports reconciled with
     ``new_upstream`` (the text of the module ``upstream_module``).  ``old_upstream``: that module as the
     series knew it; ``omni``: the old series' final text of this runner, whose lines that are not
     ``old_upstream``'s are the omni code that may still use an import; ``old_base``: this runner
     before the patch in the old series.  A use the later patches will delete again does not count
-    (:func:`_deleted_again`).
+    (:func:`_deleted_again`).  ``rules``: upstream's rewrites of the names it removed
+    (:func:`patch_queue.series.replaced.learn`), applied first to the lines that still read them.
 
     The result is kept in the download cache by its inputs, the formatter binary and this code: a
     refresh of the same upgrade runs neither ruff nor the parses again.
@@ -156,6 +164,7 @@ def reconcile(
         omni,
         old_base,
         str(line_length),
+        repr(tuple(rules)),
     )
     hit = cache.derived_get("imports", key)
     if hit is not None:
@@ -166,7 +175,7 @@ def reconcile(
             ]
         except (ValueError, KeyError, TypeError):
             pass
-    out, changes = _reconcile(text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length)
+    out, changes = _reconcile(text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length, rules)
     cache.derived_put("imports", key, json.dumps({"text": out, "changes": [asdict(c) for c in changes]}).encode())
     return out, changes
 
@@ -174,7 +183,9 @@ def reconcile(
 @functools.lru_cache(maxsize=1)
 def _stamp() -> str:
     """What a reconciliation depends on besides its inputs: ruff and pq's code."""
-    return fmt.tool_stamp() + cache.code_stamp("series/reimport.py", "merge/markers.py", "git/diff.py")
+    return fmt.tool_stamp() + cache.code_stamp(
+        "series/reimport.py", "series/replaced.py", "merge/markers.py", "git/diff.py"
+    )
 
 
 def _reconcile(
@@ -185,6 +196,7 @@ def _reconcile(
     omni: str,
     old_base: str,
     line_length: int,
+    rules: Sequence[replaced.Replacement] = (),
 ) -> tuple[str, list[Change]]:
     views = sides(text)
     found = [fmt.lint(v, ("F821", "F401")) for v in views]
@@ -193,12 +205,36 @@ def _reconcile(
     undefined = any(lint.code == "F821" for f in found for lint in f or [])
     hunks = line_hunks(old_base.encode(), omni.encode()) if undefined else []  # the old series' deletions
     inside = _inside_regions(text) if undefined else [set[int]() for _ in views]
-    lints = [
-        lint
+    per_side = [
+        [
+            lint
+            for lint in f or []
+            if lint.code != "F821"
+            or lint.line in kept
+            or not _deleted_again(view.splitlines(), lint.line, old_base, hunks)
+        ]
         for view, f, kept in zip(views, found, inside, strict=True)
-        for lint in f or []
-        if lint.code != "F821" or lint.line in kept or not _deleted_again(view.splitlines(), lint.line, old_base, hunks)
     ]
+    lints = [lint for side in per_side for lint in side]
+    rewritten = replaced.carry(text, _reads(text, per_side, {r.name for r in rules}), rules) if rules else {}
+    if rewritten:  # rewritten as upstream did, then reconciled: the new expressions may need imports
+        lines = text.splitlines(keepends=True)
+        for number, (line, _used) in rewritten.items():
+            lines[number - 1] = line
+        carried = "".join(lines)
+        result, done = _reconcile(carried, new_upstream, old_upstream, upstream_module, omni, old_base, line_length)
+        hunks = line_hunks(carried.encode(), result.encode())
+        done += [
+            Change(
+                replaced.KIND,
+                move_line(k, hunks),
+                line,
+                tuple(r.name for r in used),
+                "; ".join(r.message() for r in used),
+            )
+            for k, (line, used) in rewritten.items()
+        ]
+        return result, sorted(done, key=lambda c: (c.line, c.kind, c.names))
     upstream = bindings(new_upstream, upstream_module)
     own = _statements(views[0], text)
     add: dict[str, list[str]] = {}  # module -> aliases ("name" or "origin as name") to import from it
@@ -272,6 +308,18 @@ def _reconcile(
     out += lines[pos - 1 :]
     changes = [replace(c, line=follow(c.line)) if c.kind == STALE else c for c in changes]
     return "".join(out), sorted(changes, key=lambda c: (c.line, c.kind, c.names))
+
+
+def _reads(text: str, per_side: Sequence[Sequence[fmt.Lint]], names: Collection[str]) -> dict[int, set[str]]:
+    """The 1-based lines of ``text`` where a side of it reads one of ``names`` undefined (``per_side``: the
+    F821 lints of each of :func:`sides`' views), with the names each reads."""
+    maps = [markers.one_side(text, side)[1] for side in ("ours", "theirs")[: len(per_side)]]
+    out: dict[int, set[str]] = {}
+    for where, lints in zip(maps, per_side, strict=True):
+        for lint in lints:
+            if lint.code == "F821" and lint.name in names:
+                out.setdefault(where[lint.line - 1], set()).add(lint.name)
+    return out
 
 
 def _inside_regions(text: str) -> list[set[int]]:

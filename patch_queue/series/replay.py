@@ -19,9 +19,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from patch_queue.git.diff import line_hunks
+from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import checked, window
+from patch_queue.merge import checked, markers, window
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
 from patch_queue.series import reimport, stack
@@ -181,7 +181,8 @@ def replay_patch(
             result = _reimport(repo, imports, path, upstream, result, p_files, n_files, name, flags, stale=skeleton)
             if result != before:
                 hunks = line_hunks(before, result)
-                conflicts[:] = [moved(f, hunks) if f.file == path else f for f in conflicts]
+                text = result.decode("utf-8", "replace")
+                conflicts[:] = [_resided(moved(f, hunks), text) if f.file == path else f for f in conflicts]
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, replace(info, message=relabel(info.message, labels)))
@@ -224,15 +225,18 @@ def _reimport(
     if new_up is None:
         return merged
     omni = repo.read_tree(repo.commit_info(imports.old_top).tree).get(path, b"")
+    module = upstream.removesuffix(".py").replace("/", ".")
     try:
+        rules = () if old_up is None else reimport.rewrites(old_up.decode("utf-8"), new_up.decode("utf-8"), module)
         text, changes = reimport.reconcile(
             merged.decode("utf-8"),
             new_upstream=new_up.decode("utf-8"),
             old_upstream=None if old_up is None or not stale else old_up.decode("utf-8"),
-            upstream_module=upstream.removesuffix(".py").replace("/", "."),
+            upstream_module=module,
             omni=omni.decode("utf-8"),
             old_base=p_files.get(path, b"").decode("utf-8"),
             line_length=imports.line_length,
+            rules=rules,
         )
     except UnicodeDecodeError:
         return merged
@@ -390,23 +394,21 @@ def follow_lines(repo: ProjectRepo, findings: list[Conflict], old_commit: str, n
     return [moved(f, hunks[f.file]) if f.file in hunks else f for f in findings]
 
 
+def _resided(conflict: Conflict, text: str) -> Conflict:
+    """``conflict`` with its upstream and patch sides read again from its region in ``text`` (the import step
+    rewrites lines that read a name upstream removed, on either side)."""
+    region = markers.region_at(text, conflict.line or 0) if conflict.theirs is not None else None
+    if region is None or region.first != conflict.line:
+        return conflict
+    return replace(conflict, ours="".join(region.upstream), theirs="".join(region.patch))
+
+
 def moved(finding: Conflict, hunks: list[tuple[int, int, int, int]]) -> Conflict:
     """``finding`` with its line (and its omni block's) where they are after the edit ``hunks`` describe."""
     anchor = finding.anchor
     if anchor is not None and anchor.line is not None:
         anchor = replace(anchor, line=move_line(anchor.line, hunks))
     return replace(finding, line=move_line(finding.line or 0, hunks), anchor=anchor)
-
-
-def move_line(line: int, hunks: list[tuple[int, int, int, int]]) -> int:
-    """1-based ``line`` of a text after the edit ``hunks`` (old start, old lines, new start, new lines, 0-based)."""
-    at = line
-    for old_start, old_lines, new_start, new_lines in hunks:
-        if line >= old_start + 1 + old_lines:
-            at += new_lines - old_lines
-        elif line >= old_start + 1:  # the edit rewrote the line itself: point at what replaced it
-            return new_start + 1
-    return at
 
 
 def _blocks(lines: list[bytes], theirs: str | None = None) -> list[tuple[int, int]]:
