@@ -95,7 +95,20 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     assert names == [n for n in (proj / "patches" / "series").read_text().split() if n.endswith(".patch")]
     assert {p["status"] for p in data["patches"]} <= {"modified", "conflict", "unchanged", "empty"}
     assert data["conflicts"], "this upgrade is known to conflict"
-    keys = {"patch", "file", "line", "symbol", "kind", "message", "anchor", "sides", "culprits", "reused", "key"}
+    keys = {
+        "patch",
+        "file",
+        "line",
+        "symbol",
+        "kind",
+        "message",
+        "anchor",
+        "sides",
+        "culprits",
+        "reused",
+        "key",
+        "links",
+    }
     for c in data["conflicts"]:
         assert set(c) == keys | {"explanation"}, c
         assert c["explanation"]["upstream"] and c["explanation"]["block"], c

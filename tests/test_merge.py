@@ -1240,3 +1240,29 @@ def test_a_name_the_patch_itself_leaves_unbound_grows_nothing() -> None:
     theirs = src("def f(a):", "    x = 2", "    y = 1", "    z = 1", "    return missing")
     plain, result = merge3(base, ours, theirs), merge_checked.merge3_checked(base, ours, theirs)
     assert result.text == plain.text and result.conflicts == plain.conflicts
+
+
+def test_regions_of_one_function_that_share_a_name_go_together() -> None:
+    """Upstream binds `x` where the omni patch changed the lines, and reads it further down, where the patch
+    changed the lines too: two regions, taking different sides of them reads `x` unbound, so both carry the
+    link `name:x` and say so.  A nested def between them does not make them two functions."""
+    base = (
+        "class R:\n    def f(self):\n        if self.a:\n            v = 1\n        one = 1\n        two = 2\n"
+        "        three = 3\n\n        def inner():\n            return 1\n\n        if self.b:\n            print(w)\n"
+    )
+    ours = base.replace("v = 1", "x = self.compute()").replace("print(w)", "print(x)")
+    theirs = base.replace("v = 1", "v = 2").replace("print(w)", "print(w, 1)")
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    conflicts = [r for r in result.regions if r.conflict]
+    assert [c.links for c in conflicts] == [("name:x",), ("name:x",)]
+    assert all(
+        c.message.endswith("goes with the other regions that name `x`: take the same side in each") for c in conflicts
+    )
+    # in two functions, the same name is two locals: no link
+    apart = base.replace("\n        def inner():\n            return 1\n", "\n    def g(self):\n")
+    result = merge_checked.merge3_checked(
+        apart,
+        apart.replace("v = 1", "x = self.compute()").replace("print(w)", "print(x)"),
+        apart.replace("v = 1", "v = 2").replace("print(w)", "print(w, 1)"),
+    )
+    assert compile(apart, "apart", "exec") and [c.links for c in result.regions if c.conflict] == [(), ()]

@@ -12,6 +12,7 @@ from pathlib import Path
 from conftest import copy_project, git, pq
 
 from patch_queue.merge import markers
+from patch_queue.series import fmt
 
 RC2 = "vllm-ascend==0.30.0rc2"
 CONFLICT = re.compile(r"^conflict: (npu_worker/\w+\.py):(\d+) ", re.MULTILINE)
@@ -26,7 +27,7 @@ def refreshed(adopted: Path, dst: Path) -> Path:
 def test_resolve_one_region_by_side(adopted_030: Path, tmp_path: Path) -> None:
     proj = refreshed(adopted_030, tmp_path / "p")
     report = json.loads((proj / "r.json").read_text())
-    first = report["conflicts"][0]
+    first = next(c for c in report["conflicts"] if not c["links"])  # a region that goes with no other
     path = proj / "npu_worker" / first["file"]
     before = path.read_text()
     region = markers.region_at(before, first["line"])
@@ -41,15 +42,62 @@ def test_resolve_one_region_by_side(adopted_030: Path, tmp_path: Path) -> None:
     assert bad.stderr == f"pq: error: no conflict region at npu_worker/{first['file']}:{first['line']}\n"
     assert path.read_text() == after
     assert pq(proj, "resolve", "--upstream", "--patch", "x.py:1", check=1).stderr.count("\n") == 1
-    # the lines `pq status` prints now are the regions' lines on disk: resolve the next one there, both sides
+    # the lines `pq status` prints now are the regions' lines on disk: resolve one there, both sides
     status = pq(proj, "status", check=3).stdout
-    where, line = CONFLICT.findall(status)[0]
+    where, line = CONFLICT.findall(status)[-1]
     text = (proj / where).read_text()
     region = markers.region_at(text, int(line))
     assert region is not None and region.first == int(line)
     pq(proj, "resolve", "--both", f"{where}:{line}")
     assert (proj / where).read_text() == markers.resolve(text, region, [*region.upstream, *region.patch])
     assert pq(proj, "status", check=3).stdout.count("conflict: ") == len(report["conflicts"]) - 2
+
+
+def _undefined(folder: Path) -> list[str]:
+    return [
+        f"{p.name}:{x.line}:{x.name}"
+        for p in sorted(folder.glob("*.py"))
+        for x in fmt.lint(p.read_text(), ("F821",)) or []
+    ]
+
+
+def test_regions_that_go_together_are_resolved_together(adopted_030: Path, tmp_path: Path) -> None:
+    """Regions of one patch's merge where one binds a name on one side only and another reads it (or where each
+    may make one call) go together: `pq resolve --upstream|--patch` takes the same side in each and says where
+    they are; `--alone` takes only the one.  Every conflict resolved so, the two sides taken in turn, leaves no
+    undefined name, whichever side comes first (taking the sides region by region does not)."""
+    proj = refreshed(adopted_030, tmp_path / "p")
+    conflicts = json.loads((proj / "r.json").read_text())["conflicts"]
+    first = next(c for c in conflicts if c["links"])
+    partners = [
+        c
+        for c in conflicts
+        if c is not first
+        and (c["patch"], c["file"]) == (first["patch"], first["file"])
+        and set(c["links"]) & set(first["links"])
+    ]
+    assert partners
+    where = f"npu_worker/{first['file']}:{first['line']}"
+    alone = copy_project(proj, tmp_path / "alone")
+    assert "also resolved" not in pq(alone, "resolve", "--upstream", "--alone", where).stdout
+    assert pq(alone, "status", check=3).stdout.count("conflict: ") == len(conflicts) - 1
+    out = pq(proj, "resolve", "--upstream", where).stdout.splitlines()
+    assert out[1].startswith(f"also resolved with the upstream side, as they go with it: npu_worker/{first['file']}:")
+    assert pq(proj, "status", check=3).stdout.count("conflict: ") <= len(conflicts) - 1 - len(partners)
+    for start, project in ((1, proj), (0, copy_project(proj, tmp_path / "q"))):
+        side, steps = start, 1
+        while found := CONFLICT.findall(pq(project, "status", check=None).stdout):
+            pq(project, "resolve", ("--upstream", "--patch")[side % 2], ":".join(found[0]))
+            side, steps = side + 1, steps + 1
+        assert steps < len(conflicts)
+        assert _undefined(project / "npu_worker") == []
+    # region by region, upstream and patch in turn from the first: a name bound on one side only is read unbound
+    one = copy_project(alone, tmp_path / "one")
+    side = 1
+    while found := CONFLICT.findall(pq(one, "status", check=None).stdout):
+        pq(one, "resolve", ("--upstream", "--patch")[side % 2], "--alone", ":".join(found[0]))
+        side += 1
+    assert _undefined(one / "npu_worker") != []
 
 
 def test_resolve_by_the_suggestion(adopted_030: Path, tmp_path: Path) -> None:

@@ -360,8 +360,12 @@ def resolve_(
     patch_side: Annotated[bool, typer.Option("--patch", help="keep the patch's side")] = False,
     both: Annotated[bool, typer.Option("--both", help="keep upstream's lines, then the patch's (git's union)")] = False,
     suggested: Annotated[bool, typer.Option("--suggested", help="write the refresh's suggested resolution")] = False,
+    alone: Annotated[
+        bool, typer.Option("--alone", help="not the regions that go with it (--upstream, --patch take them too)")
+    ] = False,
 ) -> None:
-    """Resolve the one conflict region at FILE:LINE in npu_worker/ to one side (the others: `pq mergetool`)."""
+    """Resolve the one conflict region at FILE:LINE in npu_worker/ to one side (the others: `pq mergetool`);
+    with --upstream or --patch also the regions of the refresh that go with it (a name, a call)."""
     from patch_queue.commands import resolve
 
     sides = {"upstream": upstream_side, "patch": patch_side, "both": both, "suggested": suggested}
@@ -370,11 +374,14 @@ def resolve_(
         err("error: give one of --upstream, --patch, --both, --suggested")
         raise typer.Exit(EXIT_ERROR)
     with locked("resolve") as ws:
-        done = resolve.do_resolve(ws, where, chosen[0])
+        done = resolve.do_resolve(ws, where, chosen[0], alone=alone)
     typer.echo(
         f"resolved {done.path}:{done.first}-{done.last} with the {chosen[0]} side ({done.lines} line(s)); "
         f"{done.left} conflict region(s) left in the file"
     )
+    if done.linked:
+        at = ", ".join(f"{done.path}:{line}" for line in done.linked)
+        typer.echo(f"also resolved with the {chosen[0]} side, as they go with it: {at} (--alone: not them)")
 
 
 @command()

@@ -256,6 +256,7 @@ class Resolved:
     last: int
     lines: int  # written in the region's place
     left: int  # regions left in the file
+    linked: tuple[int, ...] = ()  # where the regions that go with it, resolved to the same side, now begin
 
 
 def _conflicted_file(ws: Workspace, where: str) -> tuple[Path, int]:
@@ -269,9 +270,10 @@ def _conflicted_file(ws: Workspace, where: str) -> tuple[Path, int]:
     raise QueueError(f"no such file in {ws.rel(ws.out)}/: {name}")
 
 
-def do_resolve(ws: Workspace, where: str, side: str) -> Resolved:
+def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> Resolved:
     """Resolve the one diff3 region at ``where`` (FILE:LINE) to ``side`` (upstream, patch, both, or suggested:
-    the suggestion of the refresh for that conflict)."""
+    the suggestion of the refresh for that conflict).  With ``upstream`` or ``patch``, unless ``alone``, the
+    regions of the refresh that go with it (:func:`_linked`) are resolved to the same side."""
     path, line = _conflicted_file(ws, where)
     text = path.read_text(encoding="utf-8")
     region = markers.region_at(text, line)
@@ -279,9 +281,42 @@ def do_resolve(ws: Workspace, where: str, side: str) -> Resolved:
     if region is None:
         raise QueueError(f"no conflict region at {shown}")
     lines = _suggestion(ws, path, region) if side == "suggested" else region.side(side)
-    after = markers.resolve(text, region, lines)
+    others = [] if alone or side not in ("upstream", "patch") else _linked(ws, path, text, region)
+    written = {region.first: lines} | {r.first: r.side(side) for r in others}
+    after = text
+    for r in sorted([region, *others], key=lambda r: r.first, reverse=True):
+        after = markers.resolve(after, r, written[r.first])
     atomic_write(path, after.encode("utf-8"))
-    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)))
+
+    def now(first: int) -> int:  # where the lines written for the region at ``first`` begin
+        above = [r for r in [region, *others] if r.first < first]
+        return first + sum(len(written[r.first]) - (r.last - r.first + 1) for r in above)
+
+    linked = tuple(now(r.first) for r in sorted(others, key=lambda r: r.first))
+    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)), linked)
+
+
+def _linked(ws: Workspace, path: Path, text: str, region: markers.Region) -> list[markers.Region]:
+    """The other regions of ``text`` whose conflicts go with the one at ``region`` (the same patch, a link in
+    common, or in common with one that does: :attr:`Conflict.links`); none outside a refresh."""
+    state = refresh_state.load(ws)
+    if state is None:
+        return []
+    rel = path.relative_to(ws.out).as_posix()
+    here = [c for c in on_disk(ws, state.done[-1][1], list(state.conflicts)) if c.file == rel]
+    me = next((c for c in here if c.line == region.first), None)
+    if me is None or not me.links:
+        return []
+    group, links = {region.first}, set(me.links)
+    grew = True
+    while grew:
+        grew = False
+        for c in here:
+            if c.patch == me.patch and c.line not in group and links & set(c.links):
+                group.add(c.line or 0)
+                links |= set(c.links)
+                grew = True
+    return [r for r in markers.regions(text) if r.first in group and r.first != region.first]
 
 
 def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> list[str]:

@@ -270,6 +270,26 @@ def bound_in(lines: str | None, name: str) -> bool:
     return bool(_binding_lines(tree, name))
 
 
+def bound_names(lines: str) -> frozenset[str]:
+    """The names ``lines`` (a region's side) bind, as :func:`bound_in` tells; parsed once when they parse alone."""
+    words = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)", lines))
+    try:
+        tree = ast.parse(textwrap.dedent(lines))
+    except SyntaxError:
+        return frozenset(w for w in words if bound_in(lines, w))
+    found: set[str] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            found.add(n.id)
+        elif isinstance(n, ast.arg):
+            found.add(n.arg)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.ExceptHandler) and n.name:
+            found.add(n.name)
+        elif isinstance(n, ast.alias):
+            found.add(n.asname or n.name.split(".")[0])
+    return frozenset(found & words)
+
+
 def base_lines(base: str, view: str, *, inserted: bool = False) -> Callable[[int], tuple[int, int]]:
     """For a 1-based line of ``view`` (a text made from ``base``), the 0-based base lines [lo, hi) a region
     must cover to hold it: the line itself, or the base lines it replaced, or the base line it was inserted

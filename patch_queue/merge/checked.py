@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from patch_queue.merge import binding, calls
+from patch_queue.merge import binding, calls, markers
 from patch_queue.merge.conflict import Conflict
 from patch_queue.merge.markers import inside, one_side
 from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
@@ -314,9 +316,7 @@ class _Linked:
 
 def _say_linked(result: MergeResult, ranges: list[_Linked]) -> MergeResult:
     """``result`` with the message of each region grown for names or calls saying which, and, where regions go
-    together, that they do."""
-    if not ranges:
-        return result
+    together (:attr:`Conflict.links`: grown apart for one name or call, or :func:`_name_links`), that they do."""
 
     def meets(r: _Linked, span: tuple[int, int]) -> bool:  # an empty range meets what is at its place
         return r.lo <= max(span[1] - 1, span[0]) and span[0] <= max(r.hi - 1, r.lo)
@@ -324,20 +324,70 @@ def _say_linked(result: MergeResult, ranges: list[_Linked]) -> MergeResult:
     def said(texts: set[str]) -> str:
         return ", ".join(f"`{t.splitlines()[0]}`" for t in sorted(texts))
 
+    found = {
+        r.group: [x for x in ranges if meets(x, span)]
+        for r in result.regions
+        if r.conflict and (span := result.spans.get(r.group)) is not None
+    }
+    # a link holds regions together only when two regions or more share it
+    shared = Counter(label for xs in found.values() for label in {f"{x.what}:{x.text}" for x in xs if not x.whole})
+    extra = _name_links(result)
     regions: list[Conflict] = []
     for r in result.regions:
-        span = result.spans.get(r.group)
-        found = [x for x in ranges if r.conflict and span is not None and meets(x, span)]
-        if found:
-            message = r.message.split("; widened")[0]
-            whole = {x.text for x in found if x.whole}
-            names = {x.text for x in found if not x.whole and x.what == "name"} - whole
-            made = {x.text for x in found if x.what == "call"}
-            if whole:
-                message += f"; widened so that either side parses and binds what it reads ({said(whole)})"
-            apart = [f"that name {said(names)}"] * bool(names) + [f"that make the call {said(made)}"] * bool(made)
-            if apart:
-                message += f"; goes with the other regions {' and '.join(apart)}: take the same side in each"
-            r = replace(r, message=message)
-        regions.append(r)
+        xs = found.get(r.group, [])
+        labels = {f"{x.what}:{x.text}" for x in xs if not x.whole and shared[f"{x.what}:{x.text}"] > 1}
+        labels |= extra.get(r.group, set())
+        if not xs and not labels:
+            regions.append(r)
+            continue
+        message = r.message.split("; widened")[0]
+        names = {label[5:] for label in labels if label.startswith("name:")}
+        made = {label[5:] for label in labels if label.startswith("call:")}
+        whole = {x.text for x in xs if x.what == "name"} - names
+        if whole:
+            message += f"; widened so that either side parses and binds what it reads ({said(whole)})"
+        told = [f"that name {said(names)}"] * bool(names) + [f"that make the call {said(made)}"] * bool(made)
+        if told:
+            message += f"; goes with the other regions {' and '.join(told)}: take the same side in each"
+        regions.append(replace(r, message=message, links=tuple(sorted(labels))))
     return MergeResult(result.text, regions, result.spans)
+
+
+_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s")
+_READ = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
+
+
+def _name_links(result: MergeResult) -> dict[int, set[str]]:
+    """For each conflict region (by group), ``name:x`` for each other region of the same function it goes with:
+    one of the two binds ``x`` on one side only and the other names it, so taking different sides of the two
+    may leave ``x`` unbound (a ``NameError``) or read another value than either side meant."""
+    conflicts = [r for r in result.regions if r.conflict and r.ours is not None and r.theirs is not None and r.line]
+    if len(conflicts) < 2:
+        return {}
+    lines = result.text.splitlines()
+
+    def function(r: Conflict) -> int:  # the line of the ``def`` the region is in (-1: the module's top level)
+        code = next((x for x in f"{r.ours}{r.theirs}".splitlines() if x.strip()), "")
+        floor = len(code) - len(code.lstrip())  # a def holds the region when every line since is deeper
+        for k in range((r.line or 1) - 2, -1, -1):
+            line = lines[k]
+            if not line.strip() or line.lstrip().startswith("#") or markers.MARKER.match(line):
+                continue
+            indent = len(line) - len(line.lstrip())
+            if indent < floor and _DEF.match(line):
+                return k
+            floor = min(floor, indent)
+        return -1
+
+    seen = [
+        (r.group, function(r), binding.bound_names(r.ours or "") ^ binding.bound_names(r.theirs or ""))
+        for r in conflicts
+    ]
+    named = {r.group: set(_READ.findall(f"{r.ours}{r.theirs}")) for r in conflicts}
+    out: dict[int, set[str]] = {}
+    for group, where, one_sided in seen:
+        for other, there, _ in seen:
+            for name in one_sided & named[other] if other != group and there == where else ():
+                out.setdefault(group, set()).add(f"name:{name}")
+                out.setdefault(other, set()).add(f"name:{name}")
+    return out

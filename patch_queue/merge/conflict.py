@@ -65,6 +65,9 @@ class Conflict:
     file: str = ""
     symbol: str = ""  # Class.method (or top-level name) enclosing the region, "" at module level
     culprits: tuple[Culprit, ...] = ()
+    # the regions of one merge (patch and file) that share a link go together: take the same side in each;
+    # ``name:x`` (one binds ``x``, another reads it), ``call:c`` (each may make the call ``c``)
+    links: tuple[str, ...] = ()
 
     @property
     def sides(self) -> dict[str, str]:
@@ -86,6 +89,7 @@ class Conflict:
             "culprits": [c.as_json() for c in self.culprits],
             "reused": self.reused,
             "key": self.key,
+            "links": list(self.links),
         }
         if not report:
             data["conflict"] = self.conflict
@@ -128,6 +132,7 @@ class Conflict:
             file=string(data, "file", where),
             symbol=string(data, "symbol", where),
             culprits=tuple(culprits),
+            links=tuple(_strings(data, "links", where)),
         )
 
 
@@ -171,3 +176,11 @@ def mapping(value: object, where: str) -> Mapping[str, object]:
 
 def listing(data: Mapping[str, object], key: str, where: str) -> list[object]:
     return _read(data, key, where, list, "a list") or []
+
+
+def _strings(data: Mapping[str, object], key: str, where: str) -> list[str]:
+    items = listing(data, key, where)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise wrong(f"{where}.{key}[{i}]", "a string", item)
+    return [str(item) for item in items]

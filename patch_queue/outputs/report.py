@@ -174,7 +174,8 @@ def markdown(
         ENTRY = {"patch", "file" (relative to out), "line" (1-based), "symbol", "kind", "message",
                  "anchor": {"index", "line", "text"} | null,
                  "culprits": [{"commit", "subject", "pr", "date"}],
-                 "sides": {"base", "upstream", "patch"}, "resolution" (flags), "reused",
+                 "sides": {"base", "upstream", "patch"}, "resolution" (flags), "reused", "key",
+                 "links": ["name:x" | "call:c"] (regions of the same patch and file sharing one go together),
                  "explanation" (conflicts): {"upstream": what upstream changed, "block": the omni block,
                                              "suggestion": {"side", "reason", "text"} | null}}
 
