@@ -141,15 +141,15 @@ class NPUModelRunner:
 def test_upstreams_rewrites_of_a_removed_api_are_learnt() -> None:
     """The expression around a removed name that upstream rewrote the same way in two lines or more (a line
     whose argument changed as well counts); a call it dropped, or rewrote once, teaches nothing."""
-    rules = reimport.rewrites(OLD_API, NEW_API, UP)
+    rules = reimport.api_rewrites(OLD_API, NEW_API, UP)
     assert [(r.name, r.old, r.new, r.seen) for r in rules] == [("Timer", "Timer().capture", "record", 3)]
     assert rules[0].apply('    with Timer().capture("x"), MyTimer().capture(1):\n') == (
         '    with record("x"), MyTimer().capture(1):\n'
     )
     # rewritten two ways: no rule
     two_ways = NEW_API.replace('record("forward")', 'trace("forward")').replace('record("sample_token")', "trace(1)")
-    assert reimport.rewrites(OLD_API, two_ways, UP) == ()
-    assert reimport.rewrites(OLD_API, OLD_API, UP) == ()
+    assert reimport.api_rewrites(OLD_API, two_ways, UP) == ()
+    assert reimport.api_rewrites(OLD_API, OLD_API, UP) == ()
 
 
 def test_a_conflicts_patch_side_that_reads_a_removed_api_is_rewritten_as_upstream_did() -> None:
@@ -179,9 +179,8 @@ class R:
 def omni():
     pass
 """
-    rules = reimport.rewrites(OLD_API, NEW_API, UP)
     out, changes = reimport.reconcile(
-        runner, new_upstream=NEW_API, old_upstream=OLD_API, upstream_module=UP, omni=runner, rules=rules
+        runner, new_upstream=NEW_API, old_upstream=OLD_API, upstream_module=UP, omni=runner, rewrite_from=OLD_API
     )
     replaced = [(c.line, c.text.strip()) for c in changes if c.kind == "api-replaced"]
     lines = out.splitlines()

@@ -102,7 +102,7 @@ def bindings(text: str, module: str) -> Mapping[str, _Binding]:
     return out
 
 
-def rewrites(old_upstream: str, new_upstream: str, module: str) -> tuple[replaced.Replacement, ...]:
+def api_rewrites(old_upstream: str, new_upstream: str, module: str) -> tuple[replaced.Replacement, ...]:
     """Upstream's rewrites of the uses of the names its module ``module`` no longer binds (:func:`replaced.learn`)."""
     removed = frozenset(bindings(old_upstream, module)) - frozenset(bindings(new_upstream, module))
     return replaced.learn(old_upstream, new_upstream, removed) if removed else ()
@@ -141,15 +141,15 @@ def reconcile(
     omni: str = "",
     old_base: str = "",
     line_length: int = 120,
-    rules: Sequence[replaced.Replacement] = (),
+    rewrite_from: str | None = None,
 ) -> tuple[str, list[Change]]:
     """``text`` (a merged runner module, conflict regions allowed) with its imports reconciled with
     ``new_upstream`` (the text of the module ``upstream_module``).  ``old_upstream``: that module as the
     series knew it; ``omni``: the old series' final text of this runner, whose lines that are not
     ``old_upstream``'s are the omni code that may still use an import; ``old_base``: this runner
     before the patch in the old series.  A use the later patches will delete again does not count
-    (:func:`_deleted_again`).  ``rules``: upstream's rewrites of the names it removed
-    (:func:`patch_queue.series.replaced.learn`), applied first to the lines that still read them.
+    (:func:`_deleted_again`).  ``rewrite_from``: the old upstream module, whose rewrites of the names
+    the new one no longer binds (:func:`api_rewrites`) are applied first to the lines that still read them.
 
     The result is kept in the download cache by its inputs, the formatter binary and this code: a
     refresh of the same upgrade runs neither ruff nor the parses again.
@@ -164,7 +164,8 @@ def reconcile(
         omni,
         old_base,
         str(line_length),
-        repr(tuple(rules)),
+        "-" if rewrite_from is None else "+",
+        rewrite_from or "",
     )
     hit = cache.derived_get("imports", key)
     if hit is not None:
@@ -175,7 +176,9 @@ def reconcile(
             ]
         except (ValueError, KeyError, TypeError):
             pass
-    out, changes = _reconcile(text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length, rules)
+    out, changes = _reconcile(
+        text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length, rewrite_from
+    )
     cache.derived_put("imports", key, json.dumps({"text": out, "changes": [asdict(c) for c in changes]}).encode())
     return out, changes
 
@@ -196,7 +199,7 @@ def _reconcile(
     omni: str,
     old_base: str,
     line_length: int,
-    rules: Sequence[replaced.Replacement] = (),
+    rewrite_from: str | None = None,
 ) -> tuple[str, list[Change]]:
     views = sides(text)
     found = [fmt.lint(v, ("F821", "F401")) for v in views]
@@ -216,6 +219,8 @@ def _reconcile(
         for view, f, kept in zip(views, found, inside, strict=True)
     ]
     lints = [lint for side in per_side for lint in side]
+    undefined_read = any(lint.code == "F821" for side in per_side for lint in side)
+    rules = api_rewrites(rewrite_from, new_upstream, upstream_module) if rewrite_from and undefined_read else ()
     rewritten = replaced.carry(text, _reads(text, per_side, {r.name for r in rules}), rules) if rules else {}
     if rewritten:  # rewritten as upstream did, then reconciled: the new expressions may need imports
         lines = text.splitlines(keepends=True)

@@ -227,7 +227,6 @@ def _reimport(
     omni = repo.read_tree(repo.commit_info(imports.old_top).tree).get(path, b"")
     module = upstream.removesuffix(".py").replace("/", ".")
     try:
-        rules = () if old_up is None else reimport.rewrites(old_up.decode("utf-8"), new_up.decode("utf-8"), module)
         text, changes = reimport.reconcile(
             merged.decode("utf-8"),
             new_upstream=new_up.decode("utf-8"),
@@ -236,7 +235,7 @@ def _reimport(
             omni=omni.decode("utf-8"),
             old_base=p_files.get(path, b"").decode("utf-8"),
             line_length=imports.line_length,
-            rules=rules,
+            rewrite_from=None if old_up is None else old_up.decode("utf-8"),
         )
     except UnicodeDecodeError:
         return merged
