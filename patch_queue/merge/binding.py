@@ -71,9 +71,10 @@ _BINDS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler
 _DECLARES = re.compile(r"^\s*(?:global|nonlocal)\s", re.M)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)
 def parsed(text: str) -> ast.Module:
-    """The syntax tree of ``text`` (kept: the checks of one merge read each text several times)."""
+    """The syntax tree of ``text``, which no caller changes (kept: the checks of one merge read each text
+    several times, the statements of a base and the calls of a method as well)."""
     return ast.parse(text)
 
 

@@ -3,7 +3,6 @@ binding what it reads): :func:`merge3_checked` for Python modules."""
 
 from __future__ import annotations
 
-import ast
 import functools
 import re
 from collections import Counter
@@ -113,6 +112,16 @@ def _side_error(text: str) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=8)
+def _base_statements(base: str) -> tuple[Statement, ...]:
+    """The statements of ``base`` (none when it does not parse); kept for the last few texts: the patches of
+    one module along a replay often merge on the same base."""
+    try:
+        return tuple(statements(binding.parsed(base), base.splitlines()))
+    except SyntaxError:
+        return ()
+
+
 class _Growth:
     """A merge redone with ranges of base lines grown into conflict regions (``grow`` of merge3): each side of
     a grown region is that side's own text of those lines, and regions that meet become one."""
@@ -128,10 +137,7 @@ class _Growth:
 
     def statements(self) -> list[Statement]:
         if self._statements is None:
-            try:
-                self._statements = statements(ast.parse(self.base), self.base.splitlines())
-            except SyntaxError:
-                self._statements = []
+            self._statements = list(_base_statements(self.base))
         return self._statements
 
     def folding(self) -> Folding:
