@@ -443,11 +443,6 @@ def _decide(
 _ALREADY = "upstream now inserts the same code here (layout and comments aside); the omni copy was dropped"
 
 
-def _code_lines(lines: Sequence[str]) -> list[str]:
-    """The code of ``lines``, one squashed entry per line, comments and blank lines dropped."""
-    return [x for x in (_code([line]) for line in lines) if x]
-
-
 def _calls_shared(a: list[Hunk], b: list[Hunk], expand: _Expand) -> bool:
     """Whether an upstream insertion and an omni insertion of ``a`` and ``b`` (either way round) lie within
     :data:`NEAR` lines of each other and share a call statement."""
