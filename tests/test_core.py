@@ -53,6 +53,18 @@ def test_scan_methods_agrees_with_ast_on_the_synthetic_class() -> None:
     assert scanned == exact
 
 
+def test_scan_methods_reads_other_line_breaks_the_same_way() -> None:
+    """A source with CRLF line breaks (or a form feed in it) takes the slow path: the same methods, each with
+    its own line breaks, trailing blank lines dropped."""
+    crlf = SOURCE.replace("\n", "\r\n")
+    scanned = symbols.scan_methods(crlf, "Runner")
+    lf = symbols.scan_methods(SOURCE, "Runner")
+    assert list(scanned) == list(lf) == ["first", "second"]
+    assert {k: v.replace("\r\n", "\n") for k, v in scanned.items()} == lf
+    assert scanned["second"].endswith("pass\r\n")
+    assert symbols.scan_methods(crlf.replace("class Runner", "class Other"), "Runner") == {}
+
+
 def test_syntax_error_names_file_and_line() -> None:
     with pytest.raises(PqError, match=r"^up\.py:2: does not parse"):
         symbols.symbols_ast("x = 1\ndef (:\n", path="up.py")
