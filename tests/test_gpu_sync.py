@@ -453,6 +453,41 @@ def test_a_change_ported_in_part_whose_lacking_lines_are_new_since_the_release_i
     assert gpu_update.partly_ported(gpu_ports.Since("x", gpu), changes, gpu) == []
 
 
+_ELSE_OLD = """class OmniGPUModelRunner(GPUModelRunner):
+    def _talker_forward(self, hidden):
+        if self.eager:
+            mode = None
+        size = hidden.size
+        return self.talker(hidden, mode, size)
+"""
+_ELSE_NEW = _ELSE_OLD.replace(
+    "            mode = None\n        size = hidden.size\n",
+    "            mode = None\n            size = 1\n        else:\n            size = hidden.size\n",
+)
+
+
+def test_a_change_adding_an_else_clause_takes_its_whole_statement_along() -> None:
+    from patch_queue.checks import gpu_update
+
+    # the new lines are `size = 1` and `else:`; the line after them is the same code, one level deeper
+    rules = gpu_rules.load_rules()
+    since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _ELSE_OLD})
+    gpu = {"gpu_model_runner.py": _ELSE_NEW}
+    npu = {"npu_model_runner.py": _ELSE_OLD.replace("OmniGPUModelRunner(GPUModelRunner)", "OmniNPUModelRunner")}
+    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    (port,), files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    assert isinstance(port, gpu_ports.Port), port
+    body = files["npu_model_runner.py"].split("def _talker_forward(self, hidden):\n")[1]
+    assert [line for line in body.splitlines() if "Omni-new" not in line] == [
+        "        if self.eager:",
+        "            mode = None",
+        "            size = 1",
+        "        else:",
+        "            size = hidden.size",
+        "        return self.talker(hidden, mode, size)",
+    ]
+
+
 _WIDE_OLD = """class OmniGPUModelRunner(GPUModelRunner):
     def load_model(self, *args):
         super().load_model(*args)

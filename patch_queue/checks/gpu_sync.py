@@ -14,7 +14,8 @@ one), and never guesses:
    once in the NPU method (the run before, then the run after).  When neither is there (the NPU
    copy rewrote the statement before it, e.g. its own ``_build_attention_metadata(...)`` call), the
    insertion goes after the one NPU statement most like the GPU statement before it (difflib's ratio
-   of the normalised code at least :data:`patch_queue.checks.gpu_units.SIMILAR`, no other as close), and the port says so.
+   of the normalised code at least :data:`patch_queue.checks.gpu_units.SIMILAR`, no other as close), and the port
+   says so.
 3. **What it replaces**: the same anchors in vLLM's method give the upstream code the change
    replaced (none for an insertion).  The NPU code between the anchors must be that code
    (normalised), else the NPU method diverged there and the change is reported, not placed.
@@ -53,7 +54,7 @@ from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
 from patch_queue.checks.gpu_ports import NotPlaced, Port, Since, Unplaced, completed, joined, method_at, reindent
 from patch_queue.checks.gpu_rules import Rules
-from patch_queue.checks.gpu_units import SIMILAR, Unit, code_rows, opcodes, similar, statements, units, whole
+from patch_queue.checks.gpu_units import SIMILAR, Unit, code_rows, opcodes, similar, spans, units, whole
 from patch_queue.merge import anchors, symbols, three_way
 
 # the longest run of code lines tried to make an anchor unique
@@ -101,7 +102,7 @@ def _groups(todo: Sequence[GpuChange], gpu_files: Mapping[str, str]) -> list[_Gr
             out.append(Unplaced((change,), "not inside a method of the GPU module", gpu_hunk=joined(change.lines)))
             continue
         first = change.gpu_line - gsym.start
-        first, last = whole(first, first + len(change.lines) - 1, statements(gsym.text))
+        first, last = whole(first, first + len(change.lines) - 1, spans(gsym.text))
         prev = out[-1] if out else None
         if isinstance(prev, _Group) and prev.gpu == gsym:
             code = code_rows(gsym.text.splitlines())
@@ -123,7 +124,7 @@ def _replaced(
     first, last = group.first, group.last
     g_keys, v_keys = [u.key for u in gunits], [u.key for u in vunits]
     ops = opcodes(v_keys, g_keys)
-    stmts = statements(group.gpu.text)
+    stmts = spans(group.gpu.text)
     while True:
         inside = {j for j, u in enumerate(gunits) if first <= u.first <= last}
         lo, hi = first, last

@@ -43,11 +43,44 @@ def statements(text: str) -> list[tuple[int, int, int]]:
     return sorted(out)
 
 
-def whole(first: int, last: int, stmts: Sequence[tuple[int, int, int]]) -> tuple[int, int]:
-    """[first, last] widened to whole statements: every statement whose header it touches (a simple
-    statement is all header)."""
+def spans(text: str) -> list[tuple[int, int, int, int]]:
+    """(lo, hi, first, last): rows [lo, hi] of a method (0-based) that, touched, take the rows [first, last] of a
+    whole statement along (:func:`whole`): every statement's header, and each ``else:`` / ``finally:`` clause line
+    of a compound statement, which takes that whole statement along (a change that adds an ``else:`` re-indents the
+    code after it, which the statement's other lines show; an added ``elif`` branch re-indents nothing)."""
+    out = [(s, header, s, end) for s, header, end in statements(text)]
+    try:
+        lines = textwrap.dedent(text).splitlines()
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return out
+    for node in (n for n in ast.walk(tree) if isinstance(n, ast.stmt)):
+        for before, clause, words in _clauses(node):
+            if before and clause:
+                rows = range((before[-1].end_lineno or before[-1].lineno) - 1, clause[0].lineno)
+                row = next((r for r in rows if lines[r].strip().split(" ", 1)[0].rstrip(":") in words), None)
+                if row is not None:
+                    out.append((row, row, node.lineno - 1, (node.end_lineno or node.lineno) - 1))
+    return sorted(out)
+
+
+def _clauses(node: ast.stmt) -> list[tuple[Sequence[ast.stmt | ast.excepthandler], list[ast.stmt], tuple[str, ...]]]:
+    """(the block before a clause, the clause's block, the words its line starts with) of a compound statement."""
+    if isinstance(node, (ast.If, ast.For, ast.AsyncFor, ast.While)):
+        return [(node.body, node.orelse, ("else",))]
+    if isinstance(node, ast.Try):
+        return [
+            (node.handlers or node.body, node.orelse, ("else",)),
+            (node.orelse or node.handlers or node.body, node.finalbody, ("finally",)),
+        ]
+    return []
+
+
+def whole(first: int, last: int, reach: Sequence[tuple[int, int, int, int]]) -> tuple[int, int]:
+    """[first, last] widened to whole statements: every one whose header or clause line it touches (:func:`spans`;
+    a simple statement is all header)."""
     while True:
-        wider = [(s, end) for s, header, end in stmts if s <= last and header >= first]
+        wider = [(s, end) for lo, hi, s, end in reach if lo <= last and hi >= first]
         lo, hi = min([first, *(s for s, _e in wider)]), max([last, *(e for _s, e in wider)])
         if (lo, hi) == (first, last):
             return first, last
