@@ -257,6 +257,36 @@ def test_a_change_where_the_npu_code_diverged_places_nothing() -> None:
     )
 
 
+def test_a_statement_of_the_change_the_vllm_method_holds_too_is_not_a_partial_port() -> None:
+    # the GPU change repeats a statement vLLM's method has (and so the NPU copy): not a sign of a partial port
+    gpu_body = _GPU_BODY.replace(
+        "        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)\n",
+        "        if self.omni_refresh:\n            num_reqs = self.input_batch.num_reqs\n",
+    )
+    npu_body = _GPU_BODY.replace("        self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)\n", "")
+    (port,), text = _sync_small(gpu_body, npu_body)
+    assert isinstance(port, gpu_ports.Port), port
+    assert text.count("num_reqs = self.input_batch.num_reqs") == 2 and "if self.omni_refresh:" in text
+    # held once more than vLLM holds it: the NPU method has part of the change already
+    again = "        num_reqs = self.input_batch.num_reqs\n        hidden_states"
+    twice = npu_body.replace("        hidden_states", again)
+    (unplaced,), _text = _sync_small(gpu_body, twice)
+    assert isinstance(unplaced, gpu_ports.Unplaced)
+    assert unplaced.reason == (
+        "NPUARModelRunner.execute_model already holds part of it (num_reqs = self.input_batch.num_reqs): "
+        "a partial port to finish by hand"
+    )
+    # held as often as the GPU method holds it outside the change (the NPU has that other change): not part of it
+    gpu_body = _GPU_BODY.replace(
+        "        return self.sample",
+        "        if self.omni_refresh:\n            self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)\n"
+        "        return self.sample",
+    )
+    (port,), text = _sync_small(gpu_body, _GPU_BODY)
+    assert isinstance(port, gpu_ports.Port), port
+    assert text.count("self._attach_omni_extensions(attn_metadata, num_reqs=num_reqs)") == 2
+
+
 _FENCE = "        #  ---------- Omni-new ----------\n"
 _NPU_BLOCK = (  # an omni block of the NPU method around the model call
     "        num_reqs = self.input_batch.num_reqs\n"
@@ -382,6 +412,80 @@ def test_an_omni_method_changed_since_the_series_release_is_updated_on_npu() -> 
         gpu_update.changes_since(gpu_ports.Since("x", {"gpu_model_runner.py": _SINCE_NEW}), gpu, npu, _VLLM, rules)
         == []
     )
+
+
+_PART_BLOCK = """        self._omni_a(attn_metadata)
+        self._omni_b(attn_metadata)
+        self._omni_c(attn_metadata)
+"""
+_PART_HEAD = "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
+
+
+def test_a_change_ported_in_part_whose_lacking_lines_are_new_since_the_release_is_updated() -> None:
+    from patch_queue.checks import gpu_audit, gpu_update
+
+    rules = gpu_rules.load_rules()
+    head = "    def execute_model(self, scheduler_output):\n"
+    call = "        hidden_states = self.model(attn_metadata)\n"
+    old_body = _VLLM.split(head)[1].replace(call, _PART_BLOCK + call)
+    new_body = old_body.replace(
+        "        self._omni_c(attn_metadata)\n", "        self._omni_c(attn_metadata)\n        self._omni_d()\n"
+    )
+    since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_ar_model_runner.py": _PART_HEAD + head + old_body})
+    gpu = {"gpu_ar_model_runner.py": _PART_HEAD + head + new_body}
+    npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + old_body}
+    changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
+    assert [(c.ported, c.missing) for c in changes] == [(True, ("self._omni_d()",))]  # 3 of 4 lines: ported
+    (partly,) = gpu_update.partly_ported(since, changes, gpu)
+    assert not partly.ported and partly.reason.endswith("; 1 line(s) new since vllm-omni==0.1.0 lacking")
+    (port,), files = gpu_sync.sync([partly], gpu, _VLLM, npu, rules, since)
+    assert isinstance(port, gpu_ports.Port), port
+    assert port.how.startswith("updating the omni code of vllm-omni==0.1.0's GPUARModelRunner.execute_model")
+    code = [s for line in files["npu_ar_model_runner.py"].splitlines() if (s := line.strip()) and "Omni-new" not in s]
+    assert code[code.index("self._omni_a(attn_metadata)") :][:5] == [
+        "self._omni_a(attn_metadata)",
+        "self._omni_b(attn_metadata)",
+        "self._omni_c(attn_metadata)",
+        "self._omni_d()",
+        "hidden_states = self.model(attn_metadata)",
+    ]
+    # a lacking line the release's GPU method had already is the NPU side's own way: the change stays ported
+    assert gpu_update.partly_ported(gpu_ports.Since("x", gpu), changes, gpu) == []
+
+
+_ELSE_OLD = """class OmniGPUModelRunner(GPUModelRunner):
+    def _talker_forward(self, hidden):
+        if self.eager:
+            mode = None
+        size = hidden.size
+        return self.talker(hidden, mode, size)
+"""
+_ELSE_NEW = _ELSE_OLD.replace(
+    "            mode = None\n        size = hidden.size\n",
+    "            mode = None\n            size = 1\n        else:\n            size = hidden.size\n",
+)
+
+
+def test_a_change_adding_an_else_clause_takes_its_whole_statement_along() -> None:
+    from patch_queue.checks import gpu_update
+
+    # the new lines are `size = 1` and `else:`; the line after them is the same code, one level deeper
+    rules = gpu_rules.load_rules()
+    since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _ELSE_OLD})
+    gpu = {"gpu_model_runner.py": _ELSE_NEW}
+    npu = {"npu_model_runner.py": _ELSE_OLD.replace("OmniGPUModelRunner(GPUModelRunner)", "OmniNPUModelRunner")}
+    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    (port,), files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    assert isinstance(port, gpu_ports.Port), port
+    body = files["npu_model_runner.py"].split("def _talker_forward(self, hidden):\n")[1]
+    assert [line for line in body.splitlines() if "Omni-new" not in line] == [
+        "        if self.eager:",
+        "            mode = None",
+        "            size = 1",
+        "        else:",
+        "            size = hidden.size",
+        "        return self.talker(hidden, mode, size)",
+    ]
 
 
 _WIDE_OLD = """class OmniGPUModelRunner(GPUModelRunner):
@@ -771,8 +875,9 @@ def test_real_unplaced_changes_say_why(synced: tuple[Path, str]) -> None:
     unplaced = re.findall(r"^unplaced: (.+?) in (\S+): (.+)$", out, re.M)
     assert sum(len(gpu.split(", ")) for gpu, _s, _r in unplaced) == 27  # 26 changes, and an override not copied
     reasons = {gpu: reason for gpu, _s, reason in unplaced}
+    # `if self.is_pooling_model:` is vLLM's statement too, not a sign of a partial port; the prefix-cache call is
     assert reasons["gpu_ar_model_runner.py:1184"].startswith(
-        "NPUARModelRunner.execute_model already holds part of it (if self.is_pooling_model:)"
+        "NPUARModelRunner.execute_model already holds part of it (prefix_cache_step_id = self._prefix_cache_save_step("
     )
     assert "is nowhere in NPUARModelRunner.sample_tokens" in reasons["gpu_ar_model_runner.py:2012"]
     assert reasons["gpu_ar_model_runner.py:1235"].endswith(", and merging it with the NPU code there conflicts")

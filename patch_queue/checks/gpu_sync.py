@@ -14,7 +14,8 @@ one), and never guesses:
    once in the NPU method (the run before, then the run after).  When neither is there (the NPU
    copy rewrote the statement before it, e.g. its own ``_build_attention_metadata(...)`` call), the
    insertion goes after the one NPU statement most like the GPU statement before it (difflib's ratio
-   of the normalised code at least :data:`_SIMILAR`, no other as close), and the port says so.
+   of the normalised code at least :data:`patch_queue.checks.gpu_units.SIMILAR`, no other as close), and the port
+   says so.
 3. **What it replaces**: the same anchors in vLLM's method give the upstream code the change
    replaced (none for an insertion).  The NPU code between the anchors must be that code
    (normalised), else the NPU method diverged there and the change is reported, not placed.
@@ -35,7 +36,8 @@ A change that cannot be placed (no NPU method to hold it, an anchor absent or am
 NPU code, a result that does not parse or reads an unbound local) comes back as :class:`Unplaced` with the reason.
 
 Whole omni helper methods the ports call are copied by :mod:`patch_queue.checks.gpu_helpers`; what a port is,
-and the steps every port shares, live in :mod:`patch_queue.checks.gpu_ports`.
+and the steps every port shares, live in :mod:`patch_queue.checks.gpu_ports`; the statement units the sides are
+compared by, in :mod:`patch_queue.checks.gpu_units`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import ast
 import difflib
 import functools
 import textwrap
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -51,12 +54,11 @@ from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
 from patch_queue.checks.gpu_ports import NotPlaced, Port, Since, Unplaced, completed, joined, method_at, reindent
 from patch_queue.checks.gpu_rules import Rules
+from patch_queue.checks.gpu_units import SIMILAR, Unit, code_rows, opcodes, similar, spans, units, whole
 from patch_queue.merge import anchors, symbols, three_way
 
 # the longest run of code lines tried to make an anchor unique
 _MAX_ANCHOR = 8
-# two statements this similar (difflib's ratio) are one edited statement
-_SIMILAR = 0.6
 # how many more NPU statements than the code a change replaces may stand between its GPU neighbours
 _MAX_BETWEEN = 3
 # the merge regions of edits that do not overlap: next to each other, an insertion placed by its anchor next to
@@ -64,11 +66,6 @@ _MAX_BETWEEN = 3
 _DISJOINT = frozenset({"near-block", "block-moved", "already-upstream"})
 # how many GPU statements away from a change its neighbours for a merge may be
 _MAX_AROUND = 4
-
-
-def _code(lines: Sequence[str]) -> dict[int, str]:
-    """0-based row -> the normalised code of that line (rows without code are absent)."""
-    return {r - 1: c for r, c in gpu_audit.code_lines(joined(lines)).code.items()}
 
 
 def _anchor(run: Sequence[str], target: Sequence[str], *, before: bool, after: int = -1) -> int | None:
@@ -85,59 +82,6 @@ def _anchor(run: Sequence[str], target: Sequence[str], *, before: bool, after: i
     if not run:
         return None
     raise NotPlaced(f"the code {'before' if before else 'after'} it occurs more than once in the method")
-
-
-def _statements(text: str) -> list[tuple[int, int, int]]:
-    """(first, last header row, last row) of every statement of a method (0-based rows); a simple
-    statement is all header."""
-    try:
-        tree = ast.parse(textwrap.dedent(text))
-    except SyntaxError:
-        return []
-    out: list[tuple[int, int, int]] = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.stmt, ast.ExceptHandler)) and not isinstance(
-            node, (ast.FunctionDef, ast.AsyncFunctionDef)
-        ):
-            end = (node.end_lineno or node.lineno) - 1
-            body = getattr(node, "body", None)
-            header = max(node.lineno - 1, body[0].lineno - 2) if isinstance(body, list) and body else end
-            out.append((node.lineno - 1, header, end))
-    return sorted(out)
-
-
-def _whole(first: int, last: int, stmts: Sequence[tuple[int, int, int]]) -> tuple[int, int]:
-    """[first, last] widened to whole statements: every statement whose header it touches (a simple
-    statement is all header)."""
-    while True:
-        wider = [(s, end) for s, header, end in stmts if s <= last and header >= first]
-        lo, hi = min([first, *(s for s, _e in wider)]), max([last, *(e for _s, e in wider)])
-        if (lo, hi) == (first, last):
-            return first, last
-        first, last = lo, hi
-
-
-@dataclass(frozen=True)
-class _Unit:
-    """A statement (a compound one: its header), or a clause line (``else:``), as normalised code."""
-
-    first: int  # 0-based rows
-    last: int  # the statement's last row (a compound statement: its header's)
-    key: str
-
-
-def units(lines: Sequence[str]) -> list[_Unit]:
-    """The units of a method's lines, in order: wrapping does not change their keys."""
-    code = _code(lines)
-    out: list[_Unit] = []
-    covered: set[int] = set()
-    for s, header, _end in _statements(joined(lines)):
-        rows = [r for r in range(s, header + 1) if r in code and r not in covered]
-        if rows:
-            covered.update(rows)
-            out.append(_Unit(s, header, "".join(code[r] for r in rows)))
-    out += [_Unit(r, r, c) for r, c in code.items() if r not in covered]
-    return sorted(out, key=lambda u: u.first)
 
 
 @dataclass(frozen=True)
@@ -158,10 +102,10 @@ def _groups(todo: Sequence[GpuChange], gpu_files: Mapping[str, str]) -> list[_Gr
             out.append(Unplaced((change,), "not inside a method of the GPU module", gpu_hunk=joined(change.lines)))
             continue
         first = change.gpu_line - gsym.start
-        first, last = _whole(first, first + len(change.lines) - 1, _statements(gsym.text))
+        first, last = whole(first, first + len(change.lines) - 1, spans(gsym.text))
         prev = out[-1] if out else None
         if isinstance(prev, _Group) and prev.gpu == gsym:
-            code = _code(gsym.text.splitlines())
+            code = code_rows(gsym.text.splitlines())
             if first <= prev.last or not any(prev.last < r < first for r in code):
                 out[-1] = _Group((*prev.changes, change), gsym, min(prev.first, first), max(prev.last, last))
                 continue
@@ -169,32 +113,8 @@ def _groups(todo: Sequence[GpuChange], gpu_files: Mapping[str, str]) -> list[_Gr
     return out
 
 
-def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:
-    """difflib's opcodes a -> b with every uneven replacement split: a unit of b similar to one of a
-    (in order) replaces it, the others of b are insertions and the others of a deletions."""
-    out: list[tuple[str, int, int, int, int]] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag != "replace" or i2 - i1 == j2 - j1:
-            out.append((tag, i1, i2, j1, j2))
-            continue
-        i = i1
-        for j in range(j1, j2):
-            ratios = [difflib.SequenceMatcher(None, a[k], b[j], autojunk=False).ratio() for k in range(i, i2)]
-            best = max(range(len(ratios)), key=lambda k: ratios[k], default=-1)
-            if best >= 0 and ratios[best] >= _SIMILAR:
-                if best:
-                    out.append(("delete", i, i + best, j, j))
-                out.append(("replace", i + best, i + best + 1, j, j + 1))
-                i += best + 1
-            else:
-                out.append(("insert", i, i, j, j + 1))
-        if i < i2:
-            out.append(("delete", i, i2, j2, j2))
-    return out
-
-
 def _replaced(
-    group: _Group, gunits: Sequence[_Unit], vunits: Sequence[_Unit], held: Sequence[str] | None
+    group: _Group, gunits: Sequence[Unit], vunits: Sequence[Unit], held: Sequence[str] | None
 ) -> tuple[int, int, list[int]]:
     """The group's rows widened over every vLLM -> GPU replacement it takes part in, and the indices of the vLLM
     units those rows stand for, deleted ones between them included (none for an insertion).  An unchanged statement
@@ -204,14 +124,14 @@ def _replaced(
     first, last = group.first, group.last
     g_keys, v_keys = [u.key for u in gunits], [u.key for u in vunits]
     ops = opcodes(v_keys, g_keys)
-    stmts = _statements(group.gpu.text)
+    stmts = spans(group.gpu.text)
     while True:
         inside = {j for j, u in enumerate(gunits) if first <= u.first <= last}
         lo, hi = first, last
         for tag, _i1, _i2, j1, j2 in ops:
             if tag == "replace" and inside & set(range(j1, j2)):
                 lo, hi = min(lo, gunits[j1].first), max(hi, gunits[j2 - 1].last)
-        lo, hi = _whole(lo, hi, stmts)
+        lo, hi = whole(lo, hi, stmts)
         if (lo, hi) == (first, last):
             break
         first, last = lo, hi
@@ -234,26 +154,6 @@ def _run(keys: Sequence[str], target: Sequence[str]) -> list[int]:
     return [i for i in range(len(target) - n + 1) if list(target[i : i + n]) == list(keys)]
 
 
-def like(a: str, b: str) -> float:
-    """difflib's ratio of two statements' normalised code when it is at least :data:`_SIMILAR` (one edited
-    statement), else 0."""
-    m = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    if m.real_quick_ratio() >= _SIMILAR and m.quick_ratio() >= _SIMILAR and (r := m.ratio()) >= _SIMILAR:
-        return r
-    return 0.0
-
-
-def _similar(key: str, keys: Sequence[str], lo: int = 0) -> int | None:
-    """Index in ``keys`` (from ``lo`` on) of the one statement most like ``key``: difflib's ratio at least
-    :data:`_SIMILAR` and above every other's; None when there is none or two are as close."""
-    if gpu_audit._is_trivial(key):
-        return None
-    scored = sorted(((r, i) for i in range(lo, len(keys)) if (r := like(key, keys[i]))), reverse=True)
-    if not scored or (len(scored) > 1 and scored[1][0] == scored[0][0]):
-        return None
-    return scored[0][1]
-
-
 @dataclass(frozen=True)
 class _Site:
     """The NPU method a group goes into, and the three sides as translated lines and units."""
@@ -264,11 +164,11 @@ class _Site:
     npu_file: str
     rules: Rules
     npu_lines: list[str]
-    nunits: list[_Unit]
+    nunits: list[Unit]
     gpu_lines: list[str]
-    gunits: list[_Unit]
+    gunits: list[Unit]
     vllm_lines: list[str]
-    vunits: list[_Unit]
+    vunits: list[Unit]
 
     @property
     def symbol(self) -> str:
@@ -387,14 +287,22 @@ def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
     return sorted((used & gpu) - npu)
 
 
-def _check_partial(site: _Site, first: int, last: int, keep: set[int]) -> None:
-    """NotPlaced when the NPU method already holds a statement of the change outside the rows it replaces."""
-    n_keys = [u.key for u in site.nunits]
+def _check_partial(site: _Site, first: int, last: int, keep: set[int], replaced: set[int]) -> None:
+    """NotPlaced when the NPU method already holds a statement of the change outside the rows it replaces (``keep``)
+    more often than both the code compared with holds it outside the code the change replaces (``replaced``, its
+    unit indices) and the GPU method holds it outside the change: those are the NPU copy's own statements of the code
+    compared with, or of the GPU code around the change (an earlier port)."""
+    n_keys = Counter(u.key for i, u in enumerate(site.nunits) if i not in keep)
+    v_keys = Counter(u.key for i, u in enumerate(site.vunits) if i not in replaced)
+    g_keys = Counter(u.key for u in site.gunits if not first <= u.first <= last)
     for u in site.gunits:
-        if first <= u.first <= last and not gpu_audit._is_trivial(u.key):
-            if any(u.key == n_keys[i] for i in range(len(n_keys)) if i not in keep):
-                shown = site.gpu_lines[u.first].strip()
-                raise NotPlaced(f"{site.symbol} already holds part of it ({shown}): a partial port to finish by hand")
+        if (
+            first <= u.first <= last
+            and not gpu_audit._is_trivial(u.key)
+            and n_keys[u.key] > max(v_keys[u.key], g_keys[u.key])
+        ):
+            shown = site.gpu_lines[u.first].strip()
+            raise NotPlaced(f"{site.symbol} already holds part of it ({shown}): a partial port to finish by hand")
 
 
 def _shown(site: _Site, unit: int) -> str:
@@ -445,7 +353,7 @@ def _place(
         p = _anchor(before, n_keys, before=True)
         q = _anchor(after, n_keys, before=False, after=-1 if p is None else p)
         if p is None and q is None and before:  # the statement before it, changed on NPU
-            p = _similar(before[-1], n_keys)
+            p = similar(before[-1], n_keys)
             how = "" if p is None else f"after the NPU statement most like the GPU one before it: {_shown(site, p)}"
         if p is None and q is None:
             raise NotPlaced(f"neither the GPU code before it nor the code after it is in {symbol}")
@@ -462,7 +370,7 @@ def _place(
             g_anchor, n_anchor = next(u for u in gunits if u.first > last).first, nunits[q].first
         end = start
         keep = set()
-    _check_partial(site, first, last, keep)
+    _check_partial(site, first, last, keep, set(v_idx))
     raw = site.raw(first, last)
     delta = anchors.indent_of(npu_lines[n_anchor]) - anchors.indent_of(site.gpu_lines[g_anchor])
     body = [reindent(rules.translate(line), delta) for line in raw]
@@ -474,7 +382,7 @@ def _npu_match(site: _Site, key: str, lo: int = 0) -> int | None:
     hits = [i for i in range(lo, len(site.nunits)) if site.nunits[i].key == key]
     if len(hits) == 1:
         return hits[0]
-    return None if hits else _similar(key, [u.key for u in site.nunits], lo)
+    return None if hits else similar(key, [u.key for u in site.nunits], lo)
 
 
 def _merge_between(site: _Site, first: int, last: int, why: str) -> Port:
@@ -500,7 +408,7 @@ def _merge_between(site: _Site, first: int, last: int, why: str) -> Port:
     if q - p > vq - vp + _MAX_BETWEEN:
         raise NotPlaced(f"{why}, and {site.symbol} holds {q - p - 1} statements where it had {vq - vp - 1}")
     n_between, v_between = [u.key for u in nunits[p + 1 : q]], [u.key for u in vunits[vp + 1 : vq]]
-    if n_between and v_between and difflib.SequenceMatcher(None, n_between, v_between).ratio() < _SIMILAR:
+    if n_between and v_between and difflib.SequenceMatcher(None, n_between, v_between).ratio() < SIMILAR:
         raise NotPlaced(f"{why}, and the NPU code where it goes is not like the code it replaces")
     start, end = nunits[p].last + 1, nunits[q].first
     npu_indent = anchors.indent_of(site.npu_lines[nunits[p].first])
@@ -520,7 +428,7 @@ def _merge_between(site: _Site, first: int, last: int, why: str) -> Port:
         body.pop(0)
     if not body or [line for line in body if line.strip()] == [line for line in ours if line.strip()]:
         raise NotPlaced(f"{why}, and merging it with the NPU code there changes nothing")
-    _check_partial(site, first, last, set(range(p + 1, q)))
+    _check_partial(site, first, last, set(range(p + 1, q)), set(range(vp + 1, vq)))
     how = f"merged with the NPU code between {_shown(site, p)} and {_shown(site, q)}"
     return _finish(site, start, end, body, site.raw(first, last), how)
 

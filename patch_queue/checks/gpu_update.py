@@ -18,10 +18,11 @@ from __future__ import annotations
 import ast
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from patch_queue.checks import gpu_audit, gpu_sync
+from patch_queue.checks import gpu_audit, gpu_sync, gpu_units
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import Since, joined
+from patch_queue.checks.gpu_ports import Since, joined, method_at
 from patch_queue.checks.gpu_rules import Rules
 from patch_queue.merge import anchors, symbols
 from patch_queue.series import adopt
@@ -53,11 +54,11 @@ def changes_since(
             if len(owners) != 1:
                 continue  # the NPU class inherits the GPU method (it runs as written), or lacks it (a helper)
             new_lines = gsym.text.splitlines()
-            old_units = gpu_sync.units([rules.translate(line) for line in old.text.splitlines()])
-            new_units = gpu_sync.units([rules.translate(line) for line in new_lines])
-            on_npu = {u.key for u in gpu_sync.units(owners[0].text.splitlines())}
+            old_units = gpu_units.units([rules.translate(line) for line in old.text.splitlines()])
+            new_units = gpu_units.units([rules.translate(line) for line in new_lines])
+            on_npu = {u.key for u in gpu_units.units(owners[0].text.splitlines())}
             reason = f"{name} changed since {since.label}"
-            ops = gpu_sync.opcodes([u.key for u in old_units], [u.key for u in new_units])
+            ops = gpu_units.opcodes([u.key for u in old_units], [u.key for u in new_units])
             unchanged = {j for tag, _i1, _i2, j1, j2 in ops if tag == "equal" for j in range(j1, j2)}
             for tag, _i1, _i2, j1, j2 in ops:
                 keys = [u.key for u in new_units[j1:j2] if not gpu_audit._is_trivial(u.key)]
@@ -74,7 +75,7 @@ def changes_since(
 
 
 def _widened(
-    units: Sequence[gpu_sync._Unit],
+    units: Sequence[gpu_units.Unit],
     lines: Sequence[str],
     j1: int,
     j2: int,
@@ -85,7 +86,7 @@ def _widened(
     """Units [j1, j2) of a change widened over the statements next to it, in its block or deeper, that the GPU side
     had at the release already and the NPU method never got (its omni code the change builds on: the new line
     reads what they bind); blank lines and comments do not stop it.  A statement the NPU method holds, or holds
-    rewritten, does: one as like it as :func:`patch_queue.checks.gpu_sync.like`, one binding a local the NPU method
+    rewritten, does: one as like it as :func:`patch_queue.checks.gpu_units.like`, one binding a local the NPU method
     binds too (its own version of it), and a ``return`` or ``raise`` (the NPU method ends that path its own way)."""
     try:
         tree = ast.parse(textwrap.dedent(joined(lines)))
@@ -105,7 +106,7 @@ def _widened(
             and anchors.indent_of(lines[u.first]) >= indent
             and not isinstance(node, (ast.Return, ast.Raise))
             and not (node is not None and _targets(node) & npu_locals)
-            and not any(gpu_sync.like(u.key, k) for k in on_npu)
+            and not any(gpu_units.like(u.key, k) for k in on_npu)
         )
 
     while j1 > 0 and lacking(j1 - 1):
@@ -134,4 +135,20 @@ def _targets(node: ast.stmt) -> set[str]:
             targets += t.elts
         elif isinstance(t, ast.Starred):
             targets.append(t.value)
+    return out
+
+
+def partly_ported(since: Since, changes: Sequence[GpuChange], gpu_files: Mapping[str, str]) -> list[GpuChange]:
+    """The changes the audit reads as ported in part whose every line the NPU method lacks is new since ``since``
+    (the GPU method there has none of them), as unported changes: the NPU method holds the change as it was at that
+    release, which the GPU side changed since, so it is placed as an update of that code.  A change whose lacking
+    lines the release's GPU method had is the NPU side's own way of writing them, and stays ported."""
+    out = []
+    for change in changes:
+        gsym = method_at(gpu_files[change.gpu_file], change.gpu_file, line=change.gpu_line) if change.missing else None
+        old = since.method(change.gpu_file, gsym.name) if change.ported and gsym is not None else None
+        had = set() if old is None else {s for line in old.text.splitlines() if (s := line.strip())}
+        if old is not None and not had & {line.strip() for line in change.missing}:
+            lacking = f"{len(change.missing)} line(s) new since {since.label} lacking"
+            out.append(replace(change, ported=False, reason=f"{change.reason}; {lacking}"))
     return out

@@ -172,11 +172,17 @@ def plan_sync(
     unported = -1
     for _pass in range(_PASSES):  # a port can make another placeable: again until a pass ports nothing
         changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
+        partly: list[gpu_audit.GpuChange] = []
         if before is not None:
+            partly = gpu_update.partly_ported(before, changes, gpu_files)
             changes += gpu_update.changes_since(before, gpu_files, files, vllm_runner, rules)
         changes.sort(key=lambda c: (c.gpu_file, c.gpu_line))
-        unported = sum(1 for c in changes if not c.ported) if unported < 0 else unported
+        unported = sum(1 for c in [*changes, *partly] if not c.ported) if unported < 0 else unported
         results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, files, rules, before)
+        # the rest of the partial ports, each on its own after the others: grouped with an unported neighbour, the
+        # code it replaces would be the NPU's rewrite
+        more, files = gpu_sync.sync(partly, gpu_files, vllm_runner, files, rules, before)
+        results += more
         ports += [r for r in results if isinstance(r, Port)]
         if not any(isinstance(r, Port) for r in results):
             break
