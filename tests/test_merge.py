@@ -1266,3 +1266,18 @@ def test_regions_of_one_function_that_share_a_name_go_together() -> None:
         apart.replace("v = 1", "v = 2").replace("print(w)", "print(w, 1)"),
     )
     assert compile(apart, "apart", "exec") and [c.links for c in result.regions if c.conflict] == [(), ()]
+
+
+def test_bound_names_reads_each_binding_form_once_as_bound_in_does() -> None:
+    """Lines that do not parse alone (a cut statement): the names bound_names finds in one pass are exactly the
+    words bound_in says are bound, form by form."""
+    lines = (
+        "        a.b, c[0], total: int = 1\n        n += 2\n        for i, (j, k) in pairs:\n"
+        "        with open(p) as handle:\n        def inner(x):\n        class Box:\n"
+        "        from m import q as r, s\n        if (w := f(v)) and self.y == 3:\n        items.append(\n"
+    )
+    words = set(binding._NAME.findall(lines))
+    expected = {w for w in words if binding.bound_in(lines, w)}
+    assert binding.bound_names(lines) == expected
+    assert expected >= {"total", "n", "i", "j", "k", "handle", "inner", "Box", "q", "r", "s", "w"}
+    assert not expected & {"a", "b", "c", "pairs", "open", "p", "x", "f", "v", "self", "y", "items"}

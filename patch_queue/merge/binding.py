@@ -271,14 +271,32 @@ def bound_in(lines: str | None, name: str) -> bool:
     return bool(_binding_lines(tree, name))
 
 
+_OP = r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?"
+# the binding forms of :func:`bound_in`, each finding the names it binds in one pass (group 1)
+_FORMS = (
+    re.compile(rf"^\s*(?:[\w.\[\]]+\s*,\s*)*([A-Za-z_]\w*)\s*(?::\s*[^=\n]+)?\s+{_OP}=\s", re.M),
+    re.compile(r"\bas\s+([A-Za-z_]\w*)\b"),
+    re.compile(r"\b(?:def|class)\s+([A-Za-z_]\w*)\b"),
+    re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*:="),
+)
+_LISTS = (  # forms whose every name counts: `for … in`, `import …`
+    re.compile(r"\bfor\s([^\n]*)\sin\s"),
+    re.compile(r"^\s*(?:from\s+\S+\s+)?import\s([^\n]*)", re.M),
+)
+_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
+
+
 def bound_names(lines: str) -> frozenset[str]:
-    """The names ``lines`` (a region's side) bind, as :func:`bound_in` tells; parsed once when they parse alone."""
-    words = set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)", lines))
+    """The names ``lines`` (a region's side) bind, as :func:`bound_in` tells for each; parsed once when they
+    parse alone, else each binding form read once."""
+    words = set(_NAME.findall(lines))
+    found: set[str] = set()
     try:
         tree = ast.parse(textwrap.dedent(lines))
     except SyntaxError:
-        return frozenset(w for w in words if bound_in(lines, w))
-    found: set[str] = set()
+        found.update(name for form in _FORMS for name in form.findall(lines))
+        found.update(name for form in _LISTS for part in form.findall(lines) for name in _NAME.findall(part))
+        return frozenset(found & words)
     for n in ast.walk(tree):
         if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
             found.add(n.id)
