@@ -1276,7 +1276,7 @@ def test_bound_names_reads_each_binding_form_once_as_bound_in_does() -> None:
         "        with open(p) as handle:\n        def inner(x):\n        class Box:\n"
         "        from m import q as r, s\n        if (w := f(v)) and self.y == 3:\n        items.append(\n"
     )
-    words = set(binding._NAME.findall(lines))
+    words = set(binding.NAME.findall(lines))
     expected = {w for w in words if binding.bound_in(lines, w)}
     assert binding.bound_names(lines) == expected
     assert expected >= {"total", "n", "i", "j", "k", "handle", "inner", "Box", "q", "r", "s", "w"}

@@ -283,19 +283,19 @@ _LISTS = (  # forms whose every name counts: `for … in`, `import …`
     re.compile(r"\bfor\s([^\n]*)\sin\s"),
     re.compile(r"^\s*(?:from\s+\S+\s+)?import\s([^\n]*)", re.M),
 )
-_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
+NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")  # a name, not an attribute
 
 
 def bound_names(lines: str) -> frozenset[str]:
     """The names ``lines`` (a region's side) bind, as :func:`bound_in` tells for each; parsed once when they
     parse alone, else each binding form read once."""
-    words = set(_NAME.findall(lines))
+    words = set(NAME.findall(lines))
     found: set[str] = set()
     try:
         tree = ast.parse(textwrap.dedent(lines))
     except SyntaxError:
         found.update(name for form in _FORMS for name in form.findall(lines))
-        found.update(name for form in _LISTS for part in form.findall(lines) for name in _NAME.findall(part))
+        found.update(name for form in _LISTS for part in form.findall(lines) for name in NAME.findall(part))
         return frozenset(found & words)
     for n in ast.walk(tree):
         if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from patch_queue.merge import binding, markers
+from patch_queue.merge import binding, markers, symbols
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -64,7 +64,6 @@ class Twice:
     lines: tuple[int, ...]  # 1-based lines of its copies in the merged text
 
 
-_DEF = re.compile(r"^\s*(?:async\s+)?def\s")
 _CALL = re.compile(r"^(?:await)?[\w.]+(?:\[[^\]]*\])*\(")
 
 
@@ -77,7 +76,7 @@ def _call_lines(text: str) -> dict[str, Counter[str]]:
     section: Counter[str] = Counter()
     depth = -1
     for line in text.splitlines():
-        if _DEF.match(line) and (depth < 0 or len(line) - len(line.lstrip()) <= depth):
+        if symbols.DEF.match(line) and (depth < 0 or len(line) - len(line.lstrip()) <= depth):
             section, depth = out.setdefault(line.strip(), Counter()), len(line) - len(line.lstrip())
             continue
         code = "".join(line.split())

@@ -4,12 +4,11 @@ binding what it reads): :func:`merge3_checked` for Python modules."""
 from __future__ import annotations
 
 import functools
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from patch_queue.merge import binding, calls, markers
+from patch_queue.merge import binding, calls, markers, symbols
 from patch_queue.merge.conflict import Conflict
 from patch_queue.merge.markers import inside, one_side
 from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
@@ -359,10 +358,6 @@ def _say_linked(result: MergeResult, ranges: list[_Linked]) -> MergeResult:
     return MergeResult(result.text, regions, result.spans)
 
 
-_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s")
-_READ = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
-
-
 def _name_links(result: MergeResult) -> dict[int, set[str]]:
     """For each conflict region (by group), ``name:x`` for each other region of the same function it goes with:
     one of the two binds ``x`` on one side only and the other names it, so taking different sides of the two
@@ -380,7 +375,7 @@ def _name_links(result: MergeResult) -> dict[int, set[str]]:
             if not line.strip() or line.lstrip().startswith("#") or markers.MARKER.match(line):
                 continue
             indent = len(line) - len(line.lstrip())
-            if indent < floor and _DEF.match(line):
+            if indent < floor and symbols.DEF.match(line):
                 return k
             floor = min(floor, indent)
         return -1
@@ -389,7 +384,7 @@ def _name_links(result: MergeResult) -> dict[int, set[str]]:
         (r.group, function(r), binding.bound_names(r.ours or "") ^ binding.bound_names(r.theirs or ""))
         for r in conflicts
     ]
-    named = {r.group: set(_READ.findall(f"{r.ours}{r.theirs}")) for r in conflicts}
+    named = {r.group: set(binding.NAME.findall(f"{r.ours}{r.theirs}")) for r in conflicts}
     out: dict[int, set[str]] = {}
     for group, where, one_sided in seen:
         for other, there, _ in seen:

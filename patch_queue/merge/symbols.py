@@ -102,7 +102,7 @@ def symbols_ast(source: str, *, path: str = "<source>", upstream: bool = False) 
     return found
 
 
-_DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")
+DEF = re.compile(r"^(\s*)(?:async\s+)?def\s+(\w+)")  # a def line: (indentation, name)
 _CLASS = re.compile(r"^class\s+(\w+)")
 
 
@@ -196,7 +196,7 @@ def scan_methods(source: str, class_name: str) -> dict[str, str]:
         ind = indent_of(line)
         if not stripped or (ind == 0 and not stripped.startswith("#")):
             break  # the end of the source or of the class
-        m = _DEF.match(line)
+        m = DEF.match(line)
         if m and ind == 4:
             flush()
             current = m.group(2)

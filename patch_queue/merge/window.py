@@ -43,16 +43,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from patch_queue.merge import anchors
+from patch_queue.merge import anchors, binding, symbols
 from patch_queue.merge.folded import TOKEN, Hunk, diff_hunks, fold, token
 from patch_queue.merge.three_way import NEAR
 
 SCAN = 64  # folded lines searched above and below a window for an anchor line
 _UNSAFE = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]|\xc2\x85|\xe2\x80[\xa8\xa9]")
 _IMPORT = re.compile(r"^(?:from|import) ")
-_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")  # a name, not an attribute
 _NOT_LOCAL = frozenset(keyword.kwlist) | {"self", "cls"}
-_DEF = re.compile(r"^\s*(?:async\s+)?def ")
 
 
 @dataclass
@@ -263,7 +261,11 @@ def _function_around(lines: list[str], x0: int, x1: int) -> tuple[int, int]:
     body = [len(x) - len(x.lstrip()) for x in lines[x0:x1] if x.strip()] or [len(lines[x0]) - len(lines[x0].lstrip())]
     inner = min(body)
     start = next(
-        (k for k in range(x0 - 1, -1, -1) if _DEF.match(lines[k]) and len(lines[k]) - len(lines[k].lstrip()) < inner),
+        (
+            k
+            for k in range(x0 - 1, -1, -1)
+            if symbols.DEF.match(lines[k]) and len(lines[k]) - len(lines[k].lstrip()) < inner
+        ),
         None,
     )
     if start is None:
@@ -278,7 +280,7 @@ def _function_around(lines: list[str], x0: int, x1: int) -> tuple[int, int]:
 
 def _names(lines: Iterable[str]) -> frozenset[str]:
     """The names ``lines`` hold that a function may bind: no attribute, keyword, ``self``; comments too."""
-    return frozenset(word for line in lines for word in _NAME.findall(line)) - _NOT_LOCAL
+    return frozenset(word for line in lines for word in binding.NAME.findall(line)) - _NOT_LOCAL
 
 
 class Window:

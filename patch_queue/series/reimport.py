@@ -207,7 +207,9 @@ def _reconcile(
         return text, []  # a side that does not parse: the parse check reports it
     undefined = any(lint.code == "F821" for f in found for lint in f or [])
     hunks = line_hunks(old_base.encode(), omni.encode()) if undefined else []  # the old series' deletions
-    inside = _inside_regions(text) if undefined else [set[int]() for _ in views]
+    # for each view, its line -> the line of ``text``
+    maps = [markers.one_side(text, side)[1] for side in ("ours", "theirs")[: len(views)]] if undefined else []
+    inside = _inside_regions(text, maps) if undefined else [set[int]() for _ in views]
     per_side = [
         [
             lint
@@ -221,7 +223,7 @@ def _reconcile(
     lints = [lint for side in per_side for lint in side]
     undefined_read = any(lint.code == "F821" for side in per_side for lint in side)
     rules = api_rewrites(rewrite_from, new_upstream, upstream_module) if rewrite_from and undefined_read else ()
-    rewritten = replaced.carry(text, _reads(text, per_side, {r.name for r in rules}), rules) if rules else {}
+    rewritten = replaced.carry(text, _reads(maps, per_side, {r.name for r in rules}), rules) if rules else {}
     if rewritten:  # rewritten as upstream did, then reconciled: the new expressions may need imports
         lines = text.splitlines(keepends=True)
         for number, (line, _used) in rewritten.items():
@@ -315,10 +317,12 @@ def _reconcile(
     return "".join(out), sorted(changes, key=lambda c: (c.line, c.kind, c.names))
 
 
-def _reads(text: str, per_side: Sequence[Sequence[fmt.Lint]], names: Collection[str]) -> dict[int, set[str]]:
-    """The 1-based lines of ``text`` where a side of it reads one of ``names`` undefined (``per_side``: the
-    F821 lints of each of :func:`sides`' views), with the names each reads."""
-    maps = [markers.one_side(text, side)[1] for side in ("ours", "theirs")[: len(per_side)]]
+def _reads(
+    maps: Sequence[Sequence[int]], per_side: Sequence[Sequence[fmt.Lint]], names: Collection[str]
+) -> dict[int, set[str]]:
+    """The 1-based lines of the text where a side of it reads one of ``names`` undefined (``per_side``: the
+    F821 lints of each of :func:`sides`' views; ``maps``: each view's lines -> the text's), with the names each
+    reads."""
     out: dict[int, set[str]] = {}
     for where, lints in zip(maps, per_side, strict=True):
         for lint in lints:
@@ -327,17 +331,14 @@ def _reads(text: str, per_side: Sequence[Sequence[fmt.Lint]], names: Collection[
     return out
 
 
-def _inside_regions(text: str) -> list[set[int]]:
-    """For each of :func:`sides`' views of ``text``, its 1-based lines that stand inside a conflict region: a
-    side a maintainer may take, so a name read there is imported even where the old series deleted the line."""
-    if len(sides(text)) == 1:
+def _inside_regions(text: str, maps: Sequence[Sequence[int]]) -> list[set[int]]:
+    """For each of :func:`sides`' views of ``text`` (``maps``: its lines -> the text's), its 1-based lines that
+    stand inside a conflict region: a side a maintainer may take, so a name read there is imported even where
+    the old series deleted the line."""
+    if len(maps) == 1:
         return [set()]
     marked = markers.inside(text)
-    out = []
-    for side in ("ours", "theirs"):
-        where = markers.one_side(text, side)[1]
-        out.append({k for k, m in enumerate(where, 1) if m in marked})
-    return out
+    return [{k for k, m in enumerate(where, 1) if m in marked} for where in maps]
 
 
 def _deleted_again(lines: Sequence[str], line: int, old_base: str, hunks: Sequence[Hunk]) -> bool:
