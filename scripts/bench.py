@@ -412,7 +412,7 @@ def time_refresh(row: Json, work: Path, repeats: int) -> None:
     cold_times: list[float] = []
     rb_times: list[float] = []
     for i in range(repeats):
-        # without the derived results (projections, layouts, imports, culprit answers), then with those it made
+        # without the derived results (projections, layouts, imports, culprit answers, merges), then with those it made
         for cold, times in ((True, cold_times), (False, pq_times)):
             trial = work / f"trial{i}"
             shutil.copytree(pristine, trial, symlinks=True)
@@ -996,10 +996,10 @@ def render(
         f"Median wall time of whole processes over {args.repeats} runs (git rebase: {args.repeats + 1});"
         " `pq refresh --no-stop --no-check --to TARGET` from a fresh copy of the adopted project each time"
         " (local upstream, warm cache: the releases, the unpacked sdists, and the projections, layouts, import"
-        " reconciliations and culprit answers an earlier refresh of the same upgrade derived). *Derived cache"
-        " empty*: such a refresh right after deleting `$PQ_CACHE/derived`, as the first refresh of an upgrade on a"
-        " machine is (the same number of runs, interleaved with the others). *With check*: the one `pq refresh` of"
-        " section 1.",
+        " reconciliations, culprit answers and checked merges an earlier refresh of the same upgrade derived)."
+        " *Derived cache empty*: such a refresh right after deleting `$PQ_CACHE/derived`, as the first refresh of"
+        " an upgrade on a machine is (the same number of runs, interleaved with the others). *With check*: the one"
+        " `pq refresh` of section 1.",
         "",
     ]
     md += table(

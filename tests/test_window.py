@@ -153,3 +153,30 @@ def test_a_patch_that_drops_a_name_upstream_now_reads_is_left_to_the_whole_merge
     other = base.replace("        k3 = 3\n", "        k3 = 33\n")
     fast = Window().merge(base.encode(), ours.encode(), other.encode())
     assert fast is not None and fast.decode() == merge3_checked(base, ours, other, labels=LABELS).text
+
+
+def test_a_merge_is_kept_by_its_inputs_and_the_recorded_answers_it_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A second merge of the same texts is read from the cache, unless the store answers another way now."""
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    base = "def f():\n    a = 1\n    return a\n"
+    texts = [base, base.replace("1", "2"), base.replace("1", "3")]
+    labels = ("old", "new", "0001-p.patch")
+    store: dict[str, str] = {}
+    first = replay._merged(list(texts), labels, "p\0m.py", store.get, True)
+    assert first[1] and first[1][0].conflict
+    key = first[1][0].key
+
+    def no_merge(*_a: object, **_k: object) -> None:
+        raise AssertionError("merged again")
+
+    with monkeypatch.context() as m:
+        m.setattr(replay.checked, "merge3_checked", no_merge)
+        assert replay._merged(list(texts), labels, "p\0m.py", store.get, True) == first
+        store[key] = "    a = 4\n"  # a maintainer's resolution recorded since: the kept merge asked for it
+        with pytest.raises(AssertionError, match="merged again"):
+            replay._merged(list(texts), labels, "p\0m.py", store.get, True)
+    text, regions = replay._merged(list(texts), labels, "p\0m.py", store.get, True)
+    assert "a = 4" in text and [r.kind for r in regions] == ["reused"]
+    assert replay._merged(list(texts), labels, "p\0m.py", store.get, True) == (text, regions)

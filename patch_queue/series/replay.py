@@ -15,16 +15,20 @@ import bisect
 import contextlib
 import difflib
 import functools
+import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
 
 from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import checked, markers, window
 from patch_queue.merge import three_way as merge
-from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.conflict import Anchor, Conflict, Culprit
 from patch_queue.series import reimport, stack
+from patch_queue.sources import cache
 
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
 
@@ -287,14 +291,59 @@ def _merge_one(
         if norm_c != texts[2]:
             flags.append(Conflict("reformatted", _REFORMATTED, conflict=False, patch=name, file=path, line=1))
         texts[2] = norm_c
-    do_merge = checked.merge3_checked if path.endswith(".py") else merge.merge3
-    result = do_merge(*texts, labels=diff3_labels, key_prefix=f"{patch_key(name)}\0{path}", recorded=recorded)
-    if result.regions:
-        outline = _Outline(result.text)
-        for region in result.regions:
+    text, regions = _merged(texts, diff3_labels, f"{patch_key(name)}\0{path}", recorded, path.endswith(".py"))
+    if regions:
+        outline = _Outline(text)
+        for region in regions:
             found = replace(region, patch=name, file=path, symbol=outline.symbol_at(region.line or 0))
             (conflicts if region.conflict else flags).append(found)
-    return result.text.encode("utf-8")
+    return text.encode("utf-8")
+
+
+def _merged(
+    texts: list[str], labels: tuple[str, str, str], key_prefix: str, recorded: Recorded | None, python: bool
+) -> tuple[str, list[Conflict]]:
+    """The anchor-aware merge of ``texts`` (base, upstream, patch), checked for a Python module; its text and
+    regions.
+
+    Kept in the download cache by its inputs and the merge's code, with the recorded resolutions it asked
+    for: a merge is a function of its texts and of those answers, so a result is reused only when the store
+    gives every one of them again.  This is what a second refresh of the same upgrade (the scheduled bot's,
+    or one after ``pq abort``) saves: the merge checks parse and bind every side."""
+    key = cache.derived_key(_merge_code(), str(python), str(recorded is not None), *texts, *labels, key_prefix)
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        hit = json.loads(cache.derived_get("merges", key) or b"null")
+        if hit is not None and all((recorded(k) if recorded else None) == v for k, v in hit["asked"].items()):
+            return hit["text"], [_region(r) for r in hit["regions"]]
+    asked: dict[str, str | None] = {}
+
+    def ask(k: str) -> str | None:
+        asked[k] = recorded(k) if recorded is not None else None
+        return asked[k]
+
+    do_merge = checked.merge3_checked if python else merge.merge3
+    result = do_merge(*texts, labels=labels, key_prefix=key_prefix, recorded=ask if recorded is not None else None)
+    data = {"asked": asked, "text": result.text, "regions": [asdict(r) for r in result.regions]}
+    cache.derived_put("merges", key, json.dumps(data, sort_keys=True).encode())
+    return result.text, result.regions
+
+
+@functools.lru_cache(maxsize=1)
+def _merge_code() -> str:
+    """The stamp of the merge's code (every module of ``merge/``) for :func:`_merged`'s cache key."""
+    here = Path(cache.__file__).parents[1]
+    return cache.code_stamp(*sorted(str(p.relative_to(here)) for p in (here / "merge").glob("*.py")))
+
+
+def _region(raw: dict[str, Any]) -> Conflict:
+    """A region kept by :func:`_merged` (``dataclasses.asdict`` of a :class:`Conflict` made by the merge)."""
+    anchor, culprits, links = raw.pop("anchor"), raw.pop("culprits"), raw.pop("links")
+    return Conflict(
+        **raw,
+        anchor=None if anchor is None else Anchor(**anchor),
+        culprits=tuple(Culprit(**c) for c in culprits),
+        links=tuple(links),
+    )
 
 
 def replay(
