@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from patch_queue.git.diff import line_hunks
-from patch_queue.merge import markers
+from patch_queue.merge import markers, symbols
 
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__"}
 
@@ -71,13 +71,6 @@ _BINDS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler
 _DECLARES = re.compile(r"^\s*(?:global|nonlocal)\s", re.M)
 
 
-@functools.lru_cache(maxsize=16)
-def parsed(text: str) -> ast.Module:
-    """The syntax tree of ``text``, which no caller changes (kept: the checks of one merge read each text
-    several times, the statements of a base and the calls of a method as well)."""
-    return ast.parse(text)
-
-
 @functools.lru_cache(maxsize=32)
 def read_first(text: str, functions: frozenset[str]) -> frozenset[tuple[str, str]]:
     """(scope, name) for each name that a function of ``functions`` (Class.method) of ``text`` reads before any
@@ -85,7 +78,7 @@ def read_first(text: str, functions: frozenset[str]) -> frozenset[tuple[str, str
     lambdas and comprehensions inside are left out (their names are their own, or read later); the name a
     nested def or class binds is not."""
     found: set[tuple[str, str]] = set()
-    tree = parsed(text)
+    tree = symbols.parsed(text)
     declares = _DECLARES.search(text) is not None
     for scope in sorted(functions):
         function = _function(tree, scope)
@@ -137,7 +130,7 @@ def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
     marked = markers.inside(text)
     lines = [k for k, m in enumerate(where, 1) if m in marked]
     out: set[str] = set()
-    for node in parsed(view).body:
+    for node in symbols.parsed(view).body:
         prefix, members = (f"{node.name}.", node.body) if isinstance(node, ast.ClassDef) else ("", [node])
         for f in members:
             if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno is not None:
@@ -217,7 +210,7 @@ def _function(tree: ast.Module, scope: str) -> ast.FunctionDef | ast.AsyncFuncti
 
 def reads(text: str, scope: str, name: str) -> list[int]:
     """The 1-based lines where the function ``scope`` of ``text`` reads ``name``."""
-    function = _function(parsed(text), scope)
+    function = _function(symbols.parsed(text), scope)
     if function is None:
         return []
     return sorted(
@@ -231,7 +224,7 @@ def reads(text: str, scope: str, name: str) -> list[int]:
 
 def binds(text: str, scope: str, name: str) -> list[int]:
     """The 1-based lines where the function ``scope`` of ``text`` (which must compile) binds ``name``."""
-    function = _function(parsed(text), scope)
+    function = _function(symbols.parsed(text), scope)
     return [] if function is None else _binding_lines(function, name)
 
 

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from patch_queue.merge import binding, markers, symbols
+from patch_queue.merge import markers, symbols
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -26,7 +26,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 def methods(text: str) -> dict[str, Function]:
     """Class.method (and top-level function) -> its node; {} when the text does not parse."""
     try:
-        tree = binding.parsed(text)
+        tree = symbols.parsed(text)
     except SyntaxError:
         return {}
     out: dict[str, Function] = {}

@@ -63,19 +63,19 @@ def _extent(lines: Sequence[str], first: int, last: int, indent: int, floor: int
     return start, end
 
 
-@functools.lru_cache(maxsize=2)
-def parse_upstream(source: str) -> ast.Module:
-    """The syntax tree of an upstream module, kept for the last two: a refresh parses the old and the new one
-    for their projections, and the import reconciliation reads the same two (``reimport.bindings``).  The
-    tree is shared: read it, never change it."""
-    return ast.parse(source)
+@functools.lru_cache(maxsize=64)  # a tree of a 6,600-line module is ~4 MB
+def parsed(text: str) -> ast.Module:
+    """The syntax tree of ``text``, shared by every reader: read it, never change it.  Kept for the last few
+    texts: a refresh parses the old and the new upstream module for their projections and the import step
+    reads them again; a merge's checks read each side several times (statements, bindings, calls); the
+    layout of a patch's module and the import step read the texts the merge checks read."""
+    return ast.parse(text)
 
 
-def symbols_ast(source: str, *, path: str = "<source>", upstream: bool = False) -> dict[str, Symbol]:
-    """All top-level classes and functions and the methods of top-level classes, by name; of an ``upstream``
-    module through :func:`parse_upstream`."""
+def symbols_ast(source: str, *, path: str = "<source>") -> dict[str, Symbol]:
+    """All top-level classes and functions and the methods of top-level classes, by name."""
     try:
-        tree = parse_upstream(source) if upstream else ast.parse(source)
+        tree = parsed(source)
     except SyntaxError as exc:
         raise PqError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
     lines = source.splitlines(keepends=True)

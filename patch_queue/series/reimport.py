@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 
 from patch_queue.git.diff import Hunk, line_hunks, move_line
 from patch_queue.merge import markers
-from patch_queue.merge.symbols import parse_upstream
+from patch_queue.merge.symbols import parsed
 from patch_queue.series import fmt, replaced
 from patch_queue.sources import cache
 
@@ -78,7 +78,7 @@ def bindings(text: str, module: str) -> Mapping[str, _Binding]:
     runner module, and parsing one (~4,000 lines) is most of a reconciliation.
     """
     try:
-        tree = parse_upstream(text)
+        tree = parsed(text)
     except SyntaxError:
         return {}
     out: dict[str, _Binding] = {}
@@ -408,7 +408,7 @@ def _statements(view: str, text: str) -> list[_Stmt]:
     first_marker = next((i for i, line in enumerate(text.splitlines()) if markers.MARKER.match(line)), None)
     lines = view.splitlines(keepends=True)
     out = []
-    for node in ast.parse(view).body:
+    for node in parsed(view).body:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
         last = node.end_lineno or node.lineno

@@ -89,7 +89,7 @@ def _project(queue: Queue, vendored: dict[str, bytes], *, label: str) -> Project
                 line=data.count(b"\n", 0, exc.start) + 1,
             ) from None
         try:
-            parsed[path] = symbols.symbols_ast(text, path=path, upstream=True)
+            parsed[path] = symbols.symbols_ast(text, path=path)
         except PqError as exc:
             raise SourceError(f"{exc.message} ({label})", path=path, line=exc.line) from None
     missing: list[str] = []
