@@ -61,19 +61,57 @@ def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "message"),
+    ("text", "line", "message"),
     [
-        ('[[rule]]\nid = "x"\nfind = "("\nreplace = "y"\n', "rule[0] (x): bad find or replace"),
-        ('[[rule]]\nid = "x"\nreplace = "y"\n', "rule[0].find must be a non-empty string"),
-        ('fence = "# Omni"\n', "fence must be an Omni-new fence comment line"),
-        ("[[rule]\n", "not valid TOML"),
+        ('[[rule]]\nid = "x"\nfind = "("\nreplace = "y"\n', 1, "rule[0] (x): bad find or replace"),
+        ('[[rule]]\nid = "x"\nreplace = "y"\n', 1, "rule[0].find must be a non-empty string"),
+        ('fence = "# Omni"\n', None, "fence must be an Omni-new fence comment line"),
+        ("[[rule]\n", None, "not valid TOML"),
+        (
+            '[[rule]]\nid = "x"\nfind = "a"\nreplace = "b"\n\n'
+            '[[decline]]\nfile = "gpu_x.py"\nmethod = " "\nfirst = "y"\n',
+            6,
+            "decline[0].method must be a non-empty string",
+        ),
+        (
+            '[[decline]]\nfile = "gpu_x.py"\nmethod = "f"\nfirst = "y"\nnote = 3\n',
+            1,
+            "decline[0].note must be a string",
+        ),
     ],
 )
-def test_bad_user_rules_name_the_file(tmp_path: Path, text: str, message: str) -> None:
+def test_bad_user_rules_name_the_file_and_line(tmp_path: Path, text: str, line: int | None, message: str) -> None:
     (tmp_path / gpu_rules.USER_RULES).write_text(text)
     with pytest.raises(QueueError) as err:
         gpu_rules.load_rules(tmp_path)
-    assert str(err.value).startswith(f"{tmp_path / gpu_rules.USER_RULES}: ") and message in str(err.value)
+    where = f"{tmp_path / gpu_rules.USER_RULES}" + (f":{line}" if line else "")
+    assert str(err.value).startswith(f"{where}: ") and message in str(err.value)
+
+
+def test_declined_changes_are_read_and_written_back_alike(tmp_path: Path) -> None:
+    entry = gpu_rules.Decline("gpu_ar_model_runner.py", "execute_model", 'x = {"a": "\\n"}  # é', note="not on NPU")
+    (tmp_path / gpu_rules.USER_RULES).write_text(entry.toml())
+    rules = gpu_rules.load_rules(tmp_path)
+    assert rules.declined == (entry,)
+    assert rules.decline_of("gpu_ar_model_runner.py", "execute_model", entry.first) == entry
+    assert rules.decline_of("gpu_ar_model_runner.py", "sample_tokens", entry.first) is None
+    assert len(rules.rules) == len(gpu_rules.load_rules().rules)  # declines add no rule
+
+
+def test_declines_of_a_port_read_its_message_old_and_new() -> None:
+    message = (
+        "sync-gpu-execute-model-2: port the omni GPU change(s) into NPUARModelRunner.execute_model\n\n"
+        "From the GPU runners of vllm-omni==0.30.0:\n"
+        + gpu_rules.ported_line("gpu_ar_model_runner.py", 1184, "execute_model", "if self.x: # a: b")
+        + "- gpu_model_runner.py:77: y = 1\n"  # a port written before the method was named: the subject's method
+    )
+    found = gpu_rules.declines_of("0018-sync-gpu-execute-model-2.patch", message)
+    assert [d.key for d in found] == [
+        ("gpu_ar_model_runner.py", "execute_model", "if self.x: # a: b"),
+        ("gpu_model_runner.py", "execute_model", "y = 1"),
+    ]
+    assert found[0].note == "pq delete 0018-sync-gpu-execute-model-2.patch"
+    assert gpu_rules.declines_of("0003-npu-ar-model-runner.patch", message) == []
 
 
 # -- placement on small runners ----------------------------------------------------------------
@@ -954,3 +992,32 @@ def test_refresh_sync_gpu_reports_the_ports(synced: tuple[Path, str], tmp_path: 
     first = flags[0]
     assert "self.routed_experts_capturer.clear_buffer()" in first["sides"]["patch"]
     assert "Omni-new" in first["resolution"] and first["patch"] == "0017-sync-gpu-execute-model-1.patch"
+
+
+def test_a_deleted_port_is_declined_and_not_ported_again(synced: tuple[Path, str], tmp_path: Path) -> None:
+    """`pq delete` of a sync-gpu patch declines its GPU changes in patches/gpu-sync-rules.toml: the next sync
+    lists them and ports them no more; `pq undo` takes the delete and the declines back together."""
+    proj, _out = synced
+    import shutil
+
+    work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
+    series = (work / "patches" / "series").read_text()
+    name = next(n for n in series.split() if "-sync-gpu-execute-model-" in n)
+    message = git(work, "log", "-1", "--format=%B", f"refs/pq/patches/{name}")
+    ported = re.findall(r"^- (gpu_\w+\.py):(\d+) (\w+): (.+)$", message, re.M)
+    assert ported
+    out = pq(work, "delete", name).stdout
+    assert f"declined: {ported[0][0]} {ported[0][2]}: `{ported[0][3]}`" in out
+    declined = gpu_rules.load_rules(work / "patches").declined
+    assert [d.key for d in declined] == [(f, m, first) for f, _line, m, first in ported]
+    assert all(d.note == f"pq delete {name}" for d in declined)
+
+    again = pq(work, "sync-gpu").stdout
+    for f, line, m, first in ported:
+        assert f"declined: {f}:{line} in {m}: `{first}`" in again
+    assert "synced:" not in again and f", {len(ported)} declined" in again
+    assert name not in (work / "patches" / "series").read_text()
+
+    pq(work, "undo")
+    assert not (work / "patches" / gpu_rules.USER_RULES).exists()
+    assert (work / "patches" / "series").read_text() == series

@@ -4,10 +4,15 @@
 Every rule rewrites each line of a GPU hunk, in order (``CUDAGraphWrapper`` -> ``ACLGraphWrapper``,
 ``set_forward_context`` -> ``set_ascend_forward_context``, ...); a project's rule with a built-in id replaces it
 in place, a new id goes after the built-in ones.
+
+A project's ``[[decline]]`` tables name GPU changes its maintainers chose not to port (``file``, ``method``, the
+change's ``first`` meaningful line, an optional ``note``): ``pq sync-gpu`` lists them and ports them no more.
+``pq delete`` of a ``sync-gpu-*`` patch writes one per change the patch ported, so a port taken out stays out.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -34,59 +39,127 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Decline:
+    """A GPU change not to port: of the GPU module ``file``, in its method ``method``, whose first meaningful
+    line (stripped) is ``first``."""
+
+    file: str
+    method: str
+    first: str
+    note: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.file, self.method, self.first
+
+    def toml(self) -> str:
+        """The ``[[decline]]`` table of this entry (TOML basic strings are JSON strings)."""
+        keys = [("file", self.file), ("method", self.method), ("first", self.first)]
+        keys += [("note", self.note)] if self.note else []
+        return "[[decline]]\n" + "".join(f"{k} = {json.dumps(v, ensure_ascii=False)}\n" for k, v in keys)
+
+
+@dataclass(frozen=True)
 class Rules:
     rules: tuple[Rule, ...]
     fence: str
+    declined: tuple[Decline, ...] = ()
 
     def translate(self, line: str) -> str:
         for rule in self.rules:
             line = rule.apply(line)
         return line
 
+    def decline_of(self, gpu_file: str, method: str, first: str) -> Decline | None:
+        """The entry that declines the change (``GpuChange.gpu_file``, ``.method``, ``.first``), if any."""
+        return next((d for d in self.declined if d.key == (gpu_file, method, first)), None)
 
-def parse_rules(text: str, *, path: str) -> tuple[list[Rule], str | None]:
-    """The rules of one rules file, and its ``fence`` (None when it sets none)."""
+
+_PORTED = re.compile(r"^- (\S+?):\d+(?: (\w+))?: (.+)$", re.M)  # an older port's message names no method
+
+
+def ported_line(gpu_file: str, gpu_line: int, method: str, first: str) -> str:
+    """The line of a ``sync-gpu-*`` patch's message naming a GPU change it ports (read by :func:`declines_of`)."""
+    return f"- {gpu_file}:{gpu_line} {method}: {first}\n"
+
+
+def declines_of(name: str, message: str) -> list[Decline]:
+    """The ``[[decline]]`` entries of the GPU changes a ``sync-gpu-*`` patch (``name``, its commit ``message``)
+    ported; [] for another patch.  Without a method in the message, the method of the subject's NPU symbol."""
+    if not re.fullmatch(r"\d+-sync-gpu-.+\.patch", name):
+        return []
+    symbol = message.partition("\n")[0].rsplit(" ", 1)[-1]
+    return [
+        Decline(file, method or symbol.rpartition(".")[2], first.strip(), f"pq delete {name}")
+        for file, method, first in _PORTED.findall(message)
+    ]
+
+
+def parse_rules(text: str, *, path: str) -> tuple[list[Rule], str | None, list[Decline]]:
+    """The rules of one rules file, its ``fence`` (None when it sets none) and its declined changes."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise QueueError(f"not valid TOML: {exc}", path=path) from None
+
+    def at(kind: str, i: int) -> int | None:
+        """The line of the ``i``-th ``[[kind]]`` table (None when it is written another way)."""
+        heads = [n for n, line in enumerate(text.splitlines(), 1) if line.strip().startswith(f"[[{kind}]]")]
+        return heads[i] if i < len(heads) else None
+
     fence = data.get("fence")
     if fence is not None and not (isinstance(fence, str) and anchors.FENCE.match(fence)):
         raise QueueError("fence must be an Omni-new fence comment line (# ---- Omni-new ----)", path=path)
     rules: list[Rule] = []
-    for i, raw in enumerate(data.get("rule", [])):
-        where = f"rule[{i}]"
+    kind = "rule"
+    for i, raw in enumerate(data.get(kind, [])):
+        where = f"{kind}[{i}]"
         if not isinstance(raw, dict):
-            raise QueueError(f"{where} must be a table", path=path)
+            raise QueueError(f"{where} must be a table", path=path, line=at(kind, i))
         for key in ("id", "find"):
             if not isinstance(raw.get(key), str) or not raw[key]:
-                raise QueueError(f"{where}.{key} must be a non-empty string", path=path)
+                raise QueueError(f"{where}.{key} must be a non-empty string", path=path, line=at(kind, i))
         if not isinstance(raw.get("replace"), str):
-            raise QueueError(f"{where} ({raw['id']}).replace must be a string", path=path)
+            raise QueueError(f"{where} ({raw['id']}).replace must be a string", path=path, line=at(kind, i))
         regex = raw.get("regex", True)
         if not isinstance(regex, bool):
-            raise QueueError(f"{where} ({raw['id']}).regex must be true or false", path=path)
+            raise QueueError(f"{where} ({raw['id']}).regex must be true or false", path=path, line=at(kind, i))
         rule = Rule(raw["id"], raw["find"], raw["replace"], regex, str(raw.get("note", "")))
         if regex:
             try:
                 rule.apply("")
                 re.compile(rule.find)
             except re.error as exc:
-                raise QueueError(f"{where} ({rule.id}): bad find or replace: {exc}", path=path) from None
+                raise QueueError(
+                    f"{where} ({rule.id}): bad find or replace: {exc}", path=path, line=at(kind, i)
+                ) from None
         rules.append(rule)
-    return rules, fence
+    declined: list[Decline] = []
+    kind = "decline"
+    for i, raw in enumerate(data.get(kind, [])):
+        where = f"{kind}[{i}]"
+        if not isinstance(raw, dict):
+            raise QueueError(f"{where} must be a table", path=path, line=at(kind, i))
+        for key in ("file", "method", "first"):
+            if not isinstance(raw.get(key), str) or not raw[key].strip():
+                raise QueueError(f"{where}.{key} must be a non-empty string", path=path, line=at(kind, i))
+        if not isinstance(raw.get("note", ""), str):
+            raise QueueError(f"{where}.note must be a string", path=path, line=at(kind, i))
+        declined.append(Decline(raw["file"], raw["method"], raw["first"].strip(), raw.get("note", "")))
+    return rules, fence, declined
 
 
 def load_rules(project_patches: Path | None = None) -> Rules:
     """The built-in rules with the project's ``patches/gpu-sync-rules.toml`` applied: a rule with a
     built-in id replaces it in place, a new one goes after the built-in ones."""
     text = resources.files("patch_queue.checks").joinpath("gpu_sync.toml").read_text(encoding="utf-8")
-    builtin, fence = parse_rules(text, path=BUILTIN)
+    builtin, fence, declined = parse_rules(text, path=BUILTIN)
     rules = {r.id: r for r in builtin}
     if project_patches is not None and (project_patches / USER_RULES).is_file():
         user = project_patches / USER_RULES
-        extra, user_fence = parse_rules(user.read_text(encoding="utf-8"), path=str(user))
+        extra, user_fence, user_declined = parse_rules(user.read_text(encoding="utf-8"), path=str(user))
         rules.update((r.id, r) for r in extra)
         fence = user_fence or fence
+        declined += user_declined
     assert fence is not None, "the built-in rules set the fence"
-    return Rules(tuple(rules.values()), fence.strip())
+    return Rules(tuple(rules.values()), fence.strip(), tuple(declined))

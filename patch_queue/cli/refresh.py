@@ -274,6 +274,7 @@ def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | No
 
 
 def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
+    from patch_queue.checks import gpu_rules
     from patch_queue.commands import sync_gpu
 
     for s in outcome.synced:
@@ -291,6 +292,9 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
     for u in outcome.unplaced:
         where = f" in {u.symbol}" if u.symbol else ""
         typer.echo(f"unplaced: {sync_gpu.where(u.changes)}{where}: {u.reason}")
+    rules_file = ws.rel(ws.queue_dir.root / gpu_rules.USER_RULES)
+    for c in outcome.declined:
+        typer.echo(f"declined: {c.gpu_file}:{c.gpu_line} in {c.method}: `{c.first}` ({rules_file})")
     synced = [s for s in outcome.synced if not sync_gpu.is_helper(s.port)]
     helpers = [s for s in outcome.synced if sync_gpu.is_helper(s.port)]
     unplaced = [u for u in outcome.unplaced if not sync_gpu.is_helper(u)]
@@ -302,6 +306,7 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             f"sync-gpu: {outcome.unported} unported omni GPU change(s) in {outcome.source}: "
             f"{sum(len(s.port.changes) for s in synced)} ported in {len(synced)} patch(es), "
             f"{sum(len(u.changes) for u in unplaced)} not placed"
+            + (f", {len(outcome.declined)} declined" if outcome.declined else "")
             + (f", {outcome.carried} on NPU after those ports" if outcome.carried else "")
             + (f"; {len(helpers)} helper method(s) copied" if helpers else "")
             + (f", {len(refused)} not copied" if refused else "")

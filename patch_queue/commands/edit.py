@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 
+from patch_queue.checks import gpu_rules
 from patch_queue.commands.write import (
     StepInfo,
     finish,
@@ -120,9 +122,17 @@ def find_patch(loaded: LoadedStack, name: str) -> int:
     raise QueueError(f"patch `{name}` does not exist{hint}", path="patches/series")
 
 
-def write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int, command: str) -> None:
+def write_edit(
+    ws: Workspace,
+    old: LoadedStack,
+    new: LoadedStack,
+    applied: int,
+    command: str,
+    files: dict[Path, bytes] | None = None,
+) -> None:
     """Write an edited series: bodies, refs, the output folder, and a lineage step whose changed bodies
-    are recorded edits (so the step is reproducible without the bodies)."""
+    are recorded edits (so the step is reproducible without the bodies); ``files``: more files of the series
+    folder the command writes with them (undone with them)."""
     old_bodies = stack.export_series(ws.repo, old.patches)
     changes = [(n, old_bodies.get(n, b""), body) for n, body in stack.export_series(ws.repo, new.patches).items()]
     changes = [(n, before, after) for n, before, after in changes if before != after]
@@ -130,6 +140,8 @@ def write_edit(ws: Workspace, old: LoadedStack, new: LoadedStack, applied: int, 
     store.record_edits(changes, f"pq {command}: edits recorded\n")
     writes = Writes(ws, command, undoable=True)
     writes.move_refs(store.ref_update())
+    for path, data in (files or {}).items():
+        writes.write(path, data, group="patches")
     write_series(ws, new, writes=writes, step=StepInfo("edit", command, edited=tuple(n for n, _b, _a in changes)))
     finish(ws, new, writes, applied)
 
@@ -255,20 +267,45 @@ def do_goto(ws: Workspace, name: str, *, upstream_git: str | None, discard: bool
     return applied, at + 1, dropped
 
 
-def do_delete(ws: Workspace, name: str | None, *, upstream_git: str | None, discard: bool = False) -> tuple[str, str]:
+def do_delete(
+    ws: Workspace, name: str | None, *, upstream_git: str | None, discard: bool = False
+) -> tuple[str, str, list[gpu_rules.Decline]]:
     """Remove a patch from the series (``stg delete``; the top one with ``name`` None, as ``--top``); the
-    patches above it are re-applied without it, each must still apply.  Returns (its name, dropped)."""
+    patches above it are re-applied without it, each must still apply.  A ``sync-gpu-*`` patch's GPU changes
+    are declined in ``patches/gpu-sync-rules.toml``, so ``pq sync-gpu`` does not port them again.  Returns (its
+    name, dropped, the changes declined)."""
     refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     at = named_or_top(loaded, applied, name)
     gone = loaded.names[at]
     dropped = output.discarded(refuse_out_edits(ws, discard=discard))
+    declined, files = _declined(ws, gone, ws.repo.commit_info(loaded.patches[at][1]).message)
     rest = loaded.patches[:at] + loaded.patches[at + 1 :]
     rebuilt = _rechain(ws, loaded, rest, at, why=f"without {gone}")
     new = LoadedStack(loaded.queue, loaded.base, rebuilt)
-    write_edit(ws, loaded, new, applied - 1 if at < applied else applied, "delete")
-    return gone, dropped
+    write_edit(ws, loaded, new, applied - 1 if at < applied else applied, "delete", files)
+    return gone, dropped, declined
+
+
+_RULES_HEAD = "pq sync-gpu: this project's translation rules, and the GPU changes it does not port"
+
+
+def _declined(ws: Workspace, name: str, message: str) -> tuple[list[gpu_rules.Decline], dict[Path, bytes]]:
+    """The GPU changes the ``sync-gpu-*`` patch ``name`` ported that the project does not decline yet, and the
+    rules file that declines them too ({} when there are none)."""
+    entries = gpu_rules.declines_of(name, message)
+    if not entries:
+        return [], {}
+    path = ws.queue_dir.root / gpu_rules.USER_RULES
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    have = gpu_rules.load_rules(ws.queue_dir.root).declined  # a broken rules file stops the delete here
+    known = {h.key for h in have}
+    new = [d for d in dict.fromkeys(entries) if d.key not in known]
+    if not new:
+        return [], {}
+    head = text.rstrip("\n") + "\n\n" if text.strip() else f"# {_RULES_HEAD}\n\n"
+    return new, {path: (head + "\n".join(d.toml() for d in new)).encode("utf-8")}
 
 
 def do_rename(

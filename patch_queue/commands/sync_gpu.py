@@ -53,6 +53,7 @@ class SyncOutcome:
     carried: int = 0  # of them, found on NPU after the ports of others (a later round's audit)
     synced: list[Synced] = field(default_factory=list)
     unplaced: list[Unplaced] = field(default_factory=list)
+    declined: list[gpu_audit.GpuChange] = field(default_factory=list)  # left out by the project's [[decline]]s
 
     @property
     def flags(self) -> list[Conflict]:
@@ -170,14 +171,22 @@ def plan_sync(
     rules = gpu_rules.load_rules(ws.queue_dir.root)
     ports: list[Port] = []
     unported = -1
+    declined: dict[tuple[str, int], gpu_audit.GpuChange] = {}
+
+    def kept(found: list[gpu_audit.GpuChange]) -> list[gpu_audit.GpuChange]:
+        for c in found:
+            if not c.ported and rules.decline_of(c.gpu_file, c.method, c.first) is not None:
+                declined.setdefault((c.gpu_file, c.gpu_line), c)
+        return [c for c in found if (c.gpu_file, c.gpu_line) not in declined]
+
     for _pass in range(_PASSES):  # a port can make another placeable: again until a pass ports nothing
         changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
         partly: list[gpu_audit.GpuChange] = []
         if before is not None:
-            partly = gpu_update.partly_ported(before, changes, gpu_files)
+            partly = kept(gpu_update.partly_ported(before, changes, gpu_files))
             changes += gpu_update.changes_since(before, gpu_files, files, vllm_runner, rules)
-        changes.sort(key=lambda c: (c.gpu_file, c.gpu_line))
-        unported = sum(1 for c in [*changes, *partly] if not c.ported) if unported < 0 else unported
+        changes = sorted(kept(changes), key=lambda c: (c.gpu_file, c.gpu_line))
+        unported = sum(1 for c in [*changes, *partly] if not c.ported) + len(declined) if unported < 0 else unported
         results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, files, rules, before)
         # the rest of the partial ports, each on its own after the others: grouped with an unported neighbour, the
         # code it replaces would be the NPU's rewrite
@@ -189,11 +198,12 @@ def plan_sync(
     helpers, _files = gpu_helpers.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
     results += helpers
     ports += [r for r in helpers if isinstance(r, Port)]
-    outcome = SyncOutcome(source, unported)
+    outcome = SyncOutcome(source, unported, declined=[declined[k] for k in sorted(declined)])
     outcome.unplaced = [r for r in results if isinstance(r, Unplaced)]
     settled = sum(len(p.changes) for p in ports if not is_helper(p)) + sum(
         len(u.changes) for u in outcome.unplaced if not is_helper(u)
     )
+    settled += len(declined)
     outcome.carried = max(0, unported - settled)
     patches = list(loaded.patches)
     taken = {n.split("-", 1)[-1] for n, _c in patches}
@@ -209,7 +219,7 @@ def plan_sync(
         taken.add(slug + ".patch")
         name = f"{len(patches) + 1:04d}-{slug}.patch"
         tree[port.npu_file] = port.text.encode("utf-8")
-        lines = "".join(f"- {c.gpu_file}:{c.gpu_line}: {c.first}\n" for c in port.changes)
+        lines = "".join(gpu_rules.ported_line(c.gpu_file, c.gpu_line, c.method, c.first) for c in port.changes)
         what = "copy the GPU helper method" if is_helper(port) else "port the omni GPU change(s) into"
         message = f"{slug}: {what} {port.symbol}\n\nFrom the GPU runners of {source}:\n{lines}"
 
