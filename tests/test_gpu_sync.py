@@ -69,7 +69,7 @@ def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
         ("[[rule]\n", None, "not valid TOML"),
         (
             '[[rule]]\nid = "x"\nfind = "a"\nreplace = "b"\n\n'
-            '[[decline]]\nfile = "gpu_x.py"\nmethod = " "\nfirst = "y"\n',
+            '[[decline]]\nfile = "gpu_x.py"\nmethod = ""\nfirst = "y"\n',
             6,
             "decline[0].method must be a non-empty string",
         ),

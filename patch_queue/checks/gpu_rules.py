@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
@@ -101,52 +103,49 @@ def parse_rules(text: str, *, path: str) -> tuple[list[Rule], str | None, list[D
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise QueueError(f"not valid TOML: {exc}", path=path) from None
-
-    def at(kind: str, i: int) -> int | None:
-        """The line of the ``i``-th ``[[kind]]`` table (None when it is written another way)."""
-        heads = [n for n, line in enumerate(text.splitlines(), 1) if line.strip().startswith(f"[[{kind}]]")]
-        return heads[i] if i < len(heads) else None
-
     fence = data.get("fence")
     if fence is not None and not (isinstance(fence, str) and anchors.FENCE.match(fence)):
         raise QueueError("fence must be an Omni-new fence comment line (# ---- Omni-new ----)", path=path)
     rules: list[Rule] = []
-    kind = "rule"
-    for i, raw in enumerate(data.get(kind, [])):
-        where = f"{kind}[{i}]"
-        if not isinstance(raw, dict):
-            raise QueueError(f"{where} must be a table", path=path, line=at(kind, i))
-        for key in ("id", "find"):
-            if not isinstance(raw.get(key), str) or not raw[key]:
-                raise QueueError(f"{where}.{key} must be a non-empty string", path=path, line=at(kind, i))
+    for raw, fail in _tables(data, "rule", ("id", "find"), text, path):
         if not isinstance(raw.get("replace"), str):
-            raise QueueError(f"{where} ({raw['id']}).replace must be a string", path=path, line=at(kind, i))
+            raise fail(f" ({raw['id']}).replace must be a string")
         regex = raw.get("regex", True)
         if not isinstance(regex, bool):
-            raise QueueError(f"{where} ({raw['id']}).regex must be true or false", path=path, line=at(kind, i))
+            raise fail(f" ({raw['id']}).regex must be true or false")
         rule = Rule(raw["id"], raw["find"], raw["replace"], regex, str(raw.get("note", "")))
         if regex:
             try:
                 rule.apply("")
                 re.compile(rule.find)
             except re.error as exc:
-                raise QueueError(
-                    f"{where} ({rule.id}): bad find or replace: {exc}", path=path, line=at(kind, i)
-                ) from None
+                raise fail(f" ({rule.id}): bad find or replace: {exc}") from None
         rules.append(rule)
     declined: list[Decline] = []
-    kind = "decline"
-    for i, raw in enumerate(data.get(kind, [])):
-        where = f"{kind}[{i}]"
-        if not isinstance(raw, dict):
-            raise QueueError(f"{where} must be a table", path=path, line=at(kind, i))
-        for key in ("file", "method", "first"):
-            if not isinstance(raw.get(key), str) or not raw[key].strip():
-                raise QueueError(f"{where}.{key} must be a non-empty string", path=path, line=at(kind, i))
+    for raw, fail in _tables(data, "decline", ("file", "method", "first"), text, path):
         if not isinstance(raw.get("note", ""), str):
-            raise QueueError(f"{where}.note must be a string", path=path, line=at(kind, i))
+            raise fail(".note must be a string")
         declined.append(Decline(raw["file"], raw["method"], raw["first"].strip(), raw.get("note", "")))
     return rules, fence, declined
+
+
+def _tables(
+    data: dict[str, Any], kind: str, required: tuple[str, ...], text: str, path: str
+) -> Iterator[tuple[dict[str, Any], Callable[[str], QueueError]]]:
+    """Each ``[[kind]]`` table of ``data`` whose ``required`` keys are non-empty strings, with the error of that
+    table (the message after ``kind[i]``, at the table's line in ``text``)."""
+    heads = [n for n, line in enumerate(text.splitlines(), 1) if line.strip().startswith(f"[[{kind}]]")]
+    for i, raw in enumerate(data.get(kind, [])):
+
+        def fail(message: str, i: int = i) -> QueueError:
+            return QueueError(f"{kind}[{i}]{message}", path=path, line=heads[i] if i < len(heads) else None)
+
+        if not isinstance(raw, dict):
+            raise fail(" must be a table")
+        for key in required:
+            if not isinstance(raw.get(key), str) or not raw[key]:
+                raise fail(f".{key} must be a non-empty string")
+        yield raw, fail
 
 
 def load_rules(project_patches: Path | None = None) -> Rules:
