@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -710,6 +711,21 @@ def test_a_helper_reading_an_attribute_the_npu_class_never_sets_is_not_copied() 
     )
 
 
+def test_a_helper_the_project_declines_is_not_copied() -> None:
+    gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % "talker"}
+    npu = {"npu_ar_model_runner.py": _HELPER_NPU}
+    vllm = "class GPUModelRunner:\n    pass\n"
+    decline = gpu_rules.Decline("gpu_ar_model_runner.py", "_omni_outputs", "def _omni_outputs(self, scheduler_output):")
+    rules = replace(gpu_rules.load_rules(), declined=(decline,))
+    (unplaced,), files = gpu_helpers.copy_helpers(npu, gpu, vllm, "class NPUModelRunner(GPUModelRunner):\n    pass\n",
+                                                  rules)  # fmt: skip
+    assert isinstance(unplaced, gpu_ports.Unplaced) and files == npu
+    assert unplaced.reason == (
+        "helper _omni_outputs of NPUARModelRunner.execute_model not copied: the project declines it "
+        f"({gpu_rules.USER_RULES})"
+    )
+
+
 def test_a_helper_calling_super_is_not_copied() -> None:
     gpu = {"gpu_ar_model_runner.py": (_HELPER_GPU % "talker").replace("return None\n", "return super().x()\n", 1)}
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
@@ -748,6 +764,104 @@ def test_an_override_calling_super_is_copied_where_the_npu_class_runs_the_upstre
     again, _files = gpu_helpers.copy_helpers(npu_has, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
                                              gpu_rules.load_rules())  # fmt: skip
     assert again == []
+
+
+_FUNC_GPU_AR = """import torch
+
+logger = init_logger(__name__)
+
+
+def _inner_fn(value):
+    return torch.cuda.Event() if value is None else value
+
+
+def _tensor_values(payload):
+    \"\"\"Every value as a tensor.\"\"\"
+    return {k: _inner_fn(v) for k, v in payload.items()}
+
+
+class ExecuteModelState(NamedTuple):
+    hidden_states: torch.Tensor
+
+
+class GPUARModelRunner(OmniGPUModelRunner):
+    pass
+"""
+_FUNC_GPU_GEN = """from vllm_omni.worker.gpu_ar_model_runner import ExecuteModelState, _tensor_values
+
+
+class GPUGenerationModelRunner(OmniGPUModelRunner):
+    def sample_tokens(self, grammar_output):
+        payloads = [_tensor_values(p) for p in self.outputs]
+        return payloads
+"""
+_FUNC_NPU_AR = """import torch
+
+logger = init_logger(__name__)
+
+
+class ExecuteModelState(NamedTuple):
+    hidden_states: torch.Tensor
+
+
+class NPUARModelRunner(OmniNPUModelRunner):
+    pass
+"""
+
+
+def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defining_modules_counterpart() -> None:
+    """The generation runner's unplaced change calls _tensor_values, which gpu_generation_model_runner.py imports
+    from gpu_ar_model_runner.py: the whole function goes into npu_ar_model_runner.py, before its ExecuteModelState
+    as on the GPU side, fenced, with the function it calls in turn; the copy names the change that needs it."""
+    from patch_queue.checks import gpu_functions
+    from patch_queue.checks.gpu_audit import GpuChange
+
+    gpu = {"gpu_ar_model_runner.py": _FUNC_GPU_AR, "gpu_generation_model_runner.py": _FUNC_GPU_GEN}
+    npu = {"npu_ar_model_runner.py": _FUNC_NPU_AR, "npu_generation_model_runner.py": "class NPUGen:\n    pass\n"}
+    change = GpuChange("gpu_generation_model_runner.py", "sample_tokens", 6, (), False, "not found",
+                       "npu_generation_model_runner.py", 2)  # fmt: skip
+    hunk = "        payloads = [_tensor_values(p) for p in self.outputs]  # _inner_fn in a comment\n"
+    unplaced = gpu_ports.Unplaced((change,), "diverged", "npu_generation_model_runner.py", "NPUGen.sample_tokens", hunk)
+    rules = gpu_rules.load_rules()
+    ports, files, declined = gpu_functions.copy_functions([unplaced], npu, gpu, rules)
+    assert declined == []
+    assert [(p.symbol, p.npu_file, p.changes[0].reason) for p in ports] == [
+        ("_inner_fn", "npu_ar_model_runner.py", gpu_functions.FUNCTION),
+        ("_tensor_values", "npu_ar_model_runner.py", gpu_functions.FUNCTION),
+    ]
+    assert ports[1].how == (
+        "module function copied (as a whole module-level function before ExecuteModelState; nothing calls it yet: "
+        "gpu_generation_model_runner.py:6 in NPUGen.sample_tokens, not placed, calls it)"
+    )
+    assert "yet: _tensor_values, copied for gpu_generation_model_runner.py:6 in NPUGen" in ports[0].how
+    text = files["npu_ar_model_runner.py"]
+    tree = ast.parse(text)
+    assert [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))] == [
+        "_inner_fn",
+        "_tensor_values",
+        "ExecuteModelState",
+        "NPUARModelRunner",
+    ]
+    assert "torch.npu.Event()" in text and text.count("Omni-new") == 4
+    lines = text.splitlines()
+    for port in ports:
+        assert lines[port.line - 1] == rules.fence and lines[port.line].startswith("def " + port.symbol)
+    assert "logger = init_logger(__name__)\n\n\n" + rules.fence + "\ndef _inner_fn(value):\n" in text
+    assert rules.fence + "\n\n\n" + rules.fence + "\ndef _tensor_values(payload):\n" in text
+    assert rules.fence + "\n\n\nclass ExecuteModelState(NamedTuple):\n" in text
+    assert files["npu_generation_model_runner.py"] == npu["npu_generation_model_runner.py"]
+    # once there, nothing more; a placed change (its port imported what it uses) and a function the change's own
+    # NPU module binds are left alone
+    assert gpu_functions.copy_functions([unplaced], files, gpu, rules) == ([], files, [])
+    bound = dict(npu, **{"npu_generation_model_runner.py": "from x import _tensor_values\n"})
+    assert gpu_functions.copy_functions([unplaced], bound, gpu, rules) == ([], bound, [])
+    # a function the project declines is not copied (nor what it alone calls), and is returned as declined
+    first = next(line.strip() for line in _FUNC_GPU_AR.splitlines() if line.startswith("def _tensor_values"))
+    decline = gpu_rules.Decline("gpu_ar_model_runner.py", "_tensor_values", first)
+    declining = replace(rules, declined=(decline,))
+    none, same, refused = gpu_functions.copy_functions([unplaced], npu, gpu, declining)
+    assert (none, same) == ([], npu)
+    assert [(c.gpu_file, c.method, c.first) for c in refused] == [decline.key]
 
 
 # -- the real runners ---------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
 from patch_queue.checks.gpu_ports import Port, Unplaced, completed, joined, reindent
-from patch_queue.checks.gpu_rules import Rules
+from patch_queue.checks.gpu_rules import USER_RULES, Rules
 from patch_queue.merge import anchors, symbols
 
 # how many helpers deep a copy follows the helpers a copied helper calls
@@ -268,11 +268,13 @@ def copy_helpers(
                 name, caller = todo[0]
                 have = _npu_attrs(ctx, out_files, gpu_files)
                 plan, why = _helper_plan(ctx, name, caller, have, ())
+                gsym = ctx.gpu_methods[name]
+                change = GpuChange(ctx.gpu_file, name, gsym.start, tuple(gsym.text.splitlines()), False, HELPER,
+                                   npu_file)  # fmt: skip
+                if not why and rules.decline_of(change.gpu_file, name, change.first) is not None:
+                    why = f"the project declines it ({USER_RULES})"
                 if why:
                     refused.add((ctx.npu_cls, name))
-                    gsym = ctx.gpu_methods[name]
-                    change = GpuChange(ctx.gpu_file, name, gsym.start, tuple(gsym.text.splitlines()), False, HELPER,
-                                       npu_file)  # fmt: skip
                     what = f"helper {name} of {ctx.npu_cls}.{caller}" if caller else f"override {ctx.gpu_cls}.{name}"
                     out.append(Unplaced((change,), f"{what} not copied: {why}", npu_file,
                                         f"{ctx.npu_cls}.{caller or name}", gsym.text))  # fmt: skip

@@ -299,6 +299,8 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
     helpers = [s for s in outcome.synced if sync_gpu.is_helper(s.port)]
     unplaced = [u for u in outcome.unplaced if not sync_gpu.is_helper(u)]
     refused = [u for u in outcome.unplaced if sync_gpu.is_helper(u)]
+    functions = [s for s in helpers if sync_gpu.is_function(s.port)]
+    methods = [s for s in helpers if s not in functions]
     if not outcome.unported and not outcome.synced:
         typer.echo(f"sync-gpu: nothing to do, every omni GPU change of {outcome.source} is on NPU")
     else:
@@ -308,7 +310,8 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             f"{sum(len(u.changes) for u in unplaced)} not placed"
             + (f", {len(outcome.declined)} declined" if outcome.declined else "")
             + (f", {outcome.carried} on NPU after those ports" if outcome.carried else "")
-            + (f"; {len(helpers)} helper method(s) copied" if helpers else "")
+            + (f"; {len(methods)} helper method(s) copied" if methods else "")
+            + (f"{',' if methods else ';'} {len(functions)} module function(s) copied" if functions else "")
             + (f", {len(refused)} not copied" if refused else "")
         )
 

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.checks import gpu_audit, gpu_helpers, gpu_rules, gpu_sync, gpu_update
+from patch_queue.checks import gpu_audit, gpu_functions, gpu_helpers, gpu_rules, gpu_sync, gpu_update
 from patch_queue.checks.gpu_ports import Port, Since, Unplaced
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
@@ -61,8 +61,14 @@ class SyncOutcome:
 
 
 def is_helper(result: Port | Unplaced) -> bool:
-    """A whole GPU helper method copied (or not copied), not a change of a GPU copy of a vLLM method."""
-    return result.changes[0].reason == gpu_helpers.HELPER
+    """A whole GPU helper method or module function copied (or not copied), not a change of a GPU copy of a vLLM
+    method."""
+    return result.changes[0].reason in (gpu_helpers.HELPER, gpu_functions.FUNCTION)
+
+
+def is_function(result: Port | Unplaced) -> bool:
+    """A whole module-level GPU function copied for a change left unplaced."""
+    return result.changes[0].reason == gpu_functions.FUNCTION
 
 
 def where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
@@ -80,7 +86,7 @@ def _synced_flag(s: Synced) -> Conflict:
     note = f"; placed {port.how}" if port.how else ""
     note += f"; {'; '.join(port.imports)} (in this port's patch)" if port.imports else ""
     note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
-    what = gpu_helpers.HELPER + " into" if is_helper(port) else "ported into"
+    what = port.changes[0].reason + " into" if is_helper(port) else "ported into"
     flag = _flag(SYNCED, port.changes, f"{what} {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
     return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
@@ -195,11 +201,15 @@ def plan_sync(
         ports += [r for r in results if isinstance(r, Port)]
         if not any(isinstance(r, Port) for r in results):
             break
-    helpers, _files = gpu_helpers.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
+    helpers, files = gpu_helpers.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
     results += helpers
     ports += [r for r in helpers if isinstance(r, Port)]
     outcome = SyncOutcome(source, unported, declined=[declined[k] for k in sorted(declined)])
     outcome.unplaced = [r for r in results if isinstance(r, Unplaced)]
+    # the module functions the changes left unplaced call, which their hand ports will need
+    functions, files, refused = gpu_functions.copy_functions(outcome.unplaced, files, gpu_files, rules)
+    ports += functions
+    outcome.declined += refused
     settled = sum(len(p.changes) for p in ports if not is_helper(p)) + sum(
         len(u.changes) for u in outcome.unplaced if not is_helper(u)
     )
@@ -220,7 +230,13 @@ def plan_sync(
         name = f"{len(patches) + 1:04d}-{slug}.patch"
         tree[port.npu_file] = port.text.encode("utf-8")
         lines = "".join(gpu_rules.ported_line(c.gpu_file, c.gpu_line, c.method, c.first) for c in port.changes)
-        what = "copy the GPU helper method" if is_helper(port) else "port the omni GPU change(s) into"
+        what = (
+            "copy the GPU module function"
+            if is_function(port)
+            else "copy the GPU helper method"
+            if is_helper(port)
+            else "port the omni GPU change(s) into"
+        )
         message = f"{slug}: {what} {port.symbol}\n\nFrom the GPU runners of {source}:\n{lines}"
 
         parent = ws.repo.commit(ws.repo.write_tree(tree), [parent], message, person, person)
