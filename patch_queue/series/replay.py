@@ -330,9 +330,12 @@ def _merged(
 
 @functools.lru_cache(maxsize=1)
 def _merge_code() -> str:
-    """The stamp of the merge's code (every module of ``merge/``) for :func:`_merged`'s cache key."""
+    """The stamp of the merge's code for :func:`_merged`'s cache key: every module of ``merge/`` and of the layers
+    below it (``git/``, ``errors.py``, ``fsutil.py``, ``progress.py``: all it may import, ``tests/test_layout.py``)."""
     here = Path(cache.__file__).parents[1]
-    return cache.code_stamp(*sorted(str(p.relative_to(here)) for p in (here / "merge").glob("*.py")))
+    below = [p for folder in ("merge", "git") for p in (here / folder).glob("*.py")]
+    below += [here / name for name in ("errors.py", "fsutil.py", "progress.py")]
+    return cache.code_stamp(*sorted(p.relative_to(here).as_posix() for p in below))
 
 
 def _region(raw: dict[str, Any]) -> Conflict:
