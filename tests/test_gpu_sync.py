@@ -1135,3 +1135,38 @@ def test_a_deleted_port_is_declined_and_not_ported_again(synced: tuple[Path, str
     pq(work, "undo")
     assert not (work / "patches" / gpu_rules.USER_RULES).exists()
     assert (work / "patches" / "series").read_text() == series
+
+
+def test_a_port_reading_what_only_a_gpu_base_provides_names_the_base() -> None:
+    """GPUARModelRunner gets register_chunk_recv from a mixin (re-exported, defined on the mixin's own base in a
+    third module); NPUARModelRunner lacks the mixin: a port calling it says so.  What the NPU class's own MRO
+    provides (self.model, a method of vLLM's runner) is not listed, and an NPU class with the mixin needs nothing."""
+    from patch_queue.checks import gpu_needs
+    from patch_queue.checks.gpu_audit import GpuChange
+
+    gpu = {
+        "gpu_ar_model_runner.py": "from pkg.mixin import ConnectorMixin\n\n\n"
+        "class GPUARModelRunner(GPUModelRunner, ConnectorMixin):\n"
+        "    def execute_model(self, out):\n        self.register_chunk_recv(out)\n        return self.model\n"
+    }
+    modules = {
+        "pkg.mixin": "from pkg.transport import _Transport\n\n\nclass ConnectorMixin(_Transport):\n    pass\n",
+        "pkg.transport": "class _Transport:\n    def register_chunk_recv(self, r):\n        self._pending = r\n",
+    }
+    vllm = "class GPUModelRunner:\n    def execute_model(self, out):\n        self.model = None\n"
+    ascend = "class NPUModelRunner(GPUModelRunner):\n    pass\n"
+    result = "        self.register_chunk_recv(out)  # self.not_read_in_a_comment\n        x = self.model\n"
+    npu_text = f"class NPUARModelRunner(NPUModelRunner):\n    def execute_model(self, out):\n{result}"
+    change = GpuChange("gpu_ar_model_runner.py", "execute_model", 6, (), False, "not found")
+    port = gpu_ports.Port((change,), "npu_ar_model_runner.py", "NPUARModelRunner.execute_model", 3, "", "", result,
+                          npu_text)  # fmt: skip
+    files = {"npu_ar_model_runner.py": npu_text}
+    (needs,) = gpu_needs.needed_bases([port], files, gpu, vllm, ascend, modules.get)
+    assert needs == [gpu_needs.Need("ConnectorMixin", ("register_chunk_recv",))]
+    assert needs[0].message("NPUARModelRunner") == (
+        "reads self.register_chunk_recv, which only ConnectorMixin provides: NPUARModelRunner lacks that base "
+        "(it fails at run time)"
+    )
+    assert gpu_needs.self_reads(result) == ["register_chunk_recv", "model"]
+    with_mixin = {"npu_ar_model_runner.py": npu_text.replace("(NPUModelRunner)", "(NPUModelRunner, ConnectorMixin)")}
+    assert gpu_needs.needed_bases([port], with_mixin, gpu, vllm, ascend, modules.get) == [[]]

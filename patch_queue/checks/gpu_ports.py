@@ -31,6 +31,7 @@ class Port:
     how: str = ""  # how it was placed, when not at verbatim anchors
     imports: tuple[str, ...] = ()  # the import statements added for it (reimport's messages)
     import_lines: int = 0  # lines the imports added above the method
+    needs: tuple[str, ...] = ()  # what it reads from self that only a base the NPU class lacks provides (messages)
 
 
 @dataclass(frozen=True)

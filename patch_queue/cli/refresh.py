@@ -289,6 +289,8 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             typer.echo(f"  note: {added}")
         if port.missing_names:
             typer.echo(f"  note: {port.npu_file} does not import {', '.join(port.missing_names)}")
+        for need in port.needs:
+            typer.echo(f"  warning: {need}")
     for u in outcome.unplaced:
         where = f" in {u.symbol}" if u.symbol else ""
         typer.echo(f"unplaced: {sync_gpu.where(u.changes)}{where}: {u.reason}")

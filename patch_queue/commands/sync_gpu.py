@@ -13,11 +13,12 @@ that could not be placed a ``gpu-unplaced`` flag with the GPU hunk and the reaso
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.checks import gpu_audit, gpu_functions, gpu_helpers, gpu_rules, gpu_sync, gpu_update
+from patch_queue.checks import gpu_audit, gpu_functions, gpu_helpers, gpu_needs, gpu_rules, gpu_sync, gpu_update
 from patch_queue.checks.gpu_ports import Port, Since, Unplaced
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
@@ -86,6 +87,7 @@ def _synced_flag(s: Synced) -> Conflict:
     note = f"; placed {port.how}" if port.how else ""
     note += f"; {'; '.join(port.imports)} (in this port's patch)" if port.imports else ""
     note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
+    note += "".join(f"; {need}" for need in port.needs)
     what = port.changes[0].reason + " into" if is_helper(port) else "ported into"
     flag = _flag(SYNCED, port.changes, f"{what} {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
@@ -159,6 +161,22 @@ def _final_lines(ports: list[Port]) -> list[int]:
     return out
 
 
+def _package_reader(source: str) -> gpu_needs.ModuleText:
+    """The source of a module of the vllm-omni release ``source`` (``name==version``) by its dotted name; of a folder,
+    none (pq reads only its GPU runners)."""
+    name, sep, version = source.partition("==")
+
+    @functools.cache
+    def read(module: str) -> str | None:
+        path = module.replace(".", "/") + ".py"
+        if not sep or not module.startswith(name.replace("-", "_") + "."):
+            return None
+        data = release_files(name, version, path).get(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    return read
+
+
 def plan_sync(
     ws: Workspace, loaded: LoadedStack, omni: str | None, since: str | None = None, *, progress: Progress | None = None
 ) -> tuple[SyncOutcome, list[tuple[str, str]]]:
@@ -210,6 +228,12 @@ def plan_sync(
     functions, files, refused = gpu_functions.copy_functions(outcome.unplaced, files, gpu_files, rules)
     ports += functions
     outcome.declined += refused
+    # what a port reads from self that only a base of the GPU class provides, which the NPU class lacks
+    needed = gpu_needs.needed_bases(ports, files, gpu_files, vllm_runner, ascend, _package_reader(source))
+    ports = [
+        replace(port, needs=tuple(n.message(port.symbol.partition(".")[0]) for n in needs)) if needs else port
+        for port, needs in zip(ports, needed, strict=True)
+    ]
     settled = sum(len(p.changes) for p in ports if not is_helper(p)) + sum(
         len(u.changes) for u in outcome.unplaced if not is_helper(u)
     )

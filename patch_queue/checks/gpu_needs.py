@@ -1,0 +1,136 @@
+"""What a port reads from ``self`` that only a base class of the GPU runner provides.
+
+The GPU runner classes inherit vllm-omni mixins (``OmniConnectorModelRunnerMixin``, ``DuplexSamplingRunnerMixin``)
+that an NPU runner class may lack.  A GPU change calling ``self.register_chunk_recv(...)`` ports as text, but on an
+NPU class without the mixin the call fails at run time.  :func:`needed_bases` finds, for a port, each such base
+and the names it alone provides (read from the module the GPU runner imports it from), so the port says so for
+review instead of passing as done.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from patch_queue.checks import gpu_audit, gpu_helpers
+from patch_queue.checks.gpu_ports import Port
+
+ModuleText = Callable[[str], "str | None"]  # a dotted module of the GPU runners' package -> its source, if known
+
+
+@dataclass(frozen=True)
+class Need:
+    base: str  # a base of the GPU runner class that the NPU class lacks
+    names: tuple[str, ...]  # what the port reads from self that only that base provides
+
+    def message(self, npu_cls: str) -> str:
+        reads = ", ".join(f"self.{n}" for n in self.names)
+        return f"reads {reads}, which only {self.base} provides: {npu_cls} lacks that base (it fails at run time)"
+
+
+def self_reads(code: str) -> list[str]:
+    """The ``X`` of every ``self.X`` in ``code`` (comments and strings aside), in order, once each."""
+    out: list[str] = []
+    try:
+        tokens = [
+            t
+            for t in tokenize.generate_tokens(io.StringIO(code).readline)
+            if t.type == tokenize.OP or t.type == tokenize.NAME
+        ]
+    except (tokenize.TokenError, IndentationError):
+        return out
+    for a, dot, b in zip(tokens, tokens[1:], tokens[2:], strict=False):
+        if a.string == "self" and dot.string == "." and b.type == tokenize.NAME and b.string not in out:
+            out.append(b.string)
+    return out
+
+
+def needed_bases(
+    ports: Sequence[Port],
+    files: Mapping[str, str],
+    gpu_files: Mapping[str, str],
+    vllm_runner: str,
+    ascend_runner: str,
+    module_text: ModuleText,
+) -> list[list[Need]]:
+    """Per port, the bases of the GPU class that its NPU class lacks and whose code alone provides what the port
+    reads from ``self`` (``files``: the NPU modules with every port and copy made)."""
+    contexts: dict[str, list[gpu_helpers._HelperCtx]] = {}
+    have: dict[tuple[str, str], set[str]] = {}
+    provided: dict[str, set[str]] = {}
+    out: list[list[Need]] = []
+    for port in ports:
+        npu_cls = port.symbol.partition(".")[0]
+        if port.npu_file not in contexts:
+            contexts[port.npu_file] = gpu_helpers._helper_ctx(
+                port.npu_file, files, gpu_files, vllm_runner, ascend_runner
+            )
+        ctx = next((c for c in contexts[port.npu_file] if c.npu_cls == npu_cls), None)
+        needs: list[Need] = []
+        out.append(needs)
+        if ctx is None:
+            continue
+        if (port.npu_file, npu_cls) not in have:
+            have[port.npu_file, npu_cls] = gpu_helpers._npu_attrs(ctx, files, gpu_files)
+        wanted = [n for n in self_reads(port.result) if n not in have[port.npu_file, npu_cls]]
+        for base in gpu_audit._c3(ctx.gpu_cls, ctx.classes) if wanted else []:
+            if base in ctx.order or base in ctx.classes:
+                continue  # the NPU class has it too, or it is a runner class pq reads
+            if base not in provided:
+                provided[base] = _provided(base, gpu_files, module_text)
+            names = tuple(n for n in wanted if n in provided[base])
+            if names:
+                needs.append(Need(base, names))
+                wanted = [n for n in wanted if n not in names]
+    return out
+
+
+def _provided(base: str, gpu_files: Mapping[str, str], module_text: ModuleText) -> set[str]:
+    """What class ``base`` and its own bases define or assign on ``self``, read from the module a GPU runner
+    imports it from."""
+    for path in sorted(gpu_files):
+        module = _imported_from(gpu_files[path], base)
+        if module is not None:
+            return _class_provides(base, module, module_text, _DEPTH)
+    return set()
+
+
+_DEPTH = 4  # classes followed through re-exports and bases
+
+
+def _imported_from(text: str, name: str) -> str | None:
+    """The module ``text`` imports ``name`` from (``from M import name``), if it does."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if any(a.name == name and a.asname is None for a in node.names):
+                return node.module
+    return None
+
+
+def _class_provides(name: str, module: str, module_text: ModuleText, depth: int) -> set[str]:
+    text = module_text(module)
+    if text is None or depth <= 0:
+        return set()
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return set()
+    found = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    if found is None:  # re-exported from another module
+        origin = _imported_from(text, name)
+        return set() if origin is None else _class_provides(name, origin, module_text, depth - 1)
+    out = {n.name for n in found.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    out |= gpu_helpers._assigned_attrs(ast.get_source_segment(text, found) or "")
+    for b in found.bases:
+        if isinstance(b, ast.Name):
+            origin = module if any(isinstance(n, ast.ClassDef) and n.name == b.id for n in tree.body) else None
+            origin = origin or _imported_from(text, b.id)
+            out |= set() if origin is None else _class_provides(b.id, origin, module_text, depth - 1)
+    return out
