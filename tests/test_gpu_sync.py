@@ -41,6 +41,13 @@ def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
     assert t("    from vllm_omni.worker.gpu_model_runner import CUDAGraphWrapper") == (
         "    from vllm_ascend.compilation.acl_graph import ACLGraphWrapper"
     )
+    assert t("        from vllm.compilation.cuda_graph import CUDAGraphWrapper  # lazy") == (
+        "        from vllm_ascend.compilation.acl_graph import ACLGraphWrapper  # lazy"
+    )
+    assert (
+        t("from vllm.compilation.cuda_graph import CUDAGraphStat")
+        == "from vllm.compilation.cuda_graph import CUDAGraphStat"
+    )
     assert t("from vllm.distributed.parallel_state import graph_capture") == (
         "from vllm_ascend.worker.model_runner_v1 import graph_capture"
     )
