@@ -310,7 +310,7 @@ class _Class:
 
 def _classes(path: str, text: str, side: str) -> dict[str, _Class]:
     try:
-        tree = ast.parse(text)
+        tree = symbols.parsed(text)
     except SyntaxError as exc:
         raise SourceError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
     syms = symbols.symbols_ast(text, path=path)

@@ -27,6 +27,7 @@ from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
 from patch_queue.checks.gpu_ports import Port, Unplaced, bare_names, bound_names, completed, joined
 from patch_queue.checks.gpu_rules import Rules
+from patch_queue.merge import symbols
 
 FUNCTION = "module function copied"
 # how many functions deep a copy follows the functions a copied function calls
@@ -36,7 +37,7 @@ _GPU_MODULE = re.compile(r"vllm_omni\.worker\.(gpu_\w+)$")
 
 def _top_functions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     try:
-        tree = ast.parse(text)
+        tree = symbols.parsed(text)
     except SyntaxError:
         return {}
     return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
@@ -49,7 +50,7 @@ def _defining(name: str, gpu_file: str, gpu_files: Mapping[str, str]) -> str | N
     if name in _top_functions(text):
         return gpu_file
     try:
-        tree = ast.parse(text)
+        tree = symbols.parsed(text)
     except SyntaxError:
         return None
     for node in tree.body:

@@ -10,6 +10,7 @@ classes they inherit, the upstream runners) sets is not copied.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -40,12 +41,14 @@ def _self_refs(node: ast.AST, names: Iterable[str] = ()) -> list[tuple[int, str]
     )
 
 
-def _assigned_attrs(text: str) -> set[str]:
-    """Every ``self.X`` a text assigns (any target form), and the names its class bodies bind."""
+@functools.lru_cache(maxsize=4096)
+def _assigned_attrs(text: str) -> frozenset[str]:
+    """Every ``self.X`` a text assigns (any target form), and the names its class bodies bind (kept: the MRO of
+    each NPU class is read again for every helper and port)."""
     try:
         tree = ast.parse(textwrap.dedent(text))
     except SyntaxError:
-        return set()
+        return frozenset()
     out = {
         n.attr
         for n in ast.walk(tree)
@@ -62,7 +65,7 @@ def _assigned_attrs(text: str) -> set[str]:
                 out.add(stmt.target.id)
             elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 out.add(stmt.name)
-    return out
+    return frozenset(out)
 
 
 def _fence_row(lines: Sequence[str], row: int, indent: int) -> int:

@@ -4,6 +4,7 @@ imports it needs, re-indenting, the NPU method holding a line."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -83,12 +84,14 @@ def reindent(line: str, delta: int) -> str:
     return line[min(-delta, anchors.indent_of(line)) :]
 
 
-def bound_names(text: str) -> set[str]:
-    """The names a module binds at its top level or imports anywhere."""
+@functools.lru_cache(maxsize=64)
+def bound_names(text: str) -> frozenset[str]:
+    """The names a module binds at its top level or imports anywhere (kept: a sync asks for the same modules
+    again and again)."""
     try:
-        tree = ast.parse(text)
+        tree = symbols.parsed(text)
     except SyntaxError:
-        return set()
+        return frozenset()
     out = {
         (a.asname or a.name).split(".")[0]
         for node in ast.walk(tree)
@@ -102,7 +105,7 @@ def bound_names(text: str) -> set[str]:
             out.update(t.id for t in node.targets if isinstance(t, ast.Name))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             out.add(node.target.id)
-    return out
+    return frozenset(out)
 
 
 def bare_names(code: str) -> set[str]:

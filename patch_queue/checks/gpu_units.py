@@ -120,7 +120,7 @@ def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int
             continue
         i = i1
         for j in range(j1, j2):
-            ratios = [difflib.SequenceMatcher(None, a[k], b[j], autojunk=False).ratio() for k in range(i, i2)]
+            ratios = [like(a[k], b[j]) or -1.0 for k in range(i, i2)]  # below SIMILAR: never chosen
             best = max(range(len(ratios)), key=lambda k: ratios[k], default=-1)
             if best >= 0 and ratios[best] >= SIMILAR:
                 if best:
