@@ -1168,7 +1168,8 @@ def test_a_port_reading_what_only_a_gpu_base_provides_names_the_base() -> None:
     port = gpu_ports.Port((change,), "npu_ar_model_runner.py", "NPUARModelRunner.execute_model", 3, "", "", result,
                           npu_text)  # fmt: skip
     files = {"npu_ar_model_runner.py": npu_text}
-    (needs,) = gpu_needs.needed_bases([port], files, gpu, vllm, ascend, modules.get)
+    code = [(port.npu_file, "NPUARModelRunner", port.result)]
+    (needs,) = gpu_needs.needed_bases(code, files, gpu, vllm, ascend, modules.get)
     assert needs == [gpu_needs.Need("ConnectorMixin", ("register_chunk_recv",))]
     assert needs[0].message("NPUARModelRunner") == (
         "reads self.register_chunk_recv, which only ConnectorMixin provides: NPUARModelRunner lacks that base "
@@ -1176,4 +1177,9 @@ def test_a_port_reading_what_only_a_gpu_base_provides_names_the_base() -> None:
     )
     assert gpu_needs.self_reads(result) == ["register_chunk_recv", "model"]
     with_mixin = {"npu_ar_model_runner.py": npu_text.replace("(NPUModelRunner)", "(NPUModelRunner, ConnectorMixin)")}
-    assert gpu_needs.needed_bases([port], with_mixin, gpu, vllm, ascend, modules.get) == [[]]
+    assert gpu_needs.needed_bases(code, with_mixin, gpu, vllm, ascend, modules.get) == [[]]
+    # pq check says it of the module as it is, at the line reading it
+    (finding,) = gpu_needs.findings(files, gpu, vllm, ascend, modules.get)
+    assert (finding.file, finding.line, finding.rule) == ("npu_ar_model_runner.py", 3, "gpu-base-missing")
+    assert finding.message == needs[0].message("NPUARModelRunner")
+    assert gpu_needs.findings(with_mixin, gpu, vllm, ascend, modules.get) == []

@@ -10,13 +10,16 @@ review instead of passing as done.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import tokenize
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from patch_queue.checks import gpu_audit, gpu_helpers
-from patch_queue.checks.gpu_ports import Port
+from patch_queue.checks.findings import WARNING, Finding
+from patch_queue.merge import symbols
+from patch_queue.sources.archives import release_files
 
 ModuleText = Callable[[str], "str | None"]  # a dotted module of the GPU runners' package -> its source, if known
 
@@ -49,33 +52,31 @@ def self_reads(code: str) -> list[str]:
 
 
 def needed_bases(
-    ports: Sequence[Port],
+    code: Sequence[tuple[str, str, str]],
     files: Mapping[str, str],
     gpu_files: Mapping[str, str],
     vllm_runner: str,
     ascend_runner: str,
     module_text: ModuleText,
 ) -> list[list[Need]]:
-    """Per port, the bases of the GPU class that its NPU class lacks and whose code alone provides what the port
-    reads from ``self`` (``files``: the NPU modules with every port and copy made)."""
+    """Per (NPU module, NPU class, code of that class: a port's lines, or the class), the bases of the GPU class
+    that the NPU class lacks and whose code alone provides what the code reads from ``self`` (``files``: the NPU
+    modules as they are)."""
     contexts: dict[str, list[gpu_helpers._HelperCtx]] = {}
     have: dict[tuple[str, str], set[str]] = {}
     provided: dict[str, set[str]] = {}
     out: list[list[Need]] = []
-    for port in ports:
-        npu_cls = port.symbol.partition(".")[0]
-        if port.npu_file not in contexts:
-            contexts[port.npu_file] = gpu_helpers._helper_ctx(
-                port.npu_file, files, gpu_files, vllm_runner, ascend_runner
-            )
-        ctx = next((c for c in contexts[port.npu_file] if c.npu_cls == npu_cls), None)
+    for npu_file, npu_cls, text in code:
+        if npu_file not in contexts:
+            contexts[npu_file] = gpu_helpers._helper_ctx(npu_file, files, gpu_files, vllm_runner, ascend_runner)
+        ctx = next((c for c in contexts[npu_file] if c.npu_cls == npu_cls), None)
         needs: list[Need] = []
         out.append(needs)
         if ctx is None:
             continue
-        if (port.npu_file, npu_cls) not in have:
-            have[port.npu_file, npu_cls] = gpu_helpers._npu_attrs(ctx, files, gpu_files)
-        wanted = [n for n in self_reads(port.result) if n not in have[port.npu_file, npu_cls]]
+        if (npu_file, npu_cls) not in have:
+            have[npu_file, npu_cls] = gpu_helpers._npu_attrs(ctx, files, gpu_files)
+        wanted = [n for n in self_reads(text) if n not in have[npu_file, npu_cls]]
         for base in gpu_audit._c3(ctx.gpu_cls, ctx.classes) if wanted else []:
             if base in ctx.order or base in ctx.classes:
                 continue  # the NPU class has it too, or it is a runner class pq reads
@@ -86,6 +87,49 @@ def needed_bases(
                 needs.append(Need(base, names))
                 wanted = [n for n in wanted if n not in names]
     return out
+
+
+def findings(
+    files: Mapping[str, str],
+    gpu_files: Mapping[str, str],
+    vllm_runner: str,
+    ascend_runner: str,
+    module_text: ModuleText,
+) -> list[Finding]:
+    """``pq check``'s warnings: each NPU runner class reading from ``self`` what only a base of its GPU counterpart
+    provides, which the NPU class lacks (at the first line reading it)."""
+    classes = [
+        (path, name, symbols.symbols_ast(text, path=path)[name])
+        for path, text in sorted(files.items())
+        for name in gpu_audit._classes(path, text, "npu")
+    ]
+    out = []
+    needed = needed_bases(
+        [(p, n, sym.text) for p, n, sym in classes], files, gpu_files, vllm_runner, ascend_runner, module_text
+    )
+    for (path, name, sym), needs in zip(classes, needed, strict=True):
+        lines = sym.text.splitlines()
+        for need in needs:
+            first = min((i for i, line in enumerate(lines) for n in need.names if f"self.{n}" in line), default=0)
+            out.append(Finding(path, sym.start + first, RULE, WARNING, need.message(name)))
+    return out
+
+
+RULE = "gpu-base-missing"
+
+
+def release_reader(name: str, version: str) -> ModuleText:
+    """The source of a module of the release ``name==version`` by its dotted name (modules of its own package)."""
+
+    @functools.cache
+    def read(module: str) -> str | None:
+        path = module.replace(".", "/") + ".py"
+        if not module.startswith(name.replace("-", "_") + "."):
+            return None
+        data = release_files(name, version, path).get(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    return read
 
 
 def _provided(base: str, gpu_files: Mapping[str, str], module_text: ModuleText) -> set[str]:

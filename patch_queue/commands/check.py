@@ -103,7 +103,7 @@ def source_checks(
     queue: Queue, files: dict[str, str], *, upstream_git: str | None, progress: Progress | None = None
 ) -> list[Finding]:
     """Import resolution against the real source trees, and the GPU-side sync audit."""
-    from patch_queue.checks import gpu_audit, imports
+    from patch_queue.checks import gpu_audit, gpu_needs, imports
 
     out: list[Finding] = []
     release = queue.downstream_release
@@ -143,6 +143,8 @@ def source_checks(
         return out + [_warning("gpu-audit-skipped", why)]
     try:
         out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
+        read = gpu_needs.release_reader(queue.downstream_name, release)
+        out += gpu_needs.findings(files, gpu_files, vllm_runner, ascend, read)
     except PqError as exc:
         return out + [_warning("gpu-audit-skipped", f"the GPU-side audit could not run: {exc}")]
     return out

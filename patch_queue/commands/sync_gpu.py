@@ -13,7 +13,6 @@ that could not be placed a ``gpu-unplaced`` flag with the GPU hunk and the reaso
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -161,22 +160,6 @@ def _final_lines(ports: list[Port]) -> list[int]:
     return out
 
 
-def _package_reader(source: str) -> gpu_needs.ModuleText:
-    """The source of a module of the vllm-omni release ``source`` (``name==version``) by its dotted name; of a folder,
-    none (pq reads only its GPU runners)."""
-    name, sep, version = source.partition("==")
-
-    @functools.cache
-    def read(module: str) -> str | None:
-        path = module.replace(".", "/") + ".py"
-        if not sep or not module.startswith(name.replace("-", "_") + "."):
-            return None
-        data = release_files(name, version, path).get(path)
-        return None if data is None else data.decode("utf-8", errors="replace")
-
-    return read
-
-
 def plan_sync(
     ws: Workspace, loaded: LoadedStack, omni: str | None, since: str | None = None, *, progress: Progress | None = None
 ) -> tuple[SyncOutcome, list[tuple[str, str]]]:
@@ -229,7 +212,10 @@ def plan_sync(
     ports += functions
     outcome.declined += refused
     # what a port reads from self that only a base of the GPU class provides, which the NPU class lacks
-    needed = gpu_needs.needed_bases(ports, files, gpu_files, vllm_runner, ascend, _package_reader(source))
+    name, sep, version = source.partition("==")
+    read = gpu_needs.release_reader(name, version) if sep else lambda _module: None
+    code = [(p.npu_file, p.symbol.partition(".")[0], p.result) for p in ports]
+    needed = gpu_needs.needed_bases(code, files, gpu_files, vllm_runner, ascend, read)
     ports = [
         replace(port, needs=tuple(n.message(port.symbol.partition(".")[0]) for n in needs)) if needs else port
         for port, needs in zip(ports, needed, strict=True)
