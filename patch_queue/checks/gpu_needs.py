@@ -10,8 +10,8 @@ review instead of passing as done.
 from __future__ import annotations
 
 import ast
-import functools
 import io
+import re
 import tokenize
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from patch_queue.checks import gpu_audit, gpu_helpers
 from patch_queue.checks.findings import WARNING, Finding
 from patch_queue.merge import symbols
-from patch_queue.sources.archives import release_files
 
-ModuleText = Callable[[str], "str | None"]  # a dotted module of the GPU runners' package -> its source, if known
+ModuleText = Callable[[str], "str | None"]  # a dotted module -> its source, if known (imports.SourceTree.text)
 
 
 @dataclass(frozen=True)
@@ -110,26 +109,13 @@ def findings(
     for (path, name, sym), needs in zip(classes, needed, strict=True):
         lines = sym.text.splitlines()
         for need in needs:
-            first = min((i for i, line in enumerate(lines) for n in need.names if f"self.{n}" in line), default=0)
+            reads = re.compile(r"\bself\.(?:" + "|".join(need.names) + r")\b")
+            first = next((i for i, line in enumerate(lines) if reads.search(line)), 0)
             out.append(Finding(path, sym.start + first, RULE, WARNING, need.message(name)))
     return out
 
 
 RULE = "gpu-base-missing"
-
-
-def release_reader(name: str, version: str) -> ModuleText:
-    """The source of a module of the release ``name==version`` by its dotted name (modules of its own package)."""
-
-    @functools.cache
-    def read(module: str) -> str | None:
-        path = module.replace(".", "/") + ".py"
-        if not module.startswith(name.replace("-", "_") + "."):
-            return None
-        data = release_files(name, version, path).get(path)
-        return None if data is None else data.decode("utf-8", errors="replace")
-
-    return read
 
 
 def _provided(base: str, gpu_files: Mapping[str, str], module_text: ModuleText) -> set[str]:
@@ -148,7 +134,7 @@ _DEPTH = 4  # classes followed through re-exports and bases
 def _imported_from(text: str, name: str) -> str | None:
     """The module ``text`` imports ``name`` from (``from M import name``), if it does."""
     try:
-        tree = ast.parse(text)
+        tree = symbols.parsed(text)
     except SyntaxError:
         return None
     for node in tree.body:

@@ -110,6 +110,11 @@ class SourceTree:
             return base + "/"
         return None
 
+    def text(self, dotted: str) -> str | None:
+        """The source of a module (a package's ``__init__.py``), None when the tree has no file for it."""
+        path = self.module_path(dotted)
+        return None if path is None or path.endswith("/") else self._files[path].decode("utf-8", errors="replace")
+
     def is_package(self, dotted: str) -> bool:
         path = self.module_path(dotted)
         return path is not None and (path.endswith("/__init__.py") or path.endswith("/"))

@@ -143,8 +143,7 @@ def source_checks(
         return out + [_warning("gpu-audit-skipped", why)]
     try:
         out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
-        read = gpu_needs.release_reader(queue.downstream_name, release)
-        out += gpu_needs.findings(files, gpu_files, vllm_runner, ascend, read)
+        out += gpu_needs.findings(files, gpu_files, vllm_runner, ascend, trees["vllm_omni"].text)
     except PqError as exc:
         return out + [_warning("gpu-audit-skipped", f"the GPU-side audit could not run: {exc}")]
     return out

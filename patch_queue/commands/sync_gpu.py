@@ -13,11 +13,21 @@ that could not be placed a ``gpu-unplaced`` flag with the GPU hunk and the reaso
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.checks import gpu_audit, gpu_functions, gpu_helpers, gpu_needs, gpu_rules, gpu_sync, gpu_update
+from patch_queue.checks import (
+    gpu_audit,
+    gpu_functions,
+    gpu_helpers,
+    gpu_needs,
+    gpu_rules,
+    gpu_sync,
+    gpu_update,
+    imports,
+)
 from patch_queue.checks.gpu_ports import Port, Since, Unplaced
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
@@ -160,6 +170,12 @@ def _final_lines(ports: list[Port]) -> list[int]:
     return out
 
 
+@functools.cache
+def _tree(name: str, version: str) -> imports.SourceTree:
+    """The package's sources of the release ``name==version`` (the bases of its GPU runner classes)."""
+    return imports.tree_from_release(name, version, name.replace("-", "_") + "/")
+
+
 def plan_sync(
     ws: Workspace, loaded: LoadedStack, omni: str | None, since: str | None = None, *, progress: Progress | None = None
 ) -> tuple[SyncOutcome, list[tuple[str, str]]]:
@@ -213,7 +229,10 @@ def plan_sync(
     outcome.declined += refused
     # what a port reads from self that only a base of the GPU class provides, which the NPU class lacks
     name, sep, version = source.partition("==")
-    read = gpu_needs.release_reader(name, version) if sep else lambda _module: None
+
+    def read(module: str) -> str | None:  # the release's modules, read only when a port needs a base's code
+        return _tree(name, version).text(module) if sep else None
+
     code = [(p.npu_file, p.symbol.partition(".")[0], p.result) for p in ports]
     needed = gpu_needs.needed_bases(code, files, gpu_files, vllm_runner, ascend, read)
     ports = [
