@@ -82,3 +82,22 @@ def test_a_name_linked_region_suggests_no_side() -> None:
     assert explain.suggest(linked) is None
     tip = explain.suggest(region(base, base, theirs))
     assert tip is not None and tip.side == "patch"
+
+
+def test_the_word_diff_of_a_long_region_is_anchored_on_its_lines() -> None:
+    """The words are diffed within the lines that changed; the opcodes still cover both sides, in order, and
+    a rename deep in a long region is found as in a short one."""
+    body = [f"        x{i} = self.step_{i}(batch, out={i})  # {i}\n" for i in range(200)]
+    base = "".join(body)
+    ours = "".join(line.replace("self.step_150(", "self.stage_150(") for line in body[:100] + body[101:])
+    a, b, opcodes = explain._word_diff(base, ours)
+    assert a == tuple(explain._WORD.findall(" ".join(explain._code_lines(base))))
+    assert b == tuple(explain._WORD.findall(" ".join(explain._code_lines(ours))))
+    i = j = 0
+    for tag, i1, i2, j1, j2 in opcodes:
+        assert (i1, j1) == (i, j) and (tag != "equal" or a[i1:i2] == b[j1:j2])
+        i, j = i2, j2
+    assert (i, j) == (len(a), len(b))
+    assert [tag for tag, *_ in opcodes].count("equal") == 3  # around the deleted line and the renamed word
+    renamed = base.replace("self.step_150(", "self.stage_150(")
+    assert explain.upstream_change(region(base, renamed, base)) == "renamed `step_150` → `stage_150`"
