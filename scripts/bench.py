@@ -192,14 +192,15 @@ def work_saved(up: Upgrade, corpus: Path, out: Path, upstream_text: str, left_ou
     """Section 5 for one upgrade with a newer corpus release: pq's ``out`` against the maintainers' runners
     (``left_out``: the lines of ports the maintainers did not make, see :func:`unmade_port_lines`)."""
     assert up.new is not None
-    release = corpus / f"vllm-omni-{up.new}"
+    release, older = corpus / f"vllm-omni-{up.new}", corpus / f"vllm-omni-{up.old}"
     return cm.work_saved(
         read_folder(out),
-        read_folder(corpus / f"vllm-omni-{up.old}" / "npu"),
+        read_folder(older / "npu"),
         read_folder(release / "npu"),
         upstream_text,
         read_folder(release / "gpu").values(),
         left_out,
+        read_folder(older / "gpu").values(),
     )
 
 
@@ -803,8 +804,12 @@ WORK_SAVED_INTRO = (
     " missing on one side counts all its lines). *maint*: the newer release's NPU runners; *old*: the older"
     " release's; *pq*: `npu_worker/` after `pq refresh --to <the newer release's base>` with every diff3 region"
     " resolved to its patch side. *Work saved* = 1 − d(pq, maint) / d(old, maint); *upstream side*: the same with"
-    " the regions resolved to their upstream side. The four columns split d(pq, maint): a line is *upstream* when"
-    " it occurs in the target's `model_runner_v1.py`, else *omni*; *maint only* / *pq only*: who has it."
+    " the regions resolved to their upstream side. *Ceiling of any GPU sync*: the work saved if a sync then"
+    " added every omni line only the maintainers have that is in the newer release's `gpu/` runners, and took out"
+    " every omni line only pq has that the GPU runners removed since the older release (with the better side of"
+    " the regions): what no port of GPU-side changes can exceed (first table). The four columns split"
+    " d(pq, maint): a line is *upstream* when it occurs in the target's `model_runner_v1.py`, else *omni*;"
+    " *maint only* / *pq only*: who has it."
     " *Recall*: of the maintainers' GPU-side omni lines (neither upstream nor in the old release's runners, and in"
     " the newer release's `gpu/` runners), how many pq's output holds. *Precision*: of the lines pq wrote itself"
     " (in neither the old release's runners nor the upstream file), how many the maintainers' release holds."
@@ -842,7 +847,9 @@ def render_work_saved(rows: Sequence[Json]) -> list[str]:
 
 def _work_saved_table(rows: Sequence[Json], which: str) -> list[str]:
     measured = [(r["title"], r[which]) for r in rows if not r.get("error") and r.get(which)]
-    totals: Json = {key: sum(w[key] for _t, w in measured) for key in ("d_old", "d_pq", "d_pq_upstream_side")}
+    totals: Json = {
+        key: sum(w[key] for _t, w in measured) for key in ("d_old", "d_pq", "d_pq_upstream_side", "d_ceiling")
+    }
     totals["split"] = {key: sum(w["split"][key] for _t, w in measured) for key in SPLIT}
     synced = which == "work_saved_synced"
     for key in ("recall", "precision", *(("precision_ported",) if synced else ())):
@@ -855,6 +862,7 @@ def _work_saved_table(rows: Sequence[Json], which: str) -> list[str]:
             w["d_pq"],
             percent(cm.saved(w["d_pq"], w["d_old"])),
             percent(cm.saved(w["d_pq_upstream_side"], w["d_old"])),
+            *([] if synced else [percent(cm.saved(w["d_ceiling"], w["d_old"]))]),
             *(w["split"][key] for key in SPLIT),
             share(*w["recall"]),
             share(*w["precision"]),
@@ -869,6 +877,7 @@ def _work_saved_table(rows: Sequence[Json], which: str) -> list[str]:
                 "d(pq, maint)",
                 "work saved (patch side)",
                 "work saved (upstream side)",
+                *([] if synced else ["ceiling of any GPU sync"]),
                 "upstream: maint only",
                 "upstream: pq only",
                 "omni: maint only",

@@ -417,6 +417,19 @@ def ported_precision(
     return kept_count(written, pooled(maintainers)), written.total()
 
 
+def sync_ceiling(pq: Folder, maintainers: Folder, upstream: set[str], gpu: set[str], gpu_removed: set[str]) -> int:
+    """d(pq, maintainers) after the best GPU sync there could be, an upper bound on what porting can save:
+    every omni line only the maintainers have that occurs in the newer release's GPU runners (``gpu``) added,
+    and every omni line only pq has that the GPU runners removed (``gpu_removed``: in the older release's,
+    not the newer's) taken out; each module as it is otherwise."""
+    left = 0
+    for name in pq.keys() | maintainers.keys():
+        ours, theirs = code_multiset(pq.get(name, "")), code_multiset(maintainers.get(name, ""))
+        left += sum(n for line, n in (theirs - ours).items() if line in upstream or line not in gpu)
+        left += sum(n for line, n in (ours - theirs).items() if line in upstream or line not in gpu_removed)
+    return left
+
+
 def saved(d_pq: int, d_old: int) -> float | None:
     """Work saved: 1 - d(pq, maintainers) / d(old, maintainers); None when the maintainers changed nothing."""
     return 1 - d_pq / d_old if d_old else None
@@ -429,19 +442,23 @@ def work_saved(
     upstream_text: str,
     gpu_texts: Iterable[str],
     left_out: Iterable[str] = (),
+    old_gpu_texts: Iterable[str] = (),
 ) -> dict[str, object]:
     """Everything work saved measures for one upgrade; ``output`` is pq's, diff3 regions still in it;
     ``left_out``: the lines of ports of changes the maintainers' release does not make (for the second
-    precision)."""
+    precision); ``gpu_texts`` / ``old_gpu_texts``: the newer / older release's GPU runners."""
     upstream = stripped_set([upstream_text])
+    gpu = stripped_set(gpu_texts)
     patch = {name: take_side(text, "patch") for name, text in output.items()}
     upstream_side = {name: take_side(text, "upstream") for name, text in output.items()}
+    old_gpu = stripped_set(old_gpu_texts) - gpu
     return {
         "d_old": distance(old, maintainers),
         "d_pq": distance(patch, maintainers),
         "d_pq_upstream_side": distance(upstream_side, maintainers),
+        "d_ceiling": min(sync_ceiling(side, maintainers, upstream, gpu, old_gpu) for side in (patch, upstream_side)),
         "split": split_difference(patch, maintainers, upstream).as_json(),
-        "recall": list(gpu_side_recall(patch, maintainers, old, upstream, stripped_set(gpu_texts))),
+        "recall": list(gpu_side_recall(patch, maintainers, old, upstream, gpu)),
         "precision": list(ported_precision(patch, maintainers, old, upstream)),
         "precision_ported": list(ported_precision(patch, maintainers, old, upstream, left_out)),
     }

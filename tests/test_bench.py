@@ -93,9 +93,10 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
     assert saved[0] == "0.18.0 → 0.20.0" and saved_total[0] == "**total**" and saved[1:] == saved_total[1:]
     d_old, d_pq = int(saved[1]), int(saved[2])
     assert d_old > 0 and d_pq == total  # section 1's distance is the same measure
-    assert sum(int(cell) for cell in saved[5:9]) == d_pq and int(saved[5]) + int(saved[6]) == up
+    assert sum(int(cell) for cell in saved[6:10]) == d_pq and int(saved[6]) + int(saved[7]) == up
     assert saved[3] == f"{1 - d_pq / d_old:.1%}"
-    for cell in saved[9:]:
+    assert _number(saved[5].rstrip("%")) >= max(_number(saved[3].rstrip("%")), _number(saved[4].rstrip("%")))
+    for cell in saved[10:]:
         assert re.fullmatch(r"\d+/\d+ \(\d+\.\d%\)|n/a \(0 lines\)", cell), cell
 
     if importlib.util.find_spec("matplotlib") is not None:
@@ -183,6 +184,7 @@ def test_work_saved_takes_the_patch_side() -> None:
         "d_old": 3,  # b removed, b2 and c added
         "d_pq": 0,  # a, b2, c
         "d_pq_upstream_side": 2,  # a, u, c: u removed, b2 added
+        "d_ceiling": 0,  # the patch side already matches
         "split": {
             "upstream_maintainers_only": 0,
             "upstream_pq_only": 0,
@@ -201,10 +203,23 @@ def test_work_saved_takes_the_patch_side() -> None:
     assert cm.saved(5, 0) is None
 
 
+def test_the_ceiling_of_a_gpu_sync_adds_gpu_lines_and_drops_what_the_gpu_side_removed() -> None:
+    pq = {"m.py": "a\nold_omni()\nkept_omni()\nu_new\n"}
+    maint = {"m.py": "a\nported()\nown()\nu_old\n", "n.py": "ported2()\n"}
+    upstream = {"a", "u_new", "u_old"}
+    gpu = {"ported()", "ported2()", "u_old"}
+    # old_omni, kept_omni, u_new only pq's; ported, own, u_old, ported2 only the maintainers'
+    assert cm.distance(pq, maint) == 7
+    # a sync adds ported() and ported2() (omni, on the GPU side) and drops old_omni() (the GPU side removed
+    # it); own() is not on the GPU side, kept_omni() was not removed there, u_old/u_new are upstream lines
+    assert cm.sync_ceiling(pq, maint, upstream, gpu, {"old_omni()", "u_new"}) == 4
+    assert cm.sync_ceiling(pq, maint, upstream, set(), set()) == 7
+
+
 def test_work_saved_total_sums_the_distances() -> None:
     def row(title: str, d_old: int, d_pq: int, precision: list[int]) -> bench.Json:
         split = dict.fromkeys(bench.SPLIT, 0) | {"omni_pq_only": d_pq}
-        work = {"d_old": d_old, "d_pq": d_pq, "d_pq_upstream_side": d_old, "split": split}
+        work = {"d_old": d_old, "d_pq": d_pq, "d_pq_upstream_side": d_old, "d_ceiling": d_pq, "split": split}
         return {"title": title, "work_saved": work | {"recall": [1, 4], "precision": precision}}
 
     rows = [row("u1", 10, 5, [0, 0]), row("u2", 90, 90, [3, 4]), {"title": "u3", "error": "boom"}]
@@ -213,7 +228,8 @@ def test_work_saved_total_sums_the_distances() -> None:
     assert u1[1:5] == ["10", "5", "50.0%", "0.0%"] and u1[-1] == "n/a (0 lines)"
     assert u2[3] == "0.0%"
     # 1 - 95/100, not the mean of 50% and 0%
-    assert total == ["**total**", "100", "95", "5.0%", "0.0%", "0", "0", "0", "95", "2/8 (25.0%)", "3/4 (75.0%)"]
+    assert total[:6] == ["**total**", "100", "95", "5.0%", "0.0%", "5.0%"]
+    assert total[6:] == ["0", "0", "0", "95", "2/8 (25.0%)", "3/4 (75.0%)"]
 
 
 def test_mainsh_phases_take_pq_s_parts_out_of_main_sh_s_steps() -> None:
