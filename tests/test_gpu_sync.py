@@ -1183,3 +1183,83 @@ def test_a_port_reading_what_only_a_gpu_base_provides_names_the_base() -> None:
     assert (finding.file, finding.line, finding.rule) == ("npu_ar_model_runner.py", 3, "gpu-base-missing")
     assert finding.message == needs[0].message("NPUARModelRunner")
     assert gpu_needs.findings(with_mixin, gpu, vllm, ascend, modules.get) == []
+
+
+def test_only_a_newer_release_of_the_downstream_moves_the_pin() -> None:
+    from patch_queue.commands.sync_gpu import newer_release
+    from patch_queue.series.queue import Queue, UpstreamPin
+
+    pin = UpstreamPin("vllm-ascend", "git", "git:x@0", "0", "git 0", "0")
+    queue = Queue(pin, "vllm-omni", "0.22.0", "vllm_omni/platforms/npu/worker", ())
+    assert newer_release(queue, "vllm-omni==0.24.0") == "0.24.0"
+    assert newer_release(queue, "vllm-omni==0.30.0rc1") == "0.30.0rc1"
+    assert newer_release(queue, "vllm-omni==0.22.0") is None  # the series' own release
+    assert newer_release(queue, "vllm-omni==0.20.0") is None  # an older one: the series stays where it is
+    assert newer_release(queue, "vllm-omni==x.y") is None  # no version
+    assert newer_release(queue, "vllm==0.24.0") is None  # another package
+    assert newer_release(queue, "/work/vllm-omni/vllm_omni/worker") is None  # a folder
+    assert newer_release(replace(queue, downstream_release=""), "vllm-omni==0.24.0") == "0.24.0"
+
+
+@pytest.fixture(scope="module")
+def synced_newer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A project adopted from vllm-omni 0.22.0, synced from 0.24.0's GPU runners: (project, what it printed)."""
+    from conftest import corpus_dir
+
+    found = corpus_dir()
+    if found is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    import os
+
+    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
+    proj = new_project(tmp_path_factory.mktemp("sync-newer") / "p")
+    pq(proj, "adopt", "vllm-omni==0.22.0", "--at", "3e1b977b05c1")
+    return proj, pq(proj, "sync-gpu", "--omni", "vllm-omni==0.24.0").stdout
+
+
+def test_a_sync_from_a_newer_release_moves_the_pin_and_carries_forward(
+    synced_newer: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The ports make the series 0.24.0's NPU runners: queue.toml pins 0.24.0 (and its lineage step says so), so
+    `pq check` resolves the ported imports in 0.24.0 (`vllm_omni.worker.runner_assisted_metadata`, new there)
+    and the next `pq sync-gpu`, from the pinned release, has nothing more to port; `pq undo` puts 0.22.0 back."""
+    import shutil
+
+    proj, out = synced_newer
+    assert "downstream: vllm-omni 0.22.0 -> 0.24.0 in patches/queue.toml" in out
+    queue = (proj / "patches" / "queue.toml").read_text()
+    assert '[downstream]\nname = "vllm-omni"\nrelease = "0.24.0"' in queue
+    assert 'command = "sync-gpu"\ndownstream = "vllm-omni==0.24.0"' in queue
+    ported = "".join(p.read_text() for p in (proj / "npu_worker").glob("*.py"))
+    assert "vllm_omni.worker.runner_assisted_metadata" in ported
+    check = pq(proj, "check", check=None)
+    assert check.returncode == 0 and "[import-unresolved]" not in check.stdout, check.stdout[-2000:]
+    assert "Reading vllm-omni 0.24.0 and vllm 0.24.0" in check.stderr + check.stdout
+
+    work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
+    series = (work / "patches" / "series").read_text()
+    assert "\ndownstream: vllm-omni 0.24.0\n" in pq(work, "status").stdout
+    again = pq(work, "sync-gpu").stdout
+    assert "synced:" not in again and "in vllm-omni==0.24.0:" in again and "downstream:" not in again
+    assert (work / "patches" / "series").read_text() == series
+    pq(work, "undo")
+    assert '[downstream]\nname = "vllm-omni"\nrelease = "0.22.0"' in (work / "patches" / "queue.toml").read_text()
+    assert "\ndownstream: vllm-omni 0.22.0\n" in pq(work, "status").stdout
+    assert "sync-gpu" not in (work / "patches" / "series").read_text()
+
+
+def test_a_moved_pin_is_reproduced_from_a_fresh_clone(synced_newer: tuple[Path, str], tmp_path: Path) -> None:
+    import shutil
+
+    proj, _out = synced_newer
+    work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
+    origin = push_to_bare(work, "sync the GPU side of 0.24.0")
+    git(work, "push", "-q", str(origin), "refs/pq/resolutions")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(origin), str(fresh))
+    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    pq(fresh, "reproduce")
+    for name in (work / "patches" / "series").read_text().split():
+        if name.endswith(".patch"):
+            assert (fresh / "patches" / name).read_bytes() == (work / "patches" / name).read_bytes(), name
+    assert pq(fresh, "status").stdout == pq(work, "status").stdout

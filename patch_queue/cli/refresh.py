@@ -316,6 +316,13 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             + (f"{',' if methods else ';'} {len(functions)} module function(s) copied" if functions else "")
             + (f", {len(refused)} not copied" if refused else "")
         )
+    if outcome.pin is not None:
+        before, after = outcome.pin
+        name = outcome.source.partition("==")[0]
+        typer.echo(
+            f"downstream: {name} {before or '(none)'} -> {after} in {ws.rel(ws.queue_dir.queue_path)}: the series now "
+            f"holds {after}'s GPU-side changes (`pq check` reads its sources, the next `pq sync-gpu` starts from it)"
+        )
 
 
 @command(name="sync-gpu")
@@ -487,6 +494,8 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     ws = workspace()
     st = resolve.do_status(ws, upstream_git=upstream)
     typer.echo(f"upstream: {st.upstream}")
+    if st.downstream:
+        typer.echo(f"downstream: {st.downstream}")
     if st.in_progress:
         typer.echo(f"refresh in progress onto {st.target}")
     for name, state in st.patches:

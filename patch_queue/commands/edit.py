@@ -129,10 +129,12 @@ def write_edit(
     applied: int,
     command: str,
     files: dict[Path, bytes] | None = None,
+    downstream: str = "",
 ) -> None:
     """Write an edited series: bodies, refs, the output folder, and a lineage step whose changed bodies
     are recorded edits (so the step is reproducible without the bodies); ``files``: more files of the series
-    folder the command writes with them (undone with them)."""
+    folder the command writes with them (undone with them); ``downstream``: the release the step moves
+    ``new``'s downstream pin to (``name==version``)."""
     old_bodies = stack.export_series(ws.repo, old.patches)
     changes = [(n, old_bodies.get(n, b""), body) for n, body in stack.export_series(ws.repo, new.patches).items()]
     changes = [(n, before, after) for n, before, after in changes if before != after]
@@ -142,7 +144,8 @@ def write_edit(
     writes.move_refs(store.ref_update())
     for path, data in (files or {}).items():
         writes.write(path, data, group="patches")
-    write_series(ws, new, writes=writes, step=StepInfo("edit", command, edited=tuple(n for n, _b, _a in changes)))
+    edited = tuple(n for n, _b, _a in changes)
+    write_series(ws, new, writes=writes, step=StepInfo("edit", command, downstream=downstream, edited=edited))
     finish(ws, new, writes, applied)
 
 

@@ -220,4 +220,8 @@ def _edit(ws: Workspace, loaded: LoadedStack, step: Step, where: str, store: rer
         shown = f"patches/{name}"
         parent = stack.commit_patch(ws.repo, parent, patchfile.parse(data, path=shown), loaded.queue, path=shown)
         commits.append((name, parent))
-    return LoadedStack(loaded.queue, loaded.base, commits)
+    queue = loaded.queue
+    if "==" in step.downstream:  # a sync from a newer release moved the pin
+        name, _sep, version = step.downstream.partition("==")
+        queue = replace(queue, downstream_name=name, downstream_release=version)
+    return LoadedStack(queue, loaded.base, commits)

@@ -20,6 +20,7 @@ from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import REF_JOURNAL, Workspace, applied_count, check_no_journal, load_stack, ref_moves
 from patch_queue.series import absorb, replay, rerere, stack
+from patch_queue.series.queue import Queue
 
 
 def do_continue(
@@ -208,6 +209,7 @@ class Status:
     steps: int = 0  # of the lineage
     resolved: list[Conflict] = field(default_factory=list)  # conflicts whose markers the maintainer removed
     flags: list[Conflict] = field(default_factory=list)  # of the refresh in progress, at their lines on disk
+    downstream: str = ""  # the pinned downstream release ("vllm-omni 0.24.0"), "" when adopted from a folder
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -220,12 +222,18 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         flags = on_disk(ws, state.done[-1][1], list(state.flags))
         open_ = [c for c in conflicts if _marked(ws, c)]
         resolved = [c for c in conflicts if not _marked(ws, c)]
-        label = state.target().upstream.label
-        return Status(True, state.old_base_label, label, rows, open_, resolved=resolved, flags=flags)
+        target = state.target()
+        return Status(True, state.old_base_label, target.upstream.label, rows, open_, resolved=resolved, flags=flags,
+                      downstream=_downstream(target))  # fmt: skip
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
-    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(loaded.queue.lineage))
+    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(loaded.queue.lineage),
+                  downstream=_downstream(loaded.queue))  # fmt: skip
+
+
+def _downstream(queue: Queue) -> str:
+    return f"{queue.downstream_name} {queue.downstream_release}" if queue.downstream_release else ""
 
 
 def on_disk(ws: Workspace, top: str, findings: list[Conflict]) -> list[Conflict]:

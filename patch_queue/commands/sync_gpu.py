@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from patch_queue.checks import (
     gpu_audit,
     gpu_functions,
@@ -64,6 +66,7 @@ class SyncOutcome:
     synced: list[Synced] = field(default_factory=list)
     unplaced: list[Unplaced] = field(default_factory=list)
     declined: list[gpu_audit.GpuChange] = field(default_factory=list)  # left out by the project's [[decline]]s
+    pin: tuple[str, str] | None = None  # the downstream release before and after, when the ports moved it
 
     @property
     def flags(self) -> list[Conflict]:
@@ -290,6 +293,26 @@ def do_sync_gpu(
         )
     outcome, patches = plan_sync(ws, loaded, omni, since, progress=progress)
     if outcome.synced:
-        new = LoadedStack(loaded.queue, loaded.base, patches)
-        write_edit(ws, loaded, new, len(patches), "sync-gpu")
+        queue, moved = loaded.queue, newer_release(loaded.queue, outcome.source)
+        if moved is not None:
+            outcome.pin = (queue.downstream_release, moved)
+            queue = replace(queue, downstream_release=moved)
+        new = LoadedStack(queue, loaded.base, patches)
+        write_edit(ws, loaded, new, len(patches), "sync-gpu", downstream=outcome.source if moved else "")
     return outcome
+
+
+def newer_release(queue: Queue, source: str) -> str | None:
+    """The version of ``source`` (``name==version``) when it is a release of the series' downstream newer than
+    the one pinned (or the series pins none): ports of its GPU changes make the series that release's NPU
+    runners, so the pin follows them (``pq check`` reads that release's sources, the next sync starts from it,
+    the wheel is named after it)."""
+    name, sep, version = source.partition("==")
+    if not sep or name != queue.downstream_name:
+        return None
+    try:
+        if queue.downstream_release and Version(version) <= Version(queue.downstream_release):
+            return None
+    except InvalidVersion:
+        return None
+    return version

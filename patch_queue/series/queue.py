@@ -35,7 +35,7 @@
     [[lineage]]                      # how the series came to be, oldest first; the first is its origin
     kind = "adopt"                   # "adopt" | "refresh" | "edit" | "import"
     command = "adopt"                # the pq command that made the step
-    downstream = "vllm-omni==0.30.0" # adopt: the hand-maintained release
+    downstream = "vllm-omni==0.30.0" # adopt: the hand-maintained release; sync-gpu: the release it moved the pin to
     edited = []                      # patches whose bodies carry recorded edits (refs/pq/resolutions)
     patches = ["<sha256> 0001-init.patch", ...]   # the series after the step, with each body's sha256
     [lineage.upstream]               # adopt: the upstream it was adopted at; refresh: the target
@@ -98,7 +98,7 @@ class Step:
     command: str
     patches: tuple[tuple[str, str], ...]  # (name, sha256 of the body) after the step, series order
     upstream: UpstreamPin | None = None  # adopt: where; refresh: the target
-    downstream: str = ""  # adopt: "name==version" ("" when adopted from a folder)
+    downstream: str = ""  # adopt: "name==version" ("" when adopted from a folder); sync-gpu: the pin it moved to
     edited: tuple[str, ...] = ()
 
     @property
