@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,27 @@ def test_set_forward_context_fires(corpus: Path) -> None:
     assert "set_ascend_forward_context(" in text
     planted = text.replace("set_ascend_forward_context(", "set_forward_context(", 1)
     found = only_rules({RUNNER_030: planted})
-    assert rule_ids(found) == ["ascend-forward-context"]
-    line = planted.splitlines()[found[0].line - 1]
+    # and vLLM's context takes no aclgraph_runtime_mode either
+    assert sorted(rule_ids(found)) == ["ascend-forward-context", "platform-forward-context-keyword"]
+    line = planted.splitlines()[next(f for f in found if f.rule == "ascend-forward-context").line - 1]
     assert "set_forward_context(" in line
+
+
+def test_the_platform_wrapper_of_set_forward_context_takes_the_cuda_keyword(corpus: Path) -> None:
+    """vllm-omni's ``current_omni_platform.set_forward_context`` dispatches to vllm-ascend's on NPU and takes
+    ``cudagraph_runtime_mode``: fine as it is, an error with vllm-ascend's keyword (a TypeError at run time)."""
+    text = runners(corpus, "0.30.0")[RUNNER_030]
+    call = next(line for line in text.splitlines() if "set_ascend_forward_context(" in line)
+    wrapped = "current_omni_platform.set_forward_context(\n"
+    fine = text.replace("set_ascend_forward_context(\n", wrapped, 1)
+    assert fine != text and call.endswith("(")
+    kept = re.sub(r"aclgraph_runtime_mode=", "cudagraph_runtime_mode=", fine[fine.index(wrapped) :], count=1)
+    fine = fine[: fine.index(wrapped)] + kept
+    assert only_rules({RUNNER_030: fine}) == []
+    wrong = fine.replace("cudagraph_runtime_mode=", "aclgraph_runtime_mode=", 1)
+    found = only_rules({RUNNER_030: wrong})
+    assert rule_ids(found) == ["platform-forward-context-keyword"]
+    assert "aclgraph_runtime_mode=" in wrong.splitlines()[found[0].line - 1]
 
 
 def test_cudagraph_runtime_mode_keyword_only_fires_in_the_ascend_context(corpus: Path) -> None:

@@ -33,7 +33,9 @@ def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
     )
     assert t("BreakableCUDAGraphWrapper.clear_all_graphs()") == "BreakableCUDAGraphWrapper.clear_all_graphs()"
     assert t("with set_forward_context(") == "with set_ascend_forward_context("
-    assert t("current_omni_platform.set_forward_context(") == "current_omni_platform.set_forward_context("
+    # vllm-omni's platform wrapper takes cudagraph_runtime_mode, which the keyword rule (a line at a time, the
+    # keyword often on the next line) would rename: the call is written as vllm-ascend's, as the NPU runners do
+    assert t("with current_omni_platform.set_forward_context(") == "with set_ascend_forward_context("
     assert t("    cudagraph_runtime_mode=CUDAGraphMode.NONE,") == "    aclgraph_runtime_mode=CUDAGraphMode.NONE,"
     assert t("if cudagraph_runtime_mode == CUDAGraphMode.FULL:") == "if cudagraph_runtime_mode == CUDAGraphMode.FULL:"
     assert t("ready = torch.cuda.Event()") == "ready = torch.npu.Event()"
@@ -135,7 +137,7 @@ _ASCEND = "class NPUModelRunner:\n    def execute_model(self, scheduler_output):
 
 
 def _sync_small(
-    gpu_body: str, npu_body: str, gpu_head: str = ""
+    gpu_body: str, npu_body: str, gpu_head: str = "", vllm: str = _VLLM
 ) -> tuple[list[gpu_ports.Port | gpu_ports.Unplaced], str]:
     """Sync one GPU copy of vLLM's execute_model (its body ``gpu_body``) into an NPU one (``npu_body``)."""
     from patch_queue.checks import gpu_audit
@@ -144,8 +146,8 @@ def _sync_small(
     omni = gpu_head + "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
     gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
-    changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
-    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, gpu_rules.load_rules())
+    changes = gpu_audit.audit(gpu, vllm, npu, _ASCEND)
+    results, files = gpu_sync.sync(changes, gpu, vllm, npu, gpu_rules.load_rules())
     return results, files["npu_ar_model_runner.py"]
 
 
@@ -201,8 +203,76 @@ def test_a_port_reading_a_gpu_local_the_npu_method_lacks_is_not_placed() -> None
     (unplaced,), text = _sync_small(gpu_body, npu_body)
     assert isinstance(unplaced, gpu_ports.Unplaced) and "_remember" not in text
     assert unplaced.reason == (
-        "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not"
+        "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not bind before it"
     )
+
+
+def test_a_port_reading_a_local_the_npu_method_binds_only_after_it_is_not_placed() -> None:
+    """vllm-omni 0.18.0's GPU _dummy_run binds model_kwargs early; the NPU one binds it further down: the port of
+    `model_kwargs["runtime_additional_information"] = ...` above that line would raise NameError."""
+    gpu_body = """        num_reqs = self.input_batch.num_reqs
+        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
+        hidden_states = self.model(attn_metadata)
+        self._remember(hidden_states, attn_metadata)
+        return self.sample(hidden_states)
+"""
+    npu_body = """        num_reqs = self.input_batch.num_reqs
+        hidden_states = self.model(None)
+        result = self.sample(hidden_states)
+        attn_metadata = None
+        return result
+"""
+    (unplaced,), text = _sync_small(gpu_body, npu_body)
+    assert isinstance(unplaced, gpu_ports.Unplaced) and "_remember" not in text
+    assert unplaced.reason == (
+        "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not bind before it"
+    )
+
+
+def test_an_insertion_after_a_gpu_block_goes_past_the_lines_the_npu_block_goes_on_with() -> None:
+    """vllm-omni 0.18.0's GPU sample_tokens inserts an `if` after `if grammar_output is not None:` whose last
+    statement is the anchor; the NPU block goes on with a line of its own.  Inserted right after the anchor, at the
+    GPU indentation, that line would become the body of the inserted `if`: the port goes after the NPU block."""
+    vllm = """class GPUModelRunner:
+    def execute_model(self, scheduler_output):
+        logits = self.logits()
+        if scheduler_output is not None:
+            apply_bitmask(logits)
+        return self.sample(logits)
+"""
+    gpu_body = """        logits = self.logits()
+        if scheduler_output is not None:
+            apply_bitmask(logits)
+        if logits is not None and self.penalties:
+            self._clamp(logits)
+        return self.sample(logits)
+"""
+    npu_body = """        logits = self.logits()
+        if scheduler_output is not None:
+            logits = logits.cpu()
+            apply_bitmask(logits)
+            logits = logits.npu()
+
+        return self.sample(logits, npu=True)
+"""
+    (port,), text = _sync_small(gpu_body, npu_body, vllm=vllm)
+    assert isinstance(port, gpu_ports.Port), port
+    lines = text.splitlines()
+    at = lines.index("        if logits is not None and self.penalties:")
+    assert lines[at - 2 : at] == ["            logits = logits.npu()", f"        {gpu_rules.load_rules().fence}"]
+    tree = ast.parse(text)
+    block = next(n for n in ast.walk(tree) if isinstance(n, ast.If) and "scheduler_output" in ast.unparse(n.test))
+    assert [ast.unparse(s) for s in block.body][-1] == "logits = logits.npu()"
+    # the same port right after the anchor would have moved that line into the inserted `if`
+    method = npu_body.splitlines()
+    row = method.index("            apply_bitmask(logits)") + 2  # the rows of the method text, def line first
+    inserted = ["        if logits is not None and self.penalties:", "            self._clamp(logits)"]
+    before = "    def execute_model(self, scheduler_output):\n" + npu_body
+    after_lines = before.splitlines()
+    after = "\n".join([*after_lines[:row], *inserted, *after_lines[row:]]) + "\n"
+    assert gpu_sync._moved(before, after, row, len(inserted)) == row + 1  # logits = logits.npu()
+    fine = "\n".join([*after_lines[: row + 1], "", *inserted, *after_lines[row + 1 :]]) + "\n"
+    assert gpu_sync._moved(before, fine, row + 1, len(inserted) + 1) is None
 
 
 def test_a_port_replacing_the_binding_of_a_local_the_npu_method_still_reads_is_not_placed() -> None:

@@ -217,22 +217,61 @@ def _finish(site: _Site, start: int, end: int, body: list[str], raw: list[str], 
         fence = " " * min(anchors.indent_of(line) for line in body if line.strip()) + site.rules.fence
         result = [fence, *body, fence]
     lines = site.npu_text.splitlines(keepends=True)
-    new_text = "".join(lines[: npu.start - 1]) + joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]])
-    new_text += "".join(lines[npu.end :])
+    method = joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]])
+    new_text = "".join(lines[: npu.start - 1]) + method + "".join(lines[npu.end :])
     try:
         ast.parse(new_text)
     except SyntaxError as exc:
         raise NotPlaced(f"the port does not parse ({exc.msg}, line {exc.lineno})") from None
+    if start == end:
+        moved = _moved(site.npu.text, method, start, len(result))
+        if moved is not None:
+            shown = site.npu_lines[moved - 1].strip()
+            raise NotPlaced(f"it would move NPU code into another block ({shown}, line {npu.start + moved - 1})")
     rows = range(npu.start + start, npu.start + start + len(result))
     unbound = _unbound(new_text, rows, site.group.gpu.text)
     if unbound:
-        raise NotPlaced(f"it uses {', '.join(unbound)}, which the GPU method binds and {site.symbol} does not")
+        raise NotPlaced(
+            f"it uses {', '.join(unbound)}, which the GPU method binds and {site.symbol} does not bind before it"
+        )
     lost = _lost(site.npu.text, joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]]))
     if lost:
         raise NotPlaced(f"it replaces the code binding {', '.join(lost)}, which the rest of {site.symbol} still reads")
     replaced = joined(site.npu_lines[start:end])
     return Port(site.group.changes, site.npu_file, site.symbol, npu.start + start, joined(raw), replaced,
                 joined(result), new_text, how=how)  # fmt: skip
+
+
+def _blocks(method: str) -> dict[int, tuple[int, str]]:
+    """Each statement (and ``except`` clause) of a method by its first line (1-based): the first line of the
+    statement whose block holds it, and which block (``body``, ``orelse``, ...)."""
+    out: dict[int, tuple[int, str]] = {}
+
+    def visit(node: ast.AST) -> None:
+        for name in ("body", "handlers", "orelse", "finalbody", "cases"):
+            for child in getattr(node, name, None) or []:
+                if isinstance(child, ast.stmt | ast.ExceptHandler):
+                    out[child.lineno] = (node.lineno if isinstance(node, ast.stmt | ast.ExceptHandler) else 0, name)
+                    visit(child)
+                elif isinstance(child, ast.match_case):
+                    visit(child)
+
+    visit(ast.parse(textwrap.dedent(method)))
+    return out
+
+
+def _moved(before: str, after: str, row: int, added: int) -> int | None:
+    """The first line of ``before`` (1-based) whose statement sits in another block of ``after``, the method with
+    ``added`` lines inserted at ``row`` (0-based); None when every statement keeps its block."""
+    old, new = _blocks(before), _blocks(after)
+
+    def at(line: int) -> int:
+        return line if line <= row else line + added
+
+    for line, (parent, name) in sorted(old.items()):
+        if new.get(at(line)) != ((at(parent) if parent else 0), name):
+            return line
+    return None
 
 
 def _lost(before: str, after: str) -> list[str]:
@@ -269,8 +308,8 @@ def bound_locals(method: str) -> set[str]:
 
 def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
     """The names the code at ``rows`` of ``text`` reads that the GPU method binds as locals and the innermost
-    function holding those rows (the port's NPU method; its fences aside) binds nowhere: the port would raise
-    NameError.  NotPlaced when no function holds them."""
+    function holding those rows (the port's NPU method; its fences aside) binds nowhere, or only after them: the
+    port would raise NameError.  NotPlaced when no function holds them."""
     fns = [
         n
         for n in ast.walk(ast.parse(text))
@@ -284,7 +323,25 @@ def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
     gpu = _locals(ast.parse(textwrap.dedent(gpu_method)))
     npu = _locals(fn)
     used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno in rows}
-    return sorted((used & gpu) - npu)
+    first = _first_bound(fn)
+    return sorted((used & gpu) - {n for n in npu if first.get(n, 0) < rows.stop})
+
+
+def _first_bound(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
+    """The line where a function first binds each local it assigns (a parameter: the ``def`` line)."""
+    out = {a.arg: fn.lineno for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+    for node in ast.walk(fn):
+        names: list[str] = []
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names = [node.id]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names = [node.name]
+        line: int = getattr(node, "lineno", fn.lineno)
+        for name in names:
+            out[name] = min(out.get(name, line), line)
+    return out
 
 
 def _check_partial(site: _Site, first: int, last: int, keep: set[int], replaced: set[int]) -> None:
@@ -330,6 +387,7 @@ def _place(
     before = [u.key for u in gunits if u.first < first]
     after = [u.key for u in gunits if u.first > last]
     how = ""
+    after_anchor = False  # inserted after the NPU statement standing for the GPU one before it
     if upstream:
         hits = _run(upstream, n_keys)
         if len(hits) > 1:  # the one the GPU neighbours point at
@@ -358,6 +416,7 @@ def _place(
         if p is None and q is None:
             raise NotPlaced(f"neither the GPU code before it nor the code after it is in {symbol}")
         if p is not None:
+            after_anchor = True
             start = nunits[p].last + 1
             while start < len(npu_lines) and start in {e for _s, e in site.blocks}:
                 start += 1  # after the closing fence of the omni block the anchor ends
@@ -374,7 +433,20 @@ def _place(
     raw = site.raw(first, last)
     delta = anchors.indent_of(npu_lines[n_anchor]) - anchors.indent_of(site.gpu_lines[g_anchor])
     body = [reindent(rules.translate(line), delta) for line in raw]
+    if after_anchor:
+        end = start = _past_block(npu_lines, start, min(anchors.indent_of(line) for line in body if line.strip()))
     return _finish(site, start, end, body, raw, how)
+
+
+def _past_block(lines: Sequence[str], start: int, indent: int) -> int:
+    """Where code at ``indent`` goes after row ``start - 1``: past the rows that follow it indented deeper (the
+    rest of the block the GPU anchor ended, which the NPU method goes on with), so that no NPU line changes
+    block."""
+    row = end = start
+    while row < len(lines) and (not lines[row].strip() or anchors.indent_of(lines[row]) > indent):
+        row += 1
+        end = row if lines[row - 1].strip() else end
+    return end
 
 
 def _npu_match(site: _Site, key: str, lo: int = 0) -> int | None:
