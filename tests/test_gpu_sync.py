@@ -189,40 +189,28 @@ def test_two_npu_statements_as_like_the_neighbour_place_nothing() -> None:
     assert unplaced.reason.startswith("neither the GPU code before it nor the code after it is in")
 
 
-def test_a_port_reading_a_gpu_local_the_npu_method_lacks_is_not_placed() -> None:
-    gpu_body = """        num_reqs = self.input_batch.num_reqs
+_REMEMBER_GPU = """        num_reqs = self.input_batch.num_reqs
         attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
         hidden_states = self.model(attn_metadata)
         self._remember(hidden_states, attn_metadata)
         return self.sample(hidden_states)
 """
-    npu_body = """        num_reqs = self.input_batch.num_reqs
-        hidden_states = self.model(None)
-        return self.sample(hidden_states)
-"""
-    (unplaced,), text = _sync_small(gpu_body, npu_body)
-    assert isinstance(unplaced, gpu_ports.Unplaced) and "_remember" not in text
-    assert unplaced.reason == (
-        "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not bind before it"
-    )
 
 
-def test_a_port_reading_a_local_the_npu_method_binds_only_after_it_is_not_placed() -> None:
-    """vllm-omni 0.18.0's GPU _dummy_run binds model_kwargs early; the NPU one binds it further down: the port of
-    `model_kwargs["runtime_additional_information"] = ...` above that line would raise NameError."""
-    gpu_body = """        num_reqs = self.input_batch.num_reqs
-        attn_metadata = self._build_attention_metadata(num_tokens=num_reqs, pad=True)
-        hidden_states = self.model(attn_metadata)
-        self._remember(hidden_states, attn_metadata)
-        return self.sample(hidden_states)
-"""
-    npu_body = """        num_reqs = self.input_batch.num_reqs
-        hidden_states = self.model(None)
-        result = self.sample(hidden_states)
-        attn_metadata = None
-        return result
-"""
-    (unplaced,), text = _sync_small(gpu_body, npu_body)
+@pytest.mark.parametrize(
+    "npu_body",
+    [
+        # the NPU method never binds attn_metadata
+        "        num_reqs = self.input_batch.num_reqs\n        hidden_states = self.model(None)\n"
+        "        return self.sample(hidden_states)\n",
+        # it binds it only after where the port goes (vllm-omni 0.18.0's GPU _dummy_run binds model_kwargs early,
+        # the NPU one further down: `model_kwargs["runtime_additional_information"] = ...` raised NameError)
+        "        num_reqs = self.input_batch.num_reqs\n        hidden_states = self.model(None)\n"
+        "        result = self.sample(hidden_states)\n        attn_metadata = None\n        return result\n",
+    ],
+)
+def test_a_port_reading_a_gpu_local_the_npu_method_does_not_bind_before_it_is_not_placed(npu_body: str) -> None:
+    (unplaced,), text = _sync_small(_REMEMBER_GPU, npu_body)
     assert isinstance(unplaced, gpu_ports.Unplaced) and "_remember" not in text
     assert unplaced.reason == (
         "it uses attn_metadata, which the GPU method binds and NPUARModelRunner.execute_model does not bind before it"
@@ -944,9 +932,9 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
 # -- the real runners ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A project adopted from vllm-omni 0.30.0, synced once: (project, what pq sync-gpu printed)."""
+def _adopt_and_sync(folder: Path, release: str, at: str, *sync: str) -> tuple[Path, str]:
+    """A project adopted from vllm-omni ``release`` at upstream ``at``, synced once with ``sync``'s options:
+    (project, what pq sync-gpu printed)."""
     from conftest import corpus_dir
 
     found = corpus_dir()
@@ -955,9 +943,30 @@ def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     import os
 
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
-    proj = new_project(tmp_path_factory.mktemp("sync") / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
-    return proj, pq(proj, "sync-gpu").stdout
+    proj = new_project(folder / "p")
+    pq(proj, "adopt", f"vllm-omni=={release}", "--at", at)
+    return proj, pq(proj, "sync-gpu", *sync).stdout
+
+
+def _reproduced(work: Path, tmp_path: Path, message: str) -> tuple[Path, str]:
+    """``work`` committed and pushed with refs/pq/resolutions, cloned afresh and reproduced: (the clone, what
+    pq reproduce printed)."""
+    origin = push_to_bare(work, message)
+    git(work, "push", "-q", str(origin), "refs/pq/resolutions")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(origin), str(fresh))
+    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    out = pq(fresh, "reproduce").stdout
+    for name in (work / "patches" / "series").read_text().split():
+        if name.endswith(".patch"):
+            assert (fresh / "patches" / name).read_bytes() == (work / "patches" / name).read_bytes(), name
+    return fresh, out
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A project adopted from vllm-omni 0.30.0, synced once: (project, what pq sync-gpu printed)."""
+    return _adopt_and_sync(tmp_path_factory.mktemp("sync"), "0.30.0", BASE_030)
 
 
 def _block(text: str, line: int) -> list[str]:
@@ -1138,15 +1147,8 @@ def test_synced_series_is_reproduced_from_a_fresh_clone(synced: tuple[Path, str]
         'command = "sync-gpu"' in queue
         and '"0026-sync-gpu-set-runner-assisted-full-attention-metadata-context-1.patch"' in queue
     )
-    origin = push_to_bare(work, "sync the GPU side")
-    git(work, "push", "-q", str(origin), "refs/pq/resolutions")
-    fresh = tmp_path / "fresh"
-    git(tmp_path, "clone", "-q", str(origin), str(fresh))
-    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
-    assert "10 recorded edit(s) applied" in pq(fresh, "reproduce").stdout
-    for name in (work / "patches" / "series").read_text().split():
-        if name.endswith(".patch"):
-            assert (fresh / "patches" / name).read_bytes() == (work / "patches" / name).read_bytes(), name
+    fresh, out = _reproduced(work, tmp_path, "sync the GPU side")
+    assert "10 recorded edit(s) applied" in out
     for module in sorted((work / "npu_worker").glob("*.py")):
         assert (fresh / "npu_worker" / module.name).read_bytes() == module.read_bytes()
 
@@ -1274,17 +1276,7 @@ def test_only_a_newer_release_of_the_downstream_moves_the_pin() -> None:
 @pytest.fixture(scope="module")
 def synced_newer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A project adopted from vllm-omni 0.22.0, synced from 0.24.0's GPU runners: (project, what it printed)."""
-    from conftest import corpus_dir
-
-    found = corpus_dir()
-    if found is None:
-        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    import os
-
-    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
-    proj = new_project(tmp_path_factory.mktemp("sync-newer") / "p")
-    pq(proj, "adopt", "vllm-omni==0.22.0", "--at", "3e1b977b05c1")
-    return proj, pq(proj, "sync-gpu", "--omni", "vllm-omni==0.24.0").stdout
+    return _adopt_and_sync(tmp_path_factory.mktemp("sync-newer"), "0.22.0", "3e1b977b05c1", "--omni", "0.24.0")
 
 
 def test_a_sync_from_a_newer_release_moves_the_pin_and_carries_forward(
@@ -1323,13 +1315,5 @@ def test_a_moved_pin_is_reproduced_from_a_fresh_clone(synced_newer: tuple[Path, 
 
     proj, _out = synced_newer
     work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
-    origin = push_to_bare(work, "sync the GPU side of 0.24.0")
-    git(work, "push", "-q", str(origin), "refs/pq/resolutions")
-    fresh = tmp_path / "fresh"
-    git(tmp_path, "clone", "-q", str(origin), str(fresh))
-    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
-    pq(fresh, "reproduce")
-    for name in (work / "patches" / "series").read_text().split():
-        if name.endswith(".patch"):
-            assert (fresh / "patches" / name).read_bytes() == (work / "patches" / name).read_bytes(), name
+    fresh, _out = _reproduced(work, tmp_path, "sync the GPU side of 0.24.0")
     assert pq(fresh, "status").stdout == pq(work, "status").stdout
