@@ -258,9 +258,16 @@ def test_an_insertion_after_a_gpu_block_goes_past_the_lines_the_npu_block_goes_o
     before = "    def execute_model(self, scheduler_output):\n" + npu_body
     after_lines = before.splitlines()
     after = "\n".join([*after_lines[:row], *inserted, *after_lines[row:]]) + "\n"
-    assert gpu_sync._moved(before, after, row, len(inserted)) == row + 1  # logits = logits.npu()
+    assert gpu_sync._moved(before, after, (row, row), len(inserted)) == row + 1  # logits = logits.npu()
     fine = "\n".join([*after_lines[: row + 1], "", *inserted, *after_lines[row + 1 :]]) + "\n"
-    assert gpu_sync._moved(before, fine, row + 1, len(inserted) + 1) is None
+    assert gpu_sync._moved(before, fine, (row + 1, row + 1), len(inserted) + 1) is None
+    # a replacement: the header replaced keeps its body there (fine), a header dropped moves it (not)
+    header = after_lines.index("        if scheduler_output is not None:")
+    kept = "\n".join([*after_lines[:header], "        if scheduler_output:", *after_lines[header + 1 :]]) + "\n"
+    assert gpu_sync._moved(before, kept, (header, header + 1), 1) is None
+    flat = [line[4:] if 0 < i - header < 4 else line for i, line in enumerate(after_lines)]
+    dropped = "\n".join([*flat[:header], "        pass", *flat[header + 1 :]]) + "\n"
+    assert gpu_sync._moved(before, dropped, (header, header + 1), 1) == header + 2
 
 
 def test_a_port_replacing_the_binding_of_a_local_the_npu_method_still_reads_is_not_placed() -> None:

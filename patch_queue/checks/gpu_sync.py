@@ -223,11 +223,10 @@ def _finish(site: _Site, start: int, end: int, body: list[str], raw: list[str], 
         ast.parse(new_text)
     except SyntaxError as exc:
         raise NotPlaced(f"the port does not parse ({exc.msg}, line {exc.lineno})") from None
-    if start == end:
-        moved = _moved(site.npu.text, method, start, len(result))
-        if moved is not None:
-            shown = site.npu_lines[moved - 1].strip()
-            raise NotPlaced(f"it would move NPU code into another block ({shown}, line {npu.start + moved - 1})")
+    moved = _moved(site.npu.text, method, (start, end), len(result))
+    if moved is not None:
+        shown = site.npu_lines[moved - 1].strip()
+        raise NotPlaced(f"it would move NPU code into another block ({shown}, line {npu.start + moved - 1})")
     rows = range(npu.start + start, npu.start + start + len(result))
     unbound = _unbound(new_text, rows, site.group.gpu.text)
     if unbound:
@@ -260,16 +259,25 @@ def _blocks(method: str) -> dict[int, tuple[int, str]]:
     return out
 
 
-def _moved(before: str, after: str, row: int, added: int) -> int | None:
-    """The first line of ``before`` (1-based) whose statement sits in another block of ``after``, the method with
-    ``added`` lines inserted at ``row`` (0-based); None when every statement keeps its block."""
+def _moved(before: str, after: str, rows: tuple[int, int], added: int) -> int | None:
+    """The first line of ``before`` (1-based) whose statement sits in another block of ``after``: the method with
+    its rows [start, end) (0-based) replaced by ``added`` lines.  A statement of the rows replaced is gone; one
+    whose block was the statement of a replaced row must now be in a block of a statement of the new lines.
+    None when every statement kept keeps its block."""
+    start, end = rows
     old, new = _blocks(before), _blocks(after)
 
     def at(line: int) -> int:
-        return line if line <= row else line + added
+        return line if line <= start else line + added - (end - start)
 
     for line, (parent, name) in sorted(old.items()):
-        if new.get(at(line)) != ((at(parent) if parent else 0), name):
+        if start < line <= end:
+            continue
+        got = new.get(at(line))
+        if start < parent <= end:
+            if got is None or not start < got[0] <= start + added:
+                return line
+        elif got != ((at(parent) if parent else 0), name):
             return line
     return None
 
