@@ -1312,9 +1312,21 @@ def test_a_sync_from_a_newer_release_moves_the_pin_and_carries_forward(
     assert "synced:" not in again and "in vllm-omni==0.24.0:" in again and "downstream:" not in again
     assert (work / "patches" / "series").read_text() == series
     pq(work, "undo")
-    assert '[downstream]\nname = "vllm-omni"\nrelease = "0.22.0"' in (work / "patches" / "queue.toml").read_text()
+    queue_toml = work / "patches" / "queue.toml"
+    assert '[downstream]\nname = "vllm-omni"\nrelease = "0.22.0"' in queue_toml.read_text()
     assert "\ndownstream: vllm-omni 0.22.0\n" in pq(work, "status").stdout
     assert "sync-gpu" not in (work / "patches" / "series").read_text()
+
+    # every change already ported (by an earlier sync, or by hand) and the pin behind: it moves all the same
+    again = shutil.copytree(proj, tmp_path / "again", symlinks=True)
+    queue_toml = again / "patches" / "queue.toml"
+    queue_toml.write_text(queue_toml.read_text().replace('release = "0.24.0"', 'release = "0.22.0"', 1))
+    out = pq(again, "sync-gpu", "--omni", "0.24.0").stdout
+    assert "synced:" not in out and "downstream: vllm-omni 0.22.0 -> 0.24.0 in patches/queue.toml" in out
+    assert (again / "patches" / "series").read_text() == series
+    assert '[downstream]\nname = "vllm-omni"\nrelease = "0.24.0"' in queue_toml.read_text()
+    pq(again, "undo")
+    assert '[downstream]\nname = "vllm-omni"\nrelease = "0.22.0"' in queue_toml.read_text()
 
 
 def test_a_moved_pin_is_reproduced_from_a_fresh_clone(synced_newer: tuple[Path, str], tmp_path: Path) -> None:

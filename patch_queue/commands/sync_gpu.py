@@ -292,11 +292,11 @@ def do_sync_gpu(
             path=ws.rel(ws.queue_dir.series_path),
         )
     outcome, patches = plan_sync(ws, loaded, omni, since, progress=progress)
-    if outcome.synced:
-        queue, moved = loaded.queue, newer_release(loaded.queue, outcome.source)
-        if moved is not None:
-            outcome.pin = (queue.downstream_release, moved)
-            queue = replace(queue, downstream_release=moved)
+    queue, moved = loaded.queue, newer_release(loaded.queue, outcome.source)
+    if moved is not None:  # also with nothing left to port: the series holds that release's GPU side
+        outcome.pin = (queue.downstream_release, moved)
+        queue = replace(queue, downstream_release=moved)
+    if outcome.synced or moved is not None:
         new = LoadedStack(queue, loaded.base, patches)
         write_edit(ws, loaded, new, len(patches), "sync-gpu", downstream=outcome.source if moved else "")
     return outcome
