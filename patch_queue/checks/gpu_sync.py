@@ -233,7 +233,7 @@ def _finish(site: _Site, start: int, end: int, body: list[str], raw: list[str], 
         raise NotPlaced(
             f"it uses {', '.join(unbound)}, which the GPU method binds and {site.symbol} does not bind before it"
         )
-    lost = _lost(site.npu.text, joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]]))
+    lost = _lost(site.npu.text, method)
     if lost:
         raise NotPlaced(f"it replaces the code binding {', '.join(lost)}, which the rest of {site.symbol} still reads")
     replaced = joined(site.npu_lines[start:end])
@@ -295,15 +295,7 @@ def _lost(before: str, after: str) -> list[str]:
 
 def _locals(fn: ast.AST) -> set[str]:
     """The names a function binds: parameters, assignment and loop targets, ``as`` names, imports."""
-    out = {a.arg for a in ast.walk(fn) if isinstance(a, ast.arg)}
-    for node in ast.walk(fn):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            out.add(node.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            out.add(node.name)
-    return out
+    return set(_first_bound(fn))
 
 
 def bound_locals(method: str) -> set[str]:
@@ -329,24 +321,25 @@ def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
         raise NotPlaced("the port would not stay inside the NPU method")
     fn = max(fns, key=lambda n: n.lineno)
     gpu = _locals(ast.parse(textwrap.dedent(gpu_method)))
-    npu = _locals(fn)
     used = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.lineno in rows}
-    first = _first_bound(fn)
-    return sorted((used & gpu) - {n for n in npu if first.get(n, 0) < rows.stop})
+    return sorted((used & gpu) - {n for n, line in _first_bound(fn).items() if line < rows.stop})
 
 
-def _first_bound(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> dict[str, int]:
-    """The line where a function first binds each local it assigns (a parameter: the ``def`` line)."""
-    out = {a.arg: fn.lineno for a in ast.walk(fn.args) if isinstance(a, ast.arg)}
+def _first_bound(fn: ast.AST) -> dict[str, int]:
+    """The line where a function (or any tree) first binds each name it binds: parameters, assignment and loop
+    targets, ``as`` names, imports."""
+    out: dict[str, int] = {}
     for node in ast.walk(fn):
         names: list[str] = []
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        if isinstance(node, ast.arg):
+            names = [node.arg]
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
             names = [node.id]
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [(a.asname or a.name).split(".")[0] for a in node.names]
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names = [node.name]
-        line: int = getattr(node, "lineno", fn.lineno)
+        line: int = getattr(node, "lineno", 0)
         for name in names:
             out[name] = min(out.get(name, line), line)
     return out
