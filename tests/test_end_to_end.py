@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import BASE_030, RELEASES, copy_project, git, new_project, pq, state
 
+from patch_queue.checks import upstream_kept
 from patch_queue.merge import checked
+from patch_queue.series.queue import QueueDir
 
 
 def omni_lines(text: str) -> Counter[str]:
@@ -19,6 +21,20 @@ def omni_lines(text: str) -> Counter[str]:
 
 
 @pytest.mark.parametrize("release", RELEASES)
+def lost_statements(proj: Path, old_base: str) -> list[upstream_kept.Lost]:
+    """The statements the refresh's new upstream adds to a carried symbol that its output lacks on both sides of
+    every conflict region (``old_base``: the stack's base commit before the refresh)."""
+    pending = git(proj, "for-each-ref", "refs/pq/refresh/base").strip()
+    new_base = "refs/pq/refresh/base" if pending else "refs/pq/base"
+    lost: list[upstream_kept.Lost] = []
+    for m in QueueDir(proj / "patches").load_queue().modules:
+        if m.upstream:
+            old, new = (git(proj, "show", f"{ref}:.pq-upstream/{m.upstream}") for ref in (old_base, new_base))
+            out = (proj / "npu_worker" / m.path).read_text()
+            lost += upstream_kept.lost(old, new, out, m.symbols, file=m.path)
+    return lost
+
+
 def test_round_trip(corpus: Path, tmp_path: Path, release: str) -> None:
     """adopt then build reproduces the release's npu/ files byte for byte, with the base found by search."""
     proj = new_project(tmp_path / "p")
@@ -74,6 +90,7 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     proj = copy_project(adopted_030, tmp_path / "p")
     report = tmp_path / "report.json"
     md = tmp_path / "report.md"
+    old_base = git(proj, "rev-parse", "refs/pq/base").strip()
     proc = pq(
         proj,
         "refresh",
@@ -88,6 +105,11 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
         check=3,
     )
     data = json.loads(report.read_text())
+    # no statement the new upstream adds is dropped outside a conflict region (17 were: the kept replacements
+    # of the KV prefetch's complete_forward, the device-metadata release, the dummy run's positions reset, ...)
+    assert lost_statements(proj, old_base) == []
+    kvpp = [c for c in data["conflicts"] if any("kvpp.prepare_forward" in x for x in c["links"])]
+    assert kvpp and all(any("kvpp.complete_forward" in x for x in c["links"]) for c in kvpp)
     assert data["format"] == 2
     assert data["upstream"]["target"] == "vllm-ascend 0.30.0rc2"
     assert BASE_030 in data["upstream"]["base"]
@@ -248,14 +270,17 @@ def test_no_stop_then_continue_carries_resolutions_back(adopted_030: Path, tmp_p
 BASES = {"0.14.0": "65289676b42e", "0.16.0": "2870f7c8ad20", "0.18.0": "5df2ddd8dbb8", "0.20.0": "3e1b977b05c1"}
 
 
-@pytest.mark.parametrize("old,new", [("0.14.0", "0.16.0"), ("0.18.0", "0.20.0")])
+@pytest.mark.parametrize("old,new", [("0.14.0", "0.16.0"), ("0.16.0", "0.18.0"), ("0.18.0", "0.20.0")])
 def test_real_upgrade_anchor_aware(corpus: Path, tmp_path: Path, old: str, new: str) -> None:
-    """A real upgrade between corpus releases: no omni block lost, every conflict and flag explained."""
+    """A real upgrade between corpus releases: no omni block lost, no upstream statement dropped outside a
+    conflict region, every conflict and flag explained."""
     proj = new_project(tmp_path / "p")
     pq(proj, "adopt", str(corpus / f"vllm-omni-{old}" / "npu"), "--at", BASES[old])
     report = tmp_path / "r.json"
+    old_base = git(proj, "rev-parse", "refs/pq/base").strip()
     pq(proj, "refresh", "--no-stop", "--to", BASES[new], "--report", str(report), check=3)
     data = json.loads(report.read_text())
+    assert lost_statements(proj, old_base) == []  # 3 on 0.16.0 -> 0.18.0 and 5 on 0.18.0 -> 0.20.0 were
     for f in (corpus / f"vllm-omni-{old}" / "npu").glob("*.py"):
         have = omni_lines((proj / "npu_worker" / f.name).read_text())
         want = omni_lines(f.read_text())

@@ -14,7 +14,7 @@ from patch_queue.merge import calls as merge_calls
 from patch_queue.merge import checked as merge_checked
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Conflict
-from patch_queue.merge.markers import sides
+from patch_queue.merge.markers import one_side, sides
 from patch_queue.merge.three_way import MergeResult, merge3
 
 FENCE = "        #  -------------------------------------- Omni-new -------------------------------------------------"
@@ -356,7 +356,8 @@ def test_overlapping_words_do_not_merge() -> None:
     assert only(result).kind == "both-changed"
 
 
-def test_upstream_edited_lines_the_patch_deleted_keeps_the_replacement() -> None:
+def test_upstream_edited_lines_the_patch_deleted_is_a_conflict_showing_the_change() -> None:
+    """Upstream added an argument to a call the omni patch replaced: keeping the omni text would lose it."""
     base = [
         "    def _sample(self, logits, spec_decode_metadata):",
         "        sampling_metadata = self.input_batch.sampling_metadata",
@@ -373,15 +374,52 @@ def test_upstream_edited_lines_the_patch_deleted_keeps_the_replacement() -> None
         base[3],
     ]
     result = merge3(src(*base), src(*ours), src(*theirs))
-    assert result.clean
-    assert result.text == src(*theirs)
     region = only(result)
-    assert region.kind == "kept-replacement"
-    assert not region.conflict
-    assert "predict_bonus_token=True" in region.ours  # listed for a human to port
+    assert (region.kind, region.conflict) == ("upstream-changed-replaced", True)
+    (sections,) = conflict_sections(result.text)
+    assert any("predict_bonus_token=True" in line for line in sections["ours"])  # shown beside the omni code
+    assert any("omni_sampler.run" in line for line in sections["theirs"])
     assert region.anchor is not None
     assert region.anchor.first == "return self.omni_sampler.run(logits, sampling_metadata)"
     check_regions(result)
+
+
+@pytest.mark.parametrize(
+    "upstream",
+    [
+        ["        # the sampler is the V2 runner's now"],  # only a comment: nothing of upstream's code is lost
+        [],  # upstream deleted the lines the patch replaced
+    ],
+)
+def test_replaced_code_keeps_the_replacement_when_no_upstream_code_is_lost(upstream: list[str]) -> None:
+    base = [
+        "    def _sample(self, logits, spec_decode_metadata):",
+        "        sampling_metadata = self.input_batch.sampling_metadata",
+        "        sampler_output = self.sampler(logits=logits, sampling_metadata=sampling_metadata)",
+        "        bookkeeping = self._bookkeeping(sampler_output)",
+        "        return sampler_output",
+    ]
+    ours = [*base[:3], *upstream, base[4]]  # upstream's change to the bookkeeping line the patch replaced
+    theirs = [*base[:2], *block("        sampler_output = self.omni_sampler.run(logits)"), base[4]]
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert result.clean and result.text == src(*theirs)
+    assert only(result).kind == "kept-replacement"
+
+
+def test_replaced_code_keeps_the_replacement_when_the_patch_has_upstreams_line_elsewhere() -> None:
+    """Upstream rewrote a call the omni patch moved further down, and the patch's copy is already the new call:
+    nothing upstream wrote is lost where the patch deleted the old one."""
+    base = [
+        "    def f(self, x):",
+        "        self._start_dump_data()",
+        "        y = g(x)",
+        "        return y",
+    ]
+    ours = ["    def f(self, x):", "        self._start_dump_data(tokens=x)", "        y = g(x)", "        return y"]
+    theirs = ["    def f(self, x):", "        y = g(x)", "        self._start_dump_data(tokens=x)", "        return y"]
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert result.clean and result.text == src(*theirs)
+    assert [r.kind for r in result.regions] == ["kept-replacement"]
 
 
 def test_real_overlapping_edit_is_a_diff3_conflict() -> None:
@@ -646,11 +684,12 @@ def test_rule_that_would_drop_a_block_falls_back_to_a_conflict(monkeypatch: pyte
     assert count_seq(result.text, new) == 1
     check_regions(result)
 
-    # without the safety net, the rule would have resolved the region by dropping the block
+    # without the block safety net, the rule that loses no upstream code still refuses: the block upstream's
+    # replay changed is code the omni text lacks
     monkeypatch.setattr(merge, "_blocks_kept", lambda *args: True)
     unsafe = merge3(base, ours, theirs)
-    assert only(unsafe).kind == "kept-replacement"
-    assert count_seq(unsafe.text, new) == 0
+    assert only(unsafe).kind == "upstream-changed-replaced"
+    assert count_seq(unsafe.text, new) == 1
 
 
 def test_block_both_sides_inserted_is_not_doubled() -> None:
@@ -785,8 +824,10 @@ def test_random_upstream_edits_never_drop_or_duplicate_a_block(
 # the result must compile
 
 
-def test_upstream_branch_added_to_code_the_patch_deleted_is_kept_replacement() -> None:
-    """Upstream adds an `elif` to an `if` the omni patch removed: placing it would not compile."""
+def test_upstream_branch_added_to_code_the_patch_deleted_is_a_conflict() -> None:
+    """Upstream adds an `elif` to an `if` the omni patch removed (vllm-ascend 0.30.0rc2's
+    `uses_positions_for_attention` in `_dummy_run`): placing it alone would not compile, and keeping the omni
+    text would lose it, so it is a conflict whose sides both compile."""
     base = src(
         "    def _dummy_run(self, num_tokens):",
         "        if self.use_compress:",
@@ -805,11 +846,11 @@ def test_upstream_branch_added_to_code_the_patch_deleted_is_kept_replacement() -
         "    def _dummy_run(self, num_tokens):",
         "        attn_metadata = self._build_attention_metadata(num_tokens)",
     )
-    result = merge3(base, ours, theirs)
-    assert result.clean
-    assert [r.kind for r in result.regions] == ["kept-replacement"]
-    assert "elif" not in result.text and "uses_positions_for_attention" in result.regions[0].ours
-    compile("class R:\n" + result.text, "r.py", "exec")
+    result = merge_checked.merge3_checked(base, ours, theirs)
+    assert [r.kind for r in result.conflicts] == ["upstream-changed-replaced"]
+    assert "uses_positions_for_attention" in (result.conflicts[0].ours or "")
+    for side in ("ours", "theirs"):
+        compile("class R:\n" + one_side(result.text, side)[0], "r.py", "exec")
 
 
 def test_a_resolution_that_does_not_compile_becomes_a_conflict() -> None:
@@ -1101,15 +1142,15 @@ def test_the_same_change_in_another_layout_takes_upstreams_lines() -> None:
 
 
 def test_an_automatic_resolution_that_dropped_a_binding_becomes_a_region() -> None:
-    """Upstream inserted `o0 = ...` among lines the patch rewrote (the patch's text is kept: kept-replacement)
-    and reads `o0` further down: the resolution becomes a region with upstream's binding on its side, and the
-    read a name-linked region of its own."""
+    """Upstream inserted `o0 = ...` among lines the patch rewrote and reads `o0` further down: the lines the
+    patch rewrote are a region with upstream's binding on its side (keeping the patch's text would lose
+    upstream's line), and the read a name-linked region of its own."""
     base = _program(["v0 = g(a)", "v1 = g(v0)", "v2 = g(v1)", "v3 = g(v2)", "return v3"])
     ours = _program(["v0 = g(a)", "o0 = h(a)", "v1 = g(v0)", "v2 = g(v1)", "use(o0)", "v3 = g(v2)", "return v3"])
     theirs = _program(["t_v0 = g(a)", "t0 = h(a)", "v1 = g(t_v0)", "v2 = g(v1)", "v3 = g(v2)", "return v3"])
     plain = merge3(base, ours, theirs)
-    assert [r.kind for r in plain.regions if not r.conflict][0] == "kept-replacement"
-    assert unbound_reads(plain.text, "o0") == ["ours:o0", "theirs:o0"]
+    assert [r.kind for r in plain.regions] == ["upstream-changed-replaced", "near-block"]
+    assert unbound_reads(plain.text, "o0") == ["theirs:o0"]
     result = merge_checked.merge3_checked(base, ours, theirs)
     assert unbound_reads(result.text, "o0") == []
     binder, reader = result.conflicts
@@ -1281,3 +1322,75 @@ def test_bound_names_reads_each_binding_form_once_as_bound_in_does() -> None:
     assert binding.bound_names(lines) == expected
     assert expected >= {"total", "n", "i", "j", "k", "handle", "inner", "Box", "q", "r", "s", "w"}
     assert not expected & {"a", "b", "c", "pairs", "open", "p", "x", "f", "v", "self", "y", "items"}
+
+
+# ---------------------------------------------------------------------------------------------
+# statements that belong together: no half of a pair kept alone
+
+_PAIR_BASE = [
+    "class Runner:",
+    "    def execute_model(self, x):",
+    "        a = g(x)",
+    "        b = g(a)",
+    "        c = g(b)",
+    "        hidden = self.model(c)",
+    "        out = post(hidden)",
+    "        return out",
+]
+_PAIR_OURS = [
+    *_PAIR_BASE[:3],
+    "        self.kvpp.prepare_forward(a)",
+    *_PAIR_BASE[3:6],
+    "        self.kvpp.complete_forward()",
+    *_PAIR_BASE[6:],
+]
+_PAIR_THEIRS = [*_PAIR_BASE[:5], *block("        return self.omni_forward(c)")]
+
+
+def test_a_call_upstream_adds_in_code_the_patch_replaced_conflicts_with_its_partner() -> None:
+    """vllm-ascend 0.30.0rc2: `self.kvpp.prepare_forward(...)` before the forward call merges cleanly, its partner
+    `self.kvpp.complete_forward()` after it lies in lines the omni patch replaced.  The partner is a conflict
+    showing upstream's change, and the clean half becomes a region going with it, so that taking the patch's
+    side of one takes the other's too."""
+    plain = merge3(src(*_PAIR_BASE), src(*_PAIR_OURS), src(*_PAIR_THEIRS))
+    assert "self.kvpp.prepare_forward(a)" in one_side(plain.text, "theirs")[0]  # plain: the half alone
+    result = merge_checked.merge3_checked(src(*_PAIR_BASE), src(*_PAIR_OURS), src(*_PAIR_THEIRS))
+    first, second = result.conflicts
+    label = "pair:self.kvpp.complete_forward() and self.kvpp.prepare_forward()"
+    assert first.kind == "name-linked" and label in first.links and "prepare_forward" in (first.ours or "")
+    assert second.kind == "upstream-changed-replaced" and label in second.links
+    assert "complete_forward" in (second.ours or "") and "which belong together" in second.message
+    for side, present in (("ours", True), ("theirs", False)):
+        view = one_side(result.text, side)[0]
+        assert ("prepare_forward" in view, "complete_forward" in view) == (present, present)
+        compile(view, "r.py", "exec")
+
+
+def test_a_name_upstream_binds_for_code_the_patch_replaced_goes_with_it() -> None:
+    """Upstream binds `executor = self._prepare_executor()` and reads it only in lines the omni patch replaced
+    (`executor.release()`): the binding goes with that region."""
+    ours = [
+        *_PAIR_BASE[:3],
+        "        executor = self._prepare_executor()",
+        *_PAIR_BASE[3:6],
+        "        if executor is not None:",
+        "            executor.release()",
+        *_PAIR_BASE[6:],
+    ]
+    result = merge_checked.merge3_checked(src(*_PAIR_BASE), src(*ours), src(*_PAIR_THEIRS))
+    assert [("name:executor" in r.links) for r in result.conflicts] == [True, True]
+    assert "executor = self._prepare_executor()" not in one_side(result.text, "theirs")[0]
+
+
+@pytest.mark.parametrize(
+    "call,partner",
+    [
+        ("self.kvpp.complete_forward", "self.kvpp.prepare_forward"),
+        ("executor.release", "executor.acquire"),
+        ("_finish_profiling_chunk_timing", "_start_profiling_chunk_timing"),
+        ("self.unlocked_clock", None),  # a word of a pair only as a part of another word
+    ],
+)
+def test_partners(call: str, partner: str | None) -> None:
+    found = merge_checked.partners(call)
+    assert (partner in found) if partner else not found

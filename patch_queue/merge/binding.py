@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import keyword
 import re
 import symtable
 import textwrap
@@ -246,7 +247,7 @@ def bound_in(lines: str | None, name: str) -> bool:
     """Whether ``lines`` (a region's side: whole statements, as a rule) bind ``name``; when they do not parse
     alone, whether a line binds it the way formatted code does (``name = …``, ``a, name: T = …``, ``for … in``,
     ``as name``, ``def``, ``class``, ``import``, ``:=``)."""
-    if lines is None or re.search(rf"(?<![\w.]){re.escape(name)}\b", lines) is None:
+    if lines is None or name in _KEYWORDS or re.search(rf"(?<![\w.]){re.escape(name)}\b", lines) is None:
         return False
     try:
         tree = ast.parse(textwrap.dedent(lines))
@@ -277,12 +278,13 @@ _LISTS = (  # forms whose every name counts: `for … in`, `import …`
     re.compile(r"^\s*(?:from\s+\S+\s+)?import\s([^\n]*)", re.M),
 )
 NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")  # a name, not an attribute
+_KEYWORDS = frozenset(keyword.kwlist)  # what a line that does not parse alone may seem to bind (`else: …`)
 
 
 def bound_names(lines: str) -> frozenset[str]:
     """The names ``lines`` (a region's side) bind, as :func:`bound_in` tells for each; parsed once when they
     parse alone, else each binding form read once."""
-    words = set(NAME.findall(lines))
+    words = set(NAME.findall(lines)) - _KEYWORDS
     found: set[str] = set()
     try:
         tree = ast.parse(textwrap.dedent(lines))

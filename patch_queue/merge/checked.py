@@ -3,7 +3,10 @@ binding what it reads): :func:`merge3_checked` for Python modules."""
 
 from __future__ import annotations
 
+import ast
 import functools
+import keyword
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -93,7 +96,48 @@ def merge3_checked(
         if twice and binding.made_unbound(growth.result.text, ours, theirs) != []:  # names first: taken back
             (growth.grow, growth.result), growth.ranges = before, []
             growth.bind_names(ours, theirs)
+        growth.pairs(ours, theirs)
     return _say_linked(growth.result, growth.ranges)
+
+
+# ---------------------------------------------------------------------------------------------
+# statements that belong together: a call and its partner, a binding and the only side that reads it
+
+_PAIRS = (
+    ("prepare", "complete"),
+    ("acquire", "release"),
+    ("start", "finish"),
+    ("start", "stop"),
+    ("begin", "end"),
+    ("open", "close"),
+    ("enter", "exit"),
+    ("lock", "unlock"),
+    ("register", "unregister"),
+    ("alloc", "free"),
+    ("setup", "teardown"),
+)
+_CALL = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\s*\(")
+
+
+def _calls(text: str) -> set[str]:
+    """The dotted names ``text`` calls (``self.kvpp.complete_forward``)."""
+    return set(_CALL.findall(text))
+
+
+def partners(call: str) -> set[str]:
+    """The calls that pair with ``call``: the same receiver, a word of the name swapped for the other verb of a
+    pair (``self.kvpp.complete_forward`` -> ``self.kvpp.prepare_forward``, ``_finish_profiling_chunk_timing`` ->
+    ``_start_profiling_chunk_timing``, ``executor.release`` -> ``executor.acquire``)."""
+    receiver, _, name = call.rpartition(".")
+    words = name.split("_")
+    found: set[str] = set()
+    for a, b in _PAIRS:
+        for x, y in ((a, b), (b, a)):
+            for i, word in enumerate(words):
+                if word == x:
+                    swapped = "_".join([*words[:i], y, *words[i + 1 :]])
+                    found.add(f"{receiver}.{swapped}" if receiver else swapped)
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,6 +296,118 @@ class _Growth:
         self.ranges += linked
         return True
 
+    def pairs(self, ours: str, theirs: str) -> None:
+        """Statements that belong together go together.  A statement upstream wrote new, merged cleanly, that
+        calls one of a pair (``self.kvpp.prepare_forward(...)``) whose partner (``self.kvpp.complete_forward()``)
+        only the upstream side of a conflict region of the same function calls, or that binds a name
+        (``active_device_metadata_executor = ...``) which the function reads only on the upstream side of
+        conflict regions, becomes a region of its own going with them: taking the patch's side of one takes the
+        other's too, so neither half is kept without the other.  Two conflict regions so paired are linked.
+        Kept only when both sides still parse and bind what they read."""
+        text = self.result.text
+        conflicts = [r for r in self.result.conflicts if r.line and not r.reused and r.group in self.result.spans]
+        if not conflicts or not self.statements():
+            return
+        view, where = one_side(text, "ours")
+        try:
+            tree = symbols.parsed(view)
+        except SyntaxError:
+            return
+        view_lines = view.splitlines()
+        region_of = {k: r for r in conflicts for k in range(r.line or 0, (r.line or 0) + r.length)}
+        base_set = {line.strip() for line in self.base.splitlines()}
+        ours_set = {line.strip() for line in ours.splitlines()}
+
+        def new_upstream(node: ast.stmt) -> bool:  # a clean statement whose lines upstream wrote new
+            span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            codes = [view_lines[v - 1].strip() for v in span if view_lines[v - 1].strip()]
+            return (
+                all(where[v - 1] not in region_of for v in span)
+                and all(c in ours_set for c in codes)
+                and any(c not in base_set for c in codes)
+            )
+
+        place = binding.base_lines(self.base, view, inserted=True)
+        grown: list[tuple[int, int]] = []
+        linked: list[_Linked] = []
+
+        def link(r: Conflict, node: ast.stmt | None, other: Conflict | None, what: str, label: str) -> None:
+            linked.append(_Linked(*self.result.spans[r.group], what, label, False))
+            if other is not None:
+                linked.append(_Linked(*self.result.spans[other.group], what, label, False))
+                return
+            assert node is not None
+            span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            lo, hi = close(self.statements(), min(place(v)[0] for v in span), max(place(v)[1] for v in span))
+            grown.append((lo, hi))
+            linked.append(_Linked(*self.folding().folded(lo, hi), what, label, False))
+
+        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+            body = [n for n in ast.walk(function) if n is not function]
+            inner = {
+                k
+                for n in body
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                for k in range(n.lineno, (n.end_lineno or n.lineno) + 1)
+            }
+            lines = range(function.lineno, (function.end_lineno or function.lineno) + 1)
+            here = {id(r): r for v in lines if v not in inner and (r := region_of.get(where[v - 1])) is not None}
+            if not here:
+                continue
+            statements_ = [n for n in body if isinstance(n, ast.stmt) and n.lineno not in inner]
+            # the calls of a pair only upstream's side of a region makes, by their partner
+            wanted: dict[str, tuple[str, Conflict]] = {}
+            for r in here.values():
+                for c in sorted(_calls(r.ours or "") - _calls(r.theirs or "")):
+                    for p in partners(c):
+                        wanted.setdefault(p, (c, r))
+            for node in statements_:
+                if isinstance(node, _COMPOUND):
+                    continue
+                line = "\n".join(view_lines[node.lineno - 1 : node.end_lineno or node.lineno])
+                for p in sorted(_calls(line) & set(wanted)):
+                    c, r = wanted[p]
+                    label = " and ".join(f"{x}()" for x in sorted((c, p)))
+                    other = region_of.get(where[node.lineno - 1])
+                    if other is not None and other is not r:
+                        link(r, None, other, "pair", label)
+                    elif other is None and new_upstream(node):
+                        link(r, node, None, "pair", label)
+            # a name upstream's new clean statement binds and only upstream's side of regions reads
+            for node in statements_:
+                if isinstance(node, _COMPOUND) or not new_upstream(node):
+                    continue
+                bound = {
+                    t.id
+                    for t in ast.walk(node)
+                    if isinstance(t, ast.Name) and not isinstance(t.ctx, ast.Load) and not keyword.iskeyword(t.id)
+                }
+                for name in sorted(bound):
+                    read_at = [
+                        where[t.lineno - 1]
+                        for t in ast.walk(function)
+                        if isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Load)
+                    ]
+                    holders = {id(r): r for m in read_at if (r := region_of.get(m)) is not None}
+                    if not read_at or len(holders) == 0 or any(m not in region_of for m in read_at):
+                        continue
+                    if any(name in binding.NAME.findall(r.theirs or "") for r in holders.values()):
+                        continue  # the patch's side reads it too: no half left alone
+                    for r in holders.values():
+                        link(r, node, None, "name", name)
+        if not linked:
+            return
+        if grown:
+            if any(whole_class(self.statements(), *g) for g in grown):
+                return
+            grow, current = self.try_grow(*grown)
+            unbound = binding.made_unbound(self.result.text, ours, theirs)
+            after = binding.made_unbound(current.text, ours, theirs) if _side_error(current.text) is None else None
+            if after is None or (unbound is not None and len(after) > len(unbound)):
+                return
+            self.grow, self.result = grow, current
+        self.ranges += linked
+
     def _bind(
         self, u: binding.Unbound, ours: str, theirs: str
     ) -> tuple[list[tuple[int, int]], MergeResult, list[binding.Unbound], list[tuple[int, int]], bool] | None:
@@ -307,6 +463,22 @@ class _Growth:
         return [(g, n, w) for g, n, w in growths if not any(whole_class(self.statements(), *r) for r in g)]
 
 
+_COMPOUND = (
+    ast.If,
+    ast.For,
+    ast.AsyncFor,
+    ast.While,
+    ast.With,
+    ast.AsyncWith,
+    ast.Try,
+    ast.TryStar,
+    ast.Match,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+)
+
+
 @dataclass(frozen=True)
 class _Linked:
     """The folded base lines of a region grown (or taken) for a name or a call, and whether one region was grown
@@ -314,7 +486,7 @@ class _Linked:
 
     lo: int
     hi: int
-    what: str  # "name" or "call"
+    what: str  # "name", "call" or "pair" (two calls that belong together)
     text: str
     whole: bool
 
@@ -348,10 +520,12 @@ def _say_linked(result: MergeResult, ranges: list[_Linked]) -> MergeResult:
         message = r.message.split("; widened")[0]
         names = {label[5:] for label in labels if label.startswith("name:")}
         made = {label[5:] for label in labels if label.startswith("call:")}
+        paired = {label[5:] for label in labels if label.startswith("pair:")}
         whole = {x.text for x in xs if x.what == "name"} - names
         if whole:
             message += f"; widened so that either side parses and binds what it reads ({said(whole)})"
         told = [f"that name {said(names)}"] * bool(names) + [f"that make the call {said(made)}"] * bool(made)
+        told += [f"that make the calls {said(paired)}, which belong together"] * bool(paired)
         if told:
             message += f"; goes with the other regions {' and '.join(told)}: take the same side in each"
         regions.append(replace(r, message=message, links=tuple(sorted(labels))))

@@ -22,9 +22,11 @@ follows from what the omni change is:
   code: upstream's code is taken and the dropped comment edit is listed (``comment-only``).
 - **Words merge.**  Both sides edited the same lines in different places of them: a word-level
   three-way merge of the region, accepted only when it is clean.
-- **Replaced code keeps its replacement.**  Upstream changed only lines the omni patch deleted
-  or rewrote beyond recognition: the omni text stays, the upstream change is listed
-  (``kept-replacement``) for a human to port.
+- **Replaced code keeps its replacement, when nothing upstream wrote is lost.**  Upstream changed only
+  lines the omni patch deleted or rewrote beyond recognition: where every line of code upstream wrote
+  there is in the merged text anyway (upstream only deleted code, or wrote a comment, or its new line is
+  where the patch moved it), the omni text stays and the upstream change is listed
+  (``kept-replacement``); else it is a conflict showing upstream's change (``upstream-changed-replaced``).
 - Anything else is a conflict with diff3 markers (``both-changed``).  So is one side's change that reads or
   binds a name another region binds or reads on one side only, or that makes a call another region makes
   (``name-linked``, asked for by :mod:`patch_queue.merge.checked`): each side of the module then binds what
@@ -209,7 +211,32 @@ def merge3(
     their resolution does not compile).  Each range of folded base lines in ``grow`` is merged as one
     group with every group it meets, and left as a conflict, even when only one side changed those lines
     (``name-linked``: see :mod:`patch_queue.merge.checked`).
+
+    Replaced code keeps its replacement only where nothing upstream wrote is lost: a ``kept-replacement``
+    whose upstream side holds a line of code the merged text has nowhere (upstream's new call in code the
+    patch replaced) is merged again as an ``upstream-changed-replaced`` conflict showing upstream's change.
     """
+    refused: frozenset[int] = frozenset()
+    while True:
+        result, lossy = _merge(base, ours, theirs, labels, key_prefix, recorded, veto, grow, refused)
+        if not lossy - refused:
+            return result
+        refused |= lossy
+
+
+def _merge(
+    base: str,
+    ours: str,
+    theirs: str,
+    labels: tuple[str, str, str],
+    key_prefix: str,
+    recorded: Callable[[str], str | None] | None,
+    veto: frozenset[int],
+    grow: Sequence[tuple[int, int]],
+    refused: frozenset[int],
+) -> tuple[MergeResult, frozenset[int]]:
+    """:func:`merge3` once, with no ``kept-replacement`` for the groups in ``refused``; and the groups whose
+    ``kept-replacement`` loses a line of upstream's code (see :func:`_lossy`)."""
     sides = [fold(x) for x in (base, ours, theirs)]
     blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
     info = {**sides[0].info, **sides[1].info, **sides[2].info}
@@ -250,6 +277,7 @@ def merge3(
         out.extend(lines)
 
     spans: dict[int, tuple[int, int]] = {}
+    upstream_code: dict[int, list[str]] = {}  # group of a kept-replacement -> upstream's lines there
     for index, start, end, group, widened in _grown(_groups(hunks, expand), grow):
         spans[index] = (start, end)
         forced = widened or index in veto
@@ -274,7 +302,9 @@ def merge3(
             continue
         eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
-        decided = None if forced else _decide(b_lines, start, end, mine, pat, expand)
+        decided = None if forced else _decide(b_lines, start, end, mine, pat, expand, keep=index not in refused)
+        if decided is not None and decided[0] == "kept-replacement":
+            upstream_code[index] = expand([line for h in mine for line in h.lines])
         # never drop or duplicate an omni block, but one whose code upstream now has (reported, fence and all)
         if decided is not None and (decided[0] == "already-upstream" or _blocks_kept(b, o, t, decided[2])):
             kind, message, lines = decided
@@ -285,6 +315,8 @@ def merge3(
             kind = "name-linked"
         elif not forced and _twins(mine, pat, expand)[0]:
             kind = "both-added-same"
+        elif index in refused:  # the omni text would lose what upstream wrote in the code it replaced
+            kind = "upstream-changed-replaced"
         elif all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = "anchor-lost"
         elif _replaced_wholesale(b_lines, mine, pat, expand):
@@ -333,7 +365,16 @@ def merge3(
     for k, r in enumerate(regions):
         if r.anchor is not None:
             regions[k] = replace(r, anchor=replace(r.anchor, line=placed_at.get(tokens.get(id(r.anchor), ""))))
-    return MergeResult("".join(text), regions, spans)
+    return MergeResult("".join(text), regions, spans), _lossy(upstream_code, text)
+
+
+def _lossy(upstream: dict[int, list[str]], merged: Sequence[str]) -> frozenset[int]:
+    """The groups among ``upstream`` (group -> upstream's lines of a kept replacement) with a line of code, layout
+    and comments aside, that no line of the ``merged`` text has."""
+    if not upstream:
+        return frozenset()
+    have = {_code([line]) for line in merged}
+    return frozenset(g for g, lines in upstream.items() if any((c := _code([x])) and c not in have for x in lines))
 
 
 def _grown(groups: list[list[Hunk]], grow: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, list[Hunk], bool]]:
@@ -399,9 +440,10 @@ def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) 
 
 
 def _decide(
-    base: list[str], start: int, end: int, mine: list[Hunk], pat: list[Hunk], expand: _Expand
+    base: list[str], start: int, end: int, mine: list[Hunk], pat: list[Hunk], expand: _Expand, *, keep: bool = True
 ) -> tuple[str, str, list[str]] | None:
-    """(kind, message, lines) of an automatic resolution of a group, or None for a conflict."""
+    """(kind, message, lines) of an automatic resolution of a group, or None for a conflict; no
+    ``kept-replacement`` unless ``keep``."""
     b, o, t = base[start:end], apply_hunks(base, start, end, mine), apply_hunks(base, start, end, pat)
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
         return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
@@ -410,7 +452,7 @@ def _decide(
         return None  # a both-added-same conflict (see merge3)
     if twins:
         rest = [h for h in pat if h not in twins]
-        decided = _decide(base, start, end, mine, rest, expand) if rest else ("", "", o)
+        decided = _decide(base, start, end, mine, rest, expand, keep=keep) if rest else ("", "", o)
         return None if decided is None else ("already-upstream", _ALREADY, decided[2])
     for fixed, inserts, upstream_first, moved in (
         (mine, pat, True, "the omni insertion was placed by its anchor line next to an upstream change"),
@@ -435,7 +477,7 @@ def _decide(
     words = _word_merge(b, o, t)
     if words is not None and _tokens_whole(words, b + o + t):
         return "merged-words", "both sides changed these lines in different words; merged word by word", words
-    if _replaced_wholesale(base, mine, pat, expand):
+    if keep and _replaced_wholesale(base, mine, pat, expand):
         return "kept-replacement", "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
 
