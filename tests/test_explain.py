@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from patch_queue.merge import explain
 from patch_queue.merge.conflict import Anchor, Conflict
 
@@ -42,7 +44,7 @@ def test_a_wrapped_block_and_its_suggestion() -> None:
     ours = "        try:\n            if x:\n                y = f()\n        finally:\n            done()\n"
     theirs = "        if x:\n            y = f()  # omni\n            omni()\n"
     c = region(base, ours, theirs)
-    assert explain.upstream_change(c) == "wrapped the 2 line(s) in `try:` … `finally:`"
+    assert explain.upstream_change(c) == "wrapped `if x:` in `try:`/`finally:`; added `done()` in its finally block"
     tip = explain.suggest(c)
     assert tip is not None and tip.side == "merged"
     assert tip.text == (
@@ -52,9 +54,13 @@ def test_a_wrapped_block_and_its_suggestion() -> None:
 
 
 def test_moves_insertions_deletions_and_layout() -> None:
-    assert explain.upstream_change(region("a()\nb()\nc()\n", "b()\nc()\na()\n", "x()\n")) == "moved 1 line(s): `a()`"
-    assert explain.upstream_change(region("a()\n", "a()\nb()\n", "x()\n")) == "inserted 1 line(s): `b()`"
-    assert explain.upstream_change(region("a()\nb()\n", "", "x()\n")) == "deleted 2 line(s): `a()`"
+    assert explain.upstream_change(region("a()\nb()\nc()\n", "b()\nc()\na()\n", "x()\n")) == "moved `a()`"
+    assert explain.upstream_change(region("a()\n", "a()\nb()\n", "x()\n")) == "added `b()`"
+    assert explain.upstream_change(region("a()\nb()\n", "", "x()\n")) == "removed `a()` and 1 more statement(s)"
+    # lines that do not parse alone (a call cut in its arguments): said by lines
+    assert explain.upstream_change(region("f(\n    a,\n", "f(\n    b,\n    c,\n", "x()\n")) == (
+        "inserted 2 line(s) (`b,`) and deleted 1 (`a,`)"
+    )
     layout = region("f(a, b)\n", "f(\n    a,\n    b,\n)\n", "f(a, c)\n")
     assert explain.upstream_change(layout) == "changed only the layout or comments"
     tip = explain.suggest(layout)
@@ -101,3 +107,46 @@ def test_the_word_diff_of_a_long_region_is_anchored_on_its_lines() -> None:
     assert [tag for tag, *_ in opcodes].count("equal") == 3  # around the deleted line and the renamed word
     renamed = base.replace("self.step_150(", "self.stage_150(")
     assert explain.upstream_change(region(base, renamed, base)) == "renamed `step_150` → `stage_150`"
+
+
+@pytest.mark.parametrize(
+    "base,ours,said",
+    [
+        # vllm-ascend 0.30.0rc2's _dummy_run: one condition more
+        (
+            "if self.supports_mm_inputs and not self.model_config.is_encoder_decoder or self.enable_prompt_embeds:\n",
+            "if (\n    self.supports_mm_inputs\n    and not self.model_config.is_encoder_decoder\n"
+            "    and not self.model_config.requires_raw_input_tokens\n) or self.enable_prompt_embeds:\n",
+            "added the condition `and not self.model_config.requires_raw_input_tokens` in "
+            "`if self.supports_mm_inputs and (not self.model_config.is_en…`",
+        ),
+        # its _model_forward: the forward wrapped in try/finally, the executor released in the finally block
+        (
+            "        model_output = run_model()\n",
+            "        try:\n            model_output = run_model()\n        finally:\n"
+            "            if executor is not None:\n                executor.release()\n",
+            "wrapped `model_output = run_model()` in `try:`/`finally:`; added `if executor is not None:` in its "
+            "finally block",
+        ),
+        # its _dummy_run: a branch added to an `if` (the side starts deeper than it ends, and with an elif)
+        (
+            "                if self.use_compress:\n                    self.positions.fill_(127)\n",
+            "                if self.use_compress:\n                    self.positions.fill_(127)\n"
+            "                elif self.uses_positions_for_attention:\n                    self.positions[:n].fill_(0)\n",
+            "added the branch `elif self.uses_positions_for_attention:` (`self.positions[:n].fill_(0)`) to "
+            "`if self.use_compress:`",
+        ),
+        (
+            "                x = f(a)\n            y = g(x)\n",
+            "                x = f(a, b)\n            y = g(x)\n            self.kvpp.complete_forward()\n",
+            "added `b` in `x = f(a)`; added `self.kvpp.complete_forward()`",
+        ),
+        (
+            "elif x:\n    a()\n",
+            "elif x and y:\n    a()\n",
+            "added the condition `and y` in `if x:`",
+        ),
+    ],
+)
+def test_what_upstream_did_in_statements(base: str, ours: str, said: str) -> None:
+    assert explain.upstream_change(region(base, ours, "omni()\n")) == said

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from patch_queue.commands.refresh import RefreshOutcome
     from patch_queue.commands.sync_gpu import SyncOutcome
     from patch_queue.merge.conflict import Conflict
+    from patch_queue.merge.explain import Suggestion
     from patch_queue.project.workspace import Workspace
     from patch_queue.series.absorb import Placement
     from patch_queue.series.replay import PatchResult
@@ -145,9 +146,9 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
     return EXIT_CONFLICT
 
 
-def _print_conflict(ws: Workspace, c: Conflict) -> None:
+def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -> None:
     """A conflict and, indented, why it is one, what upstream changed there (and which commits), its omni block,
-    a suggestion."""
+    a suggestion (``tip``, else the one a rule is sure of)."""
     from patch_queue.merge import explain
 
     where = f"{ws.rel(ws.out / c.file)}:{c.line}"
@@ -156,7 +157,7 @@ def _print_conflict(ws: Workspace, c: Conflict) -> None:
     by = ", ".join(f"{u.commit[:12]}" + (f" (#{u.pr})" if u.pr is not None else "") for u in c.culprits)
     typer.echo(f"  upstream: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
     typer.echo(f"  omni: {explain.omni_block(c)}")
-    tip = explain.suggest(c)
+    tip = tip or explain.suggest(c)
     if tip is not None:
         option = "--suggested" if tip.side == "merged" else f"--{tip.side}"
         typer.echo(f"  suggestion: {tip.reason}: `pq resolve {option} {where}`")
@@ -501,7 +502,7 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     for name, state in st.patches:
         typer.echo(f"  {state:10} {name}")
     for c in st.conflicts:
-        _print_conflict(ws, c)
+        _print_conflict(ws, c, st.suggestions.get((c.file, c.line or 0)))
     if st.resolved:
         typer.echo(f"{len(st.resolved)} of {len(st.resolved) + len(st.conflicts)} conflict region(s) resolved on disk")
     if st.in_progress:

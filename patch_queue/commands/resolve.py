@@ -210,6 +210,7 @@ class Status:
     resolved: list[Conflict] = field(default_factory=list)  # conflicts whose markers the maintainer removed
     flags: list[Conflict] = field(default_factory=list)  # of the refresh in progress, at their lines on disk
     downstream: str = ""  # the pinned downstream release ("vllm-omni 0.24.0"), "" when adopted from a folder
+    suggestions: dict[tuple[str, int], explain.Suggestion] = field(default_factory=dict)  # (file, line) of a conflict
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -223,8 +224,9 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         open_ = [c for c in conflicts if _marked(ws, c)]
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
+        tips = {(c.file, c.line or 0): tip for c in open_ if (tip := suggestion(ws, c, resolved)) is not None}
         return Status(True, state.old_base_label, target.upstream.label, rows, open_, resolved=resolved, flags=flags,
-                      downstream=_downstream(target))  # fmt: skip
+                      downstream=_downstream(target), suggestions=tips)  # fmt: skip
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
@@ -288,7 +290,12 @@ def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> 
     shown = f"{ws.rel(path)}:{line}"
     if region is None:
         raise QueueError(f"no conflict region at {shown}")
-    lines = _suggestion(ws, path, region) if side == "suggested" else region.side(side)
+    if side == "suggested":  # a side suggested is that side, with the regions that go with it
+        tip = _suggestion(ws, path, region)
+        side = tip.side if tip.side in ("upstream", "patch") else "suggested"
+        lines = tip.text.splitlines(keepends=True)
+    else:
+        lines = region.side(side)
     others = [] if alone or side not in ("upstream", "patch") else _linked(ws, path, text, region)
     written = {region.first: lines} | {r.first: r.side(side) for r in others}
     after = text
@@ -327,16 +334,47 @@ def _linked(ws: Workspace, path: Path, text: str, region: markers.Region) -> lis
     return [r for r in markers.regions(text) if r.first in group and r.first != region.first]
 
 
-def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> list[str]:
-    """The lines the refresh suggests for the conflict at ``region`` (one line of error when it has none)."""
+def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> explain.Suggestion:
+    """The resolution suggested for the conflict at ``region`` (one line of error when it has none)."""
     state = refresh_state.require(ws)
     rel = path.relative_to(ws.out).as_posix()
-    here = [c for c in on_disk(ws, state.done[-1][1], list(state.conflicts)) if c.file == rel]
-    found = next((c for c in here if c.line == region.first), None)
-    tip = explain.suggest(found) if found is not None else None
+    conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
+    found = next((c for c in conflicts if c.file == rel and c.line == region.first), None)
+    tip = suggestion(ws, found, [c for c in conflicts if not _marked(ws, c)]) if found is not None else None
     if tip is None:
         raise QueueError(f"no suggested resolution for the conflict at {ws.rel(path)}:{region.first}")
-    return tip.text.splitlines(keepends=True)
+    return tip
+
+
+def suggestion(ws: Workspace, conflict: Conflict, resolved: list[Conflict]) -> explain.Suggestion | None:
+    """The resolution suggested for an open ``conflict``: the way the maintainer resolved the same upstream change
+    in another copy (``resolved``: conflicts of this refresh already resolved on disk, at their lines now), else
+    the one a rule is sure of (:func:`explain.suggest`)."""
+    for done in resolved:
+        if done is conflict or not explain.same_upstream_change(done, conflict):
+            continue
+        side = _side_taken(ws, done)
+        tip = explain.as_resolved(conflict, side) if side is not None else None
+        if tip is not None:
+            return replace(tip, reason=f"{tip.reason} at {ws.rel(ws.out / done.file)}:{done.line}")
+    return explain.suggest(conflict)
+
+
+def _side_taken(ws: Workspace, done: Conflict) -> str | None:
+    """How a resolved conflict was resolved, read from the file on disk at its line now: "upstream" or "patch"
+    when its lines there are that side whole (the longer when both are), else None."""
+    path = ws.out / done.file
+    if not path.is_file() or not done.line:
+        return None
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[done.line - 1 :]
+    taken = [
+        (len(text), side, text)
+        for side, text in (("upstream", done.ours), ("patch", done.theirs))
+        if text is not None and "".join(lines[: len(text.splitlines())]) == text
+    ]
+    if not taken:
+        return None
+    return max(taken)[1]
 
 
 def do_mergetool(ws: Workspace, *, tool: str | None, names: list[str]) -> list[tuple[str, int]]:

@@ -14,10 +14,12 @@ Pure functions of a conflict's three sides (old upstream, new upstream, the omni
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import keyword
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -174,6 +176,265 @@ def _blank(lines: list[str]) -> int:
     return sum(1 for line in lines if not line.strip())
 
 
+# ---------------------------------------------------------------------------------------------
+# what upstream did, in statements
+
+_MAX_SAID = 3  # changes named in one explanation; the rest counted
+
+
+@dataclass(frozen=True)
+class _Stmt:
+    head: str  # the statement as ast.unparse writes it; a compound one by its header (`if x:`, `try:`)
+    whole: str  # the whole statement, body and all, as ast.unparse writes it
+    node: ast.stmt
+
+
+_STUB = "_pq_stub_"
+_CLAUSE = re.compile(r"(elif\b|else\s*:|except\b|finally\s*:)")
+
+
+def _statements(text: str) -> list[_Stmt] | None:
+    """The top-level statements of a region's side, None when the side does not parse alone.  A side may start
+    deeper than it ends (the end of a block, then code after it), start with a clause (``elif x:``) or end with
+    a header (``if (...):`` without its body): it is read inside a stub statement, or with a stub body, and
+    the stubs are left out."""
+    lines = [line for line in textwrap.dedent(text).splitlines() if line.strip()]
+    code = [line for line in lines if not line.lstrip().startswith("#")]
+    if not code:
+        return []
+    first = code[0]
+    indent = len(first) - len(first.lstrip())
+    head: list[str] = []
+    if _CLAUSE.match(first.lstrip()):
+        stub = "try:" if first.lstrip().startswith(("except", "finally")) else f"if {_STUB}:"
+        head = [" " * indent + stub, " " * (indent + 4) + _STUB]
+    elif indent:
+        head = [f"if {_STUB}:"]
+    tail = [" " * (len(code[-1]) - len(code[-1].lstrip()) + 4) + _STUB] if code[-1].rstrip().endswith(":") else []
+    try:
+        tree = ast.parse("\n".join([*head, *lines, *tail]) + "\n")
+    except (SyntaxError, ValueError):
+        return None
+    return [_Stmt(_head(n), ast.unparse(n), n) for n in _unstub(tree.body)]
+
+
+def _unstub(body: list[ast.stmt]) -> list[ast.stmt]:
+    """``body`` without the stubs of :func:`_statements`: a stub statement stands for what it holds."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Name) and node.value.id == _STUB:
+            continue
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == _STUB:
+            out += _unstub(node.body) + _unstub(node.orelse)
+            continue
+        if isinstance(node, ast.Try) and len(node.body) == 1 and _is_stub(node.body[0]):
+            out += [y for h in node.handlers for y in _unstub(h.body)] + _unstub(node.finalbody)
+            continue
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(node, field, None)
+            if isinstance(value, list) and value and all(_is_stub(y) for y in value):
+                setattr(node, field, [])
+        out.append(node)
+    return out
+
+
+def _is_stub(node: ast.stmt) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Name) and node.value.id == _STUB
+
+
+def _head(node: ast.stmt) -> str:
+    if isinstance(node, ast.If):
+        return f"if {ast.unparse(node.test)}:"
+    if isinstance(node, ast.While):
+        return f"while {ast.unparse(node.test)}:"
+    if isinstance(node, ast.For | ast.AsyncFor):
+        return f"for {ast.unparse(node.target)} in {ast.unparse(node.iter)}:"
+    if isinstance(node, ast.With | ast.AsyncWith):
+        return "with " + ", ".join(ast.unparse(item) for item in node.items) + ":"
+    if isinstance(node, ast.Try | ast.TryStar):
+        return "try:"
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return f"def {node.name}(…):"
+    if isinstance(node, ast.ClassDef):
+        return f"class {node.name}:"
+    if isinstance(node, ast.Match):
+        return f"match {ast.unparse(node.subject)}:"
+    return ast.unparse(node)
+
+
+def _bodies(node: ast.stmt) -> list[tuple[str, list[ast.stmt]]]:
+    """The statement lists a compound statement holds, by the clause that holds them (an ``elif`` chain is
+    one clause a branch)."""
+    out: list[tuple[str, list[ast.stmt]]] = [("", list(getattr(node, "body", [])))]
+    for handler in getattr(node, "handlers", []):
+        out.append(("except", handler.body))
+    orelse: list[ast.stmt] = list(getattr(node, "orelse", []) or [])
+    while isinstance(node, ast.If) and len(orelse) == 1 and isinstance(orelse[0], ast.If):
+        branch = orelse[0]
+        out.append((f"elif {ast.unparse(branch.test)}:", branch.body))
+        orelse = branch.orelse
+    if orelse:
+        out.append(("else", orelse))
+    finalbody: list[ast.stmt] = list(getattr(node, "finalbody", []) or [])
+    if finalbody:
+        out.append(("finally", finalbody))
+    return out
+
+
+def _quote(text: str) -> str:
+    return f"`{_short(text)}`"
+
+
+def _counted(stmts: Sequence[_Stmt]) -> str:
+    more = f" and {len(stmts) - 1} more statement(s)" if len(stmts) > 1 else ""
+    return _quote(stmts[0].head) + more
+
+
+def _header_change(old: str, new: str) -> str:
+    """How a statement's header (or a simple statement) changed, word by word."""
+    a, b = _WORD.findall(old), _WORD.findall(new)
+    ops = [op for op in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if op[0] != "equal"]
+    changed = sum(max(i2 - i1, j2 - j1) for _tag, i1, i2, j1, j2 in ops)
+    scattered = any(not _NAME.search(" ".join(a[i1:i2] + b[j1:j2])) for _tag, i1, i2, j1, j2 in ops)
+    if not ops or len(ops) > _MAX_SAID or scattered or 2 * changed > max(len(a), len(b)):
+        return f"rewrote {_quote(old)} as {_quote(new)}"
+    parts: list[str] = []
+    for tag, i1, i2, j1, j2 in ops:
+        added, gone = (_joined(words) for words in (b[j1:j2], a[i1:i2]))
+        if tag == "insert":
+            what = "the condition " if re.match(r"(and|or)\b", added) and old.endswith(":") else ""
+            parts.append(f"added {what}`{added}`")
+        elif tag == "delete":
+            parts.append(f"removed `{gone}`")
+        else:
+            parts.append(f"changed `{gone}` to `{added}`")
+    return ", ".join(parts) + f" in {_quote(old)}"
+
+
+def _joined(words: Sequence[str]) -> str:
+    """Words of code put back together the way code is written: no space around dots and square brackets,
+    inside round brackets or before a call's; a condition without the brackets ``ast.unparse`` put around it."""
+    text = " ".join(words)
+    text = re.sub(r" ?([.\[\]]) ?", r"\1", text)
+    text = re.sub(r"\( ", "(", re.sub(r" \)", ")", text))
+    text = re.sub(r"(\w) \(", lambda m: m.group(1) + "(", text)
+    text = re.sub(r"\b(and|or|not|in|is|if|else)\(", r"\1 (", text)
+    text = re.sub(r" ?, ?", ", ", text).strip(", ") or text
+    text = re.sub(r"^(and|or) \((.*)\)$", r"\1 \2", text)
+    return _short(text)
+
+
+def _changes(old: list[_Stmt], new: list[_Stmt], where: str = "") -> list[str]:
+    """The changes from the statements ``old`` to ``new``, each a phrase (``where``: the clause they are in)."""
+    said: list[str] = []
+    at = f" in {where}" if where else ""
+    matcher = difflib.SequenceMatcher(None, [x.whole for x in old], [x.whole for x in new], autojunk=False)
+    spans = [(list(old[i1:i2]), list(new[j1:j2])) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+    # a statement taken out in one place and put back whole in another: moved
+    moved = {x.whole for g, _c in spans for x in g} & {x.whole for _g, c in spans for x in c}
+    if moved:
+        said.append(f"moved {_counted([x for g, _c in spans for x in g if x.whole in moved])}{at}")
+    for gone, came in spans:
+        gone, came = [x for x in gone if x.whole not in moved], [x for x in came if x.whole not in moved]
+        if not gone and not came:
+            continue
+        # a new compound statement holding old statements: upstream wrapped them
+        for wrapper in [x for x in came if _bodies(x.node)[0][1] and x.head not in {g.head for g in gone}]:
+            inner = [y for _clause, body in _bodies(wrapper.node) for y in body]
+            held = [g for g in gone if any(ast.unparse(y) == g.whole for y in inner)]
+            if not held:
+                continue
+            clauses = [c for c, _body in _bodies(wrapper.node) if c]
+            shape = "`" + wrapper.head + "`" + "".join(f"/`{c}:`" for c in clauses)
+            said.append(f"wrapped {_counted(held)} in {shape}{at}")
+            for clause, body in _bodies(wrapper.node):
+                extra = [
+                    _Stmt(_head(y), ast.unparse(y), y) for y in body if ast.unparse(y) not in {g.whole for g in held}
+                ]
+                if extra:
+                    said.append(f"added {_counted(extra)} in its {clause + ' block' if clause else 'body'}")
+            gone = [g for g in gone if g not in held]
+            came.remove(wrapper)
+        # the same header: what changed inside
+        for g in list(gone):
+            twin = next((c for c in came if c.head == g.head and type(c.node) is type(g.node)), None)
+            if twin is None:
+                twin = _twin(g, came)
+                if twin is None:
+                    continue
+                said.append(_header_change(g.head, twin.head) + at)
+            if twin.whole != g.whole:
+                said += _clauses(g, twin)
+            gone.remove(g)
+            came.remove(twin)
+        if gone and came and len(gone) == 1 == len(came) and not _bodies(gone[0].node)[0][1]:
+            said.append(f"replaced {_quote(gone[0].head)} with {_quote(came[0].head)}{at}")
+            continue
+        if gone:
+            said.append(f"removed {_counted(gone)}{at}")
+        if came:
+            said.append(f"added {_counted(came)}{at}")
+    return said
+
+
+def _key(node: ast.stmt) -> str:
+    """What a statement is about: the targets of an assignment, the function an expression calls, else its
+    kind."""
+    if isinstance(node, ast.Assign):
+        return "=" + ", ".join(ast.unparse(t) for t in node.targets)
+    if isinstance(node, ast.AugAssign | ast.AnnAssign):
+        return "=" + ast.unparse(node.target)
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        return "call " + ast.unparse(node.value.func)
+    return type(node).__name__
+
+
+def _twin(old: _Stmt, candidates: list[_Stmt]) -> _Stmt | None:
+    """The statement of ``candidates`` that ``old`` became: of its kind, about the same thing (the same target,
+    the same function called) when one is, and most like it (at least 0.6 alike)."""
+    same = [c for c in candidates if type(c.node) is type(old.node)]
+    keyed = [c for c in same if _key(c.node) == _key(old.node)] or same
+    scored = [(difflib.SequenceMatcher(None, old.head, c.head, autojunk=False).ratio(), k) for k, c in enumerate(keyed)]
+    best = max(scored, default=None)
+    return keyed[best[1]] if best is not None and best[0] >= 0.6 else None
+
+
+def _stmts(body: list[ast.stmt]) -> list[_Stmt]:
+    return [_Stmt(_head(y), ast.unparse(y), y) for y in body]
+
+
+def _clauses(old: _Stmt, new: _Stmt) -> list[str]:
+    """What changed inside a compound statement whose header stayed: clause by clause, a clause added or
+    removed whole (``added the branch `elif x:` …``)."""
+    before, after = dict(_bodies(old.node)), dict(_bodies(new.node))
+    said: list[str] = []
+    for clause, body in after.items():
+        if clause not in before:
+            kind = "branch" if clause.startswith("elif") or clause == "else" else "block"
+            name = clause if clause.startswith("elif") else f"{clause}:"
+            said.append(f"added the {kind} `{_short(name)}` ({_counted(_stmts(body))}) to {_quote(old.head)}")
+            continue
+        where = _quote(old.head) + (f" (its `{_short(clause)}`)" if clause else "")
+        said += _changes(_stmts(before[clause]), _stmts(body), where)
+    for clause in before:
+        if clause not in after:
+            said.append(f"removed the `{_short(clause)}` clause of {_quote(old.head)}")
+    return said
+
+
+def _statement_change(base: str, ours: str) -> str | None:
+    """What upstream did, statement by statement, when both sides parse alone; None when they do not, or when
+    the statements are the same (a change of layout or comments)."""
+    old, new = _statements(base), _statements(ours)
+    if old is None or new is None:
+        return None
+    said = _changes(old, new)
+    if not said:
+        return None
+    more = f"; and {len(said) - _MAX_SAID} more change(s)" if len(said) > _MAX_SAID else ""
+    return "; ".join(said[:_MAX_SAID]) + more
+
+
 def upstream_change(conflict: Conflict) -> str:
     """What upstream did to the region, in one line."""
     base, ours = conflict.base or "", conflict.ours or ""
@@ -190,12 +451,15 @@ def upstream_change(conflict: Conflict) -> str:
         if theirs:
             told += "; the patch renamed " + ", ".join(f"`{a}` → `{b}`" for a, b in theirs)
         return told
-    wrapped = _shape(base, ours)
-    if wrapped:
-        return wrapped
     args = _arguments(base, ours)
     if args:
         return args
+    stated = _statement_change(base, ours)
+    if stated:
+        return stated
+    wrapped = _shape(base, ours)
+    if wrapped:
+        return wrapped
     old, new = _code_lines(base), _code_lines(ours)
     if not old:
         return f"inserted {len(new)} line(s): `{_short(new[0])}`" if new else "inserted blank lines"
@@ -214,7 +478,14 @@ def upstream_change(conflict: Conflict) -> str:
         return f"inserted {len(came)} line(s): `{_short(came[0])}`"
     if not came:
         return f"deleted {len(gone)} line(s): `{_short(gone[0])}`"
-    return f"rewrote `{_short(gone[0])}` as `{_short(came[0])}` ({len(gone)} → {len(came)} lines)"
+    # lines of the side only, not whole statements: what came and what went, each by its first line of code
+    first_came, first_gone = _short(_first_code(came)), _short(_first_code(gone))
+    return f"inserted {len(came)} line(s) (`{first_came}`) and deleted {len(gone)} (`{first_gone}`)"
+
+
+def _first_code(lines: list[str]) -> str:
+    """The first of ``lines`` with a name in it (not a lone bracket)."""
+    return next((line for line in lines if _NAME.search(line)), lines[0])
 
 
 def omni_block(conflict: Conflict) -> str:
@@ -252,6 +523,25 @@ def suggest(conflict: Conflict) -> Suggestion | None:
     if pairs and all(_word(old).search(theirs) and not _word(new).search(theirs) for old, new in pairs):
         names = ", ".join(f"`{a}` → `{b}`" for a, b in pairs)
         return Suggestion("merged", _renamed(theirs, pairs), f"upstream only renamed {names}: the patch side, renamed")
+    return None
+
+
+def same_upstream_change(a: Conflict, b: Conflict) -> bool:
+    """Whether two conflicts show the same upstream change (old and new upstream text, indentation aside): the
+    AR and the generation runner carry copies of the same upstream methods, so one upstream change meets the
+    omni edits of each copy."""
+    if a.base is None or a.ours is None or b.base is None or b.ours is None or a.base == a.ours:
+        return False
+    return textwrap.dedent(a.base) == textwrap.dedent(b.base) and textwrap.dedent(a.ours) == textwrap.dedent(b.ours)
+
+
+def as_resolved(conflict: Conflict, side: str) -> Suggestion | None:
+    """The resolution of ``conflict`` when the same upstream change (see :func:`same_upstream_change`) was
+    resolved to ``side`` in another copy: the same side."""
+    if side == "upstream" and conflict.ours is not None:
+        return Suggestion("upstream", conflict.ours, "upstream's side, as the same upstream change was resolved")
+    if side == "patch" and conflict.theirs is not None:
+        return Suggestion("patch", conflict.theirs, "the patch's side, as the same upstream change was resolved")
     return None
 
 
