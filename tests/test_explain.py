@@ -132,7 +132,8 @@ def test_the_word_diff_of_a_long_region_is_anchored_on_its_lines() -> None:
         (
             "                if self.use_compress:\n                    self.positions.fill_(127)\n",
             "                if self.use_compress:\n                    self.positions.fill_(127)\n"
-            "                elif self.uses_positions_for_attention:\n                    self.positions[:n].fill_(0)\n",
+            "                elif self.uses_positions_for_attention:\n"
+            "                    self.positions[:n].fill_(0)\n",
             "added the branch `elif self.uses_positions_for_attention:` (`self.positions[:n].fill_(0)`) to "
             "`if self.use_compress:`",
         ),
