@@ -9,7 +9,9 @@ for the newer corpus release; 0.30.0 -> vllm-ascend==0.30.0rc2): ``pq adopt`` th
 ``pq refresh --no-stop`` onto the target, then :func:`patch_queue.checks.upstream_kept.lost`: the
 statements the new upstream adds to each carried symbol that the output holds on neither side of its
 conflict regions.  Also the conflict regions and the decisions (regions joined by their links, which the
-maintainer takes to one side together).  A table goes to stdout; exit 1 when any statement is lost.
+maintainer takes to one side together), against the regions of plain ``git merge-file --diff3`` on the same
+projections (per runner module: the old upstream projection, the new one, the module the series built on the
+old one).  A table goes to stdout; exit 1 when any statement is lost.
 
 Environment: ``PQ_UPSTREAM_GIT`` (default: the corpus bundle), ``PQ_CACHE``, ``PQ_CORPUS``.
 """
@@ -29,6 +31,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from conflict_metrics import merge_file_regions  # noqa: E402
 
 from patch_queue.checks import upstream_kept  # noqa: E402
 from patch_queue.series.queue import QueueDir  # noqa: E402
@@ -89,12 +93,14 @@ def measure(old: str, new: str, corpus: Path, work: Path) -> dict[str, Any]:
         adopt(work / "new", corpus / f"vllm-omni-{new}" / "npu")
         target = QueueDir(work / "new" / "patches").load_queue().upstream.public_commit
     old_base = run(project, "git", "rev-parse", "refs/pq/base").strip()
+    old_top = run(project, "git", "rev-parse", "refs/pq/top").strip()
     report = work / "refresh.json"
     pq(project, "refresh", "--no-stop", "--to", target, "--report", str(report), ok=(0, 1, 3))
     data = json.loads(report.read_text(encoding="utf-8"))
     pending = run(project, "git", "for-each-ref", "refs/pq/refresh/base").strip()
     new_base = "refs/pq/refresh/base" if pending else "refs/pq/base"
     lost: list[upstream_kept.Lost] = []
+    plain = 0
     for module in QueueDir(project / "patches").load_queue().modules:
         if not module.upstream:
             continue
@@ -107,8 +113,11 @@ def measure(old: str, new: str, corpus: Path, work: Path) -> dict[str, Any]:
             module.symbols,
             file=module.path,
         )
+        projections = [run(project, "git", "show", f"{ref}:{module.path}") for ref in (old_base, new_base, old_top)]
+        plain += merge_file_regions(*projections)[0]
     return {
         "upgrade": f"{old} -> {new}",
+        "git_merge_file": plain,
         "regions": len(data["conflicts"]),
         "decisions": decisions(data["conflicts"]),
         "lost": [{"file": x.file, "symbol": x.symbol, "line": x.line, "statement": x.statement} for x in sorted(lost)],
@@ -126,13 +135,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = {x for x in args.only.split(",") if x}
     work = args.keep or Path(tempfile.mkdtemp(prefix="pq-kept-"))
     rows = []
-    print("| upgrade | conflict regions | decisions | upstream statements lost |\n|---|---|---|---|")
+    print("| upgrade | git merge-file regions | pq conflict regions | decisions | upstream statements lost |")
+    print("|---|---|---|---|---|")
     for old, new in UPGRADES:
         if only and old not in only:
             continue
         row = measure(old, new, corpus, work / old)
         rows.append(row)
-        print(f"| {row['upgrade']} | {row['regions']} | {row['decisions']} | {len(row['lost'])} |", flush=True)
+        cells = (row["upgrade"], row["git_merge_file"], row["regions"], row["decisions"], len(row["lost"]))
+        print("| " + " | ".join(map(str, cells)) + " |", flush=True)
         for x in row["lost"]:
             print(
                 f"  lost: {x['file']} {x['symbol']} (upstream line {x['line']}): {x['statement'][:90]}", file=sys.stderr
