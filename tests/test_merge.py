@@ -1394,3 +1394,42 @@ def test_a_name_upstream_binds_for_code_the_patch_replaced_goes_with_it() -> Non
 def test_partners(call: str, partner: str | None) -> None:
     found = merge_checked.partners(call)
     assert (partner in found) if partner else not found
+
+
+def test_an_upstream_change_that_holds_the_patchs_takes_upstreams_lines() -> None:
+    """vllm-omni 0.24.0's _dummy_run already passed upstream's new first argument (`self.query_start_loc`) in the
+    call upstream then moved into a deeper block: the patch's change is part of upstream's, so upstream's lines
+    are taken (already-upstream) instead of a conflict; a patch line upstream lacks keeps it a conflict."""
+    base = [
+        "    def f(self):",
+        "        if not profile:",
+        "            n = self._pad(num_tokens, num_reqs)",
+        "        return n",
+    ]
+    ours = [
+        "    def f(self):",
+        "        with ctx():",
+        "            if not profile:",
+        "                n = self._pad(",
+        "                    self.query_start_loc,",
+        "                    num_tokens,",
+        "                    num_reqs,",
+        "                )",
+        "            self.commit(n)",
+        "        return n",
+    ]
+    theirs = [
+        "    def f(self):",
+        "        if not profile:",
+        "            n = self._pad(",
+        "                self.query_start_loc,",
+        "                num_tokens,",
+        "                num_reqs,",
+        "            )",
+        "        return n",
+    ]
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert result.clean and result.text == src(*ours)
+    assert [r.kind for r in result.regions] == ["already-upstream"]
+    omni = [*theirs[:6], "                omni_arg,", *theirs[6:]]
+    assert not merge3(src(*base), src(*ours), src(*omni)).clean

@@ -474,6 +474,8 @@ def _decide(
         return "layout-only", "both sides made the same change here, layout aside; upstream's lines are taken", o
     if _code(t) == _code(b) and _code(o) != _code(b):
         return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
+    if _holds_edit(b, o, t):
+        return "already-upstream", _HOLDS, o
     words = _word_merge(b, o, t)
     if words is not None and _tokens_whole(words, b + o + t):
         return "merged-words", "both sides changed these lines in different words; merged word by word", words
@@ -483,6 +485,20 @@ def _decide(
 
 
 _ALREADY = "upstream now inserts the same code here (layout and comments aside); the omni copy was dropped"
+_HOLDS = (
+    "upstream's change holds the omni patch's (every line it wrote, every line it removed); upstream's lines are taken"
+)
+
+
+def _holds_edit(b: list[str], o: list[str], t: list[str]) -> bool:
+    """Upstream's change of the region holds the patch's, layout and comments aside: the patch wrote code, every
+    line of it is a line of upstream's side, and every line it removed upstream removed too (the omni copy
+    carried part of this very upstream change already).  Taking upstream's lines then loses nothing of the
+    patch; an omni block the patch added is a line upstream never has.  A patch that only removed lines is
+    not taken for one: it may have moved them, and upstream's side would bring them back."""
+    codes = [{c for line in x if (c := _code([line]))} for x in (b, o, t)]
+    wrote, removed = codes[2] - codes[0], codes[0] - codes[2]
+    return bool(wrote) and wrote <= codes[1] and not removed & codes[1]
 
 
 def _calls_shared(a: list[Hunk], b: list[Hunk], expand: _Expand) -> bool:
