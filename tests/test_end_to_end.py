@@ -20,7 +20,6 @@ def omni_lines(text: str) -> Counter[str]:
     return Counter(line for line in text.splitlines() if "Omni-new" in line)
 
 
-@pytest.mark.parametrize("release", RELEASES)
 def lost_statements(proj: Path, old_base: str) -> list[upstream_kept.Lost]:
     """The statements the refresh's new upstream adds to a carried symbol that its output lacks on both sides of
     every conflict region (``old_base``: the stack's base commit before the refresh)."""
@@ -35,6 +34,7 @@ def lost_statements(proj: Path, old_base: str) -> list[upstream_kept.Lost]:
     return lost
 
 
+@pytest.mark.parametrize("release", RELEASES)
 def test_round_trip(corpus: Path, tmp_path: Path, release: str) -> None:
     """adopt then build reproduces the release's npu/ files byte for byte, with the base found by search."""
     proj = new_project(tmp_path / "p")
