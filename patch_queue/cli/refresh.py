@@ -158,9 +158,8 @@ def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -
     typer.echo(f"  upstream: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
     typer.echo(f"  omni: {explain.omni_block(c)}")
     tip = tip or explain.suggest(c)
-    if tip is not None:
-        option = "--suggested" if tip.side == "merged" else f"--{tip.side}"
-        typer.echo(f"  suggestion: {tip.reason}: `pq resolve {option} {where}`")
+    if tip is not None:  # this region's alone: the regions that go with it have suggestions of their own
+        typer.echo(f"  suggestion: {tip.reason}: `pq resolve --suggested {where}`")
 
 
 def _print_flags(ws: Workspace, flags: list[Conflict], listed: str | None) -> None:

@@ -224,7 +224,12 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         open_ = [c for c in conflicts if _marked(ws, c)]
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
-        tips = {(c.file, c.line or 0): tip for c in open_ if (tip := suggestion(ws, c, resolved)) is not None}
+        taken = _taken(ws, state)
+        tips = {
+            (now.file, now.line or 0): tip
+            for was, now in zip(state.conflicts, conflicts, strict=True)
+            if now in open_ and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts)) is not None
+        }
         return Status(True, state.old_base_label, target.upstream.label, rows, open_, resolved=resolved, flags=flags,
                       downstream=_downstream(target), suggestions=tips)  # fmt: skip
     loaded = load_stack(ws, upstream_git=upstream_git)
@@ -290,12 +295,8 @@ def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> 
     shown = f"{ws.rel(path)}:{line}"
     if region is None:
         raise QueueError(f"no conflict region at {shown}")
-    if side == "suggested":  # a side suggested is that side, with the regions that go with it
-        tip = _suggestion(ws, path, region)
-        side = tip.side if tip.side in ("upstream", "patch") else "suggested"
-        lines = tip.text.splitlines(keepends=True)
-    else:
-        lines = region.side(side)
+    # a suggestion is this region's alone (the regions that go with it have suggestions of their own)
+    lines = _suggestion(ws, path, region).text.splitlines(keepends=True) if side == "suggested" else region.side(side)
     others = [] if alone or side not in ("upstream", "patch") else _linked(ws, path, text, region)
     written = {region.first: lines} | {r.first: r.side(side) for r in others}
     after = text
@@ -339,42 +340,73 @@ def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> explain.Su
     state = refresh_state.require(ws)
     rel = path.relative_to(ws.out).as_posix()
     conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
-    found = next((c for c in conflicts if c.file == rel and c.line == region.first), None)
-    tip = suggestion(ws, found, [c for c in conflicts if not _marked(ws, c)]) if found is not None else None
+    found = next(
+        (
+            was
+            for was, now in zip(state.conflicts, conflicts, strict=True)
+            if (now.file, now.line) == (rel, region.first)
+        ),
+        None,
+    )
+    tip = None
+    if found is not None:
+        now = conflicts[state.conflicts.index(found)]
+        tip = suggestion(ws, found, now, _taken(ws, state), state.conflicts, conflicts)
     if tip is None:
         raise QueueError(f"no suggested resolution for the conflict at {ws.rel(path)}:{region.first}")
     return tip
 
 
-def suggestion(ws: Workspace, conflict: Conflict, resolved: list[Conflict]) -> explain.Suggestion | None:
-    """The resolution suggested for an open ``conflict``: the way the maintainer resolved the same upstream change
-    in another copy (``resolved``: conflicts of this refresh already resolved on disk, at their lines now), else
-    the one a rule is sure of (:func:`explain.suggest`)."""
-    for done in resolved:
-        if done is conflict or not explain.same_upstream_change(done, conflict):
+def _taken(ws: Workspace, state: refresh_state.RefreshState) -> dict[int, str]:
+    """For each conflict of the refresh (by its index in ``state.conflicts``) that the maintainer resolved on
+    disk, the text now in its place."""
+    written = module_files(ws, state.done[-1][1])
+    out: dict[int, str] = {}
+    for path in sorted({c.file for c in state.conflicts}):
+        here = ws.out / path
+        if path not in written or not here.is_file():
             continue
-        side = _side_taken(ws, done)
-        tip = explain.as_resolved(conflict, side) if side is not None else None
-        if tip is not None:
-            return replace(tip, reason=f"{tip.reason} at {ws.rel(ws.out / done.file)}:{done.line}")
-    return explain.suggest(conflict)
+        now = replay.replaced_regions(written[path], here.read_bytes())
+        for k, c in enumerate(state.conflicts):
+            text = now.get(c.line or 0) if now is not None and c.file == path else None
+            if text is not None and replay.has_markers(text.encode("utf-8")) is None:
+                out[k] = text
+    return out
 
 
-def _side_taken(ws: Workspace, done: Conflict) -> str | None:
-    """How a resolved conflict was resolved, read from the file on disk at its line now: "upstream" or "patch"
-    when its lines there are that side whole (the longer when both are), else None."""
-    path = ws.out / done.file
-    if not path.is_file() or not done.line:
-        return None
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)[done.line - 1 :]
-    taken = [
-        (len(text), side, text)
-        for side, text in (("upstream", done.ours), ("patch", done.theirs))
-        if text is not None and "".join(lines[: len(text.splitlines())]) == text
+def suggestion(
+    ws: Workspace,
+    conflict: Conflict,
+    now: Conflict,
+    taken: dict[int, str],
+    conflicts: tuple[Conflict, ...],
+    moved: list[Conflict],
+) -> explain.Suggestion | None:
+    """The resolution suggested for the open ``conflict`` (``now``: at its line on disk): the way the maintainer
+    resolved the same upstream change in another copy (``taken``: what replaced each resolved conflict of
+    ``conflicts``, at their lines on disk in ``moved``), else the side taken in every resolved region that goes
+    with it, else the one a rule is sure of (:func:`explain.suggest`)."""
+
+    def where(k: int) -> str:
+        return f"{ws.rel(ws.out / moved[k].file)}:{moved[k].line}"
+
+    for k, text in sorted(taken.items()):
+        done = conflicts[k]
+        if done is not conflict and explain.same_upstream_change(done, conflict):
+            tip = explain.as_resolved(conflict, done, text)
+            if tip is not None:
+                return replace(tip, reason=f"{tip.reason} at {where(k)}")
+    partners = [
+        k
+        for k, done in enumerate(conflicts)
+        if k in taken and done.patch == conflict.patch and set(done.links) & set(conflict.links)
     ]
-    if not taken:
-        return None
-    return max(taken)[1]
+    sides = {explain.side_of(conflicts[k], taken[k]) for k in partners}
+    if partners and len(sides) == 1 and (side := sides.pop()) in ("upstream", "patch"):
+        text = (conflict.ours if side == "upstream" else conflict.theirs) or ""
+        told = ", ".join(where(k) for k in partners)
+        return explain.Suggestion(side, text, f"the {side} side, as the regions that go with it took ({told})")
+    return explain.suggest(now)
 
 
 def do_mergetool(ws: Workspace, *, tool: str | None, names: list[str]) -> list[tuple[str, int]]:

@@ -555,14 +555,30 @@ def _name_links(result: MergeResult) -> dict[int, set[str]]:
         return -1
 
     seen = [
-        (r.group, function(r), binding.bound_names(r.ours or "") ^ binding.bound_names(r.theirs or ""))
+        (r.group, function(r), r.line or 0, binding.bound_names(r.ours or "") ^ binding.bound_names(r.theirs or ""))
         for r in conflicts
     ]
-    named = {r.group: set(binding.NAME.findall(f"{r.ours}{r.theirs}")) for r in conflicts}
+    named = {r.group: set(binding.NAME.findall(_uncommented(f"{r.ours}{r.theirs}"))) for r in conflicts}
     out: dict[int, set[str]] = {}
-    for group, where, one_sided in seen:
-        for other, there, _ in seen:
-            for name in one_sided & named[other] if other != group and there == where else ():
+    for group, where, line, one_sided in seen:
+        for other, there, after, _ in seen:
+            # a region above the one that binds the name on one side reads the value it had before either side
+            follows = other != group and there == where and after > line
+            for name in one_sided & named[other] if follows else ():
                 out.setdefault(group, set()).add(f"name:{name}")
                 out.setdefault(other, set()).add(f"name:{name}")
     return out
+
+
+_STRINGS = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")
+
+
+def _uncommented(text: str) -> str:
+    """``text`` without its comments (a ``#`` outside a string to the end of its line): the names a comment
+    mentions are not names the code reads."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        masked = _STRINGS.sub(lambda m: "_" * len(m.group(0)), line)
+        cut = masked.find("#")
+        out.append(line if cut < 0 else line[:cut] + "\n")
+    return "".join(out)

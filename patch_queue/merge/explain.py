@@ -97,6 +97,10 @@ def renames(base: str, ours: str) -> list[tuple[str, str]] | None:
         olds, news = [t for t in a[i1:i2] if t != ","], [t for t in b[j1:j2] if t != ","]
         if tag != "replace":
             return None
+        after = a[i2] if i2 < len(a) else ""
+        keyword_arg = after == "=" and (a[i2 + 1 : i2 + 2] != ("=",)) and (i1 > 0 and a[i1 - 1] in "(," or i1 == 0)
+        if keyword_arg and (i1 > 0 or base.rstrip().endswith(",")):
+            return None  # another keyword argument, not a rename: `routed_experts=…` -> `num_nans=…`
         if len(olds) != len(news):  # a dotted name for another: `self.model.f` -> `self._g`
             olds, news = ["".join(olds)], ["".join(news)]
         for old, new in zip(olds, news, strict=True):
@@ -202,6 +206,8 @@ def _statements(text: str) -> list[_Stmt] | None:
     code = [line for line in lines if not line.lstrip().startswith("#")]
     if not code:
         return []
+    if code[-1].rstrip().endswith(","):
+        return None  # arguments of a call cut by the region (`x=y,` would parse as a tuple assignment)
     first = code[0]
     indent = len(first) - len(first.lstrip())
     head: list[str] = []
@@ -480,6 +486,8 @@ def upstream_change(conflict: Conflict) -> str:
         return f"deleted {len(gone)} line(s): `{_short(gone[0])}`"
     # lines of the side only, not whole statements: what came and what went, each by its first line of code
     first_came, first_gone = _short(_first_code(came)), _short(_first_code(gone))
+    if len(came) == len(gone) == 1:
+        return f"replaced `{first_gone}` with `{first_came}`"
     return f"inserted {len(came)} line(s) (`{first_came}`) and deleted {len(gone)} (`{first_gone}`)"
 
 
@@ -526,22 +534,51 @@ def suggest(conflict: Conflict) -> Suggestion | None:
     return None
 
 
+def _normal(text: str) -> str:
+    """A region's side for comparing copies: indentation and blank lines at either end aside."""
+    return textwrap.dedent(text).strip("\n")
+
+
 def same_upstream_change(a: Conflict, b: Conflict) -> bool:
-    """Whether two conflicts show the same upstream change (old and new upstream text, indentation aside): the
-    AR and the generation runner carry copies of the same upstream methods, so one upstream change meets the
-    omni edits of each copy."""
+    """Whether two conflicts show the same upstream change (old and new upstream text, indentation and blank
+    lines at either end aside): the AR and the generation runner carry copies of the same upstream methods, so
+    one upstream change meets the omni edits of each copy."""
     if a.base is None or a.ours is None or b.base is None or b.ours is None or a.base == a.ours:
         return False
-    return textwrap.dedent(a.base) == textwrap.dedent(b.base) and textwrap.dedent(a.ours) == textwrap.dedent(b.ours)
+    return _normal(a.base) == _normal(b.base) and _normal(a.ours) == _normal(b.ours)
 
 
-def as_resolved(conflict: Conflict, side: str) -> Suggestion | None:
-    """The resolution of ``conflict`` when the same upstream change (see :func:`same_upstream_change`) was
-    resolved to ``side`` in another copy: the same side."""
-    if side == "upstream" and conflict.ours is not None:
-        return Suggestion("upstream", conflict.ours, "upstream's side, as the same upstream change was resolved")
-    if side == "patch" and conflict.theirs is not None:
-        return Suggestion("patch", conflict.theirs, "the patch's side, as the same upstream change was resolved")
+def side_of(conflict: Conflict, text: str) -> str:
+    """Which resolution ``text`` is of ``conflict``: "upstream", "patch", "both" (upstream's lines then the
+    patch's), else "merged"."""
+    ours, theirs = conflict.ours or "", conflict.theirs or ""
+    return {ours: "upstream", theirs: "patch", ours + theirs: "both"}.get(text, "merged")
+
+
+def _reindent(text: str, delta: int) -> str:
+    lines = text.splitlines(keepends=True)
+    if delta >= 0:
+        return "".join(" " * delta + line if line.strip() else line for line in lines)
+    return "".join(line[min(-delta, _indent(line)) :] if line.strip() else line for line in lines)
+
+
+def _first_indent(text: str) -> int:
+    return next((_indent(line) for line in text.splitlines() if line.strip()), 0)
+
+
+def as_resolved(conflict: Conflict, twin: Conflict, text: str) -> Suggestion | None:
+    """The resolution of ``conflict`` like the one ``text`` gave ``twin`` (the same upstream change, see
+    :func:`same_upstream_change`): the same side, both sides, or, when the patch's sides are the same too, the
+    same text indented as here."""
+    side = side_of(twin, text)
+    ours, theirs = conflict.ours or "", conflict.theirs or ""
+    said = {"upstream": "upstream's side", "patch": "the patch's side", "both": "both sides"}
+    if side in said:
+        chosen = {"upstream": ours, "patch": theirs, "both": ours + theirs}[side]
+        return Suggestion(side, chosen, f"{said[side]}, as the same upstream change was resolved")
+    if twin.theirs is not None and _normal(twin.theirs) == _normal(theirs):
+        moved = _reindent(text, _first_indent(ours) - _first_indent(twin.ours or ""))
+        return Suggestion("merged", moved, "the resolution of the same change, in the same omni code,")
     return None
 
 

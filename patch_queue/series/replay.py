@@ -515,6 +515,15 @@ def carry_resolutions(top_marked: bytes, resolved: bytes, mine: bytes) -> bytes 
     return b"".join(own)
 
 
+def replaced_regions(top_marked: bytes, resolved: bytes) -> dict[int, str] | None:
+    """For each conflict region of ``top_marked`` (by its 1-based first line), the text now in its place in
+    ``resolved`` (the region itself while it is not resolved); None when one cannot be placed."""
+    replacements = _replacements(top_marked, resolved, top_marked)
+    if replacements is None:
+        return None
+    return {s + 1: b"".join(lines).decode("utf-8", "replace") for s, _e, lines in replacements}
+
+
 def resolutions_of(top_marked: bytes, resolved: bytes, mine: bytes, theirs: str) -> list[str] | None:
     """The texts that replaced the regions of ``mine`` closed by ``>>>>>>> theirs``, in file order."""
     replacements = _replacements(top_marked, resolved, mine)
