@@ -312,6 +312,21 @@ def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> 
     return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)), linked)
 
 
+def _group(conflict: Conflict, conflicts: tuple[Conflict, ...]) -> list[int]:
+    """The indexes in ``conflicts`` of the others that go with ``conflict``: of the same patch, a link in common
+    with it or with one that does."""
+    links, group = set(conflict.links), set()
+    grew = bool(links)
+    while grew:
+        grew = False
+        for k, c in enumerate(conflicts):
+            if c is not conflict and k not in group and c.patch == conflict.patch and links & set(c.links):
+                group.add(k)
+                links |= set(c.links)
+                grew = True
+    return sorted(group)
+
+
 def _linked(ws: Workspace, path: Path, text: str, region: markers.Region) -> list[markers.Region]:
     """The other regions of ``text`` whose conflicts go with the one at ``region`` (the same patch, a link in
     common, or in common with one that does: :attr:`Conflict.links`); none outside a refresh."""
@@ -396,11 +411,9 @@ def suggestion(
             tip = explain.as_resolved(conflict, done, text)
             if tip is not None:
                 return replace(tip, reason=f"{tip.reason} at {where(k)}")
-    partners = [
-        k
-        for k, done in enumerate(conflicts)
-        if k in taken and done.patch == conflict.patch and set(done.links) & set(conflict.links)
-    ]
+    # a region only one side changed, there to go with others (name-linked): the side they all took
+    group = _group(conflict, conflicts) if conflict.kind == "name-linked" else []
+    partners = [k for k in group if k in taken]
     sides = {explain.side_of(conflicts[k], taken[k]) for k in partners}
     if partners and len(sides) == 1 and (side := sides.pop()) in ("upstream", "patch"):
         text = (conflict.ours if side == "upstream" else conflict.theirs) or ""

@@ -539,20 +539,34 @@ def _normal(text: str) -> str:
     return textwrap.dedent(text).strip("\n")
 
 
+def _hunks(c: Conflict, side: str = "ours") -> tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]:
+    """What a side (``ours``: upstream, ``theirs``: the patch) changed in a region: the lines it took out and
+    put in, hunk by hunk, blank lines and the region's own indentation aside (the lines around the change, which
+    regions grown apart may differ in, do not count)."""
+    base, ours = (c.base or "").splitlines(), (getattr(c, side) or "").splitlines()
+    indent = min((_indent(x) for x in base + ours if x.strip()), default=0)
+    old, new = ([x[indent:].rstrip() for x in side if x.strip()] for side in (base, ours))
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    return tuple(
+        (tuple(old[i1:i2]), tuple(new[j1:j2])) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+    )
+
+
 def same_upstream_change(a: Conflict, b: Conflict) -> bool:
-    """Whether two conflicts show the same upstream change (old and new upstream text, indentation and blank
-    lines at either end aside): the AR and the generation runner carry copies of the same upstream methods, so
-    one upstream change meets the omni edits of each copy."""
-    if a.base is None or a.ours is None or b.base is None or b.ours is None or a.base == a.ours:
+    """Whether two conflicts show the same upstream change (the same lines taken out and put in, indentation
+    aside): the AR and the generation runner carry copies of the same upstream methods, so one upstream change
+    meets the omni edits of each copy, in regions that may have grown to other extents."""
+    if a.base is None or a.ours is None or b.base is None or b.ours is None:
         return False
-    return _normal(a.base) == _normal(b.base) and _normal(a.ours) == _normal(b.ours)
+    change = _hunks(a)
+    return bool(change) and change == _hunks(b)
 
 
 def side_of(conflict: Conflict, text: str) -> str:
     """Which resolution ``text`` is of ``conflict``: "upstream", "patch", "both" (upstream's lines then the
-    patch's), else "merged"."""
+    patch's), else "merged"; the first that fits when several do (an empty patch side)."""
     ours, theirs = conflict.ours or "", conflict.theirs or ""
-    return {ours: "upstream", theirs: "patch", ours + theirs: "both"}.get(text, "merged")
+    return {ours + theirs: "both", theirs: "patch", ours: "upstream"}.get(text, "merged")
 
 
 def _reindent(text: str, delta: int) -> str:
@@ -573,10 +587,16 @@ def as_resolved(conflict: Conflict, twin: Conflict, text: str) -> Suggestion | N
     side = side_of(twin, text)
     ours, theirs = conflict.ours or "", conflict.theirs or ""
     said = {"upstream": "upstream's side", "patch": "the patch's side", "both": "both sides"}
+    if _hunks(twin, "theirs") != _hunks(conflict, "theirs"):
+        return None  # the omni code differs here: what was right for the other copy's need not be for this one
     if side in said:
         chosen = {"upstream": ours, "patch": theirs, "both": ours + theirs}[side]
         return Suggestion(side, chosen, f"{said[side]}, as the same upstream change was resolved")
-    if twin.theirs is not None and _normal(twin.theirs) == _normal(theirs):
+    if (
+        twin.theirs is not None
+        and _normal(twin.theirs) == _normal(theirs)
+        and _normal(twin.ours or "") == _normal(ours)
+    ):
         moved = _reindent(text, _first_indent(ours) - _first_indent(twin.ours or ""))
         return Suggestion("merged", moved, "the resolution of the same change, in the same omni code,")
     return None
