@@ -630,3 +630,29 @@ def test_summary_line() -> None:
     )
     stopped = summary_line(make_report([conflict()], finished=False, stopped_at="0005-x\n.patch"))
     assert stopped.endswith(", stopped at 0005-x .patch") and "\n" not in stopped
+
+
+def test_flags_to_read() -> None:
+    """The flags the terminal lists: decisions that change what the code does; a both-inserted or block-moved
+    of blank lines only is counted with the rest."""
+    from patch_queue.merge.conflict import Conflict
+    from patch_queue.outputs.report_parts import to_read
+
+    def read(kind: str, **sides: str) -> bool:
+        return to_read(Conflict(kind, conflict=False, **sides))
+
+    for kind in (
+        "kept-replacement",
+        "already-upstream",
+        "merged-words",
+        "api-replaced",
+        "import-stale",
+    ):
+        assert read(kind), kind
+    for kind in ("near-block", "layout-only", "comment-only", "reformatted", "import-added", "reused", "gpu-synced"):
+        assert not read(kind), kind
+    assert read("both-inserted", ours="x = 1\n", theirs="y = 2\n")
+    assert not read("both-inserted", ours="\n", theirs="class A:\n    pass\n")
+    assert not read("both-inserted", ours="# a note\n", theirs="y = 2\n")
+    assert read("block-moved", resolution="\n    if x:\n        y()\n")
+    assert not read("block-moved", resolution="\n")

@@ -4,6 +4,7 @@ check, blocks, abort, status."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -117,7 +118,8 @@ def print_placements(ws: Workspace, placements: list[Placement]) -> None:
 
 
 def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = None) -> int:
-    """Conflicts first, then the review flags counted by kind (those of ``listed``, KIND,… or `all`, one a line)."""
+    """Conflicts first, then the review flags to read and the others counted by kind (those of ``listed``,
+    KIND,… or `all`, one a line)."""
     echo(outcome.discarded)
     print_placements(ws, outcome.placements)
     if outcome.conflicts and outcome.culprits_note:
@@ -162,20 +164,36 @@ def _print_conflict(ws: Workspace, c: Conflict) -> None:
         typer.echo(f"  suggestion: {tip.reason}: `pq resolve {option} {where}`")
 
 
-def _print_flags(ws: Workspace, flags: list[Conflict], listed: str | None) -> None:
-    """One line per flag of the ``listed`` kinds, then the count of every kind."""
+def _print_flags(ws: Workspace, flags: Sequence[Conflict], listed: str | None) -> None:
+    """The flags to read (:func:`report_parts.to_read`), or those of the ``listed`` kinds (KIND,…; `all`: every
+    one), each with its message; then the count of every kind, those to read and the others."""
+    from patch_queue.outputs.report_parts import to_read
+
     kinds = {k.strip() for k in (listed or "").split(",") if k.strip()}
-    for f in flags:
-        if "all" in kinds or f.kind in kinds:
-            where = f"{ws.rel(ws.out / f.file)}:{f.line}"
-            typer.echo(f"review: {where} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+    if kinds:
+        shown = [f for f in flags if "all" in kinds or f.kind in kinds]
+    else:
+        shown = [f for f in flags if to_read(f)]
+    for f in shown:
+        typer.echo(f"review: {ws.rel(ws.out / f.file)}:{f.line} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+        typer.echo(f"  why: {f.message}")
     if not flags:
         typer.echo("no review flags")
         return
-    counts = Counter(f.kind for f in flags)
-    shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kn: (-kn[1], kn[0])))
-    hint = "" if "all" in kinds else "; `--flags KIND,…` or `-v` lists them"
-    typer.echo(f"{len(flags)} review flag(s): {shown}{hint}")
+
+    def counted(group: Sequence[Conflict]) -> str:
+        counts = Counter(f.kind for f in group)
+        return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kn: (-kn[1], kn[0])))
+
+    read = [f for f in flags if to_read(f)]
+    rest = [f for f in flags if not to_read(f)]
+    if read:
+        above = " (listed above)" if all(f in shown for f in read) else ""
+        typer.echo(f"{len(read)} review flag(s) to read{above}: {counted(read)}")
+    if rest:
+        typer.echo(f"{len(rest)} other review flag(s): {counted(rest)}")
+    if len(shown) < len(flags):
+        typer.echo("`-v` lists every review flag, `--flags KIND,…` those of these kinds")
 
 
 def _print_check(ws: Workspace, result: CheckOutcome) -> None:

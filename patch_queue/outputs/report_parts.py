@@ -46,6 +46,36 @@ KIND_ORDER = (
     "gpu-unplaced",
 )
 
+# the review flags a maintainer must read: decisions pq took on its own that change what the code does (the
+# terminal lists them after the conflicts and counts the rest); a `both-inserted` or `block-moved` counts as one
+# only when it places code (both sides' code, in an order pq chose; code moved by its anchor), not blank lines
+TO_READ = frozenset(
+    {
+        "kept-replacement",
+        "already-upstream",
+        "merged-words",
+        "api-replaced",
+        "import-stale",
+        "both-inserted",
+        "block-moved",
+    }
+)
+
+
+def to_read(flag: Conflict) -> bool:
+    """Whether ``flag`` is one a maintainer must read (:data:`TO_READ`)."""
+    if flag.kind == "both-inserted":
+        return _has_code(flag.ours) and _has_code(flag.theirs)
+    if flag.kind == "block-moved":
+        return _has_code(flag.resolution)
+    return flag.kind in TO_READ
+
+
+def _has_code(text: str | None) -> bool:
+    """Whether ``text`` holds a line that is neither blank nor a comment."""
+    return any(line.strip() and not line.lstrip().startswith("#") for line in (text or "").splitlines())
+
+
 SHA = re.compile(r"[0-9a-fA-F]{7,64}")
 _TICKS = re.compile(r"`+")
 
