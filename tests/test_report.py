@@ -647,6 +647,7 @@ def test_flags_to_read() -> None:
         "merged-words",
         "api-replaced",
         "import-stale",
+        "import-removed",
     ):
         assert read(kind), kind
     for kind in ("near-block", "layout-only", "comment-only", "reformatted", "import-added", "reused", "gpu-synced"):

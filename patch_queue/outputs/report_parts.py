@@ -41,6 +41,7 @@ KIND_ORDER = (
     "merged-words",
     "import-added",
     "import-stale",
+    "import-removed",
     "api-replaced",
     "gpu-synced",
     "gpu-unplaced",
@@ -56,6 +57,7 @@ TO_READ = frozenset(
         "merged-words",
         "api-replaced",
         "import-stale",
+        "import-removed",
         "both-inserted",
         "block-moved",
     }
