@@ -6,7 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.commands.refresh import RefreshOutcome, _advance, _killable, edit_lookup, import_sync, normalizer
+from patch_queue.commands.refresh import (
+    RefreshOutcome,
+    _advance,
+    _killable,
+    edit_lookup,
+    import_sync,
+    normalizer,
+    on_disk_lines,
+)
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, read_folder
@@ -29,15 +37,18 @@ def do_continue(
     progress: Progress | None = None,
     on_patch: Callable[[replay.PatchResult], None] | None = None,
     reports: tuple[str, str] = ("", ""),
+    accept_errors: bool = False,
 ) -> RefreshOutcome:
-    """``reports``: report paths given again (each replaces the refresh's; "" keeps it)."""
+    """``reports``: report paths given again (each replaces the refresh's; "" keeps it); ``accept_errors``:
+    finish over the errors of `pq check` (recorded in the lineage step), else they leave the refresh pending
+    and nothing written (:func:`~patch_queue.commands.refresh._advance`)."""
     on_patch = _killable(on_patch)
     state = refresh_state.require(ws)
     state = replace(state, reports=(reports[0] or state.reports[0], reports[1] or state.reports[1]))
     target = state.target()
     patches, done = state.patches, state.done
     work = read_folder(ws.out)
-    if not any(status == "conflict" for _n, _c, status in done):
+    if not any(status == "conflict" for _n, _c, status in done) and not state.check_errors:
         raise QueueError("nothing to continue: no conflicted patch")
     old_top = done[-1][1]  # what the output folder held: the lines of the pending findings are its lines
     top_marked = module_files(ws, old_top)
@@ -147,7 +158,15 @@ def do_continue(
         flags=tuple(sorted(flags, key=lambda f: order.get(f.patch, 0))),
     )
     return _advance(
-        ws, state, target, results, progress=progress, command="continue", store=store, placements=placements
+        ws,
+        state,
+        target,
+        results,
+        progress=progress,
+        command="continue",
+        store=store,
+        placements=placements,
+        accept_errors=accept_errors,
     )
 
 
@@ -293,6 +312,9 @@ class Status:
     resolved: list[Conflict] = field(default_factory=list)  # conflicts whose markers the maintainer removed
     flags: list[Conflict] = field(default_factory=list)  # of the refresh in progress, at their lines on disk
     downstream: str = ""  # the pinned downstream release ("vllm-omni 0.24.0"), "" when adopted from a folder
+    # the errors of `pq check` that keep the refresh pending, at their lines on disk: (file, line, rule, message)
+    check_errors: list[tuple[str, int, str, str]] = field(default_factory=list)
+    accepted: tuple[int, int] = (0, 0)  # (lineage step, errors) of the last step finished over errors of pq check
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -306,13 +328,19 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         open_ = [c for c in conflicts if _marked(ws, c)]
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
+        written = module_files(ws, state.done[-1][1])
+        lines = on_disk_lines(ws, written, [(file, line) for file, line, _r, _m in state.check_errors])
+        errors = [(f, n, r, m) for (f, _l, r, m), n in zip(state.check_errors, lines, strict=True)]
         return Status(True, state.old_base_label, target.upstream.label, rows, open_, resolved=resolved, flags=flags,
-                      downstream=_downstream(target))  # fmt: skip
+                      downstream=_downstream(target), check_errors=errors)  # fmt: skip
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
-    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(loaded.queue.lineage),
-                  downstream=_downstream(loaded.queue))  # fmt: skip
+    steps = loaded.queue.lineage
+    last = max((i for i, s in enumerate(steps, 1) if s.kind == "refresh"), default=0)
+    accepted = (last, len(steps[last - 1].accepted_errors)) if last and steps[last - 1].accepted_errors else (0, 0)
+    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(steps),
+                  downstream=_downstream(loaded.queue), accepted=accepted)  # fmt: skip
 
 
 def _downstream(queue: Queue) -> str:
