@@ -3,7 +3,8 @@
 # holds no patch bodies (fetching the recorded edits, refs/pq/resolutions, from origin), refresh
 # onto the newest vllm-ascend release, build npu_worker/, print a summary (`pq status` shows it again later;
 # `pq continue` rewrites the reports).
-# Exit code: that of `pq reproduce` when it fails (1), else that of `pq refresh` (0 clean, 3 conflicts).
+# Exit code: that of `pq reproduce` when it fails (1), else that of `pq refresh` (0 clean, 3 conflicts, 1 errors
+# of `pq check` in the result: the refresh is pending, `pq status` lists them).
 # PQ=<command> uses that pq instead of setting up .venv (the tests run this script that way).
 # PQ_TIMINGS=<file>: append the seconds of each step to it, `step NAME SECONDS` (set-up, download, reproduce,
 # refresh), and pq adds `within download|check SECONDS` lines for the parts of its commands that fetch

@@ -1,15 +1,16 @@
 """The scheduled rebase pull request, in two halves the workflow calls (`.github/workflows/refresh.yml`).
 
 ``prepare`` runs with a read-only token: it refreshes the series onto the target
-(``pq refresh --no-stop`` with its reports and annotations; on a result without conflicts that
-runs ``pq check`` too), commits the result
+(``pq refresh --no-stop --accept-errors`` with its reports and annotations; on a result without conflicts that
+runs ``pq check`` too, and finishes over its errors, which the lineage step records), commits the result
 on top of the default branch with the maintainers' message template, and writes everything the
 second half needs into a work folder (``report.json``; ``report.md``, the whole report, for the
 artifact; ``summary.md`` for the job summary; ``body.md``, the pull-request body within
 :data:`BODY_BUDGET`; the built package, ``decision.json`` and a git bundle of the commit).  It decides one of:
 
 - ``update``: push the commit to ``pq/refresh/<target>`` and open or update its pull request
-  (a draft with the ``needs-resolution`` label when conflicts are left);
+  (a draft with the ``needs-resolution`` label when conflicts are left; a draft with the ``check-errors``
+  label when the result was finished over errors of ``pq check``, which the body lists);
 - ``noop``: nothing changed upstream since the branch was last pushed (same tree): no commit, no
   pull-request edit, no noise;
 - ``comment``: maintainers pushed their own commits to the branch; it is theirs now, the bot does
@@ -47,6 +48,11 @@ BOT_NAME = "pq-bot"
 BOT_EMAIL = "pq-bot@users.noreply.github.com"
 TRAILER = "Pq-Refresh"
 LABEL = "needs-resolution"
+CHECK_LABEL = "check-errors"
+LABELS = {  # every label the bot sets, with its description
+    LABEL: "pq: conflicts left for a maintainer",
+    CHECK_LABEL: "pq: the refresh was finished over errors of pq check; fix them before merging",
+}
 BUNDLE_REF = "refs/heads/pq-refresh-commit"
 COMMENT_MARKER = "<!-- pq-refresh: maintainer commits -->"
 RESOLUTIONS = "refs/pq/resolutions"  # recorded resolutions and edits: the lineage's other half
@@ -164,6 +170,10 @@ def message(target_label: str, report: dict[str, object], check: dict[str, objec
     if check is not None:
         counts = check.get("counts", {})
         unported = int(counts.get("gpu-unported", 0)) if isinstance(counts, dict) else 0
+    accepted = report.get("accepted_errors")
+    if isinstance(accepted, list) and accepted:
+        lines.append(f"- pq check: finished over {len(accepted)} error(s) (--accept-errors); fix them before merging:")
+        lines += [f"  - {e}" for e in accepted]
     if check is None:
         lines.append("- pq check did not run (conflicts first)")
     elif unported:
@@ -373,6 +383,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         *pq,
         "refresh",
         "--no-stop",
+        "--accept-errors",  # a result with errors of pq check is committed, and its pull request is a draft
         "--report",
         str(workdir / "report.json"),
         "--annotations",
@@ -441,18 +452,21 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     bundled = [BUNDLE_REF] + ([RESOLUTIONS] if resolutions and resolutions != remote_resolutions else [])
     git(root, "bundle", "create", "--quiet", str(workdir / "branch.bundle"), *bundled)
     git(root, "update-ref", "-d", BUNDLE_REF)
+    accepted = report.get("accepted_errors")
+    errors = len(accepted) if isinstance(accepted, list) else 0
+    reason = f"{len(report.get('conflicts', []))} conflict(s), {len(report.get('flags', []))} review flag(s)"
     decision = Decision(
         "update",
         branch,
         target,
-        f"{len(report.get('conflicts', []))} conflict(s), {len(report.get('flags', []))} review flag(s)",
+        reason + (f", finished over {errors} pq check error(s)" if errors else ""),
         commit=commit,
         expected_remote=remote_sha,
         resolutions=resolutions if RESOLUTIONS in bundled else "",
         expected_resolutions=remote_resolutions,
         title=message(target_label, report, check, target).splitlines()[0],
-        draft=conflicted,
-        labels=(LABEL,) if conflicted else (),
+        draft=conflicted or bool(errors),
+        labels=(LABEL,) if conflicted else (CHECK_LABEL,) if errors else (),
     )
     decision.write(workdir)
     return decision
@@ -491,9 +505,13 @@ class GhCli:
         out = self._gh("pr", "list", "--head", branch, "--state", "open", "--json", "number", "--jq", ".[0].number")
         return int(out) if out else None
 
-    def create(self, branch: str, base: str, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> int:
+    def _labels(self, labels: Sequence[str]) -> None:
+        """Make sure each of ``labels`` exists (``gh`` refuses to add or remove a label the repository lacks)."""
         for label in labels:
-            self._gh("label", "create", label, "--force", "--description", "pq: conflicts left for a maintainer")
+            self._gh("label", "create", label, "--force", "--description", LABELS.get(label, "pq"))
+
+    def create(self, branch: str, base: str, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> int:
+        self._labels(labels)
         args = ["pr", "create", "--head", branch, "--base", base, "--title", title]
         args += ["--draft"] if draft else []
         for label in labels:
@@ -502,11 +520,12 @@ class GhCli:
         return int(url.rstrip("/").rsplit("/", 1)[-1])
 
     def update(self, number: int, title: str, body: str, *, draft: bool, labels: Sequence[str]) -> None:
+        self._labels(sorted(set(LABELS) | set(labels)))
         args = ["pr", "edit", str(number), "--title", title]
         for label in labels:
             args += ["--add-label", label]
-        if not labels:
-            args += ["--remove-label", LABEL]
+        for label in sorted(set(LABELS) - set(labels)):
+            args += ["--remove-label", label]
         self._gh_body(body, *args)
         self._gh("pr", "ready", str(number), *(["--undo"] if draft else []))
 

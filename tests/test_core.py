@@ -101,11 +101,19 @@ def test_queue_round_trip_and_errors() -> None:
                 (("0001-a.patch", "1" * 64),),
                 queue.UpstreamPin("vllm-ascend", "release", "x==1", "p", "x 1", "", {"a/b.py": "11"}),
                 edited=("0001-a.patch",),
+                accepted_errors=('m.py:3: error: [name-undefined] Undefined name `x` "q"',),
             ),
         ),
         build={"m.py": "2" * 64},
     )
     assert queue.parse_queue(queue.render_queue(q)) == q
+    # a step over no accepted errors writes no key for them (the queue.toml of older pq versions, byte for byte)
+    plain = replace(q, lineage=(q.lineage[0], replace(q.lineage[1], accepted_errors=())))
+    assert "accepted_errors" not in queue.render_queue(plain) and queue.parse_queue(queue.render_queue(plain)) == plain
+    with pytest.raises(QueueError, match=r"lineage\[1\]\.accepted_errors must be a list of strings"):
+        queue.parse_queue(queue.render_queue(q).replace("accepted_errors = [", "accepted_errors = [1, "))
+    with pytest.raises(QueueError, match="only a refresh step finishes over errors"):
+        queue.parse_queue(queue.render_queue(q).replace('kind = "refresh"', 'kind = "edit"'))
     with pytest.raises(QueueError, match="needs a \\[\\[lineage\\]\\]"):
         queue.parse_queue(queue.render_queue(replace(q, lineage=())))
     with pytest.raises(QueueError, match="edited names a patch the step does not list"):

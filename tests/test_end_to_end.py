@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -249,8 +250,20 @@ def test_stop_continue_until_done(adopted_030: Path, tmp_path: Path) -> None:
     assert "refresh in progress" not in pq(proj, "status").stdout
 
 
+def _code_after_imports(text: str) -> tuple[str, set[str]]:
+    """The module's text from its first top-level statement that is no import on, and the names its imports bind."""
+    body = ast.parse(text).body
+    lines = text.splitlines(keepends=True)
+    first = next((n.lineno for n in body if not isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr))), len(lines) + 1)
+    bound = {
+        a.asname or a.name.split(".")[0] for n in body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names
+    }
+    return "".join(lines[first - 1 :]), bound
+
+
 def test_no_stop_then_continue_carries_resolutions_back(adopted_030: Path, tmp_path: Path) -> None:
-    """After --no-stop, resolving the whole output once and continuing folds each fix into its own patch."""
+    """After --no-stop, resolving the whole output once and continuing folds each fix into its own patch; the
+    imports the resolved code does not use go (each said by an import-removed flag), the code stays as written."""
     proj = copy_project(adopted_030, tmp_path / "p")
     pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", check=3)
     resolved = {}
@@ -258,9 +271,17 @@ def test_no_stop_then_continue_carries_resolutions_back(adopted_030: Path, tmp_p
         text = f.read_text()
         if "<<<<<<< " in text:
             f.write_text(_take_patch_side(text))
-        resolved[f.name] = f.read_bytes()
-    pq(proj, "continue")
-    assert {f.name: f.read_bytes() for f in (proj / "npu_worker").glob("*.py")} == resolved
+        resolved[f.name] = f.read_text()
+    report = tmp_path / "r.json"
+    out = pq(proj, "continue", "--report", str(report)).stdout
+    removed = [f for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-removed"]
+    assert removed and all(f"review: npu_worker/{f['file']}:{f['line']} import-removed " in out for f in removed)
+    for name, text in resolved.items():
+        now = (proj / "npu_worker" / name).read_text()
+        (code, bound), (code_before, bound_before) = _code_after_imports(now), _code_after_imports(text)
+        assert code == code_before, name
+        gone = {n for f in removed if f["file"] == name for n in re.findall(r"`(\w+)`", f["message"].split(" (")[0])}
+        assert bound == bound_before - gone and gone <= bound_before, name
     for name in (proj / "patches" / "series").read_text().split():
         if name.endswith(".patch"):
             assert "<<<<<<<" not in (proj / "patches" / name).read_text(), name
@@ -316,13 +337,15 @@ def test_resolution_recorded_once_is_reused(corpus: Path, tmp_path: Path) -> Non
     assert conflicts
     for path in (first / "npu_worker").glob("*.py"):
         path.write_text(_take_patch_side(path.read_text()))
-    pq(first, "continue")
+    pq(first, "continue", "--report", str(report))
     stored = git(first, "ls-tree", "-r", "--name-only", "refs/pq/resolutions").split()
     regions = [p for p in stored if not p.startswith("edits/")]
     edits = [p for p in stored if p.startswith("edits/")]
     assert len(regions) == len(conflicts)
-    conflicted = {c["patch"] for c in conflicts}
-    assert len(edits) == len(conflicted)  # one recorded edit per patch the maintainer changed
+    # one recorded edit per patch the maintainer changed, and per patch whose imports followed the resolution
+    imports = {f["patch"] for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-removed"}
+    conflicted = {c["patch"] for c in conflicts} | imports
+    assert imports and len(edits) == len(conflicted)
     # share the recorded resolutions the way a team would: fetch the ref
     git(second, "fetch", "-q", str(first), "refs/pq/resolutions:refs/pq/resolutions")
     report2 = tmp_path / "r2.json"

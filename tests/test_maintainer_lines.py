@@ -11,6 +11,9 @@ from pathlib import Path
 from conftest import copy_project, pq
 from test_end_to_end import _take_patch_side
 
+from patch_queue.merge.conflict import Conflict
+from patch_queue.outputs.report_parts import to_read as to_read_flag
+
 RC2 = "vllm-ascend==0.30.0rc2"
 WHERE = re.compile(r"npu_worker/(\w+\.py):(\d+)")
 
@@ -105,7 +108,16 @@ def test_no_stop_then_continue_lines(adopted_030: Path, tmp_path: Path) -> None:
     proj = copy_project(adopted_030, tmp_path / "p")
     (proj / "reports").mkdir()
     proc = pq(proj, "refresh", "--no-stop", "--to", RC2, "--report", "reports/refresh.json", check=3)
-    assert "review: " not in proc.stdout and re.search(r"\d+ review flag\(s\): .*\b\d+ near-block", proc.stdout)
+    # the terminal lists the flags to read, each with its why, and counts the others
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    to_read = [f for f in report["flags"] if to_read_flag(Conflict.from_json(f, "flag", conflict=False))]
+    listed = re.findall(r"^review: npu_worker/(\w+\.py):(\d+) ([\w-]+) ", proc.stdout, re.MULTILINE)
+    assert listed == [(f["file"], str(f["line"]), f["kind"]) for f in to_read] and to_read
+    rows = proc.stdout.splitlines()
+    assert all(rows[i + 1].startswith("  why: ") for i, row in enumerate(rows) if row.startswith("review: "))
+    assert f"{len(to_read)} review flag(s) to read (listed above): " in proc.stdout
+    others = re.search(r"^(\d+) other review flag\(s\): .*\b\d+ near-block", proc.stdout, re.MULTILINE)
+    assert others and int(others.group(1)) == len(report["flags"]) - len(to_read)
     (proj / "reports" / "refresh.md").write_text("")  # no Markdown asked for
     only = pq(proj, "status", "--flags", "near-block,kept-replacement", check=3).stdout
     assert {r.split()[2] for r in only.splitlines() if r.startswith("review: ")} == {"near-block", "kept-replacement"}

@@ -171,6 +171,37 @@ def test_a_clean_target_commits_the_refreshed_series(corpus: Path, tmp_path: Pat
         assert (built / "npu_worker" / f.name).read_bytes() == f.read_bytes(), f.name
 
 
+def test_a_result_with_check_errors_is_committed_as_a_draft(corpus: Path, tmp_path: Path) -> None:
+    """The bot refreshes with --accept-errors: a clean result that pq check finds errors in is committed (its
+    lineage step lists them) and its pull request is a draft labelled check-errors, the errors in its body."""
+    origin = seed(tmp_path, corpus, fork=True)
+    rules = checkout(origin, tmp_path / "rules")
+    (rules / "patches" / "check-rules.toml").write_text(
+        '[[rule]]\nid = "no-execute-model"\nkind = "regex"\nseverity = "error"\n'
+        "pattern = '\\bdef execute_model\\b'\nmessage = \"a project rule the result breaks\"\n"
+    )
+    git(rules, "add", "patches/check-rules.toml")
+    git(rules, "commit", "-qm", "a project rule")
+    git(rules, "push", "-q", "origin", "main")
+    prs = Recorder()
+    work = checkout(origin, tmp_path / "run")
+    decision = refresh_pr.prepare(CLEAN, tmp_path / "wd", root=work)
+    report = json.loads((tmp_path / "wd" / "report.json").read_text())
+    errors = report["accepted_errors"]
+    assert errors and all("[no-execute-model]" in e for e in errors) and not report["pending"]
+    assert decision.action == "update" and decision.draft and decision.labels == (refresh_pr.CHECK_LABEL,)
+    assert f"finished over {len(errors)} pq check error(s)" in decision.reason
+    refresh_pr.publish(tmp_path / "wd", root=work, prs=prs)
+    pr = prs.prs[1]
+    assert pr["draft"] is True and pr["labels"] == ["check-errors"]
+    assert "**Finished over " in str(pr["body"]) and "[no-execute-model]" not in str(pr["title"])
+    head = remote_head(origin, refresh_pr.branch_of(CLEAN))
+    msg = git(origin, "log", "-1", "--format=%B", head)
+    assert f"- pq check: finished over {len(errors)} error(s) (--accept-errors); fix them before merging:" in msg
+    queue = git(origin, "show", f"{head}:patches/queue.toml")
+    assert queue.count("[no-execute-model]") == len(errors) and "accepted_errors = [" in queue
+
+
 def test_target_names_are_slugged() -> None:
     assert refresh_pr.branch_of("vllm-ascend==0.30.0rc2") == "pq/refresh/vllm-ascend-0.30.0rc2"
     assert refresh_pr.branch_of("main") == "pq/refresh/main"

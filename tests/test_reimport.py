@@ -109,6 +109,93 @@ def test_both_sides_of_a_conflict_are_read_and_a_second_run_changes_nothing() ->
     assert (again, more) == (out, [])
 
 
+PREVIOUS = """import json
+import time
+
+from vllm_omni.outputs import OmniOutput, OmniPayload
+
+
+class R:
+    def f(self):
+        return OmniOutput(json.dumps(time.time()))
+"""
+# the refresh's output: it imported `make_output` and `graph_capture` for the sides of a region, the omni code of
+# the previous build used `OmniOutput` and `time`; the maintainer took upstream's side and added an import
+WRITTEN = """import json
+import time
+
+from vllm.v1.outputs import make_output
+from vllm_ascend.worker.model_runner_v1 import graph_capture
+
+from vllm_omni.outputs import OmniOutput, OmniPayload
+
+
+class R:
+    def f(self):
+<<<<<<< upstream
+        with graph_capture():
+            return make_output(json.dumps(1))
+||||||| base
+        return None
+=======
+        return OmniOutput(json.dumps(time.time()))
+>>>>>>> patch
+"""
+RESOLVED = """import json
+import time
+import textwrap
+
+from vllm.v1.outputs import make_output
+from vllm_ascend.worker.model_runner_v1 import graph_capture
+
+from vllm_omni.outputs import OmniOutput, OmniPayload
+
+
+class R:
+    def f(self):
+        return make_output(json.dumps(os.getpid()), EMPTY_OUTPUT)
+"""
+
+
+def test_imports_follow_a_resolution() -> None:
+    """After the resolution: what the code reads is imported, what pq imported and the code no longer uses goes,
+    each said with its reason; an import the maintainer wrote, one another module imports, or one the previous
+    build had unused already stays."""
+    out, changes = reimport.follow(
+        RESOLVED, new_upstream=NEW_UPSTREAM, upstream_module=UP, previous=PREVIOUS, written=WRITTEN, keep={"json"}
+    )
+    lines = out.splitlines()
+    assert fmt.lint(out, ("F821",)) == []
+    unused = {x.name for x in fmt.lint(out, ("F401",)) or []}
+    assert unused == {"textwrap", "OmniPayload"}  # the maintainer's; unused in the previous build already
+    assert "from vllm.v1.outputs import EMPTY_OUTPUT, make_output" in lines and "import os" in lines
+    assert "import time" not in lines and "graph_capture" not in out
+    assert "from vllm_omni.outputs import OmniPayload" in lines
+    removed = {n: c for c in changes if c.kind == reimport.REMOVED for n in c.names}
+    assert set(removed) == {"time", "graph_capture", "OmniOutput"}
+    assert "the previous build used it" in removed["time"].message and removed["time"].message.endswith(
+        "removed `import time`"
+    )
+    assert "the refresh imported it" in removed["graph_capture"].message
+    added = {n for c in changes if c.kind == reimport.ADDED for n in c.names}
+    assert added == {"EMPTY_OUTPUT", "os"}
+    assert all(c.message.startswith("the resolved code uses") for c in changes if c.kind == reimport.ADDED)
+    for c in changes:  # each points at its statement as it is now (a removed one: where it stood)
+        assert out.splitlines(keepends=True)[c.line - 1 :][: c.text.count("\n")] == c.text.splitlines(True), c
+    again, more = reimport.follow(
+        out, new_upstream=NEW_UPSTREAM, upstream_module=UP, previous=PREVIOUS, written=WRITTEN, keep={"json"}
+    )
+    assert (again, more) == (out, [])
+    # a name another runner module imports from this one stays
+    kept, _ = reimport.follow(
+        RESOLVED, new_upstream=NEW_UPSTREAM, upstream_module=UP, previous=PREVIOUS, written=WRITTEN, keep={"time"}
+    )
+    assert "import time" in kept.splitlines()
+    assert reimport.imported_from(
+        {"a.py": "from pkg.b import x, y\nfrom pkg.c import z\n", "b.py": "x = y = 1\n"}, "pkg"
+    ) == {"b.py": {"x", "y"}}
+
+
 OLD_API = """from vllm_ascend.utils import Timer, Other
 
 
@@ -269,7 +356,8 @@ def test_a_planted_upstream_call_gets_its_import(corpus: Path, tmp_path: Path) -
     path.parent.mkdir(parents=True)
     path.write_text("from os.path import join as planted_join\n" + "".join(lines))
     report = tmp_path / "r.json"
-    pq(proj, "refresh", "--to", str(target), "--report", str(report))
+    # the folder holds no other upstream module: the imports could not resolve against it (--no-sources)
+    pq(proj, "refresh", "--to", str(target), "--report", str(report), "--no-sources")
     flags = [f for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-added"]
     statements = {f["message"].split("added `")[-1].rstrip("`") for f in flags}
     assert "from os.path import join as planted_join" in statements

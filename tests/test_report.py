@@ -630,3 +630,69 @@ def test_summary_line() -> None:
     )
     stopped = summary_line(make_report([conflict()], finished=False, stopped_at="0005-x\n.patch"))
     assert stopped.endswith(", stopped at 0005-x .patch") and "\n" not in stopped
+
+
+CHECK = {
+    "format": 1,
+    "errors": 2,
+    "warnings": 1,
+    "findings": [
+        {"file": "npu_ar_model_runner.py", "line": 0, "rule": "omni-block-missing", "severity": "error",
+         "message": "omni block 11 of the previous build (line 1024: 'x = y') is gone"},
+        {"file": "npu_model_runner.py", "line": 12, "rule": "name-undefined", "severity": "error",
+         "message": "Undefined name `planted`"},
+        {"file": "npu_model_runner.py", "line": 3, "rule": "import-unused", "severity": "warning",
+         "message": "`os` imported but unused"},
+    ],
+}  # fmt: skip
+
+
+def test_check_errors_in_the_report() -> None:
+    """A result `pq check` finds errors in: pending (not finished), or finished over them (--accept-errors); the
+    body lists the errors, the annotations hold one ::error each, the terminal line counts them."""
+    pending = make_report(check=CHECK, pending=True, accepted_errors=[])
+    body = markdown(pending)
+    assert "**Not finished: `pq check` reports 2 errors in the result:** fix them in `npu_worker/`" in body
+    assert "- `npu_worker/npu_ar_model_runner.py`: `omni-block-missing` omni block 11" in body
+    assert "- `npu_worker/npu_model_runner.py:12`: `name-undefined` Undefined name `planted`" in body
+    assert "import-unused" not in body  # warnings are pq check's own business
+    accepted = markdown(make_report(check=CHECK, accepted_errors=["a", "b"]))
+    assert "**Finished over 2 errors of `pq check`** (`--accept-errors`, recorded in the lineage)" in accepted
+    assert "Not finished" not in accepted
+    clean = markdown(make_report(check={**CHECK, "errors": 0, "findings": CHECK["findings"][2:]}))  # type: ignore[index]
+    assert "pq check" not in clean
+    assert [a for a in annotations(pending) if "title=pq check" in a] == [
+        "::error file=npu_worker/npu_ar_model_runner.py,title=pq check%3A omni-block-missing::omni block 11 of the"
+        " previous build (line 1024: 'x = y') is gone",
+        "::error file=npu_worker/npu_model_runner.py,line=12,title=pq check%3A name-undefined::Undefined name"
+        " `planted`",
+    ]
+    assert summary_line(pending).endswith(", 2 pq check errors")
+    assert summary_line(make_report(check=CHECK, accepted_errors=["a", "b"])).endswith(", 2 pq check errors (accepted)")
+
+
+def test_flags_to_read() -> None:
+    """The flags the terminal lists: decisions that change what the code does; a both-inserted or block-moved
+    of blank lines only is counted with the rest."""
+    from patch_queue.merge.conflict import Conflict
+    from patch_queue.outputs.report_parts import to_read
+
+    def read(kind: str, **sides: str) -> bool:
+        return to_read(Conflict(kind, conflict=False, **sides))
+
+    for kind in (
+        "kept-replacement",
+        "already-upstream",
+        "merged-words",
+        "api-replaced",
+        "import-stale",
+        "import-removed",
+    ):
+        assert read(kind), kind
+    for kind in ("near-block", "layout-only", "comment-only", "reformatted", "import-added", "reused", "gpu-synced"):
+        assert not read(kind), kind
+    assert read("both-inserted", ours="x = 1\n", theirs="y = 2\n")
+    assert not read("both-inserted", ours="\n", theirs="class A:\n    pass\n")
+    assert not read("both-inserted", ours="# a note\n", theirs="y = 2\n")
+    assert read("block-moved", resolution="\n    if x:\n        y()\n")
+    assert not read("block-moved", resolution="\n")

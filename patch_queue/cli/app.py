@@ -53,6 +53,13 @@ FlagsOpt = Annotated[
     str | None, typer.Option("--flags", help="list the review flags of these kinds (KIND,…; `all`: every flag)")
 ]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="list every review flag")]
+AcceptErrorsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-errors",
+        help="finish over the errors `pq check` finds in the result (recorded in the lineage step and the report)",
+    ),
+]
 _PATCH_HELP = "patch: its file name, with or without .patch, or without its number"
 PatchArg = Annotated[str, typer.Argument(help=_PATCH_HELP)]
 OptPatchArg = Annotated[str | None, typer.Argument(help=_PATCH_HELP)]

@@ -4,6 +4,7 @@ check, blocks, abort, status."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from patch_queue.cli.app import (
+    AcceptErrorsOpt,
     AnnotationsOpt,
     DiscardOpt,
     FlagsOpt,
@@ -118,7 +120,13 @@ def print_placements(ws: Workspace, placements: list[Placement]) -> None:
 
 
 def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = None) -> int:
-    """Conflicts first, then the review flags counted by kind (those of ``listed``, KIND,… or `all`, one a line)."""
+    """Conflicts first, then the review flags to read and the others counted by kind (those of ``listed``,
+    KIND,… or `all`, one a line), then `pq check`; the exit code.  A `pq continue` that wrote nothing (over
+    errors of `pq check`) prints only the check, at the lines of the output folder as it is."""
+    if not outcome.written:
+        assert outcome.check is not None
+        _print_check(ws, outcome.check)
+        return _check_pending(ws, outcome.check, "nothing written (every line above is a line of the files on disk)")
     echo(outcome.discarded)
     print_placements(ws, outcome.placements)
     if outcome.conflicts and outcome.culprits_note:
@@ -138,12 +146,32 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
     typer.echo(f"omni blocks: {before} before, {after} after")
     if outcome.check is not None:
         _print_check(ws, outcome.check)
+    if outcome.check_pending:
+        assert outcome.check is not None
+        return _check_pending(ws, outcome.check, "the refresh is pending")
+    if outcome.accepted:
+        typer.echo(
+            f"finished over {len(outcome.accepted)} error(s) of pq check (--accept-errors): recorded in the "
+            f"lineage step of {ws.rel(ws.queue_dir.queue_path)} and in the report"
+        )
     if not outcome.conflicts:
         typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
         return EXIT_OK
     where = f"stopped at {outcome.stopped_at}:" if outcome.stopped_at else "all patches replayed;"
     typer.echo(f"{where} resolve the markers in {ws.rel(ws.out)}/, then `pq continue` (or `pq abort`)")
     return EXIT_CONFLICT
+
+
+def _check_pending(ws: Workspace, result: CheckOutcome, said: str) -> int:
+    """The one error line of a refresh that `pq check`'s errors keep from finishing, naming the first; exit 1."""
+    first = next(f for f in result.findings if f.severity == "error")
+    where = f"{ws.rel(ws.out / first.file)}:{first.line}: " if first.line else ""
+    where = where or (f"{ws.rel(ws.out / first.file)}: " if first.file else "")
+    err(
+        f"error: {where}pq check reports {result.errors} error(s) in the result: {said}; fix them in "
+        f"{ws.rel(ws.out)}/, then `pq continue` (`--accept-errors` finishes over them), or `pq abort`"
+    )
+    return EXIT_ERROR
 
 
 def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -> None:
@@ -162,20 +190,36 @@ def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -
         typer.echo(f"  suggestion: {tip.reason}: `pq resolve --suggested {where}`")
 
 
-def _print_flags(ws: Workspace, flags: list[Conflict], listed: str | None) -> None:
-    """One line per flag of the ``listed`` kinds, then the count of every kind."""
+def _print_flags(ws: Workspace, flags: Sequence[Conflict], listed: str | None) -> None:
+    """The flags to read (:func:`report_parts.to_read`), or those of the ``listed`` kinds (KIND,…; `all`: every
+    one), each with its message; then the count of every kind, those to read and the others."""
+    from patch_queue.outputs.report_parts import to_read
+
     kinds = {k.strip() for k in (listed or "").split(",") if k.strip()}
-    for f in flags:
-        if "all" in kinds or f.kind in kinds:
-            where = f"{ws.rel(ws.out / f.file)}:{f.line}"
-            typer.echo(f"review: {where} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+    if kinds:
+        shown = [f for f in flags if "all" in kinds or f.kind in kinds]
+    else:
+        shown = [f for f in flags if to_read(f)]
+    for f in shown:
+        typer.echo(f"review: {ws.rel(ws.out / f.file)}:{f.line} {f.kind} in {f.symbol or '<module>'} (patch {f.patch})")
+        typer.echo(f"  why: {f.message}")
     if not flags:
         typer.echo("no review flags")
         return
-    counts = Counter(f.kind for f in flags)
-    shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kn: (-kn[1], kn[0])))
-    hint = "" if "all" in kinds else "; `--flags KIND,…` or `-v` lists them"
-    typer.echo(f"{len(flags)} review flag(s): {shown}{hint}")
+
+    def counted(group: Sequence[Conflict]) -> str:
+        counts = Counter(f.kind for f in group)
+        return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kn: (-kn[1], kn[0])))
+
+    read = [f for f in flags if to_read(f)]
+    rest = [f for f in flags if not to_read(f)]
+    if read:
+        above = " (listed above)" if all(f in shown for f in read) else ""
+        typer.echo(f"{len(read)} review flag(s) to read{above}: {counted(read)}")
+    if rest:
+        typer.echo(f"{len(rest)} other review flag(s): {counted(rest)}")
+    if len(shown) < len(flags):
+        typer.echo("`-v` lists every review flag, `--flags KIND,…` those of these kinds")
 
 
 def _print_check(ws: Workspace, result: CheckOutcome) -> None:
@@ -235,6 +279,7 @@ def refresh(
     ] = False,
     flags: FlagsOpt = None,
     verbose: VerboseOpt = False,
+    accept_errors: AcceptErrorsOpt = False,
 ) -> int:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
     from patch_queue.commands import refresh
@@ -254,6 +299,7 @@ def refresh(
             check_sources=not no_sources,
             discard=discard,
             reports=_report_paths(ws, report, markdown),
+            accept_errors=accept_errors,
         )
         synced = _refresh_sync_gpu(ws, outcome, upstream) if sync_gpu else None
     _write_reports(ws, outcome if synced is None else replace(outcome, flags=outcome.flags + synced.flags), annotations)
@@ -269,6 +315,9 @@ def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | No
 
     if outcome.conflicts:
         typer.echo("sync-gpu skipped: the refresh left conflicts; resolve them, then run `pq sync-gpu`")
+        return None
+    if outcome.check_pending:
+        typer.echo("sync-gpu skipped: pq check's errors keep the refresh pending; fix them, then run `pq sync-gpu`")
         return None
     return sync_gpu.do_sync_gpu(ws, omni=None, since=None, upstream_git=upstream, progress=say)
 
@@ -353,6 +402,7 @@ def continue_(
     annotations: AnnotationsOpt = False,
     flags: FlagsOpt = None,
     verbose: VerboseOpt = False,
+    accept_errors: AcceptErrorsOpt = False,
 ) -> int:
     """Take the resolved files in npu_worker/ and go on with the refresh (rewriting the refresh's reports)."""
     from patch_queue.commands import resolve
@@ -365,8 +415,15 @@ def continue_(
         if interrupted is not None:
             typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
             return 0
-        outcome = resolve.do_continue(ws, progress=say, on_patch=_on_patch, reports=_report_paths(ws, report, markdown))
-    _write_reports(ws, outcome, annotations)
+        outcome = resolve.do_continue(
+            ws,
+            progress=say,
+            on_patch=_on_patch,
+            reports=_report_paths(ws, report, markdown),
+            accept_errors=accept_errors,
+        )
+    if outcome.written:  # over errors of pq check nothing is written: the reports stay as they were too
+        _write_reports(ws, outcome, annotations)
     return _print_outcome(ws, outcome, "all" if verbose else flags)
 
 
@@ -506,8 +563,25 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
         typer.echo(f"{len(st.resolved)} of {len(st.resolved) + len(st.conflicts)} conflict region(s) resolved on disk")
     if st.in_progress:
         _print_flags(ws, st.flags, "all" if verbose else flags)
+    for file, line, rule, message in st.check_errors:
+        where = f"{ws.rel(ws.out / file)}:{line}" if line else ws.rel(ws.out / file) if file else ws.rel(ws.out)
+        typer.echo(f"{where}: error: [{rule}] {message}")
     for e in st.edits:
         typer.echo(f"unrecorded: {ws.rel(ws.out / e.file)} +{e.added} -{e.removed} lines (`pq record` takes them)")
-    if st.in_progress:
+    step, accepted = st.accepted
+    if accepted:
+        typer.echo(
+            f"the last refresh (lineage step {step}) was finished over {accepted} error(s) of pq check "
+            f"(--accept-errors; listed in {ws.rel(ws.queue_dir.queue_path)})"
+        )
+    if st.in_progress and st.check_errors and not st.conflicts:
+        typer.echo(
+            f"next: pq check found {len(st.check_errors)} error(s) in the result: fix them in {ws.rel(ws.out)}/, "
+            "then `pq continue` (`--accept-errors` finishes over them); or `pq abort`"
+        )
+        return EXIT_ERROR
+    if st.in_progress and not st.conflicts:
+        typer.echo("next: `pq continue` (no conflict region is left on disk); or `pq abort`")
+    elif st.in_progress:
         typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
     return EXIT_CONFLICT if st.in_progress and st.conflicts else EXIT_OK

@@ -174,6 +174,12 @@ def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None
             f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
             f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/"
         )
+    for i, step in enumerate(ws.queue_dir.load_queue().lineage, 1):
+        if step.accepted_errors:  # reproduced like any other step; the errors are still the series' to fix
+            typer.echo(
+                f"note: lineage step {i} (`pq {step.command}`) was finished over {len(step.accepted_errors)} "
+                f"error(s) of pq check (--accept-errors); `pq check` lists them"
+            )
 
 
 @command()

@@ -20,6 +20,7 @@ from patch_queue.commands.write import (
 )
 from patch_queue.errors import PqError
 from patch_queue.fsutil import kill_point, read_folder
+from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, explain, markers
 from patch_queue.merge.conflict import Conflict
@@ -61,6 +62,14 @@ class RefreshOutcome:
     discarded: str = ""  # what --discard dropped from the output folder
     reports: tuple[str, str] = ("", "")  # the JSON and Markdown reports of this refresh ("": none)
     culprits_note: str = ""  # between which upstream commits the culprits were searched, or why not
+    check_pending: bool = False  # the series is through, but the errors of `pq check` keep the refresh pending
+    accepted: list[str] = field(default_factory=list)  # the errors of `pq check` it finished over (--accept-errors)
+    written: bool = True  # False: nothing was written (`pq continue` over check errors)
+
+    @property
+    def pending(self) -> bool:
+        """The refresh waits for `pq continue` (conflicts left, or errors of `pq check`) or `pq abort`."""
+        return bool(self.conflicts) or self.check_pending or not self.finished
 
 
 def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
@@ -88,8 +97,10 @@ def do_refresh(
     check_sources: bool = True,
     discard: bool = False,
     reports: tuple[str, str] = ("", ""),
+    accept_errors: bool = False,
 ) -> RefreshOutcome:
-    """``reports``: the JSON and Markdown report paths, kept for `pq continue` to rewrite."""
+    """``reports``: the JSON and Markdown report paths, kept for `pq continue` to rewrite; ``accept_errors``: a
+    result without conflicts is finished over the errors of `pq check` (else they leave the refresh pending)."""
     refresh_state.refuse_pending(ws, "a refresh is already in progress; `pq continue` or `pq abort` it first")
     refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -157,7 +168,7 @@ def do_refresh(
         reports=reports,
         culprits_note=note,
     )
-    return _advance(ws, state, target, results, progress=progress, store=store)
+    return _advance(ws, state, target, results, progress=progress, store=store, accept_errors=accept_errors)
 
 
 def _mark_removed(conflicts: list[Conflict], removed: list[str]) -> list[Conflict]:
@@ -262,12 +273,17 @@ def _advance(
     command: str = "refresh",
     store: rerere.Store,
     placements: list[absorb.Placement] | None = None,
+    accept_errors: bool = False,
 ) -> RefreshOutcome:
-    """Finish the refresh if the series is through, else record the stop.
+    """Finish the refresh if the series is through and `pq check` finds no error in the result (or
+    ``accept_errors``), else record the stop.
 
     Every file and ref (refs/pq/resolutions, where ``store`` recorded resolutions and edits,
     included) is written once, through one journaled :class:`Writes`: a kill at any point leaves
     the old state or, after ``pq continue``, the new one (``pq abort`` puts the old one back).
+    Only a checked result is finished: with errors of `pq check`, `pq refresh` leaves the refresh
+    pending (the output folder holds the result, `pq continue` goes on once they are fixed) and
+    `pq continue` writes nothing (its findings are at their lines in the output folder as it is).
     """
     writes = Writes(ws, command)
     patches, done, conflicts = state.patches, state.done, list(state.conflicts)
@@ -293,50 +309,24 @@ def _advance(
         culprits_note=state.culprits_note,
     )
     if finished and not conflicts:
-        loaded = LoadedStack(target, state.new_base, new_patches)
-        edited: list[str] = []
-        if command == "continue" or state.recorded:
-            edits = _merge_edits(ws, target, list(patches), new_patches, state.new_base, state.labels)
-            store.record_edits(edits, f"pq {command}: edits recorded\n")
-            edited = [n for n, _b, _a in edits]
-        writes.move_refs(store.ref_update())
-        write_series(
-            ws, loaded, writes=writes, step=StepInfo("refresh", command, target.upstream, edited=tuple(edited))
-        )
         old_top = patches[-1][1] if patches else None
-        if old_top is not None and old_top != new_patches[-1][1]:
-            writes.move_refs({REF_PREVIOUS: (ws.repo.ref(REF_PREVIOUS), old_top)})
-        writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
-        writes.move_refs({ref: (value, None) for ref, value in ws.repo.refs().items() if ref.startswith(REF_REFRESH)})
-        built = finish(ws, loaded, writes, len(new_patches))
         if state.check:
-            from patch_queue.checks.findings import ERROR, Finding
-            from patch_queue.commands.check import CheckOutcome, module_texts, run_checks
-
-            # the refresh is done and written: a check that cannot run is a finding, never a failure
-            say(progress, "Checking the new runners (pq check) ...")
-            try:
-                with timed("check"):
-                    outcome.check = run_checks(
-                        ws,
-                        module_texts(built),
-                        queue=target,
-                        base=state.new_base,
-                        reference=module_texts(module_files(ws, old_top)) if old_top else {},
-                        reference_label="the previous build",
-                        upstream_git=state.upstream_git,
-                        sources_on=state.check_sources,
-                        progress=progress,
-                    )
-            except PqError as exc:
-                outcome.check = CheckOutcome(
-                    [Finding("", 0, "check-failed", ERROR, f"pq check could not run: {exc}")],
-                    "the previous build",
-                    sorted(module_texts(built)),
-                    False,
-                )
-        return outcome
-    # stopped (or finished with conflicts under --no-stop): keep everything needed to go on or back
+            outcome.check = _check_result(ws, state, target, top_files, old_top, progress)
+        errors = [f for f in outcome.check.findings if f.severity == "error"] if outcome.check else []
+        if errors and not accept_errors:
+            outcome.check_pending = True
+            if command == "continue":  # nothing written: the maintainer fixes the files on disk and continues again
+                assert outcome.check is not None
+                outcome.check = on_disk_findings(ws, top_files, outcome.check)
+                outcome.written = False
+                return outcome
+            state = replace(state, check_errors=tuple((f.file, f.line, f.rule, f.message) for f in errors))
+        else:
+            outcome.accepted = [f.render() for f in errors]
+            _finish_refresh(ws, state, target, new_patches, writes, command, store, outcome.accepted)
+            return outcome
+    # stopped (or finished with conflicts under --no-stop, or over errors of pq check): keep everything needed
+    # to go on or back
     top = new_patches[-1][1] if new_patches else state.new_base
     holder = ws.repo.commit(state.orig_out, [], "pq refresh: saved output folder\n", stack.PERSON, stack.PERSON)
     wanted = {REF_REFRESH + "top": top, REF_REFRESH + "base": state.new_base, REF_REFRESH + "saved-out": holder}
@@ -347,6 +337,93 @@ def _advance(
     writes.commit()
     outcome.stopped_at = done[-1][0] if done and done[-1][2] == "conflict" and not finished else None
     return outcome
+
+
+def _check_result(
+    ws: Workspace,
+    state: refresh_state.RefreshState,
+    target: Queue,
+    files: dict[str, bytes],
+    old_top: str | None,
+    progress: Progress | None,
+) -> CheckOutcome:
+    """`pq check` on the refreshed ``files`` before anything is written; a check that cannot run is an error."""
+    from patch_queue.checks.findings import ERROR, Finding
+    from patch_queue.commands.check import CheckOutcome, module_texts, run_checks
+
+    say(progress, "Checking the new runners (pq check) ...")
+    try:
+        with timed("check"):
+            return run_checks(
+                ws,
+                module_texts(files),
+                queue=target,
+                base=state.new_base,
+                reference=module_texts(module_files(ws, old_top)) if old_top else {},
+                reference_label="the previous build",
+                upstream_git=state.upstream_git,
+                sources_on=state.check_sources,
+                progress=progress,
+            )
+    except PqError as exc:
+        return CheckOutcome(
+            [Finding("", 0, "check-failed", ERROR, f"pq check could not run: {exc}")],
+            "the previous build",
+            sorted(module_texts(files)),
+            False,
+        )
+
+
+def on_disk_findings(ws: Workspace, written: dict[str, bytes], result: CheckOutcome) -> CheckOutcome:
+    """``result`` (findings at lines of ``written``, module path -> text) with each finding at its line in the
+    output folder now (:func:`on_disk_lines`)."""
+    from patch_queue.commands.check import CheckOutcome
+
+    lines = on_disk_lines(ws, written, [(f.file, f.line) for f in result.findings])
+    moved = [replace(f, line=line) for f, line in zip(result.findings, lines, strict=True)]
+    return CheckOutcome(moved, result.reference, result.files, result.sources)
+
+
+def on_disk_lines(ws: Workspace, written: dict[str, bytes], places: Sequence[tuple[str, int]]) -> list[int]:
+    """For each (module path, 1-based line of ``written``: module path -> text pq wrote), that line in the output
+    folder now, after the maintainer's edits (a line the output folder no longer holds: the line standing in its
+    place); 0 (the whole file) stays 0."""
+    hunks: dict[str, list[tuple[int, int, int, int]]] = {}
+    for path in sorted({p for p, line in places if line and p in written}):
+        have = ws.out / path
+        now = have.read_bytes() if have.is_file() else b""
+        hunks[path] = line_hunks(written[path], now) if now != written[path] else []
+    return [move_line(line, hunks[path]) if line and path in hunks else line for path, line in places]
+
+
+def _finish_refresh(
+    ws: Workspace,
+    state: refresh_state.RefreshState,
+    target: Queue,
+    new_patches: list[tuple[str, str]],
+    writes: Writes,
+    command: str,
+    store: rerere.Store,
+    accepted: list[str],
+) -> None:
+    """Write the finished refresh: its recorded edits, the series and its lineage step (with the errors of
+    `pq check` it finished over), refs/pq/, the output folder; the refresh state goes."""
+    patches = state.patches
+    loaded = LoadedStack(target, state.new_base, new_patches)
+    edited: list[str] = []
+    if command == "continue" or state.recorded:
+        edits = _merge_edits(ws, target, list(patches), new_patches, state.new_base, state.labels)
+        store.record_edits(edits, f"pq {command}: edits recorded\n")
+        edited = [n for n, _b, _a in edits]
+    writes.move_refs(store.ref_update())
+    step = StepInfo("refresh", command, target.upstream, edited=tuple(edited), accepted=tuple(accepted))
+    write_series(ws, loaded, writes=writes, step=step)
+    old_top = patches[-1][1] if patches else None
+    if old_top is not None and old_top != new_patches[-1][1]:
+        writes.move_refs({REF_PREVIOUS: (ws.repo.ref(REF_PREVIOUS), old_top)})
+    writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
+    writes.move_refs({ref: (value, None) for ref, value in ws.repo.refs().items() if ref.startswith(REF_REFRESH)})
+    finish(ws, loaded, writes, len(new_patches))
 
 
 def edit_lookup(ws: Workspace, store: rerere.Store, queue: Queue) -> replay.Edited | None:
@@ -438,6 +515,8 @@ def report_json(outcome: RefreshOutcome) -> dict[str, object]:
         "check": outcome.check.as_json() if outcome.check is not None else None,
         "finished": outcome.finished,
         "stopped_at": outcome.stopped_at,
+        "pending": outcome.pending,
+        "accepted_errors": outcome.accepted,
     }
 
 

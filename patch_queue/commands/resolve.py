@@ -6,7 +6,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.commands.refresh import RefreshOutcome, _advance, _killable, edit_lookup, import_sync, normalizer
+from patch_queue.commands.refresh import (
+    RefreshOutcome,
+    _advance,
+    _killable,
+    edit_lookup,
+    import_sync,
+    normalizer,
+    on_disk_lines,
+)
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, read_folder
@@ -19,7 +27,7 @@ from patch_queue.project import journal as journal_mod
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import REF_JOURNAL, Workspace, applied_count, check_no_journal, load_stack, ref_moves
-from patch_queue.series import absorb, replay, rerere, stack
+from patch_queue.series import absorb, reimport, replay, rerere, stack
 from patch_queue.series.queue import Queue
 
 
@@ -29,15 +37,18 @@ def do_continue(
     progress: Progress | None = None,
     on_patch: Callable[[replay.PatchResult], None] | None = None,
     reports: tuple[str, str] = ("", ""),
+    accept_errors: bool = False,
 ) -> RefreshOutcome:
-    """``reports``: report paths given again (each replaces the refresh's; "" keeps it)."""
+    """``reports``: report paths given again (each replaces the refresh's; "" keeps it); ``accept_errors``:
+    finish over the errors of `pq check` (recorded in the lineage step), else they leave the refresh pending
+    and nothing written (:func:`~patch_queue.commands.refresh._advance`)."""
     on_patch = _killable(on_patch)
     state = refresh_state.require(ws)
     state = replace(state, reports=(reports[0] or state.reports[0], reports[1] or state.reports[1]))
     target = state.target()
     patches, done = state.patches, state.done
     work = read_folder(ws.out)
-    if not any(status == "conflict" for _n, _c, status in done):
+    if not any(status == "conflict" for _n, _c, status in done) and not state.check_errors:
         raise QueueError("nothing to continue: no conflicted patch")
     old_top = done[-1][1]  # what the output folder held: the lines of the pending findings are its lines
     top_marked = module_files(ws, old_top)
@@ -91,7 +102,9 @@ def do_continue(
                 imports=imports,
             )
             res.status = status if not res.conflicts else "conflict"
-            replayed.add(name)
+            # the refresh's findings of this patch stay (moved to their lines below): a merge of its merged
+            # commit onto the resolution finds nothing about upstream, only a conflict with the resolution
+            res.flags = []
             made[name] = res.commit
         on_patch(res)
         results.append(res)
@@ -131,16 +144,105 @@ def do_continue(
     kept = replay.follow_lines(ws.repo, [f for f in state.flags if f.patch not in replayed], old_top, top)
     for r in results:
         if r.name in made:
-            r.conflicts, r.flags = (replay.follow_lines(ws.repo, x, made[r.name], top) for x in (r.conflicts, r.flags))
+            r.conflicts = replay.follow_lines(ws.repo, r.conflicts, made[r.name], top)
+    flags = kept + [f for r in results for f in r.flags]
+    if imports is not None and len(results) == len(patches) and not any(r.conflicts for r in results):
+        results, changed, removed = _follow_imports(ws, state.new_base, target, imports, results, top_marked)
+        if changed:
+            followed = replay.follow_lines(ws.repo, flags, top, results[-1].commit)
+            flags = _added_after(module_files(ws, results[-1].commit), followed, removed) + changed
     state = replace(
         state,
         done=tuple((r.name, r.commit, r.status) for r in results),
         conflicts=tuple(c for r in results for c in r.conflicts),
-        flags=tuple(sorted(kept + [f for r in results for f in r.flags], key=lambda f: order.get(f.patch, 0))),
+        flags=tuple(sorted(flags, key=lambda f: order.get(f.patch, 0))),
     )
     return _advance(
-        ws, state, target, results, progress=progress, command="continue", store=store, placements=placements
+        ws,
+        state,
+        target,
+        results,
+        progress=progress,
+        command="continue",
+        store=store,
+        placements=placements,
+        accept_errors=accept_errors,
     )
+
+
+def _added_after(files: dict[str, bytes], flags: list[Conflict], removed: set[tuple[str, str]]) -> list[Conflict]:
+    """``flags`` with each ``import-added`` flag whose statement the imports' following changed pointing at the
+    statement as it is in ``files`` now; one whose every name it removed (``removed``: file, name) is left out (an
+    ``import-removed`` flag says so)."""
+    out = []
+    for f in flags:
+        text = files.get(f.file, b"").decode("utf-8", "replace")
+        lines = text.splitlines(keepends=True)
+        said = f.resolution or ""
+        if f.kind != reimport.ADDED or "".join(lines[(f.line or 1) - 1 :][: said.count("\n")]) == said:
+            out.append(f)
+            continue
+        left = [n for n in reimport.added_names(f.message) if (f.file, n) not in removed]
+        now = reimport.statement_of(text, left[0]) if left else None
+        if now is not None:
+            out.append(replace(f, line=now[0], resolution=now[1]))
+    return out
+
+
+def _follow_imports(
+    ws: Workspace,
+    base: str,
+    target: Queue,
+    imports: replay.Imports,
+    results: list[replay.PatchResult],
+    written: dict[str, bytes],
+) -> tuple[list[replay.PatchResult], list[Conflict], set[tuple[str, str]]]:
+    """The series with the imports of each runner module made to follow the resolution
+    (:func:`reimport.follow`: what the resolved code reads is imported, what the refresh imported, or the
+    resolution stopped using, and the code does not use is removed), each edit in the patch that owns the lines
+    it changes (the skeleton, or the patch whose merge added the import); one review flag per change, and the
+    (file, name) of every import removed.  ``written``: the modules as pq wrote them for the maintainer (an
+    import they do not hold is the maintainer's and stays)."""
+    chain = [(r.name, r.commit) for r in results]
+    top = module_files(ws, chain[-1][1])
+    previous = module_files(ws, imports.old_top)
+    vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)
+    texts = {p: d.decode("utf-8", "replace") for p, d in top.items() if p.endswith(".py")}
+    keep = reimport.imported_from(texts, target.package.replace("/", "."))
+    work: dict[str, bytes] = {}
+    changes: dict[str, list[reimport.Change]] = {}
+    for path, upstream in sorted(imports.modules.items()):
+        new_upstream = vendored.get(stack.VENDOR + upstream)
+        if new_upstream is None or path not in texts:
+            continue
+        text, made = reimport.follow(
+            texts[path],
+            new_upstream=new_upstream.decode("utf-8", "replace"),
+            upstream_module=upstream.removesuffix(".py").replace("/", "."),
+            previous=previous.get(path, b"").decode("utf-8", "replace"),
+            written=written.get(path, b"").decode("utf-8", "replace"),
+            line_length=imports.line_length,
+            keep=keep.get(path, set()),
+        )
+        if text != texts[path]:
+            work[path], changes[path] = text.encode("utf-8"), made
+    if not work:
+        return results, [], set()
+    absorbed, placements = absorb.absorb(ws.repo, base, chain, work)
+    out = [
+        r if moved == r.commit else replay.PatchResult(r.name, "modified", moved, r.conflicts, r.flags)
+        for r, (_n, moved) in zip(results, absorbed, strict=True)
+    ]
+    flags = []
+    for path, made in sorted(changes.items()):
+        placed = sorted((p.line, p.patch) for p in placements if p.file == path)
+        for c in made:  # the patch that took the edit at or above the change's line (its statement's edit)
+            owner = ([patch for line, patch in placed if line <= c.line] or [placed[0][1]])[-1]
+            flags.append(
+                Conflict(c.kind, c.message, conflict=False, resolution=c.text, patch=owner, file=path, line=c.line)
+            )
+    removed = {(path, n) for path, made in changes.items() for c in made if c.kind == reimport.REMOVED for n in c.names}
+    return out, flags, removed
 
 
 def _resolved_regions(
@@ -211,6 +313,9 @@ class Status:
     flags: list[Conflict] = field(default_factory=list)  # of the refresh in progress, at their lines on disk
     downstream: str = ""  # the pinned downstream release ("vllm-omni 0.24.0"), "" when adopted from a folder
     suggestions: dict[tuple[str, int], explain.Suggestion] = field(default_factory=dict)  # (file, line) of a conflict
+    # the errors of `pq check` that keep the refresh pending, at their lines on disk: (file, line, rule, message)
+    check_errors: list[tuple[str, int, str, str]] = field(default_factory=list)
+    accepted: tuple[int, int] = (0, 0)  # (lineage step, errors) of the last step finished over errors of pq check
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -230,13 +335,19 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
             for was, now in zip(state.conflicts, conflicts, strict=True)
             if now in open_ and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts)) is not None
         }
+        written = module_files(ws, state.done[-1][1])
+        lines = on_disk_lines(ws, written, [(file, line) for file, line, _r, _m in state.check_errors])
+        errors = [(f, n, r, m) for (f, _l, r, m), n in zip(state.check_errors, lines, strict=True)]
         return Status(True, state.old_base_label, target.upstream.label, rows, open_, resolved=resolved, flags=flags,
-                      downstream=_downstream(target), suggestions=tips)  # fmt: skip
+                      downstream=_downstream(target), suggestions=tips, check_errors=errors)  # fmt: skip
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
-    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(loaded.queue.lineage),
-                  downstream=_downstream(loaded.queue))  # fmt: skip
+    steps = loaded.queue.lineage
+    last = max((i for i, s in enumerate(steps, 1) if s.kind == "refresh"), default=0)
+    accepted = (last, len(steps[last - 1].accepted_errors)) if last and steps[last - 1].accepted_errors else (0, 0)
+    return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(steps),
+                  downstream=_downstream(loaded.queue), accepted=accepted)  # fmt: skip
 
 
 def _downstream(queue: Queue) -> str:

@@ -65,6 +65,8 @@ def summary_line(report: dict[str, object]) -> str:
         parts.append(plural(len(r.removed_symbols), "upstream symbol") + " removed")
     if not r.finished:
         parts.append(f"stopped at {one_line(r.stopped_at or '?')}")
+    if r.check_errors:
+        parts.append(plural(len(r.check_errors), "pq check error") + (" (accepted)" if r.accepted else ""))
     return ", ".join(parts)
 
 
@@ -108,12 +110,18 @@ def _annotation(command: str, out: str, entry: Conflict) -> str:
 
 
 def annotations(report: dict[str, object]) -> list[str]:
-    """GitHub Actions workflow commands: one ``::error`` per conflict, then one ``::warning`` per flag.
+    """GitHub Actions workflow commands: one ``::error`` per conflict, then one per error of `pq check`, then one
+    ``::warning`` per flag.
 
     ``::error file=<out>/<file>,line=<line>,title=<kind>::<message> (<symbol>; culprits: abc1234 #1234)``
     """
     r = read(report)
-    return [_annotation("error", r.out, e) for e in r.conflicts] + [_annotation("warning", r.out, e) for e in r.flags]
+    checked = [
+        _annotation("error", r.out, Conflict(f"pq check: {rule}", message, file=file, line=line or None))
+        for file, line, rule, message in r.check_errors
+    ]
+    conflicts = [_annotation("error", r.out, e) for e in r.conflicts]
+    return conflicts + checked + [_annotation("warning", r.out, e) for e in r.flags]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,7 +178,10 @@ def markdown(
          "out": "npu_worker",
          "patches": [{"name": PATCH, "status": "modified|unchanged|conflict|empty"}],
          "conflicts": [ENTRY], "flags": [ENTRY], "removed_symbols": ["file: Class.method"],
-         "blocks": {"before": N, "after": N}, "finished": BOOL, "stopped_at": PATCH | null}
+         "blocks": {"before": N, "after": N}, "finished": BOOL, "stopped_at": PATCH | null,
+         "check": the JSON of `pq check --json` on a result without conflicts | null,
+         "pending": BOOL (the refresh waits for `pq continue`: conflicts, or errors of `pq check`),
+         "accepted_errors": ["file:line: error: [rule] message"] (finished over them: --accept-errors)}
         ENTRY = {"patch", "file" (relative to out), "line" (1-based), "symbol", "kind", "message",
                  "anchor": {"index", "line", "text"} | null,
                  "culprits": [{"commit", "subject", "pr", "date"}],
@@ -179,7 +190,8 @@ def markdown(
                  "explanation" (conflicts): {"upstream": what upstream changed, "block": the omni block,
                                              "suggestion": {"side", "reason", "text"} | null}}
 
-    Layout: title, status paragraph, a table of the patches with conflicts or flags, a table by
+    Layout: title, status paragraph (with the errors of `pq check`, listed, when there are any), a table of the
+    patches with conflicts or flags, a table by
     kind, then ``### Conflicts`` with one ``<details>`` section each and ``### Review flags`` with
     one ``#### kind`` group each (``<details>`` sections in report order).
 

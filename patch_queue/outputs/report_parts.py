@@ -41,10 +41,42 @@ KIND_ORDER = (
     "merged-words",
     "import-added",
     "import-stale",
+    "import-removed",
     "api-replaced",
     "gpu-synced",
     "gpu-unplaced",
 )
+
+# the review flags a maintainer must read: decisions pq took on its own that change what the code does (the
+# terminal lists them after the conflicts and counts the rest); a `both-inserted` or `block-moved` counts as one
+# only when it places code (both sides' code, in an order pq chose; code moved by its anchor), not blank lines
+TO_READ = frozenset(
+    {
+        "kept-replacement",
+        "already-upstream",
+        "merged-words",
+        "api-replaced",
+        "import-stale",
+        "import-removed",
+        "both-inserted",
+        "block-moved",
+    }
+)
+
+
+def to_read(flag: Conflict) -> bool:
+    """Whether ``flag`` is one a maintainer must read (:data:`TO_READ`)."""
+    if flag.kind == "both-inserted":
+        return _has_code(flag.ours) and _has_code(flag.theirs)
+    if flag.kind == "block-moved":
+        return _has_code(flag.resolution)
+    return flag.kind in TO_READ
+
+
+def _has_code(text: str | None) -> bool:
+    """Whether ``text`` holds a line that is neither blank nor a comment."""
+    return any(line.strip() and not line.lstrip().startswith("#") for line in (text or "").splitlines())
+
 
 SHA = re.compile(r"[0-9a-fA-F]{7,64}")
 _TICKS = re.compile(r"`+")
@@ -75,6 +107,8 @@ class Report:
     stopped_at: str | None
     fences: tuple[tuple[str, int, str], ...]  # (file, line, message) of Omni-new fence problems
     culprits: str = ""  # between which upstream commits the culprits were searched, or why none were
+    check_errors: tuple[tuple[str, int, str, str], ...] = ()  # (file, line, rule, message) of pq check's errors
+    accepted: bool = False  # the refresh was finished over them (--accept-errors)
 
 
 def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
@@ -122,7 +156,24 @@ def read(report: Mapping[str, object]) -> Report:
             for where, f in _objects(report, "fences")
         ),
         culprits=string(upstream, "culprits", "upstream"),
+        check_errors=_check_errors(report),
+        accepted=bool(listing(report, "accepted_errors", "")),
     )
+
+
+def _check_errors(report: Mapping[str, object]) -> tuple[tuple[str, int, str, str], ...]:
+    """The errors of the report's ``check`` (pq check on a result without conflicts), in its order."""
+    if report.get("check") is None:
+        return ()
+    check = mapping(report.get("check"), "check")
+    out = []
+    for i, raw in enumerate(listing(check, "findings", "check")):
+        where = f"check.findings[{i}]"
+        f = mapping(raw, where)
+        if string(f, "severity", where) == "error":
+            line = integer(f, "line", where) or 0
+            out.append((string(f, "file", where), line, string(f, "rule", where), string(f, "message", where)))
+    return tuple(out)
 
 
 def is_reused(entry: Conflict) -> bool:
@@ -332,7 +383,26 @@ def head(r: Report, url: str) -> str:
         status.append("No upstream symbols removed.")
     if r.conflicts and r.culprits:
         status.append(f"Culprits: {_text(r.culprits)}.")
+    errors = plural(len(r.check_errors), "error")
+    if r.check_errors and r.accepted:
+        status.append(
+            f"**Finished over {errors} of `pq check`** (`--accept-errors`, recorded in the lineage): "
+            "fix them before this ships."
+        )
+    elif r.check_errors:
+        status.append(
+            f"**Not finished: `pq check` reports {errors} in the result:** fix them in {code(r.out + '/')}, then "
+            f"`pq continue` (`--accept-errors` finishes over them)."
+        )
     blocks.append(" ".join(status))
+    if r.check_errors:
+        items = []
+        for file, line, rule, message in r.check_errors[:50]:
+            where = path(r.out, file) + (f":{line}" if line else "") if file else r.out + "/"
+            items.append(f"- {code(where)}: {code(rule)} {_text(one_line(message))}")
+        if len(r.check_errors) > 50:
+            items.append(f"- and {len(r.check_errors) - 50} more (see the JSON report)")
+        blocks.append("**`pq check` errors:**\n\n" + "\n".join(items))
     if r.fences:
         items = [
             f"- {code(path(r.out, file) + ':' + str(line))}: {_text(message)}" for file, line, message in r.fences[:50]

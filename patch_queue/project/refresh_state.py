@@ -42,6 +42,9 @@ class RefreshState:
     discarded: str = ""  # what --discard dropped
     reports: tuple[str, str] = ("", "")  # the JSON and Markdown reports `pq continue` rewrites ("": none)
     culprits_note: str = ""  # between which upstream commits the culprits were searched, or why not
+    # the series is through, but `pq check` found these errors (file, line, rule, message) in the result, at its
+    # lines: the refresh waits for them to be fixed (or `pq continue --accept-errors`)
+    check_errors: tuple[tuple[str, int, str, str], ...] = ()
 
     def target(self) -> Queue:
         """The series' queue moved onto the target."""
@@ -106,6 +109,7 @@ class RefreshState:
             discarded=text("discarded"),
             reports=_pair(data.get("reports", ["", ""]), "reports"),
             culprits_note=text("culprits_note"),
+            check_errors=_errors(data.get("check_errors")),
         )
 
 
@@ -115,6 +119,20 @@ def _list(value: object, key: str) -> list[object]:
     if not isinstance(value, list):
         raise ValueError(f"{key}: expected a list")
     return value
+
+
+def _errors(value: object) -> tuple[tuple[str, int, str, str], ...]:
+    out = []
+    for row in _list(value, "check_errors"):
+        if not (
+            isinstance(row, list)
+            and len(row) == 4
+            and isinstance(row[1], int)
+            and all(isinstance(row[i], str) for i in (0, 2, 3))
+        ):
+            raise ValueError("check_errors: expected [file, line, rule, message] each")
+        out.append((row[0], row[1], row[2], row[3]))
+    return tuple(out)
 
 
 def _pair(value: object, key: str) -> tuple[str, str]:

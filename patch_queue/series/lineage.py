@@ -23,9 +23,11 @@ def step_of(
     upstream: UpstreamPin | None = None,
     downstream: str = "",
     edited: Sequence[str] = (),
+    accepted: Sequence[str] = (),
 ) -> Step:
     patches = tuple((n, sha256(b)) for n, b in bodies)
-    return Step(kind, command, patches, upstream, downstream, tuple(n for n, _h in patches if n in edited))
+    edits = tuple(n for n, _h in patches if n in edited)
+    return Step(kind, command, patches, upstream, downstream, edits, tuple(accepted))
 
 
 def with_step(
@@ -39,8 +41,8 @@ def with_step(
     lineage = queue.lineage or (step_of("import", "migrate", previous, upstream=queue.upstream),)
     if step.kind == "adopt":
         lineage = (step,)
-    elif lineage[-1].patches != step.patches:
-        lineage += (step,)
+    elif lineage[-1].patches != step.patches or step.accepted_errors:
+        lineage += (step,)  # a step over accepted errors is recorded even when it changed no body
     return replace(queue, lineage=lineage, build={path: sha256(data) for path, data in sorted(top_modules.items())})
 
 

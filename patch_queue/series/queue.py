@@ -37,6 +37,8 @@
     command = "adopt"                # the pq command that made the step
     downstream = "vllm-omni==0.30.0" # adopt: the hand-maintained release; sync-gpu: the release it moved the pin to
     edited = []                      # patches whose bodies carry recorded edits (refs/pq/resolutions)
+    accepted_errors = []             # refresh: the errors of `pq check` it was finished over (--accept-errors);
+                                     # written only when there are some
     patches = ["<sha256> 0001-init.patch", ...]   # the series after the step, with each body's sha256
     [lineage.upstream]               # adopt: the upstream it was adopted at; refresh: the target
     kind = "git"                     # same keys as [upstream], files included
@@ -100,6 +102,7 @@ class Step:
     upstream: UpstreamPin | None = None  # adopt: where; refresh: the target
     downstream: str = ""  # adopt: "name==version" ("" when adopted from a folder); sync-gpu: the pin it moved to
     edited: tuple[str, ...] = ()
+    accepted_errors: tuple[str, ...] = ()  # refresh: the errors of `pq check` it finished over ("file:line: ...")
 
     @property
     def names(self) -> list[str]:
@@ -183,6 +186,7 @@ def render_queue(q: Queue) -> str:
             f"command = {_q(step.command)}",
             f"downstream = {_q(step.downstream)}",
             *_list("edited", step.edited),
+            *(_list("accepted_errors", step.accepted_errors) if step.accepted_errors else []),
             *_list("patches", [f"{digest} {name}" for name, digest in step.patches]),
         ]
         if step.upstream is not None:
@@ -286,12 +290,18 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
             raise QueueError(f"{where}.edited must be a list of strings", path=path)
         if set(edited) - {n for n, _d in patches}:
             raise QueueError(f"{where}.edited names a patch the step does not list", path=path)
+        accepted = item.get("accepted_errors", [])
+        if not isinstance(accepted, list) or not all(isinstance(e, str) for e in accepted):
+            raise QueueError(f"{where}.accepted_errors must be a list of strings", path=path)
+        if accepted and kind != "refresh":
+            raise QueueError(f"{where}.accepted_errors: only a refresh step finishes over errors", path=path)
         up = item.get("upstream")
         if up is not None and not isinstance(up, dict):
             raise QueueError(f"{where}.upstream must be a table", path=path)
         command = _str(item, "command", where)
         pin = _parse_pin(up, f"{where}.upstream", path) if up is not None else None
-        steps.append(Step(kind, command, tuple(patches), pin, _str(item, "downstream", where), tuple(edited)))
+        downstream = _str(item, "downstream", where)
+        steps.append(Step(kind, command, tuple(patches), pin, downstream, tuple(edited), tuple(accepted)))
     return tuple(steps)
 
 

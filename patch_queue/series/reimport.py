@@ -36,6 +36,9 @@ from patch_queue.sources import cache
 
 ADDED = "import-added"
 STALE = "import-stale"
+REMOVED = "import-removed"
+_USED_BEFORE = "the previous build used it in code the resolution does not keep"
+_ADDED_FOR_A_SIDE = "the refresh imported it for upstream code the result does not keep"
 _FIRST_PARTY = "vllm_omni"
 
 
@@ -244,18 +247,7 @@ def _reconcile(
         return result, sorted(done, key=lambda c: (c.line, c.kind, c.names))
     upstream = bindings(new_upstream, upstream_module)
     own = _statements(views[0], text)
-    add: dict[str, list[str]] = {}  # module -> aliases ("name" or "origin as name") to import from it
-    plain: list[tuple[str, str]] = []  # (`import x` statement, the name it binds)
-    for name in dict.fromkeys(lint.name for lint in lints if lint.code == "F821"):
-        where = upstream.get(name)
-        if where is None:
-            continue
-        if where.origin == "":
-            plain.append((where.statement(name), name))
-        else:
-            add.setdefault(where.module or upstream_module, []).append(
-                name if where.origin == name else f"{where.origin} as {name}"
-            )
+    add, plain = _imports_for((lint.name for lint in lints if lint.code == "F821"), upstream, upstream_module)
     drop: dict[int, list[str]] = {}  # statement index -> aliases to remove
     changes: list[Change] = []
     # unused on every side: an import one side of a conflict region uses stays
@@ -269,23 +261,189 @@ def _reconcile(
             changes.append(Change(STALE, own[i].first, "", (name,), said + "; unused: removed"))
         else:
             changes.append(Change(STALE, own[i].first, own[i].source, (name,), said + "; still used: check it"))
-    # (first, last, the `from` statement to lay out, "" to remove, what was added): laid out in one formatter run
+    return _edit(text, own, add, plain, drop, upstream, line_length, changes, why="merged upstream code uses")
+
+
+def follow(
+    text: str,
+    *,
+    new_upstream: str,
+    upstream_module: str,
+    previous: str,
+    written: str,
+    line_length: int = 120,
+    keep: Collection[str] = (),
+) -> tuple[str, list[Change]]:
+    """The imports of ``text`` (a runner module as a resolution left it, no conflict regions) made to follow it.
+
+    Each name the text reads and does not bind is imported where the new upstream module (``new_upstream``,
+    the module ``upstream_module``) imports or defines it, else as ``previous`` (the module in the previous
+    build) imported it (``import-added``); each import the text does not use is removed (``import-removed``)
+    unless ``previous`` had it unused already (the refresh imported it for a side of a conflict region
+    the resolution did not keep, or the resolution dropped the code that used it), ``written`` (the module as
+    pq wrote it for the maintainer, conflict regions and all) does not import it (the maintainer wrote it),
+    another module imports the name from this one (``keep``), or its statement holds a comment (rewriting it
+    would lose the comment).
+    """
+    found = fmt.lint(text, ("F821", "F401"))
+    if found is None:
+        return text, []  # the parse check reports it
+    before = fmt.lint(previous, ("F401",)) or []
+    unused_before = {lint.name for lint in before}
+    view = sides(written)[0]
+    try:
+        pq_wrote = {_alias(a) for stmt in _statements(view, written) for a in stmt.node.names}
+    except SyntaxError:
+        pq_wrote = set()
+    prior = bindings(previous, "")  # absolute imports only: the runner's own package is not needed
+    upstream = bindings(new_upstream, upstream_module)
+    wanted = [lint.name for lint in found if lint.code == "F821"]
+    fallback = {n: b for n, b in prior.items() if b.module is not None and n not in upstream}
+    add, plain = _imports_for(wanted, {**fallback, **upstream}, upstream_module)
+    own = _statements(text, text)
+    drop: dict[int, list[str]] = {}
+    changes: list[Change] = []
+    reasons: dict[tuple[int, str], list[str]] = {}  # (statement index, why) -> the names removed
+    for lint in found:
+        if lint.code != "F401" or lint.name in unused_before:
+            continue
+        for i, stmt in enumerate(own):
+            alias = _alias_at(stmt, lint)
+            if alias is None:
+                continue
+            name = alias.split(" as ")[-1].split(".")[0]
+            if name not in keep and "#" not in stmt.source and alias in pq_wrote:
+                drop.setdefault(i, []).append(alias)
+                was = prior.get(name)
+                used = was is not None and was.module is not None
+                reasons.setdefault((i, _USED_BEFORE if used else _ADDED_FOR_A_SIDE), []).append(alias)
+            break
+    for (i, why), aliases in sorted(reasons.items()):
+        stmt = own[i]
+        names = tuple(a.split(" as ")[-1].split(".")[0] for a in aliases)
+        what = f"from {stmt.module} import " if isinstance(stmt.node, ast.ImportFrom) else "import "
+        said = f"the resolved code does not use {', '.join(f'`{n}`' for n in names)} ({why}): "
+        changes.append(Change(REMOVED, stmt.first, "", names, said + f"removed `{what}{', '.join(aliases)}`"))
+    return _edit(
+        text, own, add, plain, drop, upstream, line_length, changes, why="the resolved code uses", previous=fallback
+    )
+
+
+def imported_from(texts: Mapping[str, str], package: str) -> dict[str, set[str]]:
+    """Module path (``x.py``) -> the names other modules of ``texts`` import from it (``from package.x import
+    name``): an import :func:`follow` must keep, though the module itself does not use it."""
+    out: dict[str, set[str]] = {}
+    for path, text in sorted(texts.items()):
+        try:
+            tree = parsed(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                prefix, _, module = node.module.rpartition(".")
+                target = module + ".py"
+                if prefix == package and target in texts and target != path:
+                    out.setdefault(target, set()).update(a.name for a in node.names)
+    return out
+
+
+def added_names(message: str) -> tuple[str, ...]:
+    """The names an ``import-added`` flag's message says were imported (its closing ``added `statement```)."""
+    m = re.search(r"added `(.+)`$", message)
+    try:
+        node = ast.parse(m.group(1)).body[0] if m else None
+    except SyntaxError:
+        return ()
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        return ()
+    return tuple(a.asname or a.name.split(".")[0] for a in node.names)
+
+
+def statement_of(text: str, name: str) -> tuple[int, str] | None:
+    """(first line, source) of the top-level import statement of ``text`` that binds ``name``, if any."""
+    lines = text.splitlines(keepends=True)
+    for stmt in _statements(text, text):
+        if any((a.asname or a.name.split(".")[0]) == name for a in stmt.node.names):
+            return stmt.first, "".join(lines[stmt.first - 1 : stmt.last])
+    return None
+
+
+def _alias_at(stmt: _Stmt, lint: fmt.Lint) -> str | None:
+    """The alias (``name``, ``origin as name``, ``a.b``) of ``stmt`` that the F401 ``lint`` is about, if any."""
+    if not stmt.first <= lint.line <= stmt.last:
+        return None
+    for a in stmt.node.names:
+        if lint.name in (_alias(a), a.name, a.asname):
+            return _alias(a)
+    return None
+
+
+def _alias(a: ast.alias) -> str:
+    return a.name + (f" as {a.asname}" if a.asname else "")
+
+
+def _imports_for(
+    names: Iterable[str], where: Mapping[str, _Binding], upstream_module: str
+) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """The imports that bind ``names`` as ``where`` binds them: module -> aliases for ``from module import``
+    (a definition: from ``upstream_module``), and the ``import x`` statements with the name each binds."""
+    add: dict[str, list[str]] = {}  # module -> aliases ("name" or "origin as name") to import from it
+    plain: list[tuple[str, str]] = []  # (`import x` statement, the name it binds)
+    for name in dict.fromkeys(names):
+        binding = where.get(name)
+        if binding is None:
+            continue
+        if binding.origin == "":
+            plain.append((binding.statement(name), name))
+        else:
+            add.setdefault(binding.module or upstream_module, []).append(
+                name if binding.origin == name else f"{binding.origin} as {name}"
+            )
+    return add, plain
+
+
+def _edit(
+    text: str,
+    own: list[_Stmt],
+    add: dict[str, list[str]],
+    plain: list[tuple[str, str]],
+    drop: Mapping[int, list[str]],
+    upstream: Mapping[str, _Binding],
+    line_length: int,
+    changes: list[Change],
+    *,
+    why: str,
+    previous: Mapping[str, _Binding] | None = None,
+) -> tuple[str, list[Change]]:
+    """``text`` with the aliases of ``add`` joined into its ``from`` imports ``own`` (or in new statements at their
+    place), the ``import x`` statements of ``plain`` placed, and the aliases of ``drop`` removed; ``changes`` (the
+    removals', at their statement's first line) with the added ones, every line where it is in the result.  Each
+    name added is bound as ``upstream`` binds it, else as ``previous`` does."""
+    prior = previous or {}
+    # (first, last, the statement to lay out, "" to remove, what was added): laid out in one formatter run
     rewrites: list[tuple[int, int, str, Change | None]] = []
     for i, stmt in enumerate(own):
         extra = add.pop(stmt.module, []) if _joinable(stmt) else []
         if not extra and i not in drop:
             continue
         node = stmt.node
-        assert isinstance(node, ast.ImportFrom)
         old = [a.name + (f" as {a.asname}" if a.asname else "") for a in node.names]
         kept = [a for a in dict.fromkeys(old + extra) if a not in drop.get(i, [])]
-        exploded = stmt.source.rstrip().removesuffix(")").rstrip().endswith(",")
-        new = _from_import(stmt.module, sorted(kept, key=_order), exploded) if kept else ""
-        rewrites.append((stmt.first, stmt.last, new, _added(stmt.module, extra, upstream)))
+        if isinstance(node, ast.Import):
+            new = f"import {', '.join(kept)}\n" if kept else ""
+        else:
+            exploded = stmt.source.rstrip().removesuffix(")").rstrip().endswith(",")
+            new = _from_import(stmt.module, sorted(kept, key=_order), exploded) if kept else ""
+        rewrites.append((stmt.first, stmt.last, new, _added(stmt.module, extra, upstream, why, prior)))
     for module, names in sorted(add.items()):
         at = _insert_at(own, module, is_from=True)
         rewrites.append(
-            (at, at - 1, _from_import(module, sorted(names, key=_order), False), _added(module, names, upstream))
+            (
+                at,
+                at - 1,
+                _from_import(module, sorted(names, key=_order), False),
+                _added(module, names, upstream, why, prior),
+            )
         )
     laid_out = iter(fmt.format_statements([new for _f, _l, new, _c in rewrites if new], line_length))
     edits: list[tuple[int, int, list[str], Change | None]] = [  # (first, last, new lines, what was added)
@@ -294,7 +452,7 @@ def _reconcile(
     ]
     for statement, name in plain:
         at = _insert_at(own, statement.split()[1], is_from=False)
-        edits.append((at, at - 1, [statement + "\n"], _added(statement, [name], upstream)))
+        edits.append((at, at - 1, [statement + "\n"], _added(statement, [name], upstream, why, prior)))
     lines = text.splitlines(keepends=True)
     out: list[str] = []
     pos = 1
@@ -308,12 +466,12 @@ def _reconcile(
         pos = last + 1
         moved.append((pos, len(out) + 1))
 
-    def follow(line: int) -> int:  # a stale import's line after the edits (where it stood, if removed)
+    def follow_line(line: int) -> int:  # a removal's line after the edits (where it stood, if removed)
         old, new = max(((o, n) for o, n in moved if o <= line), default=(line, line))
         return new + line - old
 
     out += lines[pos - 1 :]
-    changes = [replace(c, line=follow(c.line)) if c.kind == STALE else c for c in changes]
+    changes = [replace(c, line=follow_line(c.line)) if c.kind in (STALE, REMOVED) else c for c in changes]
     return "".join(out), sorted(changes, key=lambda c: (c.line, c.kind, c.names))
 
 
@@ -363,8 +521,11 @@ def _contains(lines: Sequence[str], block: Sequence[str]) -> bool:
     return any(lines[i : i + len(block)] == list(block) for i, x in enumerate(lines) if x == first)
 
 
-def _added(source: str, aliases: Sequence[str], upstream: Mapping[str, _Binding]) -> Change | None:
-    """The change that imports ``aliases`` from the module ``source`` (or, for ``import x``, by that statement)."""
+def _added(
+    source: str, aliases: Sequence[str], upstream: Mapping[str, _Binding], why: str, previous: Mapping[str, _Binding]
+) -> Change | None:
+    """The change that imports ``aliases`` from the module ``source`` (or, for ``import x``, by that statement), as
+    ``upstream`` (the new upstream module) binds them, else ``previous`` (the module in the previous build)."""
     if not aliases:
         return None
     ordered = sorted(aliases, key=_order)
@@ -372,9 +533,11 @@ def _added(source: str, aliases: Sequence[str], upstream: Mapping[str, _Binding]
     statement = source if source.startswith("import ") else f"from {source} import {', '.join(ordered)}"
     how = [
         f"`{n}` ({'defined' if upstream[n].module is None else 'imported'} at upstream line {upstream[n].line})"
+        if n in upstream
+        else f"`{n}` (imported at line {previous[n].line} of the previous build)"
         for n in names
     ]
-    return Change(ADDED, 0, "", names, f"merged upstream code uses {', '.join(how)}; added `{statement}`")
+    return Change(ADDED, 0, "", names, f"{why} {', '.join(how)}; added `{statement}`")
 
 
 @dataclass(frozen=True)
