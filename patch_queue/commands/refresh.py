@@ -294,15 +294,19 @@ def _advance(
     )
     if finished and not conflicts:
         loaded = LoadedStack(target, state.new_base, new_patches)
-        edited: list[str] = []
+        edits: list[rerere.Edit] = []
         if command == "continue" or state.recorded:
             edits = _merge_edits(ws, target, list(patches), new_patches, state.new_base, state.labels)
             store.record_edits(edits, f"pq {command}: edits recorded\n")
-            edited = [n for n, _b, _a in edits]
         writes.move_refs(store.ref_update())
-        write_series(
-            ws, loaded, writes=writes, step=StepInfo("refresh", command, target.upstream, edited=tuple(edited))
+        step = StepInfo(
+            "refresh",
+            command,
+            target.upstream,
+            edited=tuple(e.name for e in edits),
+            bases=tuple((e.name, stack.sha256(e.before)) for e in edits),
         )
+        write_series(ws, loaded, writes=writes, step=step)
         old_top = patches[-1][1] if patches else None
         if old_top is not None and old_top != new_patches[-1][1]:
             writes.move_refs({REF_PREVIOUS: (ws.repo.ref(REF_PREVIOUS), old_top)})
@@ -375,8 +379,8 @@ def _merge_edits(
     final: list[tuple[str, str]],
     new_base: str,
     labels: tuple[str, str],
-) -> list[tuple[str, bytes, bytes]]:
-    """(patch, merged body, final body) for every patch whose final body is not its plain merge.
+) -> list[rerere.Edit]:
+    """The edit of every patch whose final body is not its plain merge (from the merge to the final commit).
 
     The plain merge is the one a later refresh from the same inputs computes before it looks for
     recorded edits: each old patch merged onto the final patch below it, no recorded regions.
@@ -392,7 +396,8 @@ def _merge_edits(
         if merged.commit != commit:
             before, after = stack.export_patches(ws.repo, [merged.commit, commit])
             if before != after:
-                out.append((name, before, after))
+                was, now = (ws.repo.read_tree(ws.repo.commit_info(c).tree) for c in (merged.commit, commit))
+                out.append(rerere.Edit(name, before, after, was, now, ws.repo.commit_info(commit)))
         parent = commit
     return out
 

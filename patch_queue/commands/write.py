@@ -44,6 +44,7 @@ class StepInfo:
     upstream: UpstreamPin | None = None
     downstream: str = ""
     edited: tuple[str, ...] = ()
+    bases: tuple[tuple[str, str], ...] = ()  # (edited patch, sha256 of the body its recorded edit was made on)
 
 
 def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: StepInfo) -> None:
@@ -69,6 +70,7 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
         upstream=step.upstream,
         downstream=step.downstream,
         edited=step.edited,
+        bases=step.bases,
     )
     queue = lineage.with_step(loaded.queue, made, top, previous=previous)
     writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")

@@ -23,9 +23,13 @@ def step_of(
     upstream: UpstreamPin | None = None,
     downstream: str = "",
     edited: Sequence[str] = (),
+    bases: Sequence[tuple[str, str]] = (),
 ) -> Step:
+    """``bases``: (edited patch, sha256 of the body its recorded edit was made on)."""
     patches = tuple((n, sha256(b)) for n, b in bodies)
-    return Step(kind, command, patches, upstream, downstream, tuple(n for n, _h in patches if n in edited))
+    names = tuple(n for n, _h in patches if n in edited)
+    base = dict(bases)
+    return Step(kind, command, patches, upstream, downstream, names, tuple((n, base[n]) for n in names if n in base))
 
 
 def with_step(
