@@ -147,7 +147,7 @@ class _Run:
 
     def merge(
         self, step: Step, where: str, name: str, before: bytes, ours: str
-    ) -> tuple[dict[str, bytes | None], rerere.Recorded]:
+    ) -> tuple[dict[str, bytes | None], rerere.RecordedEdit]:
         """The module files the recorded edit of ``name`` that ``step`` made changes, merged three-way onto the
         tree of ``ours`` (the stack at that patch as reproduced, before the edit), and the edit; ``before`` is
         the patch's body there."""
@@ -393,7 +393,7 @@ def _edit(run: _Run, loaded: LoadedStack, step: Step, where: str) -> LoadedStack
     return LoadedStack(queue, loaded.base, commits)
 
 
-def _made(found: rerere.Recorded, where: str, shown: str) -> CommitInfo:
+def _made(found: rerere.RecordedEdit, where: str, shown: str) -> CommitInfo:
     """The commit a patch that a step made is committed like: the message and author its recorded edit holds."""
     if found.message is None or found.author is None:
         raise QueueError(f"the recorded edit of {where} for this patch holds no message to commit it with", path=shown)

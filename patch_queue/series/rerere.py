@@ -52,7 +52,7 @@ class Edit:
 
 
 @dataclass(frozen=True)
-class Recorded:
+class RecordedEdit:
     """A recorded edit as the store holds it."""
 
     patch: str
@@ -117,7 +117,7 @@ class Store:
             return None
         return after if sha256(after) == entry.get("after") else None
 
-    def find_edit(self, name: str, *, before: str | None = None, after: str | None = None) -> Recorded | None:
+    def find_edit(self, name: str, *, before: str | None = None, after: str | None = None) -> RecordedEdit | None:
         """The recorded edit of patch ``name`` made on the body of sha256 ``before`` (or, without it, giving the
         body of sha256 ``after``); None when the store holds none.  Of several, the first by path."""
         for path in sorted(p for p in self._files if p.startswith("edits/")):
@@ -134,7 +134,7 @@ class Store:
             return self._recorded(entry)
         return None
 
-    def _recorded(self, entry: dict[str, object]) -> Recorded:
+    def _recorded(self, entry: dict[str, object]) -> RecordedEdit:
         files: dict[str, tuple[bytes | None, bytes | None]] | None = None
         raw = entry.get("files")
         if isinstance(raw, dict):
@@ -155,7 +155,7 @@ class Store:
             if isinstance(name, str) and isinstance(email, str) and isinstance(time, int) and isinstance(offset, int):
                 person = Person(name, email, time, offset)
         message = entry.get("message")
-        return Recorded(
+        return RecordedEdit(
             str(entry.get("patch")),
             str(entry.get("before")),
             str(entry.get("after")),
@@ -164,7 +164,7 @@ class Store:
             person,
         )
 
-    def onto(self, edit: Recorded, ours: Mapping[str, bytes]) -> tuple[dict[str, bytes | None], list[Clash]]:
+    def onto(self, edit: RecordedEdit, ours: Mapping[str, bytes]) -> tuple[dict[str, bytes | None], list[Clash]]:
         """``edit`` merged three-way onto ``ours`` (the module files of another merge of its patch): the files it
         changes as they come out (None: no such file), and where both changed the same lines."""
         assert edit.files is not None
