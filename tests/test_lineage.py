@@ -359,6 +359,18 @@ def test_record_and_new_after_continue_are_reproduced_from_a_fresh_clone(
     main_sh(old, check=0)
     assert modules(old) == wanted
 
+    # the edits not fetched: the error says so, naming the first patch the continue edited, and writes nothing
+    unfetched = checkout(origin, tmp_path / "unfetched")
+    before = state(unfetched)
+    line = pq(unfetched, "reproduce", check=1).stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"pq: error: patches/0\d{3}-[a-z0-9-]+\.patch: the recorded edit of lineage step 2 "
+        r"\(refresh, `pq continue`\) for this patch is not in refs/pq/resolutions; this repository has no "
+        r"refs/pq/resolutions: fetch it: git fetch origin refs/pq/resolutions:refs/pq/resolutions",
+        line,
+    ), line
+    assert state(unfetched) == before
+
 
 def spliced(origin: Path, dst: Path, change: tuple[str, str, str, bool]) -> Path:
     """A clone whose lineage is the maintainer's with, between the adoption and the refresh, a `pq record` of one
