@@ -11,7 +11,7 @@ import pytest
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import checked, symbols
-from patch_queue.series import adopt, queue, replay
+from patch_queue.series import adopt, queue, replay, rerere, stack
 
 SOURCE = '''import x
 
@@ -102,11 +102,21 @@ def test_queue_round_trip_and_errors() -> None:
                 queue.UpstreamPin("vllm-ascend", "release", "x==1", "p", "x 1", "", {"a/b.py": "11"}),
                 edited=("0001-a.patch",),
                 accepted_errors=('m.py:3: error: [name-undefined] Undefined name `x` "q"',),
+                bases=(("0001-a.patch", "3" * 64),),
             ),
         ),
         build={"m.py": "2" * 64},
     )
-    assert queue.parse_queue(queue.render_queue(q)) == q
+    text = queue.render_queue(q)
+    assert queue.parse_queue(text) == q
+    assert text.count("bases = [") == 1  # a step without bases writes none (the format before them)
+    assert f'bases = [\n    "{"3" * 64} 0001-a.patch",\n]' in text
+    older = text.replace(f'bases = [\n    "{"3" * 64} 0001-a.patch",\n]\n', "")
+    assert queue.parse_queue(older).lineage[1] == replace(q.lineage[1], bases=())  # an older queue.toml is read
+    with pytest.raises(QueueError, match="bases names a patch twice or one the step's edited does not list"):
+        queue.parse_queue(text.replace(f'"{"3" * 64} 0001-a.patch"', f'"{"3" * 64} 0002-b.patch"'))
+    with pytest.raises(QueueError, match="lineage\\[1\\].bases: 'x 0001-a.patch' is not"):
+        queue.parse_queue(text.replace(f'"{"3" * 64} 0001-a.patch"', '"x 0001-a.patch"'))
     # a step over no accepted errors writes no key for them (the queue.toml of older pq versions, byte for byte)
     plain = replace(q, lineage=(q.lineage[0], replace(q.lineage[1], accepted_errors=())))
     assert "accepted_errors" not in queue.render_queue(plain) and queue.parse_queue(queue.render_queue(plain)) == plain
@@ -257,3 +267,33 @@ def test_projection_is_cached_by_its_inputs(tmp_path: Path, monkeypatch: pytest.
     assert stack.project_modules(q, {"a/b.py": upstream}.__getitem__, label="test") == first  # from the cache
     with pytest.raises(AssertionError, match="parsed again"):  # another upstream text is projected anew
         stack.project_modules(q, {"a/b.py": upstream + b"\n"}.__getitem__, label="test")
+
+
+def test_a_recorded_edit_merges_onto_another_merge_result(tmp_path: Path) -> None:
+    """The store keeps the module files an edit changed; onto another merge of its patch it merges three-way: a
+    line changed far away merges, the edited lines changed too clash (at the lines of that merge), and the sides
+    may hold the diff3 regions of pq's own merge (a conflicted patch's merge result)."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    repo = ProjectRepo(tmp_path)
+    store = rerere.Store(repo)
+    region = "<<<<<<< upstream\nu = 1\n||||||| base\nu = 0\n=======\nu = 2\n>>>>>>> 0001-a.patch\n"
+    lines = [f"line {i}\n" for i in range(20)]
+    base = "".join(lines[:10]) + region + "".join(lines[10:])
+    final = "".join(lines[:10]) + "u = 2\n" + "".join(lines[10:])  # the region resolved to the patch side
+    like = repo.commit_info(repo.commit(repo.write_tree({"m.py": b""}), [], "a\n", stack.PERSON, stack.PERSON))
+    sides = {"m.py": base.encode()}, {"m.py": final.encode()}
+    edit = rerere.Edit("0001-a.patch", b"body before\n", b"body after\n", *sides, like)
+    assert store.record_edits([edit], "test\n") == 1
+    found = store.find_edit("0001-a.patch", before=stack.sha256(b"body before\n"))
+    assert found is not None and found.files is not None and found.message == "a\n"
+    assert store.find_edit("0001-a.patch", after=stack.sha256(b"body after\n")) == found
+    assert store.find_edit("0002-b.patch", after=stack.sha256(b"body after\n")) is None
+    assert store.lookup_edit("0001-a.patch", b"body before\n") == b"body after\n"
+    far = base.replace("line 18\n", "line 18 (another merge)\n")
+    files, clashes = store.onto(found, {"m.py": far.encode()})
+    assert clashes == [] and files == {"m.py": final.replace("line 18\n", "line 18 (another merge)\n").encode()}
+    near = base.replace("u = 2\n", "u = 3\n")
+    files, clashes = store.onto(found, {"m.py": near.encode()})
+    assert clashes == [rerere.Clash("m.py", 11, 17)]  # the lines of pq's region in the other merge
+    assert store.onto(found, {"m.py": base.encode()}) == ({"m.py": final.encode()}, [])
+    assert store.onto(found, {})[1] == [rerere.Clash("m.py", 1, 1)]  # the file the edit changed is not there

@@ -339,13 +339,17 @@ def test_resolution_recorded_once_is_reused(corpus: Path, tmp_path: Path) -> Non
         path.write_text(_take_patch_side(path.read_text()))
     pq(first, "continue", "--report", str(report))
     stored = git(first, "ls-tree", "-r", "--name-only", "refs/pq/resolutions").split()
-    regions = [p for p in stored if not p.startswith("edits/")]
+    regions = [p for p in stored if not p.startswith(("edits/", "blobs/"))]
     edits = [p for p in stored if p.startswith("edits/")]
     assert len(regions) == len(conflicts)
     # one recorded edit per patch the maintainer changed, and per patch whose imports followed the resolution
     imports = {f["patch"] for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-removed"}
     conflicted = {c["patch"] for c in conflicts} | imports
     assert imports and len(edits) == len(conflicted)
+    # each keeps the module file it changed before and after it (a base to merge it onto another merge result)
+    blobs = {p.rsplit("/", 1)[1] for p in stored if p.startswith("blobs/")}
+    kept = [json.loads(git(first, "show", f"refs/pq/resolutions:{p}"))["files"] for p in edits]
+    assert blobs == {b for files in kept for pair in files.values() for b in pair if b} and blobs
     # share the recorded resolutions the way a team would: fetch the ref
     git(second, "fetch", "-q", str(first), "refs/pq/resolutions:refs/pq/resolutions")
     report2 = tmp_path / "r2.json"

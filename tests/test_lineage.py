@@ -6,7 +6,9 @@ Real git (bare remotes, fresh clones), the real corpus bundle and registry relea
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,7 +116,7 @@ def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_
     before = state(broken)
     proc = main_sh(broken, check=1)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pq:")]
-    assert len(errors) == 1 and "are not in refs/pq/resolutions" in errors[0], proc.stderr
+    assert len(errors) == 1 and "is not in refs/pq/resolutions" in errors[0], proc.stderr
     assert errors[0].startswith("pq: error: patches/0") and "git fetch origin refs/pq/resolutions" in errors[0]
     assert state(broken) == before
 
@@ -253,3 +255,202 @@ def _recorded(proj: Path, name: str) -> str:
 
     steps = tomllib.loads((proj / "patches" / "queue.toml").read_text())["lineage"]
     return next(row.split()[0] for row in steps[-1]["patches"] if row.endswith(" " + name))
+
+
+# -- what a maintainer writes after `pq continue` survives (issue 30, point 6) ------------------------------
+
+FIX = "# a maintainer's fix, written after pq continue\n"
+NOTE = "# a maintainer's new patch, written after pq continue\n"
+ANOTHER = "  # one line another merge gives"  # what a differently merging pq puts at the end of one line
+
+
+def resolve_with_pq(out: Path) -> None:
+    """Resolve every conflict region to the patch side, through `pq resolve` (the regions that go with it too)."""
+    while True:
+        marked = [
+            (f, i) for f in sorted(out.glob("*.py")) for i, line in enumerate(f.read_text().splitlines(), 1)
+            if line.startswith("<<<<<<<")
+        ]  # fmt: skip
+        if not marked:
+            return
+        f, line = marked[0]
+        pq(out.parent, "resolve", "--patch", f"{out.name}/{f.name}:{line}")
+
+
+def method_lines(path: Path, cls: str, method: str) -> tuple[int, int, int]:
+    """(first line of the body after any docstring, last line) of ``cls.method`` in ``path``, and its indentation."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    node = next(
+        f
+        for c in tree.body
+        if isinstance(c, ast.ClassDef) and c.name == cls
+        for f in c.body
+        if isinstance(f, ast.FunctionDef) and f.name == method
+    )
+    body = node.body[1:] if isinstance(node.body[0], ast.Expr) else node.body
+    assert node.end_lineno is not None
+    return body[0].lineno, node.end_lineno, body[0].col_offset
+
+
+def insert_line(path: Path, at: int, text: str, indent: int) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(at - 1, " " * indent + text)
+    path.write_text("".join(lines))
+
+
+def step_kinds(proj: Path) -> list[tuple[str, str]]:
+    import tomllib
+
+    steps = tomllib.loads((proj / "patches" / "queue.toml").read_text())["lineage"]
+    return [(s["kind"], s["command"]) for s in steps]
+
+
+@pytest.fixture
+def maintained(origin: Path, tmp_path: Path) -> Path:
+    """The maintainer's clone, pushed with refs/pq/resolutions: main.sh stops on conflicts, every region resolved
+    to the patch side with `pq resolve`, `pq continue`; then, by hand: a fix in a patch the continue edited and an
+    import in a module skeleton it did not edit, `pq record`; a comment in an omni-only module, `pq new`."""
+    mine = checkout(origin, tmp_path / "maintainer")
+    main_sh(mine, check=3)
+    resolve_with_pq(mine / "npu_worker")
+    pq(mine, "continue")
+    runner = mine / "npu_worker" / "npu_model_runner.py"
+    first, _last, indent = method_lines(runner, "OmniNPUModelRunner", "_update_states")
+    insert_line(runner, first, FIX, indent)
+    text = runner.read_text()
+    at = text.index("\nimport ") + 1
+    runner.write_text(text[:at] + IMPORT + text[at:])
+    placed = pq(mine, "record").stdout
+    assert "into patches/0014-npu-model-runner-update-states.patch" in placed, placed
+    assert "into patches/0013-npu-model-runner.patch" in placed, placed  # the skeleton: not edited by the continue
+    worker = mine / "npu_worker" / "npu_ar_worker.py"
+    worker.write_text(worker.read_text() + NOTE)
+    assert "created patches/0017-maintainer-note.patch" in pq(mine, "new", "maintainer-note").stdout
+    assert step_kinds(mine) == [("adopt", "adopt"), ("refresh", "continue"), ("edit", "record"), ("edit", "new")]
+    git(mine, "add", "-A", "patches")
+    git(mine, "commit", "-qm", "[NPU] upgrade to vllm-ascend 0.30.0rc2, with fixes after continue")
+    git(mine, "push", "-q", "origin", "main", "refs/pq/resolutions")
+    return mine
+
+
+def test_record_and_new_after_continue_are_reproduced_from_a_fresh_clone(
+    maintained: Path, origin: Path, tmp_path: Path
+) -> None:
+    wanted = modules(maintained)
+    assert FIX.strip() in wanted["npu_model_runner.py"].decode() and NOTE in wanted["npu_ar_worker.py"].decode()
+    fresh = checkout(origin, tmp_path / "fresh")
+    out = main_sh(fresh, check=0).stdout
+    assert "reproduced 17 patches from 4 lineage step(s)" in out and "every sha256 as queue.toml records" in out
+    assert "merged:" not in out and "differs:" not in out
+    assert modules(fresh) == wanted
+    for name in (maintained / "patches" / "series").read_text().split():
+        if name.endswith(".patch"):
+            assert (fresh / "patches" / name).read_bytes() == (maintained / "patches" / name).read_bytes(), name
+    assert git(fresh, "status", "--porcelain").strip() == ""
+
+    # a lineage written before steps named their bases (an older pq's queue.toml) reproduces the same bytes
+    old = checkout(origin, tmp_path / "old")
+    queue = old / "patches" / "queue.toml"
+    text = queue.read_text()
+    queue.write_text(re.sub(r"\nbases = \[\n(    \"[0-9a-f]{64} [^\"]+\",\n)*\]", "", text))
+    assert "bases" in text and "bases" not in queue.read_text()
+    main_sh(old, check=0)
+    assert modules(old) == wanted
+
+    # the edits not fetched: the error says so, naming the first patch the continue edited, and writes nothing
+    unfetched = checkout(origin, tmp_path / "unfetched")
+    before = state(unfetched)
+    line = pq(unfetched, "reproduce", check=1).stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"pq: error: patches/0\d{3}-[a-z0-9-]+\.patch: the recorded edit of lineage step 2 "
+        r"\(refresh, `pq continue`\) for this patch is not in refs/pq/resolutions; this repository has no "
+        r"refs/pq/resolutions: fetch it: git fetch origin refs/pq/resolutions:refs/pq/resolutions",
+        line,
+    ), line
+    assert state(unfetched) == before
+
+
+def spliced(origin: Path, dst: Path, change: tuple[str, str, str, bool]) -> Path:
+    """A clone whose lineage is the maintainer's with, between the adoption and the refresh, a `pq record` of one
+    line (``change``: the file, the class and the method whose last line gets :data:`ANOTHER` appended, or, when
+    the flag is False, that gets a line of it before its first statement): the refresh then merges a patch to a
+    result one line unlike the one its recorded edit was made on, as a pq whose merge gives another text would.
+    Returns the clone with no patch bodies, ready for `pq reproduce`."""
+    work = checkout(origin, dst)
+    git(work, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    queue = work / "patches" / "queue.toml"
+    theirs = queue.read_text().split("\n[[lineage]]\n")
+    queue.write_text(git(work, "show", "HEAD~1:patches/queue.toml"))  # the adoption
+    pq(work, "reproduce")
+    path, cls, method, at_end = change
+    runner = work / "npu_worker" / path
+    first, last, indent = method_lines(runner, cls, method)
+    if at_end:
+        lines = runner.read_text().splitlines(keepends=True)
+        lines[last - 1] = lines[last - 1].rstrip("\n") + ANOTHER + "\n"
+        runner.write_text("".join(lines))
+    else:
+        insert_line(runner, first, ANOTHER.strip() + "\n", indent)
+    into = {"_dummy_run": "0015-npu-model-runner-dummy-run", "_update_states": "0014-npu-model-runner-update-states"}
+    pq(work, "record", "--patch", into[method])
+    ours = queue.read_text().split("\n[[lineage]]\n")
+    queue.write_text("\n[[lineage]]\n".join([theirs[0], *ours[1:3], *theirs[2:]]))
+    git(work, "checkout", "HEAD", "--", "patches/series")  # the maintainer's series
+    for body in (work / "patches").glob("0*.patch"):
+        body.unlink()
+    git(work, "add", "-A", "patches")
+    git(work, "commit", "-qm", "the lineage, with a record before the refresh")
+    return work
+
+
+def test_an_edit_is_merged_onto_a_merge_result_one_line_unlike_its_base(
+    maintained: Path, origin: Path, tmp_path: Path
+) -> None:
+    wanted = modules(maintained)
+    # the line that differs is far from every recorded edit of the patch: the first statement of a long method
+    change = ("npu_model_runner.py", "OmniNPUModelRunner", "_dummy_run", False)
+    work = spliced(origin, tmp_path / "far", change)
+    assert step_kinds(work)[1:3] == [("edit", "record"), ("refresh", "continue")]
+    out = pq(work, "reproduce").stdout
+    assert (
+        "merged: the recorded edit of patches/0015-npu-model-runner-dummy-run.patch (lineage step 3) onto this pq's "
+        "merge, which differs from the one it was made on"
+    ) in out, out
+    assert "differs: patches/0015-npu-model-runner-dummy-run.patch: lineage step 3: sha256" in out, out
+    assert "this pq's merge gives another body" in out, out
+    assert "which queue.toml now records (commit it)" in out, out
+    got = modules(work)
+    assert {m for m in got if got[m] != wanted[m]} == {"npu_model_runner.py"}
+    lines = [x.splitlines(keepends=True) for x in (wanted["npu_model_runner.py"], got["npu_model_runner.py"])]
+    changes = [d for d in list(difflib.diff_bytes(difflib.unified_diff, *lines, n=0))[2:] if d[:2] != b"@@"]
+    added = [d[1:] for d in changes if d[:1] == b"+"]
+    assert len(added) == len(changes) == 1, changes  # one line added, none removed or changed
+    assert [b.strip() for b in added] == [ANOTHER.strip().encode()], added  # the maintainer's result, one line on
+    assert git(work, "status", "--porcelain").split() == ["M", "patches/queue.toml"]
+    # the lineage now records what this pq reproduces: reproducing it again gives the same bytes, sha256 checked
+    for body in (work / "patches").glob("0*.patch"):
+        body.unlink()
+    again = pq(work, "reproduce").stdout
+    assert "every sha256 as queue.toml records" in again and "differs:" not in again, again
+    assert modules(work) == got
+
+
+def test_an_edit_that_conflicts_with_another_merge_stops_reproduce(
+    maintained: Path, origin: Path, tmp_path: Path
+) -> None:
+    # the line that differs is the patch side of the conflict the continue resolved (the method's last line,
+    # which upstream rewrote): both changed it
+    change = ("npu_model_runner.py", "OmniNPUModelRunner", "_update_states", True)
+    work = spliced(origin, tmp_path / "near", change)
+    before = state(work)
+    proc = pq(work, "reproduce", check=1)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("pq:")]
+    assert len(errors) == 1, proc.stderr
+    assert re.fullmatch(
+        r"pq: error: patches/0014-npu-model-runner-update-states\.patch: the recorded edit of lineage step 3 "
+        r"\(refresh, `pq continue`\) conflicts with this pq's merge of npu_model_runner\.py, lines \d+-\d+: .*",
+        errors[0],
+    ), errors[0]
+    assert state(work) == before

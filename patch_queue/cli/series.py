@@ -169,11 +169,25 @@ def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None
     echo(res.discarded)
     if res.already:
         typer.echo(f"patches/ already holds the {res.patches} bodies the lineage records")
-    else:
+        return
+    for where in res.merged:
         typer.echo(
-            f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded "
-            f"edit(s) applied), every sha256 as queue.toml records; runners in {ws.rel(ws.out)}/"
+            f"merged: the recorded edit of {where} onto this pq's merge, which differs from the one it was made on"
         )
+    for line in res.differ:
+        typer.echo(f"differs: {line}")
+    merged = f", {len(res.merged)} of them merged onto another merge result" if res.merged else ""
+    typer.echo(
+        f"reproduced {res.patches} patches from {res.steps} lineage step(s) ({res.edited} recorded edit(s) applied"
+        f"{merged}), "
+        + (
+            f"{len(res.differ)} body/bodies unlike the ones the lineage recorded, which queue.toml now records "
+            "(commit it)"
+            if res.differ
+            else "every sha256 as queue.toml records"
+        )
+        + f"; runners in {ws.rel(ws.out)}/"
+    )
     for i, step in enumerate(ws.queue_dir.load_queue().lineage, 1):
         if step.accepted_errors:  # reproduced like any other step; the errors are still the series' to fix
             typer.echo(

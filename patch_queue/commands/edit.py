@@ -136,16 +136,26 @@ def write_edit(
     folder the command writes with them (undone with them); ``downstream``: the release the step moves
     ``new``'s downstream pin to (``name==version``)."""
     old_bodies = stack.export_series(ws.repo, old.patches)
-    changes = [(n, old_bodies.get(n, b""), body) for n, body in stack.export_series(ws.repo, new.patches).items()]
-    changes = [(n, before, after) for n, before, after in changes if before != after]
+    old_commits = dict(old.patches)
+    changes = []
+    for (name, commit), after in zip(new.patches, stack.export_series(ws.repo, new.patches).values(), strict=True):
+        before = old_bodies.get(name, b"")
+        if before == after:
+            continue
+        info = ws.repo.commit_info(commit)
+        # the stack at this patch before the edit: its old commit, or for a patch the command made, its parent
+        was = ws.repo.commit_info(old_commits.get(name, info.parents[0])).tree
+        changes.append(rerere.Edit(name, before, after, ws.repo.read_tree(was), ws.repo.read_tree(info.tree), info))
     store = rerere.Store(ws.repo)
     store.record_edits(changes, f"pq {command}: edits recorded\n")
     writes = Writes(ws, command, undoable=True)
     writes.move_refs(store.ref_update())
     for path, data in (files or {}).items():
         writes.write(path, data, group="patches")
-    edited = tuple(n for n, _b, _a in changes)
-    write_series(ws, new, writes=writes, step=StepInfo("edit", command, downstream=downstream, edited=edited))
+    edited = tuple(e.name for e in changes)
+    bases = tuple((e.name, stack.sha256(e.before)) for e in changes)
+    step = StepInfo("edit", command, downstream=downstream, edited=edited, bases=bases)
+    write_series(ws, new, writes=writes, step=step)
     finish(ws, new, writes, applied)
 
 

@@ -410,13 +410,19 @@ def _finish_refresh(
     `pq check` it finished over), refs/pq/, the output folder; the refresh state goes."""
     patches = state.patches
     loaded = LoadedStack(target, state.new_base, new_patches)
-    edited: list[str] = []
+    edits: list[rerere.Edit] = []
     if command == "continue" or state.recorded:
         edits = _merge_edits(ws, target, list(patches), new_patches, state.new_base, state.labels)
         store.record_edits(edits, f"pq {command}: edits recorded\n")
-        edited = [n for n, _b, _a in edits]
     writes.move_refs(store.ref_update())
-    step = StepInfo("refresh", command, target.upstream, edited=tuple(edited), accepted=tuple(accepted))
+    step = StepInfo(
+        "refresh",
+        command,
+        target.upstream,
+        edited=tuple(e.name for e in edits),
+        accepted=tuple(accepted),
+        bases=tuple((e.name, stack.sha256(e.before)) for e in edits),
+    )
     write_series(ws, loaded, writes=writes, step=step)
     old_top = patches[-1][1] if patches else None
     if old_top is not None and old_top != new_patches[-1][1]:
@@ -452,8 +458,8 @@ def _merge_edits(
     final: list[tuple[str, str]],
     new_base: str,
     labels: tuple[str, str],
-) -> list[tuple[str, bytes, bytes]]:
-    """(patch, merged body, final body) for every patch whose final body is not its plain merge.
+) -> list[rerere.Edit]:
+    """The edit of every patch whose final body is not its plain merge (from the merge to the final commit).
 
     The plain merge is the one a later refresh from the same inputs computes before it looks for
     recorded edits: each old patch merged onto the final patch below it, no recorded regions.
@@ -469,7 +475,8 @@ def _merge_edits(
         if merged.commit != commit:
             before, after = stack.export_patches(ws.repo, [merged.commit, commit])
             if before != after:
-                out.append((name, before, after))
+                was, now = (ws.repo.read_tree(ws.repo.commit_info(c).tree) for c in (merged.commit, commit))
+                out.append(rerere.Edit(name, before, after, was, now, ws.repo.commit_info(commit)))
         parent = commit
     return out
 

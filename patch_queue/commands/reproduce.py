@@ -1,12 +1,22 @@
-"""``pq reproduce``: rebuild the patch bodies from the lineage in ``queue.toml``, or stop at the first that differs.
+"""``pq reproduce``: rebuild the patch bodies from the lineage in ``queue.toml``, or stop at the first that fails.
 
 This repository commits ``queue.toml`` and ``series`` but not the patch bodies (they are
 vllm-omni and vllm-ascend code).  The lineage is their recipe: adopt the origin release at its
 upstream commit, then replay every step in order: a refresh onto its pinned target (the same
 merge, then the maintainer's recorded edits from ``refs/pq/resolutions``), an edit (the recorded
-edits of the bodies it changed).  Every body is checked against the sha256 the step records,
-then the built modules against ``[build]``.  Nothing is written unless the whole lineage
-reproduces; then patches/, refs/pq/ and the output folder are written in one journaled step.
+edits of the bodies it changed).  A step applies the recorded edits of its own ``edited`` patches
+only, each the one made on the body its ``bases`` names (an edit recorded by a later step is
+never applied early).  Every body is checked against the sha256 the step records, then the built
+modules against ``[build]``.
+
+Where this pq's merge gives another body than the lineage records (a newer pq, another
+formatter), the recorded edits are merged three-way onto the new merge result (see
+:meth:`patch_queue.series.rerere.Store.onto`) and the steps after it replayed on what that
+gives; each body that differs is said, and queue.toml then records the bodies reproduced.  Only
+a recorded edit that conflicts with the new merge, one that is missing, or a conflict the edits
+do not resolve stops it (exit 1, one line naming the patch and the lines).  Nothing is written
+unless the whole lineage reproduces; then patches/, refs/pq/ and the output folder (and
+queue.toml, when a body differs) are written in one journaled step.
 """
 
 from __future__ import annotations
@@ -14,25 +24,28 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from patch_queue.commands import adopt, refresh, write
-from patch_queue.errors import QueueError
+from patch_queue.errors import PqError, QueueError
+from patch_queue.git.repo import CommitInfo
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
 from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace, upstream_reader
 from patch_queue.series import lineage, patchfile, replay, rerere, stack
-from patch_queue.series.queue import Step, parse_series, render_series
+from patch_queue.series.queue import Step, parse_series, render_queue, render_series
 
-FETCH_HINT = "fetch them: git fetch origin refs/pq/resolutions:refs/pq/resolutions"
+FETCH_HINT = "git fetch origin refs/pq/resolutions:refs/pq/resolutions"
 
 
 @dataclass(frozen=True)
 class Reproduced:
     steps: int
     patches: int
-    edited: int  # bodies that took recorded edits, over all steps
+    edited: int  # recorded edits applied, over all steps
     already: bool  # patches/ already held the bodies of the last step
     discarded: str = ""
+    merged: tuple[str, ...] = ()  # each recorded edit merged onto another merge result: "patches/X (step N)"
+    differ: tuple[str, ...] = ()  # each body that differs from the one the lineage recorded, with why
 
 
 def do_reproduce(
@@ -67,18 +80,19 @@ def do_reproduce(
                 path=shown,
             )
     dropped = write.refuse_out_edits(ws, discard=discard)
-    store = rerere.Store(ws.repo)
+    run = _Run(ws, rerere.Store(ws.repo))
     loaded: LoadedStack | None = None
     for i, step in enumerate(queue.lineage, 1):
         where = f"lineage step {i} ({step.kind}, `pq {step.command}`)"
         if step.kind == "adopt":
             loaded = _adopt(ws, step, where, upstream_git=upstream_git, progress=progress)
+            run.steps.append(step)
         elif step.kind == "refresh":
             assert loaded is not None
-            loaded = _refresh(ws, loaded, step, where, store, upstream_git=upstream_git, progress=progress)
+            loaded = _refresh(run, loaded, step, where, upstream_git=upstream_git, progress=progress)
         else:
             assert loaded is not None
-            loaded = _edit(ws, loaded, step, where, store)
+            loaded = _edit(run, loaded, step, where)
     assert loaded is not None
     if loaded.queue.modules != queue.modules or loaded.queue.upstream.files != queue.upstream.files:
         raise QueueError(
@@ -87,6 +101,9 @@ def do_reproduce(
             path=shown,
         )
     top = write.module_files(ws, loaded.top())
+    if run.differ:  # another merge: the lineage records what this pq reproduced
+        build = {path: stack.sha256(data) for path, data in sorted(top.items())}
+        queue = replace(queue, lineage=tuple(run.steps), build=build)
     for path, digest in sorted(queue.build.items()):
         got = top.get(path)
         if got is None or stack.sha256(got) != digest:
@@ -102,35 +119,138 @@ def do_reproduce(
     series = ws.queue_dir.series_path
     if not series.is_file() or parse_series(series.read_text(encoding="utf-8", errors="replace")) != final_stack.names:
         writes.write(series, render_series(final_stack.names).encode(), group="patches")
+    if run.differ:
+        writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")
     write.finish(ws, final_stack, writes, len(final_stack.patches))
-    edited = sum(len(step.edited) for step in queue.lineage)
-    return Reproduced(len(queue.lineage), len(final.names), edited, False, output.discarded(dropped))
+    discarded = output.discarded(dropped)
+    merged, differ = tuple(run.merged), tuple(run.differ)
+    return Reproduced(len(queue.lineage), len(final.names), run.applied, False, discarded, merged, differ)
 
 
-def _check(step: Step, where: str, bodies: list[tuple[str, bytes]], why: str) -> None:
+class _Run:
+    """What a reproduction carries from step to step: the store, the lineage as reproduced, and what it said."""
+
+    def __init__(self, ws: Workspace, store: rerere.Store) -> None:
+        self.ws, self.store = ws, store
+        self.steps: list[Step] = []
+        self.applied = 0  # recorded edits applied
+        self.merged: list[str] = []  # edits merged onto another merge result
+        self.differ: list[str] = []  # bodies unlike the recorded ones
+
+    def exact(self, step: Step, name: str, before: bytes) -> bytes | None:
+        """The body the recorded edit of ``name`` that ``step`` made gives, when ``before`` (its body as
+        reproduced) is the very body it was made on; else None (the caller counts it in :attr:`applied`)."""
+        base = step.base_of(name)
+        if base is not None and stack.sha256(before) != base:
+            return None
+        return self.store.lookup_edit(name, before)
+
+    def merge(
+        self, step: Step, where: str, name: str, before: bytes, ours: str
+    ) -> tuple[dict[str, bytes | None], rerere.RecordedEdit]:
+        """The module files the recorded edit of ``name`` that ``step`` made changes, merged three-way onto the
+        tree of ``ours`` (the stack at that patch as reproduced, before the edit), and the edit; ``before`` is
+        the patch's body there."""
+        shown = f"patches/{name}"
+        base = step.base_of(name)
+        got = stack.sha256(before)
+        found = (
+            self.store.find_edit(name, before=base)
+            if base
+            else self.store.find_edit(name, after=dict(step.patches)[name])
+        )
+        if found is None:
+            raise self._missing(where, name, base or got, known=base is not None)
+        if found.files is None:
+            raise QueueError(
+                f"the recorded edit of {where} for this patch was made on the body with sha256 {found.before[:12]}; "
+                f"this pq gives {got[:12]} there, and the edit was recorded by a pq that kept no base to merge it "
+                "onto another body: reproduce with the pq that recorded the step",
+                path=shown,
+            )
+        files, clashes = self.store.onto(found, self.ws.repo.read_tree(self.ws.repo.commit_info(ours).tree))
+        if clashes:
+            c = clashes[0]
+            more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+            raise QueueError(
+                f"the recorded edit of {where} conflicts with this pq's merge of {c.path}, lines {c.first}-{c.last}"
+                f"{more}: this pq gives another body than the one it was made on (sha256 {got[:12]}, not "
+                f"{found.before[:12]}), and both changed those lines; reproduce with the pq that recorded the step",
+                path=shown,
+            )
+        for path, data in sorted(files.items()):
+            line = replay.has_markers(data) if data is not None else None
+            if line is not None:
+                raise QueueError(
+                    f"this pq's merge leaves a conflict region at {path}:{line} that the recorded edit of {where} "
+                    "does not resolve (the pq that recorded the step merged these lines cleanly)",
+                    path=shown,
+                )
+        self.applied += 1
+        self.merged.append(f"{shown} ({where.split(' (')[0]})")
+        return files, found
+
+    def _missing(self, where: str, name: str, base: str, *, known: bool) -> QueueError:
+        """The error for a recorded edit the store lacks, naming why: no store at all, none of this patch, or
+        none made on ``base`` (the body the step names, when ``known``; else the body this pq's merge gives)."""
+        if self.store.head is None:
+            why = f"this repository has no refs/pq/resolutions: fetch it: {FETCH_HINT}"
+        elif name not in self.store.edited_patches():
+            why = f"refs/pq/resolutions (at {self.store.head[:12]}) holds no edit of this patch: {FETCH_HINT}"
+        elif known:
+            why = (
+                f"refs/pq/resolutions (at {self.store.head[:12]}) holds edits of this patch, none made on the body "
+                f"with sha256 {base[:12]} the step names: fetch the ref of the clone that made the step ({FETCH_HINT})"
+            )
+        else:
+            why = (
+                f"refs/pq/resolutions (at {self.store.head[:12]}) holds edits of this patch, none made on the body "
+                f"this pq's merge gives (sha256 {base[:12]}) or giving the one the step records: fetch the ref of the "
+                f"clone that made the step ({FETCH_HINT}), or reproduce with the pq that made it (it merges otherwise)"
+            )
+        return QueueError(
+            f"the recorded edit of {where} for this patch is not in refs/pq/resolutions; {why}", path=f"patches/{name}"
+        )
+
+    def done(self, step: Step, where: str, bodies: list[tuple[str, bytes]], *, strict: bool) -> None:
+        """Check the bodies ``step`` gave: its series always, each sha256 when ``strict`` (an edit step on the very
+        bodies it was recorded on: a body that differs is an error), else each body that differs is said (this
+        pq's merge, or the steps before, gave another) and the lineage records it."""
+        _same_series(step, where, bodies)
+        for (name, digest), (_n, data) in zip(step.patches, bodies, strict=True):
+            if stack.sha256(data) == digest:
+                continue
+            if strict:
+                raise QueueError(
+                    f"reproduced body has sha256 {stack.sha256(data)[:12]}, {where} records {digest[:12]}: the "
+                    "recorded edits do not give the recorded body (refs/pq/resolutions holds another edit of the "
+                    "same body, recorded over it by another lineage?)",
+                    path=f"patches/{name}",
+                )
+            why = "this pq's merge gives another body" if step.kind == "refresh" else "the steps before gave others"
+            step_no = where.split(" (")[0]
+            self.differ.append(f"patches/{name}: {step_no}: sha256 {stack.sha256(data)[:12]}, not {digest[:12]}: {why}")
+        bases = dict(step.bases)
+        for name in step.edited:  # the bodies the edits were made on, named for a step recorded without them
+            if name not in bases:
+                found = self.store.find_edit(name, after=dict(step.patches)[name])
+                if found is not None:
+                    bases[name] = found.before
+        patches = tuple((n, stack.sha256(b)) for n, b in bodies)
+        self.steps.append(replace(step, patches=patches, bases=tuple((n, bases[n]) for n in step.edited if n in bases)))
+
+
+def _bodies(ws: Workspace, patches: list[tuple[str, str]]) -> list[tuple[str, bytes]]:
+    return list(stack.export_series(ws.repo, patches).items())
+
+
+def _same_series(step: Step, where: str, bodies: list[tuple[str, bytes]]) -> None:
     got = [n for n, _b in bodies]
     if got != step.names:
         raise QueueError(
             f"{where} records the series {', '.join(step.names)}; reproducing it gives {', '.join(got)}",
             path=f"patches/{step.names[0] if step.names else 'series'}",
         )
-    for (name, digest), (_n, data) in zip(step.patches, bodies, strict=True):
-        if stack.sha256(data) != digest:
-            raise QueueError(
-                f"reproduced body has sha256 {stack.sha256(data)[:12]}, {where} records {digest[:12]}: {why}",
-                path=f"patches/{name}",
-            )
-
-
-def _edits_missing(where: str, name: str) -> QueueError:
-    return QueueError(
-        f"the recorded edits of {where} for this patch are not in refs/pq/resolutions; " + FETCH_HINT,
-        path=f"patches/{name}",
-    )
-
-
-def _bodies(ws: Workspace, patches: list[tuple[str, str]]) -> list[tuple[str, bytes]]:
-    return list(stack.export_series(ws.repo, patches).items())
 
 
 def _adopt(
@@ -150,22 +270,29 @@ def _adopt(
             f"{where}: the upstream at {at} is not the one recorded (sha256 of its files differs)",
             path="patches/queue.toml",
         )
-    why = "pq adopt gives another series than the one recorded (a different pq version?)"
-    _check(step, where, _bodies(ws, loaded.patches), why)
+    bodies = _bodies(ws, loaded.patches)
+    _same_series(step, where, bodies)
+    for (name, digest), (_n, data) in zip(step.patches, bodies, strict=True):
+        if stack.sha256(data) != digest:
+            raise QueueError(
+                f"reproduced body has sha256 {stack.sha256(data)[:12]}, {where} records {digest[:12]}: "
+                "pq adopt gives another series than the one recorded (a different pq version?)",
+                path=f"patches/{name}",
+            )
     return loaded
 
 
 def _refresh(
-    ws: Workspace,
+    run: _Run,
     loaded: LoadedStack,
     step: Step,
     where: str,
-    store: rerere.Store,
     *,
     upstream_git: str | None,
     progress: Progress | None,
 ) -> LoadedStack:
     assert step.upstream is not None
+    ws = run.ws
     if progress is not None:
         progress(f"Replaying the refresh onto {step.upstream.label} ...")
     pin = step.upstream
@@ -175,20 +302,22 @@ def _refresh(
     )
     new_base = stack.base_commit(ws.repo, target, projection)
     labels = (f"base {loaded.queue.upstream.label}", f"upstream {pin.label}")
-    results = replay.replay(
-        ws.repo,
-        loaded.patches,
-        new_base,
-        labels=labels,
-        stop=False,
-        normalize=refresh.normalizer(target, ws.repo, loaded.patches),
-        edited=refresh.edit_lookup(ws, store, target),
-        imports=refresh.import_sync(target, loaded.patches),
-    )
-    for r in results:
-        took = any(f.kind == "recorded-edits" for f in r.flags)
-        if r.name in step.edited and not took:
-            raise _edits_missing(where, r.name)
+
+    def edited(name: str, merged: str) -> str | None:
+        """The step's own recorded edit of ``name`` on its merge result (only of the patches it edited)."""
+        if name not in step.edited:
+            return None
+        info = ws.repo.commit_info(merged)
+        before = stack.export_patch(ws.repo, merged)
+        after = run.exact(step, name, before)
+        if after is not None:  # the very merge it was made on (the body names its commit, so its parents too)
+            run.applied += 1
+            shown = f"patches/{name}"
+            return stack.commit_patch(ws.repo, info.parents[0], patchfile.parse(after, path=shown), target, path=shown)
+        files, _found = run.merge(step, where, name, before, merged)
+        return _commit_merged(ws, info.parents[0], merged, files, info)
+
+    def each(r: replay.PatchResult) -> None:  # in series order, so the first patch that fails is the one named
         if r.conflicts:
             c = r.conflicts[0]
             raise QueueError(
@@ -196,32 +325,76 @@ def _refresh(
                 "and the lineage records no resolution for them",
                 path=f"patches/{r.name}",
             )
+
+    results = replay.replay(
+        ws.repo,
+        loaded.patches,
+        new_base,
+        labels=labels,
+        stop=False,
+        progress=each,
+        normalize=refresh.normalizer(target, ws.repo, loaded.patches),
+        edited=edited,
+        imports=refresh.import_sync(target, loaded.patches),
+    )
     patches = [(r.name, r.commit) for r in results]
-    why = "the merge gives another result than the one recorded (a different pq version?)"
-    _check(step, where, _bodies(ws, patches), why)
+    run.done(step, where, _bodies(ws, patches), strict=False)
     return LoadedStack(target, new_base, patches)
 
 
-def _edit(ws: Workspace, loaded: LoadedStack, step: Step, where: str, store: rerere.Store) -> LoadedStack:
+def _commit_merged(ws: Workspace, parent: str, ours: str, files: dict[str, bytes | None], like: CommitInfo) -> str:
+    """A commit on ``parent`` of the tree of ``ours`` with ``files`` (None: removed) in it, like ``like``."""
+    tree = ws.repo.read_tree(ws.repo.commit_info(ours).tree)
+    for path, data in files.items():
+        if data is None:
+            tree.pop(path, None)
+        else:
+            tree[path] = data
+    return stack.commit_files(ws.repo, parent, tree, like)
+
+
+def _edit(run: _Run, loaded: LoadedStack, step: Step, where: str) -> LoadedStack:
+    ws = run.ws
     old = dict(_bodies(ws, loaded.patches))
-    bodies = []
-    for name in step.names:
-        before = old.get(name, b"")
-        after = store.lookup_edit(name, before) if name in step.edited else before
-        if after is None:
-            raise _edits_missing(where, name)
-        if name not in old and name not in step.edited:
-            raise QueueError(f"{where} lists a patch it neither had nor recorded", path=f"patches/{name}")
-        bodies.append((name, after))
-    _check(step, where, bodies, "the recorded edits do not give the recorded body")
-    commits = []
+    old_commits = dict(loaded.patches)
+    commits: list[tuple[str, str]] = []
     parent = loaded.base
-    for name, data in bodies:
+    for name in step.names:
         shown = f"patches/{name}"
-        parent = stack.commit_patch(ws.repo, parent, patchfile.parse(data, path=shown), loaded.queue, path=shown)
-        commits.append((name, parent))
+        if name not in old and name not in step.edited:
+            raise QueueError(f"{where} lists a patch it neither had nor recorded", path=shown)
+        before = old.get(name, b"")
+        after = run.exact(step, name, before) if name in step.edited else before
+        commit = None
+        if after is not None:
+            try:
+                commit = stack.commit_patch(
+                    ws.repo, parent, patchfile.parse(after, path=shown), loaded.queue, path=shown
+                )
+            except PqError:
+                if not run.differ or name not in step.edited:  # the very patches it applied on when recorded
+                    raise
+            else:
+                if name in step.edited:
+                    run.applied += 1
+        if commit is None:  # made on another body, or on patches below that this pq gave otherwise
+            was = old_commits.get(name, parent)  # the stack at this patch before the edit (a new patch: below it)
+            files, found = run.merge(step, where, name, before, was)
+            like = ws.repo.commit_info(was) if name in old_commits else _made(found, where, shown)
+            commit = _commit_merged(ws, parent, was, files, like)
+        commits.append((name, commit))
+        parent = commit
+    bodies = _bodies(ws, commits)
+    run.done(step, where, bodies, strict=not run.differ)
     queue = loaded.queue
     if "==" in step.downstream:  # a sync from a newer release moved the pin
         name, _sep, version = step.downstream.partition("==")
         queue = replace(queue, downstream_name=name, downstream_release=version)
     return LoadedStack(queue, loaded.base, commits)
+
+
+def _made(found: rerere.RecordedEdit, where: str, shown: str) -> CommitInfo:
+    """The commit a patch that a step made is committed like: the message and author its recorded edit holds."""
+    if found.message is None or found.author is None:
+        raise QueueError(f"the recorded edit of {where} for this patch holds no message to commit it with", path=shown)
+    return CommitInfo("", "", (), found.message, found.author)

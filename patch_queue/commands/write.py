@@ -45,6 +45,7 @@ class StepInfo:
     downstream: str = ""
     edited: tuple[str, ...] = ()
     accepted: tuple[str, ...] = ()  # the errors of `pq check` a refresh finished over (--accept-errors)
+    bases: tuple[tuple[str, str], ...] = ()  # (edited patch, sha256 of the body its recorded edit was made on)
 
 
 def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: StepInfo) -> None:
@@ -71,6 +72,7 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
         downstream=step.downstream,
         edited=step.edited,
         accepted=step.accepted,
+        bases=step.bases,
     )
     queue = lineage.with_step(loaded.queue, made, top, previous=previous)
     writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")

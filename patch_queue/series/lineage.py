@@ -24,10 +24,15 @@ def step_of(
     downstream: str = "",
     edited: Sequence[str] = (),
     accepted: Sequence[str] = (),
+    bases: Sequence[tuple[str, str]] = (),
 ) -> Step:
+    """``accepted``: the errors of `pq check` a refresh finished over; ``bases``: (edited patch, sha256 of the body
+    its recorded edit was made on)."""
     patches = tuple((n, sha256(b)) for n, b in bodies)
-    edits = tuple(n for n, _h in patches if n in edited)
-    return Step(kind, command, patches, upstream, downstream, edits, tuple(accepted))
+    names = tuple(n for n, _h in patches if n in edited)
+    base = dict(bases)
+    known = tuple((n, base[n]) for n in names if n in base)
+    return Step(kind, command, patches, upstream, downstream, names, tuple(accepted), known)
 
 
 def with_step(

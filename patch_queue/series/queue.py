@@ -40,13 +40,20 @@
     accepted_errors = []             # refresh: the errors of `pq check` it was finished over (--accept-errors);
                                      # written only when there are some
     patches = ["<sha256> 0001-init.patch", ...]   # the series after the step, with each body's sha256
+    bases = ["<sha256> 0005-x.patch", ...]        # per edited patch, the body its edit was made on (optional)
     [lineage.upstream]               # adopt: the upstream it was adopted at; refresh: the target
     kind = "git"                     # same keys as [upstream], files included
     ...
 
 The lineage is the recipe of the patch bodies: ``pq reproduce`` adopts the origin, then replays
 every step (a refresh onto its pinned target, the recorded edits of ``edited`` patches) and
-stops at the first body whose sha256 differs.  The bodies in ``patches/``, when present, must
+checks every body's sha256.  ``bases`` names, for each ``edited`` patch, the sha256 of the body
+its recorded edit was made on: in a refresh pq's merge result, in an edit step the body before
+it (the empty body's for a patch the step made).  It is what ties the step to its edit in
+``refs/pq/resolutions``: a pq whose merge gives another body merges the edit onto it three-way
+from that base (see :mod:`patch_queue.series.rerere`).  Steps written before pq recorded
+``bases`` have none (the key is left out when empty); their edits are found by the body the
+merge gives or by the body the step records.  The bodies in ``patches/``, when present, must
 have the sha256 of the last step (a hand edit is refused; ``pq accept`` takes it as an
 ``import`` step).  An ``import`` step takes bodies as they were, not reproducible without them.
 ``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
@@ -103,10 +110,15 @@ class Step:
     downstream: str = ""  # adopt: "name==version" ("" when adopted from a folder); sync-gpu: the pin it moved to
     edited: tuple[str, ...] = ()
     accepted_errors: tuple[str, ...] = ()  # refresh: the errors of `pq check` it finished over ("file:line: ...")
+    bases: tuple[tuple[str, str], ...] = ()  # (edited patch, sha256 of the body its recorded edit was made on)
 
     @property
     def names(self) -> list[str]:
         return [n for n, _h in self.patches]
+
+    def base_of(self, name: str) -> str | None:
+        """The sha256 of the body the recorded edit of ``name`` was made on (None: not recorded)."""
+        return next((digest for n, digest in self.bases if n == name), None)
 
 
 STEP_KINDS = ("adopt", "refresh", "edit", "import")
@@ -188,6 +200,7 @@ def render_queue(q: Queue) -> str:
             *_list("edited", step.edited),
             *(_list("accepted_errors", step.accepted_errors) if step.accepted_errors else []),
             *_list("patches", [f"{digest} {name}" for name, digest in step.patches]),
+            *(_list("bases", [f"{digest} {name}" for name, digest in step.bases]) if step.bases else []),
         ]
         if step.upstream is not None:
             lines += ["", *_pin_lines("lineage.upstream", step.upstream)]
@@ -276,15 +289,7 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                 f"{where}: a lineage starts with an adopt or import step, and an adopt step stands only there",
                 path=path,
             )
-        patches = []
-        rows = item.get("patches", [])
-        if not isinstance(rows, list):
-            raise QueueError(f"{where}.patches must be a list of strings", path=path)
-        for row in rows:
-            digest, _, name = str(row).partition(" ")
-            if not _DIGEST.match(digest) or not _NAME.match(name):
-                raise QueueError(f"{where}.patches: {row!r} is not '<sha256> <name>.patch'", path=path)
-            patches.append((name, digest))
+        patches = _digests(item, "patches", where, path)
         edited = item.get("edited", [])
         if not isinstance(edited, list) or not all(isinstance(e, str) for e in edited):
             raise QueueError(f"{where}.edited must be a list of strings", path=path)
@@ -295,14 +300,31 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
             raise QueueError(f"{where}.accepted_errors must be a list of strings", path=path)
         if accepted and kind != "refresh":
             raise QueueError(f"{where}.accepted_errors: only a refresh step finishes over errors", path=path)
+        bases = _digests(item, "bases", where, path)
+        if {n for n, _d in bases} - set(edited) or len({n for n, _d in bases}) != len(bases):
+            raise QueueError(f"{where}.bases names a patch twice or one the step's edited does not list", path=path)
         up = item.get("upstream")
         if up is not None and not isinstance(up, dict):
             raise QueueError(f"{where}.upstream must be a table", path=path)
         command = _str(item, "command", where)
         pin = _parse_pin(up, f"{where}.upstream", path) if up is not None else None
         downstream = _str(item, "downstream", where)
-        steps.append(Step(kind, command, tuple(patches), pin, downstream, tuple(edited), tuple(accepted)))
+        steps.append(Step(kind, command, tuple(patches), pin, downstream, tuple(edited), tuple(accepted), tuple(bases)))
     return tuple(steps)
+
+
+def _digests(item: dict[str, object], key: str, where: str, path: str) -> list[tuple[str, str]]:
+    """A lineage step's list of ``"<sha256> <name>.patch"`` rows, as (name, sha256) pairs."""
+    rows = item.get(key, [])
+    if not isinstance(rows, list):
+        raise QueueError(f"{where}.{key} must be a list of strings", path=path)
+    out = []
+    for row in rows:
+        digest, _, name = str(row).partition(" ")
+        if not _DIGEST.match(digest) or not _NAME.match(name):
+            raise QueueError(f"{where}.{key}: {row!r} is not '<sha256> <name>.patch'", path=path)
+        out.append((name, digest))
+    return out
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.patch$")
