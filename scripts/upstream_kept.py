@@ -33,19 +33,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from conflict_metrics import merge_file_regions  # noqa: E402
+from golden import UPGRADES  # noqa: E402
 
 from patch_queue.checks import upstream_kept  # noqa: E402
 from patch_queue.series.queue import QueueDir  # noqa: E402
-
-UPGRADES = (
-    ("0.14.0", "0.16.0"),
-    ("0.16.0", "0.18.0"),
-    ("0.18.0", "0.20.0"),
-    ("0.20.0", "0.22.0"),
-    ("0.22.0", "0.24.0"),
-    ("0.24.0", "0.30.0"),
-    ("0.30.0", "vllm-ascend==0.30.0rc2"),
-)
 
 
 def run(cwd: Path, *args: str, ok: Sequence[int] = (0,)) -> str:

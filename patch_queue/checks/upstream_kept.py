@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from patch_queue.merge import markers, symbols
+from patch_queue.merge import markers, statements, symbols
 
 
 @dataclass(frozen=True, order=True)
@@ -40,23 +40,7 @@ def _header(node: ast.stmt) -> str | None:
         return None
     if isinstance(node, ast.Pass | ast.Try | ast.TryStar):
         return None
-    if isinstance(node, ast.If):
-        return f"if {ast.unparse(node.test)}:"
-    if isinstance(node, ast.While):
-        return f"while {ast.unparse(node.test)}:"
-    if isinstance(node, ast.For | ast.AsyncFor):
-        prefix = "async for" if isinstance(node, ast.AsyncFor) else "for"
-        return f"{prefix} {ast.unparse(node.target)} in {ast.unparse(node.iter)}:"
-    if isinstance(node, ast.With | ast.AsyncWith):
-        prefix = "async with" if isinstance(node, ast.AsyncWith) else "with"
-        return f"{prefix} {', '.join(ast.unparse(item) for item in node.items)}:"
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        return f"def {node.name}({ast.unparse(node.args)}):"
-    if isinstance(node, ast.ClassDef):
-        return f"class {node.name}:"
-    if isinstance(node, ast.Match):
-        return f"match {ast.unparse(node.subject)}:"
-    return ast.unparse(node)
+    return statements.head(node)
 
 
 def _statements(node: ast.AST) -> Iterator[tuple[str, int, int]]:

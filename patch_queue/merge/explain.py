@@ -23,6 +23,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from patch_queue.merge import statements
 from patch_queue.merge.conflict import Conflict
 
 _WORD = re.compile(r"[A-Za-z_]\w*|\S")
@@ -249,23 +250,7 @@ def _is_stub(node: ast.stmt) -> bool:
 
 
 def _head(node: ast.stmt) -> str:
-    if isinstance(node, ast.If):
-        return f"if {ast.unparse(node.test)}:"
-    if isinstance(node, ast.While):
-        return f"while {ast.unparse(node.test)}:"
-    if isinstance(node, ast.For | ast.AsyncFor):
-        return f"for {ast.unparse(node.target)} in {ast.unparse(node.iter)}:"
-    if isinstance(node, ast.With | ast.AsyncWith):
-        return "with " + ", ".join(ast.unparse(item) for item in node.items) + ":"
-    if isinstance(node, ast.Try | ast.TryStar):
-        return "try:"
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        return f"def {node.name}(…):"
-    if isinstance(node, ast.ClassDef):
-        return f"class {node.name}:"
-    if isinstance(node, ast.Match):
-        return f"match {ast.unparse(node.subject)}:"
-    return ast.unparse(node)
+    return statements.head(node, arguments=False)
 
 
 def _bodies(node: ast.stmt) -> list[tuple[str, list[ast.stmt]]]:

@@ -111,3 +111,27 @@ class Folding:
     def folded(self, lo: int, hi: int) -> tuple[int, int]:
         """The folded lines that hold the unfolded lines [lo, hi)."""
         return max(bisect.bisect_right(self.first, lo) - 1, 0), bisect.bisect_left(self.first, hi)
+
+
+def head(node: ast.stmt, *, arguments: bool = True) -> str:
+    """A statement as ``ast.unparse`` writes it, a compound statement by its header alone (``if x:``, ``try:``,
+    ``def f(a, b):``, or ``def f(…):`` without ``arguments``): what a statement is, layout and body aside."""
+    if isinstance(node, ast.If):
+        return f"if {ast.unparse(node.test)}:"
+    if isinstance(node, ast.While):
+        return f"while {ast.unparse(node.test)}:"
+    if isinstance(node, ast.For | ast.AsyncFor):
+        prefix = "async for" if isinstance(node, ast.AsyncFor) else "for"
+        return f"{prefix} {ast.unparse(node.target)} in {ast.unparse(node.iter)}:"
+    if isinstance(node, ast.With | ast.AsyncWith):
+        prefix = "async with" if isinstance(node, ast.AsyncWith) else "with"
+        return f"{prefix} {', '.join(ast.unparse(item) for item in node.items)}:"
+    if isinstance(node, ast.Try | ast.TryStar):
+        return "try:"
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        return f"def {node.name}({ast.unparse(node.args) if arguments else '…'}):"
+    if isinstance(node, ast.ClassDef):
+        return f"class {node.name}:"
+    if isinstance(node, ast.Match):
+        return f"match {ast.unparse(node.subject)}:"
+    return ast.unparse(node)
