@@ -151,3 +151,20 @@ def test_the_word_diff_of_a_long_region_is_anchored_on_its_lines() -> None:
 )
 def test_what_upstream_did_in_statements(base: str, ours: str, said: str) -> None:
     assert explain.upstream_change(region(base, ours, "omni()\n")) == said
+
+
+def test_another_copys_side_is_suggested_only_where_the_omni_edit_allows_it() -> None:
+    """The same upstream change in two copies: the patch's side carries over to a copy whose omni edit holds the
+    other's (it keeps at least the omni code kept there), upstream's side to one whose omni edit is part of the
+    other's (it drops no omni code that was kept there); the suggestion is that copy's own side."""
+    base, ours = "        x = f(a)\n", "        x = f(a, b)\n"
+    small = region(base, ours, "        x = omni(a)\n")
+    large = region(base, ours, "        x = omni(a)\n        omni_more()\n")
+    kept = explain.as_resolved(large, small, small.theirs or "")
+    assert kept is not None and (kept.side, kept.text) == ("patch", large.theirs)
+    assert explain.as_resolved(small, large, large.theirs or "") is None
+    up = explain.as_resolved(small, large, large.ours or "")
+    assert up is not None and (up.side, up.text) == ("upstream", small.ours)
+    assert explain.as_resolved(large, small, small.ours or "") is None
+    other = region("        y = g()\n" + base, "        y = g()\n" + ours, "        y = g()\n        x = omni(a)\n")
+    assert explain.same_upstream_change(small, other)  # the regions differ in extent, the change is the same

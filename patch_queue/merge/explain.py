@@ -565,6 +565,20 @@ def _first_indent(text: str) -> int:
     return next((_indent(line) for line in text.splitlines() if line.strip()), 0)
 
 
+def _omni_lines(c: Conflict) -> tuple[frozenset[str], frozenset[str]]:
+    """The lines the patch took out of the region and put in (indentation aside)."""
+    gone, came = set(), set()
+    for old, new in _hunks(c, "theirs"):
+        gone |= set(old)
+        came |= set(new)
+    return frozenset(gone), frozenset(came)
+
+
+def _within(a: tuple[frozenset[str], frozenset[str]], b: tuple[frozenset[str], frozenset[str]]) -> bool:
+    """The omni edit ``a`` is part of ``b``: every line it took out and every line it put in."""
+    return a[0] <= b[0] and a[1] <= b[1]
+
+
 def as_resolved(conflict: Conflict, twin: Conflict, text: str) -> Suggestion | None:
     """The resolution of ``conflict`` like the one ``text`` gave ``twin`` (the same upstream change, see
     :func:`same_upstream_change`): the same side, both sides, or, when the patch's sides are the same too, the
@@ -572,9 +586,11 @@ def as_resolved(conflict: Conflict, twin: Conflict, text: str) -> Suggestion | N
     side = side_of(twin, text)
     ours, theirs = conflict.ours or "", conflict.theirs or ""
     said = {"upstream": "upstream's side", "patch": "the patch's side", "both": "both sides"}
-    if _hunks(twin, "theirs") != _hunks(conflict, "theirs"):
-        return None  # the omni code differs here: what was right for the other copy's need not be for this one
-    if side in said:
+    here, there = _omni_lines(conflict), _omni_lines(twin)
+    # the same decision only where it keeps or drops at least what it kept or dropped there: the patch's side where
+    # this copy's omni edit holds the other's (more omni code kept), upstream's or both where it is part of it
+    holds = {"patch": _within(there, here), "upstream": _within(here, there), "both": _within(here, there)}
+    if side in said and holds[side]:
         chosen = {"upstream": ours, "patch": theirs, "both": ours + theirs}[side]
         return Suggestion(side, chosen, f"{said[side]}, as the same upstream change was resolved")
     if (
