@@ -168,3 +168,24 @@ def test_another_copys_side_is_suggested_only_where_the_omni_edit_allows_it() ->
     assert explain.as_resolved(large, small, small.ours or "") is None
     other = region("        y = g()\n" + base, "        y = g()\n" + ours, "        y = g()\n        x = omni(a)\n")
     assert explain.same_upstream_change(small, other)  # the regions differ in extent, the change is the same
+
+
+def test_a_call_upstream_renamed_to_a_method_that_forwards_to_the_patchs_call_suggests_upstream() -> None:
+    """vllm-ascend 0.30.0rc2: `self.model.get_mamba_state_copy_func()` became
+    `self._get_ascend_mamba_state_copy_funcs()`, which only returns vLLM's `self._get_mamba_state_copy_funcs()`,
+    the patch's call: upstream's side is the same call.  A method that does more, or another call, is no such
+    rule."""
+    c = region(
+        "            self.model.get_copy_func(),\n",
+        "            self._get_ascend_copy_funcs(),\n",
+        "            self._get_copy_funcs(),\n",
+    )
+    upstream = (
+        "class R:\n    def _get_ascend_copy_funcs(self):\n"
+        '        """Bridge."""\n        return self._get_copy_funcs()\n'
+    )
+    tip = explain.forwarded(c, upstream)
+    assert tip is not None and (tip.side, tip.text) == ("upstream", c.ours)
+    assert explain.forwarded(c, upstream.replace("return self._get_copy_funcs()", "return self._other()")) is None
+    more = upstream.replace("        return", "        log()\n        return")
+    assert explain.forwarded(c, more) is None

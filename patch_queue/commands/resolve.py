@@ -530,7 +530,19 @@ def suggestion(
         text = (conflict.ours if side == "upstream" else conflict.theirs) or ""
         told = ", ".join(where(k) for k in partners)
         return explain.Suggestion(side, text, f"the {side} side, as the regions that go with it took ({told})")
-    return explain.suggest(now)
+    return explain.suggest(now) or _forwarded(ws, conflict)
+
+
+def _forwarded(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
+    """:func:`explain.forwarded` against the new upstream module the conflict's module carries code of."""
+    if not explain.renames(conflict.base or "", conflict.ours or ""):  # the rule is about renamed calls only
+        return None
+    state = refresh_state.require(ws)
+    module = next((m for m in state.target().modules if m.path == conflict.file and m.upstream), None)
+    if module is None:
+        return None
+    vendored = ws.repo.read_tree(ws.repo.commit_info(state.new_base).tree).get(stack.VENDOR + module.upstream)
+    return explain.forwarded(conflict, vendored.decode("utf-8", "replace")) if vendored is not None else None
 
 
 def do_mergetool(ws: Workspace, *, tool: str | None, names: list[str]) -> list[tuple[str, int]]:

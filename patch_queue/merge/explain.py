@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from patch_queue.merge import statements
+from patch_queue.merge import statements, symbols
 from patch_queue.merge.conflict import Conflict
 
 _WORD = re.compile(r"[A-Za-z_]\w*|\S")
@@ -601,6 +601,48 @@ def as_resolved(conflict: Conflict, twin: Conflict, text: str) -> Suggestion | N
         moved = _reindent(text, _first_indent(ours) - _first_indent(twin.ours or ""))
         return Suggestion("merged", moved, "the resolution of the same change, in the same omni code,")
     return None
+
+
+def forwarded(conflict: Conflict, upstream: str) -> Suggestion | None:
+    """Upstream's side when it is the patch's, through a new upstream method that only forwards to it: upstream
+    renamed a call ``self.a()`` to ``self.b()``, the patch renamed it to ``self.c()``, and ``b`` (a method of the
+    new ``upstream`` module) only returns ``self.c(...)`` with its own parameters (vllm-ascend 0.30.0rc2's
+    ``_get_ascend_mamba_state_copy_funcs``, which returns vLLM's ``_get_mamba_state_copy_funcs()``)."""
+    if conflict.base is None or conflict.ours is None or conflict.theirs is None:
+        return None
+    ups, omni = renames(conflict.base, conflict.ours), renames(conflict.base, conflict.theirs)
+    if not ups or not omni or {a for a, _b in ups} != {a for a, _b in omni}:
+        return None
+    try:
+        tree = symbols.parsed(upstream)
+    except (SyntaxError, ValueError):
+        return None
+    methods = {
+        n.name: n
+        for klass in tree.body
+        if isinstance(klass, ast.ClassDef)
+        for n in klass.body
+        if isinstance(n, ast.FunctionDef)
+    }
+    patch_of = dict(omni)
+    said = []
+    for old, new in ups:
+        method = methods.get(new.rsplit(".", 1)[-1])
+        if method is None or not _forwards(method, patch_of[old]):
+            return None
+        said.append(f"`{new}()` only returns `self.{patch_of[old]}(…)`")
+    return Suggestion("upstream", conflict.ours, f"upstream's {', '.join(said)}, the patch's call: the same call")
+
+
+def _forwards(method: ast.FunctionDef, target: str) -> bool:
+    """``method`` only returns ``self.<target>(…)`` with its own parameters, in order (a docstring aside)."""
+    body = [n for n in method.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Return) or not isinstance(body[0].value, ast.Call):
+        return False
+    call = body[0].value
+    params = [a.arg for a in method.args.args[1:]]
+    passed = [a.id for a in call.args if isinstance(a, ast.Name)]
+    return ast.unparse(call.func) == f"self.{target}" and passed == params and not call.keywords
 
 
 def _word(name: str) -> re.Pattern[str]:
