@@ -846,6 +846,9 @@ def publish(
     bundle = workdir / "branch.bundle"
     if not bundle.is_file():
         raise ScriptError(f"{bundle}: missing: the refresh job's artifact holds no commit; nothing pushed")
+    with bundle.open("rb") as handle:
+        if handle.readline(64).rstrip(b"\n") not in (b"# v2 git bundle", b"# v3 git bundle"):
+            raise ScriptError(f"{bundle}: not a git bundle; nothing pushed")
     try:
         return _publish_update(decision, bundle, branch, root=root, prs=prs, remote=remote, base=base)
     finally:

@@ -262,6 +262,12 @@ def _store_not_from_seen(b: Bot) -> Path:
     return b.artifact("wd", b.patches_commit(), resolutions=older)
 
 
+def _store_deleted(b: Bot) -> Path:
+    mine = commit(b.forge, tree(b.forge, {"r/bot.json": "{}\n"}, base=b.store), b.store)
+    git(b.origin, "update-ref", "-d", RES)  # origin's store went away after prepare saw it
+    return b.artifact("wd", b.patches_commit(), resolutions=mine)
+
+
 def _commit_not_bundled(b: Bot) -> Path:
     return b.artifact("wd", b.patches_commit(), commit=b.main)
 
@@ -280,6 +286,12 @@ def _no_bundle(b: Bot) -> Path:
 
 
 def _garbage_bundle(b: Bot) -> Path:
+    wd = b.artifact("wd", b.patches_commit())
+    (wd / "branch.bundle").write_text("not a bundle\n")
+    return wd
+
+
+def _broken_bundle(b: Bot) -> Path:
     wd = b.artifact("wd", b.patches_commit())
     (wd / "branch.bundle").write_text("# v2 git bundle\nnot really\n")
     return wd
@@ -346,11 +358,13 @@ FORGED: list[tuple[str, Forge, str]] = [
     ("store unrelated", _store_unrelated, rf"{BUNDLE}: {RES} \w+ does not descend from origin's \w+ that prepare saw"),
     ("store unrelated, none seen", _store_unrelated_unseen, rf"{BUNDLE}: {RES} \w+ has no history in common with"),
     ("seen store not origin's", _store_seen_not_origins, rf"{BUNDLE}: origin's {RES} no longer holds \w+, which pre"),
+    ("store deleted since", _store_deleted, rf"{BUNDLE}: origin's {RES} no longer holds \w+, which prepare saw"),
     ("store not from the seen", _store_not_from_seen, rf"{BUNDLE}: {RES} \w+ does not descend from origin's"),
     ("commit not the bundle's", _commit_not_bundled, rf"{BUNDLE}: holds \w+, the decision names \w+; nothing pushed"),
     ("store not the bundle's", _store_not_bundled, rf"{BUNDLE}: holds {RES} \w+, the decision names \w+"),
     ("no bundle", _no_bundle, rf"{BUNDLE}: missing: the refresh job's artifact holds no commit; nothing pushed"),
-    ("garbage bundle", _garbage_bundle, rf"{BUNDLE}: not a bundle of what the decision names \(.*\); nothing pushed"),
+    ("garbage bundle", _garbage_bundle, rf"{BUNDLE}: not a git bundle; nothing pushed"),
+    ("broken bundle", _broken_bundle, rf"{BUNDLE}: not a bundle of what the decision names \(.*\); nothing pushed"),
     ("bundle of main", _bundle_without_the_commit_ref, rf"{BUNDLE}: not a bundle of what the decision names"),
     ("no decision.json", _no_decision, rf"{DEC}: missing: the refresh job left no decision \(see its log\); nothing"),
     ("not JSON", _decision_text(b'{"action": "update",\n oops}'), rf"{DEC}:2: not JSON \(.+\); nothing pushed"),
@@ -441,6 +455,14 @@ def test_a_store_that_only_adds_is_pushed_as_it_is(bot: Bot) -> None:
     proc = bot.publish(bot.artifact("wd", bot.patches_commit(), resolutions=adds))
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1, proc.stdout + proc.stderr
     assert git(bot.origin, "rev-parse", RES).strip() == adds
+
+
+def test_a_first_store_is_pushed_where_origin_has_none(bot: Bot) -> None:
+    git(bot.origin, "update-ref", "-d", RES)
+    first = commit(bot.forge, tree(bot.forge, {"r/first.json": "{}\n"}), message="the first store")
+    proc = bot.publish(bot.artifact("wd", bot.patches_commit(), resolutions=first, expected_resolutions=""))
+    assert proc.returncode == 0, proc.stderr
+    assert git(bot.origin, "rev-parse", RES).strip() == first
 
 
 def test_a_folder_against_a_file_is_a_clash_origin_wins(bot: Bot) -> None:
