@@ -103,12 +103,24 @@ def branch_of(target: str) -> str:
 
 
 def run(
-    cmd: Sequence[str], *, cwd: Path, ok: Sequence[int] = (0,), env: dict[str, str] | None = None, capture: bool = True
+    cmd: Sequence[str],
+    *,
+    cwd: Path,
+    ok: Sequence[int] = (0,),
+    env: dict[str, str] | None = None,
+    capture: bool = True,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     # the token never reaches a subprocess through the inherited environment (see remote_auth)
     inherited = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     proc = subprocess.run(
-        list(cmd), cwd=cwd, text=True, capture_output=capture, env={**inherited, **(env or {})}, check=False
+        list(cmd),
+        cwd=cwd,
+        text=True,
+        input=stdin,
+        capture_output=capture,
+        env={**inherited, **(env or {})},
+        check=False,
     )
     if proc.returncode not in ok:
         detail = (proc.stderr or proc.stdout or "").strip().splitlines()
@@ -337,12 +349,11 @@ class Clash:
     """A store key both sides hold with different contents: origin's (the maintainers') entry is kept."""
 
     path: str
-    kept: str  # origin's blob id
-    dropped: str  # the other side's blob id ("" where origin holds a file or folder in its way)
+    kept: str  # origin's blob id at the path or at a parent folder's ("" where origin has a folder there)
+    dropped: str  # the other side's blob id
 
     def line(self) -> str:
-        theirs = self.dropped or "an entry in the way"
-        return f"{RESOLUTIONS}: {self.path}: kept origin's {self.kept}, not the bot's {theirs}"
+        return f"{RESOLUTIONS}: {self.path}: kept origin's {self.kept or 'folder'}, not the bot's {self.dropped}"
 
 
 def merge_stores(root: Path, origin: str, other: str, *, label: str) -> tuple[str, list[Clash]]:
@@ -374,17 +385,7 @@ def merge_stores(root: Path, origin: str, other: str, *, label: str) -> tuple[st
     with tempfile.TemporaryDirectory(prefix="pq-store-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         listing = "".join(f"{mode} {blob}\t{path}\n" for path, (mode, blob) in sorted(union.items()))
-        proc = subprocess.run(
-            ["git", "update-index", "--add", "--index-info"],
-            cwd=root,
-            input=listing,
-            text=True,
-            capture_output=True,
-            env={**os.environ, **env},
-            check=False,
-        )
-        if proc.returncode:
-            raise ScriptError(f"{RESOLUTIONS}: cannot merge {origin[:12]} and {other[:12]}: {proc.stderr.strip()}")
+        run(["git", "update-index", "--add", "--index-info"], cwd=root, env=env, stdin=listing)
         tree = git(root, "write-tree", env=env)
     said = f"Merge {label} into origin's recorded resolutions\n\n" + "".join(c.line() + "\n" for c in clashes)
     commit = run(["git", "commit-tree", tree, "-p", origin, "-p", other, "-m", said], cwd=root, env=BOT_ENV).stdout
@@ -812,7 +813,7 @@ def _store_to_push(root: Path, decision: Decision, remote: str, where: Path) -> 
 
 
 def _clash_note(clashes: Sequence[Clash]) -> str:
-    shown = [f"- `{c.path}`: origin's `{c.kept}` kept, the bot's `{c.dropped or 'entry'}` left out" for c in clashes]
+    shown = [f"- `{c.path}`: origin's `{c.kept or 'folder'}` kept, the bot's `{c.dropped}` left out" for c in clashes]
     more = [f"- and {len(clashes) - SHOWN_COMMITS} more (the publish job's log lists them)"]
     return (
         f"> **Recorded resolutions:** {len(clashes)} key(s) of `{RESOLUTIONS}` hold different entries on origin "

@@ -468,12 +468,16 @@ def test_a_first_store_is_pushed_where_origin_has_none(bot: Bot) -> None:
 def test_a_folder_against_a_file_is_a_clash_origin_wins(bot: Bot) -> None:
     maintainers = _store(bot, {"r/deep": "a file\n"}, bot.store, "a file")
     git(bot.forge, "push", "-q", "origin", f"{maintainers}:{RES}")
-    ours = _store(bot, {"r/deep/inside.json": "{}\n", "blobs/aa": None, "blobs/aa/x": "y\n"}, bot.store, "folders")
+    in_the_way = {"r/deep/inside.json": "{}\n", "blobs/aa": None, "blobs/aa/x": "y\n"}  # under origin's files
+    in_the_way |= {"edits/p/one.json": None, "edits/p": "a file\n"}  # a file where origin has a folder
+    ours = _store(bot, in_the_way, bot.store, "folders")
     proc = bot.publish(bot.artifact("wd", bot.patches_commit(), resolutions=ours))
     assert proc.returncode == 0, proc.stderr
     got = entries(bot.origin, RES)
-    assert set(got) == set(STORE) | {"r/deep"}
-    assert [line.split(": ")[1] for line in proc.stdout.splitlines()[1:]] == ["blobs/aa/x", "r/deep/inside.json"]
+    assert got == entries(bot.origin, maintainers)
+    said = proc.stdout.splitlines()[1:]
+    assert [line.split(": ")[1] for line in said] == ["blobs/aa/x", "edits/p", "r/deep/inside.json"]
+    assert said[1].startswith(f"{RES}: edits/p: kept origin's folder, not the bot's ")
 
 
 def test_prepares_fetch_merges_a_diverged_local_store(bot: Bot) -> None:
