@@ -892,7 +892,10 @@ def _publish_update(
         if store:
             refspecs.append(f"{store}:{RESOLUTIONS}")
             leases.append(f"--force-with-lease={RESOLUTIONS}:{lease}")
-    remote_git(root, remote, "push", "--quiet", "--atomic", "--no-verify", *leases, remote, *refspecs)
+    try:
+        remote_git(root, remote, "push", "--quiet", "--atomic", "--no-verify", *leases, remote, *refspecs)
+    except ScriptError as exc:
+        raise ScriptError(f"{branch}: the push was refused, nothing pushed (one atomic push): {exc}") from None
     workdir = bundle.parent
     found = [workdir / name for name in (BODY, FULL) if (workdir / name).is_file()]
     text = found[0].read_text(encoding="utf-8", errors="replace") if found else decision.reason + "\n"
@@ -937,6 +940,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(said)
     except ScriptError as exc:
         print(f"refresh_pr: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a work folder or file that cannot be read or written
+        print(f"refresh_pr: error: {exc.filename or args.workdir}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -345,7 +345,14 @@ def _maintainer_commits(b: Bot) -> Path:
     return b.artifact("wd", b.patches_commit(), expected_remote=theirs)
 
 
-WD, DEC, BUNDLE = r"\S+/wd", r"\S+/wd/decision\.json", r"\S+/wd/branch\.bundle"
+def _origin_refuses(b: Bot) -> Path:
+    hook = b.origin / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'protected' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    return b.artifact("wd", b.patches_commit())
+
+
+DEC, BUNDLE = r"\S+/wd/decision\.json", r"\S+/wd/branch\.bundle"
 FORGED: list[tuple[str, Forge, str]] = [
     ("branch main", _branch_main, rf"{DEC}: names target 'main' and branch 'main'; this job publishes 'main' to "),
     ("branch main, a root commit", _branch_main_root, rf"{DEC}: names target 'main' and branch 'main'"),
@@ -385,6 +392,7 @@ FORGED: list[tuple[str, Forge, str]] = [
     ("title two lines", _fields(title="a\nb"), rf"{DEC}: 'title' holds a control character; nothing pushed"),
     ("update no commit", _fields(commit=""), rf"{DEC}: an update names no 'commit'; nothing pushed"),
     ("branch moved", _branch_moved, r"pq/refresh/main: moved since prepare ran \(now \w+, prepare saw none\): nothin"),
+    ("origin refuses the push", _origin_refuses, r"pq/refresh/main: the push was refused, nothing pushed \(one a"),
     ("maintainers' commits", _maintainer_commits, r"pq/refresh/main: holds 1 commit\(s\) the bot did not make \(\w+"),
 ]
 
