@@ -165,10 +165,14 @@ def workspace() -> Workspace:
 
 
 @contextmanager
-def locked(name: str) -> Iterator[Workspace]:
-    """The workspace, with the repository's lock held for the command ``name``."""
+def locked(name: str, *, out_folder: bool = True) -> Iterator[Workspace]:
+    """The workspace, with the repository's lock held for the command ``name``; with ``out_folder``, refused
+    when ``npu_worker`` is not a folder of the project (a file, a symbolic link)."""
+    from patch_queue.outputs import folder
     from patch_queue.project import workspace as project
 
     ws = workspace()
+    if out_folder:
+        folder.refuse_unusable(ws)
     with project.locked(ws, name):
         yield ws
