@@ -87,12 +87,22 @@ CHECK_JSON = Report("a report of pq check (--json)", keys=frozenset({"format", "
 BLOCKS_MARKDOWN = Report("an inventory of pq blocks (--markdown)", head="# Omni blocks: ")
 
 
-def check_output(path: Path | None, report: Report) -> None:
+def check_output(path: Path | None, report: Report, *, shown: str | None = None) -> None:
     """Refuse, before a command changes anything, an output path that cannot be written: its folder must
     exist (pq never creates one for it), it must not be a folder, and a regular file there (through a
-    symbolic link too) must be empty or ``report`` as pq writes it: pq never overwrites a user's file."""
+    symbolic link too) must be empty or ``report`` as pq writes it: pq never overwrites a user's file.
+    ``shown``: how the message names it (default: as given)."""
     if path is None:
         return
+    try:
+        _check_output(path, report)
+    except PqError as exc:
+        if shown is None:
+            raise
+        raise PqError(exc.message, path=shown) from None
+
+
+def _check_output(path: Path, report: Report) -> None:
     if not path.parent.is_dir():
         raise PqError("its folder does not exist; create it first", path=str(path))
     if path.is_dir():

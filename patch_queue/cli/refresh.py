@@ -419,7 +419,7 @@ def continue_(
         pending = refresh_state.load(ws) if report is None or markdown is None else None
         if pending is not None:  # the refresh's own report paths, which continue rewrites: still its reports?
             for kept, kind in zip(pending.reports, (REFRESH_JSON, REFRESH_MARKDOWN), strict=True):
-                check_output(ws.root / kept if kept else None, kind)
+                check_output(ws.root / kept if kept else None, kind, shown=kept)
         outcome = resolve.do_continue(
             ws,
             progress=say,
