@@ -129,13 +129,18 @@ def test_a_report_pq_wrote_or_an_empty_file_is_written_again(
     assert (proj / name).read_bytes() == first
 
 
-def test_continue_keeps_a_file_put_in_place_of_the_refresh_report(proj: Path) -> None:  # noqa: F811
+def pending(proj: Path) -> None:
+    """A refresh kept pending by an error of pq check (a project rule), its report in r.json."""
     rules = proj / "patches" / "check-rules.toml"
     rules.write_text(
         '[[rule]]\nid = "no-del-hidden-states"\nkind = "regex"\nseverity = "error"\n'
         "pattern = '\\bdel hidden_states\\b'\nmessage = \"free hidden_states by rebinding it\"\n"
     )
-    pq(proj, "refresh", "--to", CLEAN_TARGET, "--report", "r.json", check=1)  # pending over pq check's errors
+    pq(proj, "refresh", "--to", CLEAN_TARGET, "--report", "r.json", check=1)
+
+
+def test_continue_keeps_a_file_put_in_place_of_the_refresh_report(proj: Path) -> None:  # noqa: F811
+    pending(proj)
     (proj / "r.json").write_bytes(USER)
     line = refused(proj, "continue", "--accept-errors")
     assert line == (
@@ -156,7 +161,7 @@ def test_a_module_pq_did_not_write_is_not_replaced_by_a_build(proj: Path) -> Non
 
 NOT_A_FOLDER = (
     "pq: error: npu_worker: is not a folder; pq writes the runners into a folder of that name: move the file "
-    "away, then `pq build`"
+    "away, then run the command again"
 )
 COMMANDS = [
     ("build",),
@@ -170,6 +175,8 @@ COMMANDS = [
     ("check", "--no-sources"),
     ("refresh", "--to", CLEAN_TARGET, "--no-check"),
     ("reproduce",),
+    ("sync-gpu", "--omni", "0.30.0", "--since", "0.30.0"),
+    ("abort",),
 ]
 
 
@@ -192,10 +199,18 @@ def test_npu_worker_that_is_no_folder_is_named_in_one_line(
         (proj / "npu_worker").symlink_to(elsewhere)
         expected = (
             f"pq: error: npu_worker: is a symbolic link (to {elsewhere}); pq writes the runners into a folder of "
-            "the project only, never through a link: remove the link (`rm npu_worker`), then `pq build`"
+            "the project only, never through a link: remove the link (`rm npu_worker`), then run the command again"
         )
     assert refused(proj, *args) == expected
     assert list(elsewhere.iterdir()) == []
+
+
+def test_build_out_that_is_a_file_is_named_in_one_line(proj: Path) -> None:  # noqa: F811
+    (proj / "elsewhere").write_bytes(USER)
+    assert refused(proj, "build", "--out", "elsewhere") == (
+        "pq: error: elsewhere: is not a folder; pq writes the runners into a folder of that name: move the file "
+        "away, then run the command again"
+    )
 
 
 @pytest.mark.parametrize("kind", ["file", "symlink"])
@@ -412,6 +427,18 @@ def test_a_module_that_is_no_text_is_not_recorded(
     )
     status = pq(proj, "status").stdout
     assert "unrecorded: npu_worker/base.py +1 -1 lines" in status, status
+
+
+def test_continue_does_not_record_a_module_that_is_no_text(proj: Path) -> None:  # noqa: F811
+    pending(proj)
+    module = proj / "npu_worker" / "base.py"
+    data = module.read_bytes()
+    module.write_bytes(data.replace(b"\n", b"\xff\n", 1))
+    column = data.index(b"\n") + 1
+    assert refused(proj, "continue", "--accept-errors") == (
+        f"pq: error: npu_worker/base.py:1: byte 0xff is not UTF-8 at column {column}; a patch holds UTF-8 text "
+        "only: remove the byte (or `pq build --discard` drops every edit no patch holds), then run the command again"
+    )
 
 
 @pytest.mark.parametrize(

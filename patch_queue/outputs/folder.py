@@ -42,16 +42,18 @@ def unusable(ws: Workspace, out: Path | None = None) -> QueueError | None:
     """Why the output folder (``out`` as given, default ``npu_worker/``) cannot be used, or None: it is a
     symbolic link, or something other than a folder."""
     path = out if out is not None else ws.root / OUT_DIR
-    shown = ws.rel(path.parent) + "/" + path.name if path.parent != ws.root else path.name
+    parent = ws.rel(path.parent)  # the folder resolved, not the link
+    shown = path.name if parent == "." else f"{parent}/{path.name}"
     if path.is_symlink():
         return QueueError(
             f"is a symbolic link (to {os.readlink(path)}); pq writes the runners into a folder of the project "
-            f"only, never through a link: remove the link (`rm {shown}`), then `pq build`",
+            f"only, never through a link: remove the link (`rm {shown}`), then run the command again",
             path=shown,
         )
     if path.exists() and not path.is_dir():
         return QueueError(
-            "is not a folder; pq writes the runners into a folder of that name: move the file away, then `pq build`",
+            "is not a folder; pq writes the runners into a folder of that name: move the file away, then run the "
+            "command again",
             path=shown,
         )
     return None
