@@ -448,7 +448,19 @@ def test_continue_does_not_record_a_module_that_is_no_text(proj: Path) -> None: 
 )
 @pytest.mark.parametrize(
     "args",
-    [("status",), ("build",), ("series",), ("show", "base"), ("check", "--no-sources"), ("push",), ("blocks",)],
+    [
+        ("status",),
+        ("build",),
+        ("series",),
+        ("show", "base"),
+        ("diff",),
+        ("check", "--no-sources"),
+        ("push",),
+        ("goto", "base"),
+        ("record",),
+        ("accept",),
+        ("blocks",),
+    ],
     ids=lambda a: a[0],
 )
 def test_a_patch_file_that_is_no_text_is_named_by_every_reader(
