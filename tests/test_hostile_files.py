@@ -147,6 +147,9 @@ def test_continue_keeps_a_file_put_in_place_of_the_refresh_report(proj: Path) ->
         "pq: error: r.json: is not a refresh report (--report) pq wrote; pq does not overwrite it: "
         "name another file, or move it away"
     )
+    pq(proj, "continue", "--accept-errors", "--report", "r2.json")  # another path: the user's file stays
+    assert (proj / "r.json").read_bytes() == USER
+    assert b'"upstream"' in (proj / "r2.json").read_bytes()
 
 
 def test_a_module_pq_did_not_write_is_not_replaced_by_a_build(proj: Path) -> None:  # noqa: F811

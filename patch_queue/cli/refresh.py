@@ -418,8 +418,9 @@ def continue_(
             return 0
         pending = refresh_state.load(ws) if report is None or markdown is None else None
         if pending is not None:  # the refresh's own report paths, which continue rewrites: still its reports?
-            for kept, kind in zip(pending.reports, (REFRESH_JSON, REFRESH_MARKDOWN), strict=True):
-                check_output(ws.root / kept if kept else None, kind, shown=kept)
+            kinds = (REFRESH_JSON, REFRESH_MARKDOWN)
+            for given, kept, kind in zip((report, markdown), pending.reports, kinds, strict=True):
+                check_output(ws.root / kept if kept and given is None else None, kind, shown=kept)
         outcome = resolve.do_continue(
             ws,
             progress=say,
