@@ -1,4 +1,5 @@
-"""Atomic file writes, reading a folder, and the test hook of the interruption tests (kill points)."""
+"""Atomic file writes, the user's output files (written in place, never over a file that is not a report of
+the same kind), reading a folder, and the test hook of the interruption tests (kill points)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import os
 import signal
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import PqError
@@ -59,22 +61,71 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
         raise
 
 
-def check_output(path: Path | None) -> None:
+@dataclass(frozen=True)
+class Report:
+    """A kind of report pq writes, as its own bytes tell it: a JSON object with ``keys`` (a JSON report), or
+    text whose first line starts with ``head`` (a Markdown one).  An output path that holds anything else
+    (a non-empty regular file that is no such report) is a file pq did not write, and is never overwritten."""
+
+    what: str
+    keys: frozenset[str] = frozenset()
+    head: str = ""
+
+    def written_by_pq(self, data: bytes) -> bool:
+        if self.head:
+            return data.startswith(self.head.encode("utf-8"))
+        try:
+            loaded = json.loads(data)
+        except ValueError:
+            return False
+        return isinstance(loaded, dict) and self.keys <= set(loaded)
+
+
+REFRESH_JSON = Report("a refresh report (--report)", keys=frozenset({"format", "upstream", "patches", "conflicts"}))
+REFRESH_MARKDOWN = Report("a refresh report (--markdown)", head="## NPU runners: ")
+CHECK_JSON = Report("a report of pq check (--json)", keys=frozenset({"format", "findings", "counts", "errors"}))
+BLOCKS_MARKDOWN = Report("an inventory of pq blocks (--markdown)", head="# Omni blocks: ")
+
+
+def check_output(path: Path | None, report: Report, *, shown: str | None = None) -> None:
     """Refuse, before a command changes anything, an output path that cannot be written: its folder must
-    exist (pq never creates one for it) and it must not be a folder."""
+    exist (pq never creates one for it), it must not be a folder, and a regular file there (through a
+    symbolic link too) must be empty or ``report`` as pq writes it: pq never overwrites a user's file.
+    ``shown``: how the message names it (default: as given)."""
     if path is None:
         return
+    try:
+        _check_output(path, report)
+    except PqError as exc:
+        if shown is None:
+            raise
+        raise PqError(exc.message, path=shown) from None
+
+
+def _check_output(path: Path, report: Report) -> None:
     if not path.parent.is_dir():
         raise PqError("its folder does not exist; create it first", path=str(path))
     if path.is_dir():
         raise PqError("is a folder; name a file to write", path=str(path))
+    if not path.is_file():
+        return  # absent, a device or a FIFO: a stream to write
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise PqError(f"cannot be read: {exc.strerror or exc}", path=str(path)) from None
+    if data and not report.written_by_pq(data):
+        raise PqError(
+            f"is not {report.what} pq wrote; pq does not overwrite it: name another file, or move it away",
+            path=str(path),
+        )
 
 
-def write_output(path: Path, data: bytes) -> None:
+def write_output(path: Path, data: bytes, report: Report) -> None:
     """Write a file the user named for output in place, as a shell redirection would: through a symbolic
     link to its target, into a device or FIFO as a stream, over a regular file's contents (the file, its
-    mode and its links stay); never replaced by another file."""
-    check_output(path)
+    mode and its links stay) when it is empty or ``report`` as pq writes it; never replaced by another file."""
+    check_output(path, report)
     try:
         with open(path, "wb") as fh:
             fh.write(data)

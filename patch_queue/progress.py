@@ -17,11 +17,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
+from patch_queue.errors import redact
+
 Progress = Callable[[str], None]
 
 
 def say(progress: Progress | None, message: str) -> None:
-    """Send ``message`` through ``progress``, or to stderr when there is none."""
+    """Send ``message`` through ``progress``, or to stderr when there is none (no URL's credentials in it)."""
+    message = redact(message)
     if progress is not None:
         progress(message)
     else:

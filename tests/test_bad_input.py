@@ -448,7 +448,7 @@ def test_output_paths_are_written_in_place_or_refused(proj: Path, tmp_path: Path
     """--json/--markdown/--report name files the user owns: a link is written through, a device gets a stream,
     a missing folder is refused before anything runs; no file is ever replaced by another."""
     target = tmp_path / "real.json"
-    target.write_text("old\n")
+    target.write_text("")  # empty: a file that is no report of pq's is refused (tests/test_hostile_files.py)
     link = tmp_path / "link.json"
     link.symlink_to(target)
     pq(proj, "check", "--no-sources", "--json", str(link))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, ParamSpec
 
 import typer
 
-from patch_queue.errors import EXIT_BUG, EXIT_ERROR, PqError
+from patch_queue.errors import EXIT_BUG, EXIT_ERROR, PqError, redact
 from patch_queue.fsutil import kill_point
 
 if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
@@ -66,11 +66,11 @@ OptPatchArg = Annotated[str | None, typer.Argument(help=_PATCH_HELP)]
 
 
 def err(message: str) -> None:
-    typer.echo(f"pq: {message}", err=True)
+    typer.echo(f"pq: {redact(message)}", err=True)
 
 
 def say(message: str) -> None:
-    typer.echo(message, err=True)
+    typer.echo(redact(message), err=True)
 
 
 def echo(*lines: str) -> None:
@@ -141,7 +141,7 @@ def _crash_log() -> str:
     except Exception:
         stamp = "pq (version unknown)"
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    text = f"{stamp} at {when}\ncommand: {shlex.join(sys.argv)}\n\n{traceback.format_exc()}"
+    text = redact(f"{stamp} at {when}\ncommand: {shlex.join(sys.argv)}\n\n{traceback.format_exc()}")
     candidates: list[Callable[[], Path]] = [lambda: workspace().state_dir / "crash.log", lambda: Path("pq-crash.log")]
     for candidate in candidates:
         try:
@@ -165,10 +165,14 @@ def workspace() -> Workspace:
 
 
 @contextmanager
-def locked(name: str) -> Iterator[Workspace]:
-    """The workspace, with the repository's lock held for the command ``name``."""
+def locked(name: str, *, out_folder: bool = True) -> Iterator[Workspace]:
+    """The workspace, with the repository's lock held for the command ``name``; with ``out_folder``, refused
+    when ``npu_worker`` is not a folder of the project (a file, a symbolic link)."""
+    from patch_queue.outputs import folder
     from patch_queue.project import workspace as project
 
     ws = workspace()
+    if out_folder:
+        folder.refuse_unusable(ws)
     with project.locked(ws, name):
         yield ws

@@ -100,7 +100,7 @@ def build(
             built = write.do_wheel(ws, out=out, upstream_git=upstream, progress=say)
         typer.echo(ws.rel(built))
         return
-    with locked("build") as ws:
+    with locked("build", out_folder=out is None) as ws:
         files, dropped = write.do_build(
             ws, out=out, standalone_pkg=standalone, upstream_git=upstream, discard=discard, progress=say
         )
@@ -248,15 +248,15 @@ def _write_reports(ws: Workspace, outcome: RefreshOutcome, annotations: bool) ->
     if not any(outcome.reports) and not annotations:
         return  # no report asked for: none is made
     from patch_queue.commands import refresh
-    from patch_queue.fsutil import json_bytes, write_output
+    from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, json_bytes, write_output
     from patch_queue.outputs import report as render
 
     report, markdown = (ws.root / p if p else None for p in outcome.reports)
     data = refresh.report_json(outcome)
     if report is not None:
-        write_output(report, json_bytes(data))
+        write_output(report, json_bytes(data), REFRESH_JSON)
     if markdown is not None:
-        write_output(markdown, render.markdown(data).encode("utf-8"))
+        write_output(markdown, render.markdown(data).encode("utf-8"), REFRESH_MARKDOWN)
     if annotations:
         echo(*render.annotations(data))
 
@@ -283,10 +283,10 @@ def refresh(
 ) -> int:
     """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
     from patch_queue.commands import refresh
-    from patch_queue.fsutil import check_output
+    from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
 
-    check_output(report)
-    check_output(markdown)
+    check_output(report, REFRESH_JSON)
+    check_output(markdown, REFRESH_MARKDOWN)
     with locked("refresh") as ws:
         outcome = refresh.do_refresh(
             ws,
@@ -406,15 +406,21 @@ def continue_(
 ) -> int:
     """Take the resolved files in npu_worker/ and go on with the refresh (rewriting the refresh's reports)."""
     from patch_queue.commands import resolve
-    from patch_queue.fsutil import check_output
+    from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
+    from patch_queue.project import refresh_state
 
-    check_output(report)
-    check_output(markdown)
+    check_output(report, REFRESH_JSON)
+    check_output(markdown, REFRESH_MARKDOWN)
     with locked("continue") as ws:
         interrupted = resolve.recover_interrupted(ws, forward=True)
         if interrupted is not None:
             typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
             return 0
+        pending = refresh_state.load(ws) if report is None or markdown is None else None
+        if pending is not None:  # the refresh's own report paths, which continue rewrites: still its reports?
+            kinds = (REFRESH_JSON, REFRESH_MARKDOWN)
+            for given, kept, kind in zip((report, markdown), pending.reports, kinds, strict=True):
+                check_output(ws.root / kept if kept and given is None else None, kind, shown=kept)
         outcome = resolve.do_continue(
             ws,
             progress=say,
@@ -487,13 +493,13 @@ def check(
 ) -> int:
     """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit."""
     from patch_queue.commands import check
-    from patch_queue.fsutil import check_output, json_bytes, write_output
+    from patch_queue.fsutil import CHECK_JSON, check_output, json_bytes, write_output
 
-    check_output(json_out)
+    check_output(json_out, CHECK_JSON)
     with locked("check") as ws:
         result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
     if json_out is not None:
-        write_output(json_out, json_bytes(result.as_json()))
+        write_output(json_out, json_bytes(result.as_json()), CHECK_JSON)
     _print_check(ws, result)
     return EXIT_ERROR if result.errors else EXIT_OK
 
@@ -505,10 +511,10 @@ def blocks(
 ) -> None:
     """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
     from patch_queue.commands import write
-    from patch_queue.fsutil import check_output, write_output
+    from patch_queue.fsutil import BLOCKS_MARKDOWN, check_output, write_output
     from patch_queue.outputs import inventory
 
-    check_output(markdown)
+    check_output(markdown, BLOCKS_MARKDOWN)
     with locked("blocks") as ws:
         loaded = write.sync_stack(ws, upstream_git=upstream, progress=say)
     entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
@@ -522,7 +528,7 @@ def blocks(
     typer.echo(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no omni blocks")
     if markdown is not None:
         title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
-        write_output(markdown, inventory.markdown(entries, title=title).encode("utf-8"))
+        write_output(markdown, inventory.markdown(entries, title=title).encode("utf-8"), BLOCKS_MARKDOWN)
 
 
 @command()
@@ -547,10 +553,14 @@ def abort() -> None:
 def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: VerboseOpt = False) -> int:
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
     from patch_queue.commands import resolve
+    from patch_queue.outputs import folder
 
     ws = workspace()
     st = resolve.do_status(ws, upstream_git=upstream)
     typer.echo(f"upstream: {st.upstream}")
+    unusable = folder.unusable(ws)
+    if unusable is not None:  # said, not refused: status reports
+        typer.echo(f"warning: {unusable}")
     if st.downstream:
         typer.echo(f"downstream: {st.downstream}")
     if st.in_progress:

@@ -132,8 +132,11 @@ def show(name: OptPatchArg = None, upstream: UpstreamOpt = None) -> None:
 def diff(upstream: UpstreamOpt = None) -> None:
     """Print the edits of npu_worker/ that no patch holds, as a diff against the applied patches."""
     from patch_queue.commands import edit
+    from patch_queue.outputs import folder
 
-    typer.echo(edit.do_diff(workspace(), upstream_git=upstream), nl=False)
+    ws = workspace()
+    folder.refuse_unusable(ws)
+    typer.echo(edit.do_diff(ws, upstream_git=upstream), nl=False)
 
 
 def _undo(redo: bool, discard: bool) -> None:

@@ -177,6 +177,7 @@ def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes
             raise QueueError("conflict markers remain", path=ws.rel(ws.out / rel), line=line)
         if loaded.queue.module(rel) is None:
             raise QueueError("is not an output module listed in queue.toml", path=ws.rel(ws.out / rel))
+        output.refuse_binary(data, ws.rel(ws.out / rel))
         out[rel] = data
     for rel in sorted(changed - set(out)):
         if not (ws.out / rel).is_file():

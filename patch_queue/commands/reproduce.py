@@ -114,10 +114,13 @@ def do_reproduce(
             )
     final_stack = LoadedStack(queue, loaded.base, loaded.patches)
     writes = Writes(ws, "reproduce")
-    for name, body in stack.export_series(ws.repo, final_stack.patches).items():
-        writes.write(ws.queue_dir.root / name, body, group="patches")
+    bodies = stack.export_series(ws.repo, final_stack.patches)
     series = ws.queue_dir.series_path
-    if not series.is_file() or parse_series(series.read_text(encoding="utf-8", errors="replace")) != final_stack.names:
+    listed = parse_series(series.read_text(encoding="utf-8", errors="replace")) if series.is_file() else []
+    write.refuse_foreign_patches(ws, bodies, listed, queue)
+    for name, body in bodies.items():
+        writes.write(ws.queue_dir.root / name, body, group="patches")
+    if not series.is_file() or listed != final_stack.names:
         writes.write(series, render_series(final_stack.names).encode(), group="patches")
     if run.differ:
         writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")

@@ -59,6 +59,9 @@ def do_continue(
                 "conflict markers remain; resolve them, then run `pq continue`", path=ws.rel(ws.out / rel), line=line
             )
     resolved = {k: work.get(k, v) for k, v in top_marked.items()}
+    for rel, data in sorted(resolved.items()):
+        if data != top_marked[rel]:  # the maintainer's resolution becomes patch bodies: text only
+            output.refuse_binary(data, ws.rel(ws.out / rel))
     labels = state.labels
     normalize = normalizer(target)
     imports = import_sync(target, patches)

@@ -15,7 +15,7 @@ from patch_queue.project import refresh_state
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, load_stack, stack_ref_updates
 from patch_queue.series import lineage, stack
-from patch_queue.series.queue import UpstreamPin, render_queue, render_series
+from patch_queue.series.queue import Queue, UpstreamPin, render_queue, render_series
 
 DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
 
@@ -60,6 +60,7 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
         listed = []
     previous = [(n, (root / n).read_bytes()) for n in listed if (root / n).is_file()]
     old_names = patch_files(ws) & set(listed)
+    refuse_foreign_patches(ws, exported, listed, loaded.queue)
     for name, data in exported.items():
         writes.write(root / name, data, group="patches")
     writes.write(ws.queue_dir.series_path, render_series(loaded.names).encode(), group="patches")
@@ -78,6 +79,25 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
     writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")
     for name in sorted(old_names - set(exported)):
         writes.write(root / name, None, group="patches")
+
+
+def refuse_foreign_patches(ws: Workspace, bodies: dict[str, bytes], listed: list[str], queue: Queue) -> None:
+    """Refuse to write a patch file over one pq did not write: a file in patches/ that the series does not
+    list, whose bytes are neither the body to write nor one the lineage records under that name (a
+    maintainer's work in progress, a patch of another series), is never replaced."""
+    recorded = {(name, digest) for step in queue.lineage for name, digest in step.patches}
+    for name, data in bodies.items():
+        path = ws.queue_dir.root / name
+        if name in listed or not (path.exists() or path.is_symlink()):
+            continue
+        have = path.read_bytes() if path.is_file() else None
+        if have == data or (have is not None and (name, stack.sha256(have)) in recorded):
+            continue
+        raise QueueError(
+            f"is not a patch of the series ({ws.rel(ws.queue_dir.series_path)} does not list it) and pq did not "
+            "write it; pq does not overwrite it: move it away (or rename it), then run the command again",
+            path=f"{ws.rel(ws.queue_dir.root)}/{name}",
+        )
 
 
 _IMPORT = re.compile(r"^(\s*(?:from|import)\s+)vllm_omni\.platforms\.npu\.worker\b", re.MULTILINE)
@@ -154,6 +174,8 @@ def do_build(
 ) -> tuple[dict[str, bytes], str]:
     """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
     refresh_state.refuse_pending(ws)
+    if out is not None:
+        output.refuse_unusable(ws, out)
     target = (out or ws.out).resolve()
     refuse_links(ws, target, patches=False)
     dropped = refuse_out_edits(ws, discard=discard, out=target)

@@ -103,8 +103,11 @@ def run_interactive(cwd: Path | str, *args: str, env: dict[str, str] | None = No
     return subprocess.run(["git", *args], cwd=str(cwd), env={**os.environ, **(env or {})}, check=False).returncode
 
 
-def clone_mirror(location: str, dest: Path, *, progress: CloneProgress | None = None) -> None:
-    """``git clone --mirror location dest``; with ``progress``, git reports its phases as it goes."""
+def clone_mirror(
+    location: str, dest: Path, *, progress: CloneProgress | None = None, env: dict[str, str] | None = None
+) -> None:
+    """``git clone --mirror location dest``; with ``progress``, git reports its phases as it goes; ``env``: more
+    of git's environment (a credential, see :func:`patch_queue.git.remote.transport`)."""
     git = gitpython()
     handler = None
     if progress is not None:
@@ -128,7 +131,7 @@ def clone_mirror(location: str, dest: Path, *, progress: CloneProgress | None = 
 
         handler = CallableRemoteProgress(update)
     try:
-        git.Repo.clone_from(location, str(dest), mirror=True, env=GIT_ENV, progress=handler)
+        git.Repo.clone_from(location, str(dest), mirror=True, env={**GIT_ENV, **(env or {})}, progress=handler)
     except git.GitCommandError as exc:
         # with a progress handler git's stderr went to the handler, which keeps the lines that are no progress
         lines = [*handler.error_lines, *handler.other_lines] if handler is not None and not exc.stderr else []

@@ -14,10 +14,12 @@ Hunk = tuple[int, int, int, int]  # (old start, old count, new start, new count)
 
 def line_hunks(old: bytes, new: bytes, *, patience: bool = False) -> list[Hunk]:
     """The changed line ranges of ``old`` -> ``new``, with no context; an insertion has old count 0
-    and starts at the line it precedes.  ``patience``: git's patience algorithm."""
+    and starts at the line it precedes.  ``patience``: git's patience algorithm.  Both are diffed as text
+    even with a NUL byte (libgit2 would call them binary and give no hunk)."""
     if old == new:
         return []
-    flag = pygit2.enums.DiffOption.PATIENCE if patience else pygit2.enums.DiffOption.NORMAL
+    options = pygit2.enums.DiffOption
+    flag = (options.PATIENCE if patience else options.NORMAL) | options.FORCE_TEXT
     out = []
     for h in pygit2.Patch.create_from(old, new, context_lines=0, interhunk_lines=0, flag=flag).hunks:
         old_start = h.old_start - 1 if h.old_lines else h.old_start  # git numbers an insertion after its line

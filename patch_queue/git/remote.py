@@ -5,10 +5,17 @@ whose history was filtered to ``vllm_ascend/``, so its hashes differ from the pu
 and every commit carries an ``Upstream-Commit: <public sha>`` trailer).  Cloning and fetching go
 through the git command line (:mod:`patch_queue.git.command`: the git binary knows every transport
 and the bundle format); objects are read with pygit2, which is much faster than a process per blob.
+
+A URL's credentials (``https://user:token@host/...``) never land in a file nor in a line pq prints:
+the location is kept, shown, recorded and keyed without its user information (as git prints a URL),
+the mirror's remote URL is stored so, and the credential reaches the git process alone, as an
+``http.<url>.extraHeader`` (HTTP Basic, what git sends for such a URL) in its environment
+(:func:`transport`).  A credential git finds itself (``~/.netrc``, a credential helper) works as usual.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -16,6 +23,7 @@ import re
 import shutil
 import tempfile
 import time
+import urllib.parse
 from bisect import bisect_left
 from collections.abc import Iterator
 from contextlib import suppress
@@ -25,7 +33,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from patch_queue.errors import SourceError
+from patch_queue.errors import SourceError, redact
 from patch_queue.fsutil import atomic_write
 from patch_queue.git import command
 from patch_queue.progress import Progress, bar, say
@@ -49,11 +57,34 @@ def normalize_location(location: str) -> str:
     return str(Path(location).expanduser().resolve())
 
 
+def transport(location: str) -> tuple[str, dict[str, str]]:
+    """What git is given for ``location``: the URL, without a password (an http(s) URL without its user
+    information), and the environment that carries the credential to that process only (an
+    ``http.<url>.extraHeader`` of HTTP Basic through ``GIT_CONFIG_COUNT``, after the caller's own)."""
+    parts = urllib.parse.urlsplit(location) if "://" in location else None
+    if parts is None or "@" not in parts.netloc:
+        return location, {}
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    if parts.scheme.lower() not in ("http", "https"):  # ssh://user@host: the user name is no secret, git needs it
+        return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host)), {}
+    url = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    token = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}".encode()
+    count = os.environ.get("GIT_CONFIG_COUNT", "0")
+    n = int(count) if count.isdigit() else 0
+    return url, {
+        "GIT_CONFIG_COUNT": str(n + 1),
+        f"GIT_CONFIG_KEY_{n}": f"http.{url}.extraHeader",
+        f"GIT_CONFIG_VALUE_{n}": "Authorization: Basic " + base64.b64encode(token).decode("ascii"),
+    }
+
+
 class UpstreamGit:
     """One upstream repository, mirrored (all branches and tags) into a bare clone in the cache."""
 
     def __init__(self, location: str, path: Path, *, progress: Progress | None = None) -> None:
-        self.location = normalize_location(location)
+        self._remote, self._env = transport(normalize_location(location))
+        self.location = redact(self._remote)  # shown and recorded: no user information
         self.path = path
         self._progress = progress
         self._fetched = False
@@ -101,7 +132,7 @@ class UpstreamGit:
             with bar("Cloning") as shown:
                 # git reports its phases only to a bar that shows: elsewhere it runs as it always did
                 on_phase = (lambda phase, done, total: shown.update(done, total, what=phase)) if shown.shown else None
-                command.clone_mirror(self.location, tmp / "repo.git", progress=on_phase)
+                command.clone_mirror(self._remote, tmp / "repo.git", progress=on_phase, env=self._env)
             try:
                 os.rename(tmp / "repo.git", self.path)
             except OSError:
@@ -131,7 +162,7 @@ class UpstreamGit:
         """Bring the mirror up to date (all refs, pruning deleted ones)."""
         stamp = None if is_url(self.location) else self._source_stamp()
         try:
-            command.run(self.path, "fetch", "--prune", "--quiet", "origin")
+            command.run(self.path, "fetch", "--prune", "--quiet", "origin", env=self._env)
         except command.GitFailed as exc:
             if not self._valid_clone():
                 raise self._unreadable(exc.reason) from None

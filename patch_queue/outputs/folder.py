@@ -5,10 +5,16 @@ file pq wrote.  A file whose bytes no longer have that sha256 (or that is gone) 
 patch holds: commands that would overwrite the folder refuse, naming the first such file, unless
 told to ``--discard`` them; ``pq record`` and ``pq new`` take them into the series.  A manifest
 of older pq (paths only) is compared with the top of the stack instead.
+
+The folder must be a folder of the project: a regular file or a symbolic link there (which would send
+pq's writes elsewhere) is named in one line by every command that reads or writes it, and reported by
+``pq status``.  A module turned into a patch body (``pq record``, ``pq new``, ``pq continue``) must be
+UTF-8 text without a NUL byte (:func:`refuse_binary`): a patch holds text changes only.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +23,7 @@ from patch_queue.errors import QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.git.diff import line_hunks
 from patch_queue.project.journal import Writes
+from patch_queue.project.workspace import OUT_DIR, Workspace
 from patch_queue.series.stack import sha256
 
 MANIFEST = ".pq-build"
@@ -29,6 +36,57 @@ class Edited:
     file: str  # relative to the output folder
     added: int
     removed: int
+
+
+def unusable(ws: Workspace, out: Path | None = None) -> QueueError | None:
+    """Why the output folder (``out`` as given, default ``npu_worker/``) cannot be used, or None: it is a
+    symbolic link, or something other than a folder."""
+    path = out if out is not None else ws.root / OUT_DIR
+    parent = ws.rel(path.parent)  # the folder resolved, not the link
+    shown = path.name if parent == "." else f"{parent}/{path.name}"
+    if path.is_symlink():
+        return QueueError(
+            f"is a symbolic link (to {os.readlink(path)}); pq writes the runners into a folder of the project "
+            f"only, never through a link: remove the link (`rm {shown}`), then run the command again",
+            path=shown,
+        )
+    if path.exists() and not path.is_dir():
+        return QueueError(
+            "is not a folder; pq writes the runners into a folder of that name: move the file away, then run the "
+            "command again",
+            path=shown,
+        )
+    return None
+
+
+def refuse_binary(data: bytes, shown: str) -> None:
+    """One line naming the first byte of the module ``shown`` that a patch body cannot hold (one that is not
+    UTF-8, or a NUL), at its line and column; nothing when it is text."""
+    bad, what = None, ""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad, what = exc.start, f"byte 0x{data[exc.start]:02x} is not UTF-8"
+    nul = data.find(b"\0")
+    if nul >= 0 and (bad is None or nul < bad):
+        bad, what = nul, "a NUL byte (0x00)"
+    if bad is None:
+        return
+    line = data.count(b"\n", 0, bad) + 1
+    column = bad - (data.rfind(b"\n", 0, bad) + 1) + 1
+    raise QueueError(
+        f"{what} at column {column}; a patch holds UTF-8 text only: remove the byte (or `pq build --discard` "
+        "drops every edit no patch holds), then run the command again",
+        path=shown,
+        line=line,
+    )
+
+
+def refuse_unusable(ws: Workspace, out: Path | None = None) -> None:
+    """One line (exit 1) when the output folder cannot be used (see :func:`unusable`)."""
+    problem = unusable(ws, out)
+    if problem is not None:
+        raise problem
 
 
 def sync(out: Path, files: dict[str, bytes], writes: Writes, *, standalone: str = "") -> None:

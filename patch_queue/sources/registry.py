@@ -9,11 +9,17 @@ needs Ascend's toolkit), so this small PEP 691 / PEP 503 client reads the index,
 Versions, names and file names are read by ``packaging`` (PEP 440, PEP 503, wheel and sdist file
 names).  It is imported where it is used: it costs ~25 ms, and most commands never read the index;
 so are urllib's HTTP client and the HTML parser (~10 ms): a pinned release resolves without them.
+
+Credentials are pip's: an index URL's user information (``https://user:token@host/simple``) and
+``~/.netrc`` (or ``$NETRC``) authenticate every request to that host with HTTP Basic, sent with the
+request itself (not after a 401) and never to the host a redirect leads to; the URL is requested,
+shown and recorded without them.
 """
 
 from __future__ import annotations
 
 import ast
+import base64
 import functools
 import hashlib
 import json
@@ -31,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from patch_queue.errors import SourceError
+from patch_queue.errors import SourceError, redact
 from patch_queue.progress import Progress, bar, say, timed
 
 if TYPE_CHECKING:
@@ -157,6 +163,63 @@ def _opener() -> urllib.request.OpenerDirector:
     return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
 
 
+def _netloc(url: str) -> str:
+    """host[:port] of ``url``, lower case, without user information: what credentials are kept by."""
+    return urllib.parse.urlsplit(url).netloc.rpartition("@")[2].lower()
+
+
+def _userinfo(url: str) -> tuple[str, str] | None:
+    """The (user, password) a URL carries, percent-decoded; None without user information."""
+    netloc = urllib.parse.urlsplit(url).netloc
+    if "@" not in netloc:
+        return None
+    user, _, password = netloc.rpartition("@")[0].partition(":")
+    return urllib.parse.unquote(user), urllib.parse.unquote(password)
+
+
+def _netrc(host: str) -> tuple[str, str] | None:
+    """(login, password) for ``host`` in ``$NETRC`` or ``~/.netrc``, as pip reads it; None without one."""
+    import netrc
+
+    path = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        found = netrc.netrc(str(path)).authenticators(host) if path.is_file() else None
+    except (OSError, netrc.NetrcParseError):
+        return None
+    return (found[0], found[2] or "") if found else None
+
+
+_LINK_CREDENTIALS: dict[str, tuple[str, str]] = {}  # host[:port] -> the credential an index page's link carried
+
+
+def _credentials(url: str) -> tuple[str, str] | None:
+    """What authenticates a request for ``url``: its own user information, else that of a configured index on
+    the same host (or of a link of its pages there), else ``~/.netrc``'s entry for the host (pip's order,
+    keyring aside)."""
+    own = _userinfo(url)
+    if own is not None:
+        return own
+    netloc = _netloc(url)
+    for index in index_urls():
+        if _netloc(index) == netloc and (theirs := _userinfo(index)) is not None:
+            return theirs
+    if netloc in _LINK_CREDENTIALS:
+        return _LINK_CREDENTIALS[netloc]
+    return _netrc(urllib.parse.urlsplit(url).hostname or "")
+
+
+def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.Request:
+    """A request for ``url`` without its user information, authenticated as pip would (HTTP Basic)."""
+    import urllib.request
+
+    request = urllib.request.Request(redact(url), headers=headers or {})
+    found = _credentials(url)
+    if found is not None:
+        token = base64.b64encode(f"{found[0]}:{found[1]}".encode()).decode("ascii")
+        request.add_unredirected_header("Authorization", f"Basic {token}")
+    return request
+
+
 def _reason(exc: BaseException) -> str:
     import urllib.error
 
@@ -244,7 +307,9 @@ def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> 
     for filename, url, sha256, yanked in entries:
         parsed = _file_version(project, filename)
         if parsed is not None:
-            files.append(DistFile(filename, url, sha256.lower() if sha256 else None, *parsed, yanked))
+            if (carried := _userinfo(url)) is not None:  # a link with a credential: kept aside, not in the URL
+                _LINK_CREDENTIALS[_netloc(url)] = carried
+            files.append(DistFile(filename, redact(url), sha256.lower() if sha256 else None, *parsed, yanked))
     return files
 
 
@@ -261,7 +326,7 @@ def _read_index_page(index: str, project: str) -> tuple[str, bytes, str] | None:
         if not page.is_file():
             return None
         return page_url, page.read_bytes(), "text/html"
-    request = urllib.request.Request(page_url, headers={"Accept": _ACCEPT})
+    request = _request(page_url, {"Accept": _ACCEPT})
     try:
         with _opener().open(request, timeout=_timeout()) as response:
             return response.geturl(), response.read(), response.headers.get("Content-Type", "text/html")
@@ -282,7 +347,7 @@ def project_files(name: str) -> list[DistFile]:
         try:
             page = _read_index_page(index, project)
         except (OSError, ValueError) as exc:
-            errors.append(f"cannot read package index {index}: {_reason(exc)}")
+            errors.append(f"cannot read package index {redact(index)}: {_reason(exc)}")
             continue
         if page is None:
             continue
@@ -352,7 +417,7 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
     try:
         # mkstemp makes the file private; a cache entry is ordinary readable data.
         os.chmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as out, _opener().open(dist.url, timeout=_timeout()) as response:
+        with os.fdopen(fd, "wb") as out, _opener().open(_request(dist.url), timeout=_timeout()) as response:
             total = int(response.headers.get("Content-Length") or 0)
             size = f" ({total / (1 << 20):.1f} MiB)" if total else ""
             say(progress, f"Downloading {dist.filename}{size}")
@@ -369,6 +434,6 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
         os.replace(tmp, dest)
         return actual
     except (OSError, ValueError) as exc:
-        raise SourceError(f"cannot download {dist.filename} from {dist.url}: {_reason(exc)}") from exc
+        raise SourceError(f"cannot download {dist.filename} from {redact(dist.url)}: {_reason(exc)}") from exc
     finally:
         tmp.unlink(missing_ok=True)

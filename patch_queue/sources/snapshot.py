@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from patch_queue.errors import SourceError
+from patch_queue.errors import SourceError, redact
 from patch_queue.git.remote import UpstreamGit, normalize_location
 from patch_queue.progress import Progress, timed
 from patch_queue.sources import archives, registry
@@ -172,7 +172,7 @@ def open_git(location: str, progress: Progress | None = None) -> UpstreamGit:
     One instance per location and process, so a local location is fetched once per run.
     """
     normalized = normalize_location(location)
-    key = hashlib.sha1(normalized.encode()).hexdigest()[:16]
+    key = hashlib.sha1(redact(normalized).encode()).hexdigest()[:16]  # one mirror whatever the credential
     path = cache_dir() / "git" / f"{key}.git"
     repo = _open_repos.get((normalized, path))
     if repo is None or not path.is_dir():
