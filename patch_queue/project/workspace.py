@@ -327,7 +327,7 @@ def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | 
                 f"is missing or names no patch while {what}; restore it (`git checkout -- patches/series`)",
                 path=ws.rel(ws.queue_dir.series_path),
             )
-    data = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
+    data = [(n, read_patch(ws, n)) for n in names]
     base, missing = base_for_queue(ws, queue, upstream_git=upstream_git, progress=progress)
     if missing:
         raise QueueError(
@@ -336,6 +336,24 @@ def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | 
     commits = stack.import_series(ws.repo, queue, base, data)  # a malformed body: the parser names its line
     lineage.check_bodies(ws.queue_dir, queue, names, [d for _n, d in data])
     return LoadedStack(queue, base, commits)
+
+
+def read_patch(ws: Workspace, name: str) -> bytes:
+    """The bytes of ``patches/<name>``; one line when it vanished since the series was read (a `pq delete` or
+    `pq rename` that ran meanwhile, as the lock-free commands do not wait for one)."""
+    path = ws.queue_dir.root / name
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise vanished(ws, path, exc) from None
+
+
+def vanished(ws: Workspace, path: Path, exc: OSError) -> QueueError:
+    if isinstance(exc, FileNotFoundError):
+        why = "was removed while pq read the series (another pq command changed patches/ meanwhile)"
+    else:
+        why = f"cannot be read ({exc.strerror or exc})"
+    return QueueError(f"{why}; nothing was changed: run the command again", path=ws.rel(path))
 
 
 def applied_count(ws: Workspace, loaded: LoadedStack) -> int:
