@@ -108,7 +108,10 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
                     raise typer.Exit(EXIT_ERROR) from None
                 if exc.errno not in _OUTPUT_ERRNOS:
                     _bug()
-                err(f"error: cannot write the output: {exc.strerror}")  # stdout on a full or failing device
+                if exc.filename:  # a file no journaled write covers (a cache file, the lock): name it
+                    err(f"error: {os.fsdecode(exc.filename)}: cannot be written: {exc.strerror}")
+                else:  # stdout on a full or failing device
+                    err(f"error: cannot write the output: {exc.strerror}")
                 raise typer.Exit(EXIT_ERROR) from None
             except Exception:  # a bug: keep the traceback for the report
                 _bug()

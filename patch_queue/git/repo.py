@@ -8,10 +8,12 @@ Invariants:
   the same inputs give the same commit ids on every machine.
 - Refs move only through :meth:`ProjectRepo.update_refs`, which checks every old value first
   and writes all refs or none.
-- A repository whose object store cannot be written (a read-only mount, an immutable folder, another
-  user's clone) is read as git reads it: the objects a command computes (trees, commits of the stack)
+- A repository whose object store cannot be written (a read-only mount, an immutable
+  folder) is read as git reads it: the objects a command computes (trees, commits of the stack)
   go to a scratch object folder that lives as long as the process, so reading commands work there;
   moving a ref still fails, with one line.
+- Every object written is checked to be in the store (on a full disk libgit2 reports a small one as
+  written): one that is not, or a write that fails, is one line naming ``.git/objects``.
 """
 
 from __future__ import annotations
