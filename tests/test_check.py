@@ -125,7 +125,7 @@ def test_project_rules_extend_and_replace(tmp_path: Path, corpus: Path) -> None:
 def test_bad_rule_file_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "check-rules.toml"
     path.write_text('[[rule]]\nid = "x"\nkind = "regex"\nseverity = "fatal"\npattern = "a"\nmessage = "m"\n')
-    with pytest.raises(QueueError, match="check-rules.toml: rule\\[0\\].severity must be"):
+    with pytest.raises(QueueError, match="check-rules.toml:4: rule\\[0\\].severity must be"):
         check.load_rules(tmp_path)
     path.write_text('[[rule]]\nid = "x"\nkind = "regex"\nseverity = "error"\npattern = "("\nmessage = "m"\n')
     with pytest.raises(QueueError, match="bad pattern"):

@@ -73,19 +73,19 @@ def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
-        ('[[rule]]\nid = "x"\nfind = "("\nreplace = "y"\n', 1, "rule[0] (x): bad find or replace"),
+        ('[[rule]]\nid = "x"\nfind = "("\nreplace = "y"\n', 3, "rule[0] (x): bad find or replace"),
         ('[[rule]]\nid = "x"\nreplace = "y"\n', 1, "rule[0].find must be a non-empty string"),
-        ('fence = "# Omni"\n', None, "fence must be an Omni-new fence comment line"),
-        ("[[rule]\n", None, "not valid TOML"),
+        ('fence = "# Omni"\n', 1, "fence must be an Omni-new fence comment line"),
+        ("[[rule]\n", 1, "not valid TOML"),
         (
             '[[rule]]\nid = "x"\nfind = "a"\nreplace = "b"\n\n'
             '[[decline]]\nfile = "gpu_x.py"\nmethod = ""\nfirst = "y"\n',
-            6,
+            8,
             "decline[0].method must be a non-empty string",
         ),
         (
             '[[decline]]\nfile = "gpu_x.py"\nmethod = "f"\nfirst = "y"\nnote = 3\n',
-            1,
+            5,
             "decline[0].note must be a string",
         ),
     ],

@@ -3,7 +3,8 @@
 
 Every rule rewrites each line of a GPU hunk, in order (``CUDAGraphWrapper`` -> ``ACLGraphWrapper``,
 ``set_forward_context`` -> ``set_ascend_forward_context``, ...); a project's rule with a built-in id replaces it
-in place, a new id goes after the built-in ones.
+in place, a new id goes after the built-in ones.  Every key's type is checked (file:line), and a rule's ``find``
+runs with a time limit (:mod:`patch_queue.checks.rule_files`).
 
 A project's ``[[decline]]`` tables name GPU changes its maintainers chose not to port (``file``, ``method``, the
 change's ``first`` meaningful line, an optional ``note``): ``pq sync-gpu`` lists them and ports them no more.
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from patch_queue.checks import rule_files
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
 
@@ -35,9 +36,16 @@ class Rule:
     replace: str
     regex: bool = True
     note: str = ""
+    source: str = field(default="", compare=False)  # the rules file, and the line of the rule's find (or head)
+    line: int | None = field(default=None, compare=False)
 
     def apply(self, line: str) -> str:
-        return re.sub(self.find, self.replace, line) if self.regex else line.replace(self.find, self.replace)
+        if not self.regex:
+            return line.replace(self.find, self.replace)
+        try:
+            return rule_files.sub(self.find, self.replace, line)
+        except rule_files.RuleTimeout:
+            raise rule_files.timed_out(self.source, self.line, self.id, f"the GPU line {line.strip()[:60]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -97,55 +105,75 @@ def declines_of(name: str, message: str) -> list[Decline]:
     ]
 
 
+_RULE_KEYS = {"id": "str", "find": "str", "replace": "text", "regex": "bool", "note": "text"}
+_DECLINE_KEYS = {"file": "str", "method": "str", "first": "str", "note": "text"}
+
+
 def parse_rules(text: str, *, path: str) -> tuple[list[Rule], str | None, list[Decline]]:
-    """The rules of one rules file, its ``fence`` (None when it sets none) and its declined changes."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise QueueError(f"not valid TOML: {exc}", path=path) from None
+    """The rules of one rules file, its ``fence`` (None when it sets none) and its declined changes; one line
+    naming the file, the line and the key of the first bad value otherwise."""
+    data = rule_files.parse(text, path)
     fence = data.get("fence")
     if fence is not None and not (isinstance(fence, str) and anchors.FENCE.match(fence)):
-        raise QueueError("fence must be an Omni-new fence comment line (# ---- Omni-new ----)", path=path)
+        line = rule_files.key_line(text, (1, len(text.splitlines()) or 1), "fence")
+        raise QueueError("fence must be an Omni-new fence comment line (# ---- Omni-new ----)", path=path, line=line)
+    unknown = sorted(set(data) - {"fence", "rule", "decline"})
+    if unknown:
+        line = rule_files.key_line(text, (1, len(text.splitlines()) or 1), unknown[0])
+        raise QueueError(f"unknown key {unknown[0]!r} (the keys: fence, [[rule]], [[decline]])", path=path, line=line)
     rules: list[Rule] = []
-    for raw, fail in _tables(data, "rule", ("id", "find"), text, path):
-        if not isinstance(raw.get("replace"), str):
+    for raw, fail, line_of in _tables(data, "rule", _RULE_KEYS, text, path):
+        if "replace" not in raw:
             raise fail(f" ({raw['id']}).replace must be a string")
         regex = raw.get("regex", True)
-        if not isinstance(regex, bool):
-            raise fail(f" ({raw['id']}).regex must be true or false")
-        rule = Rule(raw["id"], raw["find"], raw["replace"], regex, str(raw.get("note", "")))
+        rule = Rule(raw["id"], raw["find"], raw["replace"], regex, raw.get("note", ""), path, line_of("find"))
         if regex:
             try:
-                rule.apply("")
-                re.compile(rule.find)
-            except re.error as exc:
-                raise fail(f" ({rule.id}): bad find or replace: {exc}") from None
+                rule_files.sub(rule.find, rule.replace, "")
+            except rule_files.RuleTimeout:
+                raise rule_files.timed_out(path, rule.line, rule.id, "an empty line") from None
+            except (rule_files.PatternError, IndexError) as exc:  # IndexError: a bad group reference
+                raise fail(f" ({rule.id}): bad find or replace: {exc}", "find") from None
         rules.append(rule)
     declined: list[Decline] = []
-    for raw, fail in _tables(data, "decline", ("file", "method", "first"), text, path):
-        if not isinstance(raw.get("note", ""), str):
-            raise fail(".note must be a string")
+    for raw, _fail, _line in _tables(data, "decline", _DECLINE_KEYS, text, path):
         declined.append(Decline(raw["file"], raw["method"], raw["first"].strip(), raw.get("note", "")))
     return rules, fence, declined
 
 
 def _tables(
-    data: dict[str, Any], kind: str, required: tuple[str, ...], text: str, path: str
-) -> Iterator[tuple[dict[str, Any], Callable[[str], QueueError]]]:
-    """Each ``[[kind]]`` table of ``data`` whose ``required`` keys are non-empty strings, with the error of that
-    table (the message after ``kind[i]``, at the table's line in ``text``)."""
-    heads = [n for n, line in enumerate(text.splitlines(), 1) if line.strip().startswith(f"[[{kind}]]")]
-    for i, raw in enumerate(data.get(kind, [])):
+    data: dict[str, Any], kind: str, keys: dict[str, str], text: str, path: str
+) -> Iterator[tuple[dict[str, Any], Callable[..., QueueError], Callable[[str], int | None]]]:
+    """Each ``[[kind]]`` table of ``data`` whose keys are of their types (``keys``; the ``str`` ones are
+    required), with the error of that table (the message after ``kind[i]``, at the line of the key named, else
+    the table's line in ``text``) and the line of a key."""
+    raws = data.get(kind, [])
+    if not isinstance(raws, list):
+        line = rule_files.key_line(text, (1, len(text.splitlines()) or 1), kind)
+        raise QueueError(f"{kind} must be an array of [[{kind}]] tables", path=path, line=line)
+    spans = rule_files.table_lines(text, kind)
+    for i, raw in enumerate(raws):
+        span = spans[i] if i < len(spans) else None
 
-        def fail(message: str, i: int = i) -> QueueError:
-            return QueueError(f"{kind}[{i}]{message}", path=path, line=heads[i] if i < len(heads) else None)
+        def line_of(key: str, span: tuple[int, int] | None = span) -> int | None:
+            return rule_files.key_line(text, span, key)
+
+        def fail(message: str, key: str | None = None, i: int = i, span: tuple[int, int] | None = span) -> QueueError:
+            line = rule_files.key_line(text, span, key) if key else (span[0] if span else None)
+            return QueueError(f"{kind}[{i}]{message}", path=path, line=line)
 
         if not isinstance(raw, dict):
             raise fail(" must be a table")
-        for key in required:
-            if not isinstance(raw.get(key), str) or not raw[key]:
+        for key, want in keys.items():
+            if want == "str" and key not in raw:
                 raise fail(f".{key} must be a non-empty string")
-        yield raw, fail
+        for key, value in raw.items():
+            if key not in keys:
+                raise fail(f" has an unknown key {key!r} (its keys: {', '.join(keys)})", key)
+            problem = rule_files.type_error(value, keys[key])
+            if problem is not None:
+                raise fail(f".{key} {problem}", key)
+        yield raw, fail, line_of
 
 
 def load_rules(project_patches: Path | None = None) -> Rules:
@@ -156,7 +184,7 @@ def load_rules(project_patches: Path | None = None) -> Rules:
     rules = {r.id: r for r in builtin}
     if project_patches is not None and (project_patches / USER_RULES).is_file():
         user = project_patches / USER_RULES
-        extra, user_fence, user_declined = parse_rules(user.read_text(encoding="utf-8"), path=str(user))
+        extra, user_fence, user_declined = parse_rules(rule_files.read(user), path=str(user))
         rules.update((r.id, r) for r in extra)
         fence = user_fence or fence
         declined += user_declined

@@ -8,7 +8,8 @@ Each check is a pure function of module texts (and, for some, upstream sources) 
 - ``omni-block-missing`` / ``omni-block-duplicated`` / ``omni-block-changed``: every omni block
   of a reference build (the previous build, or the adopted release) is present exactly once;
 - the NPU rules of ``rules.toml`` (and a project's ``patches/check-rules.toml``): data, so a
-  maintainer adds a rule without touching this code;
+  maintainer adds a rule without touching this code; every key's type is checked (file:line), and a
+  rule's pattern runs with a time limit (:mod:`patch_queue.checks.rule_files`);
 - ``signature-drift``: a method the runners override or carry whose parameters differ from the
   method of the same name in the upstream base class at the target version;
 - import resolution (:mod:`patch_queue.checks.imports`) and the GPU-side audit
@@ -23,12 +24,12 @@ import fnmatch
 import functools
 import re
 import tokenize
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from patch_queue.checks import rule_files
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
@@ -152,12 +153,14 @@ class Rule:
     message: str
     options: Mapping[str, object]
     files: tuple[str, ...] = ()
+    source: str = field(default="", compare=False)  # the rule file, and the line of the rule's pattern (or head)
+    line: int | None = field(default=None, compare=False)
 
     def applies(self, path: str) -> bool:
         return not self.files or any(fnmatch.fnmatch(Path(path).name, g) for g in self.files)
 
 
-# the options each kind of rule needs
+# the options each kind of rule needs, and the type of every key a rule may have (see rule_files.type_error)
 _KINDS: dict[str, tuple[str, ...]] = {
     "regex": ("pattern",),
     "call-keyword": ("call", "keyword"),
@@ -165,36 +168,81 @@ _KINDS: dict[str, tuple[str, ...]] = {
     "duplicate": (),
 }
 _FIELDS = ("id", "kind", "severity", "message")
+_TYPES = {
+    **dict.fromkeys(_FIELDS, "str"),
+    "files": "strs",
+    "pattern": "str",
+    "scope": "str",
+    "call": "str",
+    "keyword": "str",
+    "attribute": "str",
+    "allowed": "strs",
+    "min_lines": "int",
+}
 
 
 def parse_rules(text: str, *, path: str) -> list[Rule]:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise QueueError(f"not valid TOML: {exc}", path=path, line=getattr(exc, "lineno", None)) from None
+    """The rules of one rules file; one line naming the file, the line and the key of the first bad value."""
+    data = rule_files.parse(text, path)
+    raws = data.get("rule", [])
+    if not isinstance(raws, list):
+        raise QueueError(
+            "rule must be an array of [[rule]] tables", path=path, line=rule_files.key_line(text, (1, 1), "rule")
+        )
+    spans = rule_files.table_lines(text, "rule")
     rules: list[Rule] = []
-    for i, raw in enumerate(data.get("rule", [])):
+    for i, raw in enumerate(raws):
+        span = spans[i] if i < len(spans) else None
         where = f"rule[{i}]"
+
+        def fail(
+            message: str, key: str | None = None, where: str = where, span: tuple[int, int] | None = span
+        ) -> QueueError:
+            line = rule_files.key_line(text, span, key) if key else (span[0] if span else None)
+            return QueueError(f"{where}{message}", path=path, line=line)
+
         if not isinstance(raw, dict):
-            raise QueueError(f"{where} must be a table", path=path)
+            raise fail(" must be a table")
         for key in _FIELDS:
-            if not isinstance(raw.get(key), str) or not raw[key]:
-                raise QueueError(f"{where}.{key} must be a non-empty string", path=path)
+            if key not in raw:
+                raise fail(f".{key} must be a non-empty string")
+        named = f"{where} ({raw['id']})" if isinstance(raw["id"], str) and raw["id"] else where
+        for key, value in raw.items():
+            if key not in _TYPES:
+                known = ", ".join(sorted(_TYPES))
+                raise fail(f" has an unknown key {key!r} (a rule's keys: {known})", key)
+            problem = rule_files.type_error(value, _TYPES[key])
+            if problem is not None:
+                raise fail(f".{key} {problem}", key)
         if raw["kind"] not in _KINDS:
-            raise QueueError(f"{where}.kind {raw['kind']!r} is not one of {', '.join(sorted(_KINDS))}", path=path)
+            raise fail(f".kind {raw['kind']!r} is not one of {', '.join(sorted(_KINDS))}", "kind")
         if raw["severity"] not in (ERROR, WARNING):
-            raise QueueError(f"{where}.severity must be 'error' or 'warning'", path=path)
+            raise fail(".severity must be 'error' or 'warning'", "severity")
+        if raw.get("scope", "code") not in ("code", "all"):
+            raise fail(".scope must be 'code' or 'all'", "scope")
         for key in _KINDS[raw["kind"]]:
             if key not in raw:
-                raise QueueError(f"{where} ({raw['id']}) needs {key!r}", path=path)
+                raise QueueError(f"{named} needs {key!r}", path=path, line=span[0] if span else None)
         if raw["kind"] == "regex":
             try:
-                re.compile(str(raw["pattern"]))
-            except re.error as exc:
-                raise QueueError(f"{where} ({raw['id']}): bad pattern: {exc}", path=path) from None
+                rule_files.compiled(raw["pattern"])
+            except rule_files.PatternError as exc:
+                raise QueueError(
+                    f"{named}: bad pattern: {exc}", path=path, line=rule_files.key_line(text, span, "pattern")
+                ) from None
         options = {k: v for k, v in raw.items() if k not in (*_FIELDS, "files")}
+        line = rule_files.key_line(text, span, "pattern")
         rules.append(
-            Rule(raw["id"], raw["kind"], raw["severity"], raw["message"], options, tuple(raw.get("files", [])))
+            Rule(
+                raw["id"],
+                raw["kind"],
+                raw["severity"],
+                raw["message"],
+                options,
+                tuple(raw.get("files", [])),
+                path,
+                line,
+            )
         )
     return rules
 
@@ -205,7 +253,7 @@ def load_rules(project_patches: Path | None = None) -> list[Rule]:
     rules = {r.id: r for r in parse_rules(builtin, path="patch_queue/checks/rules.toml")}
     if project_patches is not None and (project_patches / USER_RULES).is_file():
         user = project_patches / USER_RULES
-        for r in parse_rules(user.read_text(encoding="utf-8"), path=str(user)):
+        for r in parse_rules(rule_files.read(user), path=str(user)):
             rules[r.id] = r
     return list(rules.values())
 
@@ -307,10 +355,11 @@ def check_rules(files: Mapping[str, str], rules: Iterable[Rule]) -> list[Finding
             hits: list[tuple[int, str]]  # (line, message)
             if rule.kind == "regex":
                 haystack = text if opts.get("scope") == "all" else code
-                hits = [
-                    (haystack.count("\n", 0, m.start()) + 1, rule.message)
-                    for m in re.finditer(str(opts["pattern"]), haystack)
-                ]
+                try:
+                    found = rule_files.finditer(str(opts["pattern"]), haystack)
+                except rule_files.RuleTimeout:
+                    raise rule_files.timed_out(rule.source, rule.line, rule.id, path) from None
+                hits = [(haystack.count("\n", 0, m.start()) + 1, rule.message) for m in found]
             elif rule.kind == "call-keyword":
                 hits = [
                     (kw.value.lineno, rule.message)

@@ -102,9 +102,16 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
             except typer.Exit:
                 raise
             except OSError as exc:
+                vanished = _vanished_patch(exc)
+                if vanished is not None:
+                    err(f"error: {vanished}")
+                    raise typer.Exit(EXIT_ERROR) from None
                 if exc.errno not in _OUTPUT_ERRNOS:
                     _bug()
-                err(f"error: cannot write the output: {exc.strerror}")  # stdout on a full or failing device
+                if exc.filename:  # a file no journaled write covers (a cache file, the lock): name it
+                    err(f"error: {os.fsdecode(exc.filename)}: cannot be written: {exc.strerror}")
+                else:  # stdout on a full or failing device
+                    err(f"error: cannot write the output: {exc.strerror}")
                 raise typer.Exit(EXIT_ERROR) from None
             except Exception:  # a bug: keep the traceback for the report
                 _bug()
@@ -123,6 +130,23 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
 
 
 _OUTPUT_ERRNOS = (errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG)
+
+
+def _vanished_patch(exc: OSError) -> str | None:
+    """The line for a file of ``patches/`` that was removed while a command read the series (a ``pq delete`` that
+    ran meanwhile: the reading commands take no lock), else None."""
+    if not isinstance(exc, FileNotFoundError) or not exc.filename:
+        return None
+    try:
+        from patch_queue.project.workspace import vanished
+
+        ws = workspace()
+        path = Path(os.fsdecode(exc.filename))
+        if path.parent.resolve() != ws.queue_dir.root.resolve():
+            return None
+        return str(vanished(ws, path, exc))
+    except Exception:  # no workspace to name it in: the traceback, as for any other error
+        return None
 
 
 def _bug() -> NoReturn:

@@ -29,11 +29,18 @@ from patch_queue.errors import EXIT_ERROR, EXIT_OK
 def series(upstream: UpstreamOpt = None) -> None:
     """List the patches in order, applied ones marked with +."""
     from patch_queue.commands import edit, resolve
+    from patch_queue.project.workspace import vanished
 
     ws = workspace()
+    lines = []
     for name, state in resolve.do_status(ws, upstream_git=upstream).patches:
         mark = "+" if state in ("applied", "modified", "unchanged", "empty") else "!" if state == "conflict" else "-"
-        typer.echo(f"{mark} {name}  {edit.patch_subject(ws, name)}")
+        try:
+            subject = edit.patch_subject(ws, name)
+        except OSError as exc:  # removed by a `pq delete` since the listing: one line, not half a listing
+            raise vanished(ws, ws.queue_dir.root / name, exc) from None
+        lines.append(f"{mark} {name}  {subject}")
+    echo(*lines)
 
 
 @command()

@@ -8,6 +8,12 @@ Invariants:
   the same inputs give the same commit ids on every machine.
 - Refs move only through :meth:`ProjectRepo.update_refs`, which checks every old value first
   and writes all refs or none.
+- A repository whose object store cannot be written (a read-only mount, an immutable
+  folder) is read as git reads it: the objects a command computes (trees, commits of the stack)
+  go to a scratch object folder that lives as long as the process, so reading commands work there;
+  moving a ref still fails, with one line.
+- Every object written is checked to be in the store (on a full disk libgit2 reports a small one as
+  written): one that is not, or a write that fails, is one line naming ``.git/objects``.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -79,6 +86,11 @@ class ProjectRepo:
         # objects never change: a replay reads each commit and tree it wrote, or read, again
         self._commits: dict[str, CommitInfo] = {}
         self._trees: dict[str, list[tuple[str, pygit2.Oid]]] = {}
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        if not os.access((self.main_gitdir or self.gitdir) / "objects", os.W_OK):
+            # written first (the highest priority): computed objects never need the real store
+            self._scratch = tempfile.TemporaryDirectory(prefix="pq-objects-")
+            self._repo.odb.add_backend(pygit2.OdbBackendLoose(self._scratch.name, -1, False), 1000)
 
     _BLOB_CACHE = 32
     _BLOB_LARGE = 4 << 20
@@ -101,9 +113,28 @@ class ProjectRepo:
             digest.update(data)
             oid = pygit2.Oid(raw=digest.digest())
             if oid not in self._repo.odb:
-                oid = self._repo.create_blob(data)
+                oid = self._stored(lambda: self._repo.create_blob(data))
             self._keep(self._oids, data, oid, len(data))
         return oid
+
+    def _stored(self, write: Callable[[], pygit2.Oid]) -> pygit2.Oid:
+        """The object ``write`` stored, checked: libgit2 reports a failed write of a small object on a full disk
+        as a success (and a failed blob as "no error"), so what it returns must be in the store."""
+        try:
+            oid = write()
+        except (OSError, pygit2.GitError) as exc:
+            why = str(exc)
+        else:
+            if oid in self._repo.odb:
+                return oid
+            why = f"{oid} was not kept"
+        objects = (self.main_gitdir or self.gitdir) / "objects"
+        shown = objects.relative_to(self.workdir).as_posix() if objects.is_relative_to(self.workdir) else str(objects)
+        raise QueueError(
+            f"cannot be written ({why}): a full disk or a file size limit; nothing was changed: "
+            "make room and run the command again",
+            path=shown,
+        )
 
     def _blob_data(self, oid: pygit2.Oid) -> bytes:
         data = self._blobs.get(oid)
@@ -147,7 +178,7 @@ class ProjectRepo:
         tb = self._repo.TreeBuilder()
         for oid in sorted(set(blobs)):
             tb.insert(oid, pygit2.Oid(hex=oid), FileMode.BLOB)
-        return str(tb.write())
+        return str(self._stored(tb.write))
 
     def kind_of(self, oid: str) -> str | None:
         """The type of object ``oid`` ("commit", "tree", "blob", "tag"), None when the repository lacks it."""
@@ -170,7 +201,7 @@ class ProjectRepo:
             oid = self._write_blob(data)
             self._keep(self._blobs, oid, data, len(data))
             index.add(pygit2.IndexEntry(path, oid, FileMode.BLOB))
-        return str(index.write_tree(self._repo))
+        return str(self._stored(lambda: index.write_tree(self._repo)))
 
     def read_tree(self, oid: str) -> dict[str, bytes]:
         entries = self._trees.get(oid)
@@ -181,13 +212,15 @@ class ProjectRepo:
         return {path: self._blob_data(blob) for path, blob in entries}
 
     def commit(self, tree: str, parents: list[str], message: str, author: Person, committer: Person) -> str:
-        oid = self._repo.create_commit(
-            None,
-            author.signature(),
-            committer.signature(),
-            message,
-            pygit2.Oid(hex=tree),
-            [pygit2.Oid(hex=p) for p in parents],
+        oid = self._stored(
+            lambda: self._repo.create_commit(
+                None,
+                author.signature(),
+                committer.signature(),
+                message,
+                pygit2.Oid(hex=tree),
+                [pygit2.Oid(hex=p) for p in parents],
+            )
         )
         return str(oid)
 
@@ -293,6 +326,8 @@ class ProjectRepo:
                 "HOME": scratch,
                 "XDG_CONFIG_HOME": scratch,
             }
+            if self._scratch is not None:  # the objects computed in a read-only repository
+                env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = self._scratch.name
             # one commit given alone would mean "every commit since"; --no-walk with the count means just these;
             # --always writes a commit that changes nothing too (an empty patch: header and message, no diff)
             args = [

@@ -103,9 +103,20 @@ class Writes:
             self._refs[name] = (old, new)
 
     def commit(self) -> None:
-        repo = self.ws.repo
+        """Apply the writes (see the module's docstring).  A file or object that cannot be written (a full
+        disk, a file size limit, a read-only folder) is one line naming it: with everything put back as it
+        was, or, where even that failed, with the journal left for `pq abort`."""
+        try:
+            self._commit()
+        except _Unwritable as exc:
+            raise exc.error(self.ws) from None
 
-        def blob(data: bytes | None) -> str | None:
+    def _commit(self) -> None:
+        repo = self.ws.repo
+        again = f"make room (or make it writable) and run `pq {self.command}` again"
+        unchanged = f"nothing was changed; {again}"
+
+        def blob(data: bytes | None) -> str | None:  # an object that cannot be stored: one line, from the repo
             return None if data is None else repo.write_blob(data)
 
         files: list[_File] = []
@@ -147,19 +158,30 @@ class Writes:
             "refs": [{"ref": k, "old": o, "new": n} for k, (o, n) in refs.items()],
         }
         path = self.ws.state_dir / JOURNAL_FILE
-        atomic_write(path, json_bytes(journal, indent=1), durable=True)
+        try:
+            atomic_write(path, json_bytes(journal, indent=1), durable=True)
+        except OSError as exc:
+            _drop_holder(self.ws)
+            raise _Unwritable(path, exc, unchanged) from None
         kill_point("after-journal")
         try:
             _apply(self.ws, files, refs, forward=True, message=f"pq {self.command}")
-        except Exception:
+        except Exception as failed:
             # an error while writing (a git ref lock, a full disk, a bug) with this process still alive: undo
             # what was written and drop the journal, which is only needed when the process dies part way
             try:
                 _apply(self.ws, files, refs, forward=False, message=f"pq {self.command} (undone)")
             except Exception:
-                raise  # the journal stays: `pq continue` / `pq abort` finish the job
+                if isinstance(failed, _Unwritable):  # the journal stays: `pq abort` / `pq continue` finish the job
+                    failed.after = (
+                        "what was written could not be put back: `pq abort` puts every file and ref back as it "
+                        f"was (or, with room made, `pq continue` finishes the writes of `pq {self.command}`)"
+                    )
+                raise failed from None
             path.unlink()
             _drop_holder(self.ws)
+            if isinstance(failed, _Unwritable):
+                failed.after = f"everything was put back as it was; {again}"
             raise
         path.unlink()
         _drop_holder(self.ws)
@@ -179,6 +201,18 @@ class Writes:
         }
         path = self.ws.state_dir / UNDO_FILE
         return _File(_key(self.ws, path), "state", blob(_read(path)), blob(json_bytes(record, indent=1)))
+
+
+class _Unwritable(Exception):
+    """A file (or the object store) that could not be written, why, and what that left."""
+
+    def __init__(self, path: Path, exc: OSError, after: str = "") -> None:
+        super().__init__(f"{path}: {exc}")
+        self.path, self.exc, self.after = path, exc, after
+
+    def error(self, ws: Workspace) -> QueueError:
+        why = self.exc.strerror or str(self.exc)
+        return QueueError(f"cannot be written ({why}){'; ' + self.after if self.after else ''}", path=ws.rel(self.path))
 
 
 _RESOLUTIONS = "refs/pq/resolutions"  # only grows: `pq undo` leaves it (see patch_queue/series/rerere.py)
@@ -262,7 +296,12 @@ def recover(ws: Workspace, *, forward: bool) -> str | None:
     if journal is None:
         return None
     command, files, refs = journal
-    _apply(ws, files, refs, forward=forward, message=f"pq {'continue' if forward else 'abort'} (interrupted {command})")
+    verb = "continue" if forward else "abort"
+    try:
+        _apply(ws, files, refs, forward=forward, message=f"pq {verb} (interrupted {command})")
+    except _Unwritable as exc:
+        exc.after = f"the journal is kept: make room (or make it writable) and run `pq {verb}` again"
+        raise exc.error(ws) from None
     (ws.state_dir / JOURNAL_FILE).unlink()
     _drop_holder(ws)
     return command
@@ -322,10 +361,13 @@ def _apply(
             continue
         batch = [(p, f, dst) for p, f, dst in todo if f.group == step]
         for i, (path, _f, dst) in enumerate(batch):
-            if dst is None:
-                path.unlink(missing_ok=True)
-            else:
-                atomic_write(path, repo.read_blob(dst))
+            try:
+                if dst is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    atomic_write(path, repo.read_blob(dst))
+            except OSError as exc:
+                raise _Unwritable(path, exc) from None
             if i == 0:
                 kill_point(f"mid-write-{step}")
     for path, _f, _dst in todo:  # an output folder left empty goes too

@@ -66,6 +66,7 @@ REF_JOURNAL = (
 REF_UNDO = "refs/pq/undo"  # keeps the saved contents of the last undoable command reachable (pq undo)
 UNDO_FILE = "undo.json"  # what `pq undo` puts back; see patch_queue/project/journal.py
 RECOVERY_COMMANDS = ("continue", "abort")  # the commands that may run while a journal is left
+READING_COMMANDS = ("check", "blocks")  # locked commands that also run where no lock can be taken (read-only)
 
 
 @contextmanager
@@ -79,11 +80,28 @@ def locked(ws: Workspace, command: str) -> Iterator[None]:
     to another process (its start time differs), is stale and taken over; so are git ref locks
     (``refs/pq/**.lock``) such a process left.  A journal of writes that a killed command left
     behind stops every command but ``pq continue`` / ``pq abort`` (see :mod:`patch_queue.project.journal`).
+    Where the lock file cannot be made (a read-only repository, an immutable ``.git/pq``) a writing command
+    is refused with one line, and a reading one (:data:`READING_COMMANDS`) runs without it: no writer can
+    take the lock there either.
     """
-    ws.state_dir.mkdir(parents=True, exist_ok=True)
     lock = ws.state_dir / "lock"
     for _attempt in range(10):
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            ws.state_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if command not in READING_COMMANDS:
+                raise QueueError(
+                    f"cannot take the pq lock ({exc.strerror or exc}): `pq {command}` writes patches/, "
+                    f"{OUT_DIR}/ and refs/pq/; make the repository writable (nothing was changed)",
+                    path=ws.rel(lock),
+                ) from None
+            # no lock can be taken here, so no writing pq runs beside this one either
+            if command not in RECOVERY_COMMANDS:
+                check_no_journal(ws)
+            check_refs(ws)
+            yield
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -292,6 +310,7 @@ class LoadedStack:
 def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
     from patch_queue.series import lineage
 
+    check_refs(ws)  # the unlocked commands (status, series, show, diff) too: a damaged ref is one line
     queue = ws.queue_dir.load_queue()
     if queue.lineage and not lineage.present_bodies(ws.queue_dir, queue.lineage[-1].names):
         raise QueueError(
@@ -308,7 +327,7 @@ def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | 
                 f"is missing or names no patch while {what}; restore it (`git checkout -- patches/series`)",
                 path=ws.rel(ws.queue_dir.series_path),
             )
-    data = [(n, (ws.queue_dir.root / n).read_bytes()) for n in names]
+    data = [(n, read_patch(ws, n)) for n in names]
     base, missing = base_for_queue(ws, queue, upstream_git=upstream_git, progress=progress)
     if missing:
         raise QueueError(
@@ -317,6 +336,24 @@ def load_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | 
     commits = stack.import_series(ws.repo, queue, base, data)  # a malformed body: the parser names its line
     lineage.check_bodies(ws.queue_dir, queue, names, [d for _n, d in data])
     return LoadedStack(queue, base, commits)
+
+
+def read_patch(ws: Workspace, name: str) -> bytes:
+    """The bytes of ``patches/<name>``; one line when it vanished since the series was read (a `pq delete` or
+    `pq rename` that ran meanwhile, as the lock-free commands do not wait for one)."""
+    path = ws.queue_dir.root / name
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise vanished(ws, path, exc) from None
+
+
+def vanished(ws: Workspace, path: Path, exc: OSError) -> QueueError:
+    if isinstance(exc, FileNotFoundError):
+        why = "was removed while pq read the series (another pq command changed patches/ meanwhile)"
+    else:
+        why = f"cannot be read ({exc.strerror or exc})"
+    return QueueError(f"{why}; nothing was changed: run the command again", path=ws.rel(path))
 
 
 def applied_count(ws: Workspace, loaded: LoadedStack) -> int:

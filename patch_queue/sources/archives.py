@@ -2,7 +2,9 @@
 
 The choice of archive for ``NAME==VERSION`` (:func:`.registry.pick_file`) is pinned in
 ``dist/NAME==VERSION.json`` beside the archive, so a release that was read once resolves again
-without the network.  A wheel is a zip and is read member by member; an sdist (tar.gz) has no index,
+without the network.  A cached archive whose sha256 differs from its record is checked against the index:
+where the index gives the file's sha256, the record was wrong and is fixed; else the file is fetched again.
+A wheel is a zip and is read member by member; an sdist (tar.gz) has no index,
 so it is unpacked once into ``unpacked/<sha256>.zip`` and read from there.  A file a snapshot read is
 kept in ``derived/member/`` by the archive's sha256 and its path.
 """
@@ -67,22 +69,55 @@ def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
         data = archive.read_bytes()
         actual = hashlib.sha256(data).hexdigest()
         if dist.sha256 is not None and actual != dist.sha256:
-            say(
-                progress,
-                f"warning: cached {archive} fails its sha256 check (expected {dist.sha256}, got {actual});"
-                " downloading it again",
-            )
-            data = None
+            # the record or the file is wrong: the index says which (the record is fixed, or the file fetched again)
+            listed = _listed(project, dist, pin_path, actual)
+            if listed.sha256 == actual:
+                say(
+                    progress,
+                    f"warning: {pin_path} recorded sha256 {dist.sha256} for {dist.filename}, which the index and the "
+                    f"cached file give as {actual}; the record is fixed",
+                )
+            else:
+                say(
+                    progress,
+                    f"warning: cached {archive} fails its sha256 check (expected {listed.sha256}, got {actual});"
+                    " downloading it again",
+                )
+                data = None
+            dist = listed
     if data is None:
         actual = registry.download(dist, archive, progress)
         data = archive.read_bytes()
         if hashlib.sha256(data).hexdigest() != actual:
             raise SourceError(f"{archive} changed while it was being read; run the command again")
     sha256 = dist.sha256 or hashlib.sha256(data).hexdigest()
-    if not pin_path.is_file():
-        record = {"filename": dist.filename, "url": dist.url, "sha256": sha256, "kind": dist.kind}
+    record = {"filename": dist.filename, "url": dist.url, "sha256": sha256, "kind": dist.kind}
+    with suppress(OSError, ValueError):
+        if json.loads(pin_path.read_text()) == record:
+            return Pinned(project, canon, dist.filename, sha256, data)
+    with suppress(OSError):  # a read-only cache chooses again next time
         atomic_write(pin_path, json.dumps(record).encode())
     return Pinned(project, canon, dist.filename, sha256, data)
+
+
+def _listed(project: str, dist: registry.DistFile, pin_path: Path, actual: str) -> registry.DistFile:
+    """The index's entry for the pinned archive's file (its sha256 as the index gives it now); one line naming
+    the record when the index cannot be read or no longer lists the file."""
+    try:
+        listed = next((d for d in registry.project_files(project) if d.filename == dist.filename), None)
+    except SourceError as exc:
+        raise SourceError(
+            f"records sha256 {dist.sha256} for {dist.filename}, which the cached file ({actual}) does not match, "
+            f"and the index that would tell which is right cannot be read ({exc.message}); delete the record to "
+            "choose the archive again",
+            path=str(pin_path),
+        ) from None
+    if listed is None:
+        raise SourceError(
+            f"records {dist.filename}, which the index no longer lists; delete the record to choose the archive again",
+            path=str(pin_path),
+        )
+    return listed if listed.sha256 is not None else dist
 
 
 def release_files(name: str, version: str, prefix: str, progress: Progress | None = None) -> dict[str, bytes]:

@@ -4,7 +4,8 @@ Everything a source yields is pinned: a release by its archive's sha256, a commi
 sha, so a spec printed by pq (``Snapshot.spec``) resolves to the same bytes again
 (:func:`resolve_upstream`).  Releases come from the package registry (:mod:`.registry`,
 :mod:`.archives`); commits from a mirror of the upstream repository kept in the cache
-(:func:`open_git`, :class:`~patch_queue.git.remote.UpstreamGit`).
+(:func:`open_git`, :class:`~patch_queue.git.remote.UpstreamGit`); a damaged mirror (a ref or pack cut short,
+objects gone) is cloned again once, with a line saying so (:func:`heal_mirror`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from patch_queue.errors import SourceError, redact
+from patch_queue.git import mirror_health
 from patch_queue.git.remote import UpstreamGit, normalize_location
-from patch_queue.progress import Progress, timed
+from patch_queue.progress import Progress, say, timed
 from patch_queue.sources import archives, registry
 from patch_queue.sources.cache import cache_dir
 
@@ -141,10 +143,23 @@ def _looks_like_upstream(path: Path) -> bool:
     return (path / UPSTREAM_PACKAGE).is_dir() or path.resolve().name == UPSTREAM_PACKAGE
 
 
-def git_snapshot(repo: UpstreamGit, ref: str) -> Snapshot:
-    """A commit of the upstream repository, by any ref :meth:`UpstreamGit.resolve` accepts."""
-    sha = repo.resolve(ref)
-    public = repo.public_commit(sha)
+def git_snapshot(repo: UpstreamGit, ref: str, progress: Progress | None = None) -> Snapshot:
+    """A commit of the upstream repository, by any ref :meth:`UpstreamGit.resolve` accepts.
+
+    A ref or commit the mirror cannot give, where ``git fsck`` finds the mirror damaged, is read again from a
+    new clone (once: :func:`heal_mirror`)."""
+    try:
+        sha = repo.resolve(ref)
+        public = repo.public_commit(sha)
+    except (SourceError, OSError, ValueError, KeyError) as failed:  # KeyError etc.: pygit2 on a corrupt store
+        why = mirror_health.fsck_damage(repo.path)
+        if why is None or repo.path in _healed:
+            if isinstance(failed, SourceError):
+                raise
+            raise SourceError(f"cannot read {ref}: {failed}", path=str(repo.path)) from None
+        repo = heal_mirror(repo.location, repo.path, why, progress)
+        sha = repo.resolve(ref)
+        public = repo.public_commit(sha)
     return Snapshot(
         kind="git",
         spec=f"git:{repo.location}@{sha}",
@@ -177,8 +192,28 @@ def open_git(location: str, progress: Progress | None = None) -> UpstreamGit:
     repo = _open_repos.get((normalized, path))
     if repo is None or not path.is_dir():
         with timed("download"):  # a clone, or a fetch when the local source changed
+            why = mirror_health.damage(path) if path.is_dir() else None
+            if why is not None:
+                return heal_mirror(normalized, path, why, progress)
             repo = UpstreamGit(normalized, path, progress=progress)
         _open_repos[(normalized, path)] = repo
+    return repo
+
+
+_healed: set[Path] = set()  # the mirrors cloned again in this process (each once)
+
+
+def heal_mirror(location: str, path: Path, why: str, progress: Progress | None = None) -> UpstreamGit:
+    """Clone the damaged mirror at ``path`` again from ``location``, saying so (once per process and mirror:
+    a second failure is the source's, and is reported as it is)."""
+    import shutil
+
+    _healed.add(path)
+    say(progress, f"warning: the cached mirror {path} is damaged ({why}); cloning {location} again")
+    shutil.rmtree(path, ignore_errors=True)
+    with timed("download"):
+        repo = UpstreamGit(location, path, progress=progress)
+    _open_repos[(location, path)] = repo
     return repo
 
 
@@ -205,7 +240,7 @@ def resolve_upstream(
         location, at, ref = spec[4:].rpartition("@")
         if not at or not location or not ref:
             raise SourceError(f"malformed upstream spec '{spec}': expected git:<location>@<ref>")
-        return git_snapshot(open_git(location, progress), ref)
+        return git_snapshot(open_git(location, progress), ref, progress)
     if spec.startswith("dir:"):
         return dir_snapshot(spec[4:])
     release = _RELEASE_SPEC.match(spec)
@@ -214,4 +249,4 @@ def resolve_upstream(
     if os.path.isdir(spec) and (spec.startswith(("/", ".", "~")) or _looks_like_upstream(Path(spec))):
         # A bare word that happens to name a folder in the working directory ("main") is a ref.
         return dir_snapshot(spec)
-    return git_snapshot(open_git(upstream_git_location(upstream_git), progress), spec)
+    return git_snapshot(open_git(upstream_git_location(upstream_git), progress), spec, progress)
