@@ -80,9 +80,11 @@ def echo(*lines: str) -> None:
             typer.echo(line)
 
 
-def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
-    """Register a command: its body returns the exit code; a PqError exits with its one-line message, anything
-    else with exit 4 (a bug)."""
+def command(
+    name: str | None = None, *, group: typer.Typer | None = None
+) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
+    """Register a command (of ``group``, a verb family, when given): its body returns the exit code; a PqError
+    exits with its one-line message, anything else with exit 4 (a bug)."""
 
     def register(body: Callable[P, int | None]) -> Callable[P, None]:
         @functools.wraps(body)
@@ -116,7 +118,7 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
                 raise typer.Exit(EXIT_ERROR) from None
             raise typer.Exit(code or 0)
 
-        app.command(name=name)(run)
+        (group or app).command(name=name)(run)
         return run
 
     return register
