@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import re
 import shlex
 import sys
 import time
@@ -66,7 +67,10 @@ OptPatchArg = Annotated[str | None, typer.Argument(help=_PATCH_HELP)]
 
 
 def err(message: str) -> None:
-    typer.echo(f"pq: {message}", err=True)
+    """One line on stderr, whatever ``message`` holds: a control character (a newline in a value a user gave) is
+    written escaped, as is a byte of a name that is not UTF-8."""
+    one = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", message)
+    typer.echo(f"pq: {one.encode('utf-8', 'backslashreplace').decode('utf-8')}", err=True)
 
 
 def say(message: str) -> None:
