@@ -41,6 +41,7 @@ from pathlib import Path
 
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import json_bytes
+from patch_queue.git import command
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.series.stack import PERSON, sha256
@@ -357,15 +358,18 @@ _JSON_TYPES: dict[type, str] = {str: "a string", list: "a list", dict: "an objec
 def keep_history(repo: ProjectRepo) -> None:
     """Make git and pq keep a reflog of refs/pq/resolutions (git logs a ref under refs/pq/ only when its log
     exists): every update, pq's and a user's forced fetch alike, appends the value it replaced, so nothing
-    recorded is lost (`pq resolutions log`; the objects stay reachable from the log for `git gc`).  A
-    repository that cannot be written is left as it is."""
+    recorded is lost (`pq resolutions log`; the objects stay reachable from the log for `git gc`, which is
+    told never to expire its entries: ``gc.refs/pq/resolutions.reflogExpire[Unreachable] = never`` in the
+    repository's config).  A repository that cannot be written is left as it is."""
     log = history_path(repo)
     if log.exists():
         return
     try:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.touch()
-    except OSError:
+        for key in ("reflogExpire", "reflogExpireUnreachable"):
+            command.run(repo.workdir, "config", f"gc.{REF}.{key}", "never")
+    except (OSError, command.GitFailed):
         pass
 
 
