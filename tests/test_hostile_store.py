@@ -407,7 +407,11 @@ def test_a_hostile_folder_name_is_written_to_queue_toml_exactly(damaged_base: Pa
 
 def test_an_upstream_folder_name_that_is_not_utf8_is_refused(damaged_base: Path, tmp_path: Path) -> None:
     proj = damaged_base
-    folder = os.fsdecode(os.fsencode(tmp_path) + b"/up\xff")
+    raw = os.fsencode(tmp_path) + b"/up\xff"
+    os.makedirs(raw + b"/vllm_ascend/worker")
+    runner = git(proj, "show", "refs/pq/base:.pq-upstream/vllm_ascend/worker/model_runner_v1.py")
+    Path(os.fsdecode(raw + b"/vllm_ascend/worker/model_runner_v1.py")).write_text(runner)
+    folder = os.fsdecode(raw)
     before = state(proj)
     line = one_error_line(pq(proj, "refresh", "--to", folder, check=1))
     assert line == (

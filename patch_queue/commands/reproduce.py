@@ -35,7 +35,7 @@ from patch_queue.series import lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Step, parse_series, render_queue, render_series
 
 FETCH_HINT = "git fetch origin refs/pq/resolutions:refs/pq/resolutions"  # where the clone has no store
-MERGE_HINT = "pq resolutions merge origin"  # where it has one: a fetch into it is refused once they diverged
+MERGE_HINT = "`pq resolutions merge origin`"  # where it has one: a fetch into it is refused once they diverged
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,10 @@ class Store:
         parents = [self.head] if self.head else []
         self.head = self.repo.commit(self.repo.write_tree(files), parents, message, PERSON, PERSON)
         self._files = files
+        self.ids = {
+            **self.ids,
+            **{path: ProjectRepo.blob_id(data) for path, data in {**(blobs or {}), **changed}.items()},
+        }
         return len(changed)
 
 
