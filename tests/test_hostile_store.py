@@ -230,9 +230,15 @@ def test_drop_is_undone_and_list_names_every_entry(origin: Path, tmp_path: Path)
     assert pq(b, "resolutions", "drop", edit["key"]).stdout == (
         f"dropped {edit['path']}\nthe store was {head} (`pq undo` puts it back)\n"
     )
-    assert edit["path"] not in ids(b, REF)
+    dropped = git(b, "rev-parse", REF).strip()
+    assert edit["path"] not in ids(b, dropped)
     pq(b, "undo")
     assert git(b, "rev-parse", REF).strip() == head
+    # a store that dropped an entry is merged in, not fast-forwarded to: a merge loses no entry
+    proc = pq(b, "resolutions", "merge", dropped)
+    merged = git(b, "rev-parse", REF).strip()
+    assert proc.stdout == f"{REF}: merged {dropped} ({dropped}) into {head}: {merged}\n"
+    assert ids(b, merged) == ids(b, head)
 
 
 # -- a damaged store ------------------------------------------------------------------------------------------

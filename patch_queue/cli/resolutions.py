@@ -54,7 +54,7 @@ def merge(
     source: Annotated[str, typer.Argument(help="a remote (its refs/pq/resolutions is fetched), a ref or a commit")],
     theirs: Annotated[bool, typer.Option("--theirs", help="where both hold an entry differently, take theirs")] = False,
 ) -> None:
-    """Merge another store into refs/pq/resolutions: the union of both (a fast-forward where one holds the other)."""
+    """Merge another store into refs/pq/resolutions: the union of both (a fast-forward where theirs holds it)."""
     from patch_queue.commands import resolutions
 
     with locked("resolutions merge") as ws:

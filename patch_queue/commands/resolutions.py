@@ -3,9 +3,11 @@
 Two clones that both record diverge: each store is a commit of its own.  ``merge`` brings another
 store in: a remote's (``pq resolutions merge origin`` fetches its ``refs/pq/resolutions`` into
 ``refs/pq/remotes/origin/resolutions``, which then says what origin held when last fetched), or any
-ref or commit (an old value ``log`` lists).  When one side descends from the other it is a
-fast-forward (or nothing to do); else a commit with two parents (local, theirs) whose tree is the
-union of both.  With ``--theirs``, a store merged in before (an ancestor) whose entries differ from
+ref or commit (an old value ``log`` lists).  When the local store holds theirs already there is
+nothing to do; when theirs descends from it and keeps each of its entries, a fast-forward; else a
+commit with two parents (local, theirs) whose tree is the union of both (so an entry another clone
+dropped or changed is not lost here either; ``scripts/refresh_pr.py`` merges origin's store the same
+way).  With ``--theirs``, a store merged in before (an ancestor) whose entries differ from
 the local ones where both hold a path gives a commit that takes its entries there (an entry the
 local store dropped since stays dropped).  A path both hold with different contents is a clash: the local entry is kept
 (``--theirs``: theirs), each clash is one warning line with both blob ids, and the other entry
@@ -122,7 +124,7 @@ def do_merge(ws: Workspace, source: str, *, theirs_wins: bool = False) -> Merged
         clashes = [(p, mine.ids[p], b) for p, b in sorted(differ.items())]
         message = f"pq resolutions merge --theirs {label}: its entries over the local ones\n"
         how, new = "theirs", repo.commit(repo.write_tree_ids({**mine.ids, **differ}), [local], message, PERSON, PERSON)
-    elif local is None or repo.is_ancestor(local, theirs):
+    elif local is None or (repo.is_ancestor(local, theirs) and all(other.ids.get(p) == b for p, b in mine.ids.items())):
         how, new = "fast-forward", theirs
     else:
         ids = dict(mine.ids)
