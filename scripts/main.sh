@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: set up, reproduce the series from the lineage in patches/queue.toml when patches/
-# holds no patch bodies (fetching the recorded edits, refs/pq/resolutions, from origin), refresh
+# holds no patch bodies (merging origin's recorded edits, refs/pq/resolutions, into this clone's), refresh
 # onto the newest vllm-ascend release, build npu_worker/, print a summary (`pq status` shows it again later;
 # `pq continue` rewrites the reports).
 # Exit code: that of `pq reproduce` when it fails (1), else that of `pq refresh` (0 clean, 3 conflicts, 1 errors
@@ -36,9 +36,12 @@ if [ -z "${PQ_UPSTREAM_GIT:-}" ] && [ -f ../shared/corpus/vllm-ascend.bundle ]; 
   export PQ_UPSTREAM_GIT
 fi
 [ -d .git ] || git init -q
-if git remote get-url origin >/dev/null 2>&1 && ! git rev-parse -q --verify refs/pq/resolutions >/dev/null; then
-  git fetch -q origin refs/pq/resolutions:refs/pq/resolutions 2>/dev/null \
-    || echo "== no refs/pq/resolutions fetched from origin (it has none): recorded edits come only from this clone"
+if git remote get-url origin >/dev/null 2>&1; then
+  # origin's recorded edits: fetched into refs/pq/remotes/origin/resolutions, then a fast-forward of
+  # refs/pq/resolutions, or (this clone recorded too) the union of both stores, each clash said (this
+  # clone's entry kept); nothing is lost (`pq resolutions log`)
+  echo "== taking origin's recorded edits (refs/pq/resolutions)"
+  $PQ resolutions merge origin
 fi
 step download
 echo "== reproducing the series from the lineage in patches/queue.toml"

@@ -13,7 +13,6 @@ change's ``first`` meaningful line, an optional ``note``): ``pq sync-gpu`` lists
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from typing import Any
 from patch_queue.checks import rule_files
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
+from patch_queue.series.queue import toml_string
 
 USER_RULES = "gpu-sync-rules.toml"
 BUILTIN = "patch_queue/checks/gpu_sync.toml"
@@ -63,10 +63,10 @@ class Decline:
         return self.file, self.method, self.first
 
     def toml(self) -> str:
-        """The ``[[decline]]`` table of this entry (TOML basic strings are JSON strings)."""
+        """The ``[[decline]]`` table of this entry."""
         keys = [("file", self.file), ("method", self.method), ("first", self.first)]
         keys += [("note", self.note)] if self.note else []
-        return "[[decline]]\n" + "".join(f"{k} = {json.dumps(v, ensure_ascii=False)}\n" for k, v in keys)
+        return "[[decline]]\n" + "".join(f"{k} = {toml_string(v)}\n" for k, v in keys)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import re
 import shlex
 import sys
 import time
@@ -66,7 +67,10 @@ OptPatchArg = Annotated[str | None, typer.Argument(help=_PATCH_HELP)]
 
 
 def err(message: str) -> None:
-    typer.echo(f"pq: {redact(message)}", err=True)
+    """One line on stderr, whatever ``message`` holds: a control character (a newline in a value a user gave) is
+    written escaped, as is a byte of a name that is not UTF-8."""
+    one = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", redact(message))
+    typer.echo(f"pq: {one.encode('utf-8', 'backslashreplace').decode('utf-8')}", err=True)
 
 
 def say(message: str) -> None:
@@ -80,9 +84,11 @@ def echo(*lines: str) -> None:
             typer.echo(line)
 
 
-def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
-    """Register a command: its body returns the exit code; a PqError exits with its one-line message, anything
-    else with exit 4 (a bug)."""
+def command(
+    name: str | None = None, *, group: typer.Typer | None = None
+) -> Callable[[Callable[P, int | None]], Callable[P, None]]:
+    """Register a command (of ``group``, a verb family, when given): its body returns the exit code; a PqError
+    exits with its one-line message, anything else with exit 4 (a bug)."""
 
     def register(body: Callable[P, int | None]) -> Callable[P, None]:
         @functools.wraps(body)
@@ -123,7 +129,7 @@ def command(name: str | None = None) -> Callable[[Callable[P, int | None]], Call
                 raise typer.Exit(EXIT_ERROR) from None
             raise typer.Exit(code or 0)
 
-        app.command(name=name)(run)
+        (group or app).command(name=name)(run)
         return run
 
     return register

@@ -3,6 +3,7 @@ check, blocks, abort, status."""
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -187,7 +188,7 @@ def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -
     typer.echo(f"  omni: {explain.omni_block(c)}")
     tip = tip or explain.suggest(c)
     if tip is not None:  # this region's alone: the regions that go with it have suggestions of their own
-        typer.echo(f"  suggestion: {tip.reason}: `pq resolve --suggested {where}`")
+        typer.echo(f"  suggestion: {tip.reason}: `pq resolve --suggested {shlex.quote(where)}`")
 
 
 def _print_flags(ws: Workspace, flags: Sequence[Conflict], listed: str | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from pathlib import Path
 
 from patch_queue.checks import gpu_rules
@@ -231,7 +232,9 @@ def do_record(ws: Workspace, *, upstream_git: str | None, into: str | None = Non
     if into is not None:
         at = find_patch(loaded, into)
         if at >= applied:  # as `stg refresh -p`: only an applied patch takes the edits of the tree
-            raise QueueError(f"patch `{into}` is not applied; `pq goto {into}` first", path="patches/series")
+            raise QueueError(
+                f"patch `{into}` is not applied; `pq goto {shlex.quote(into)}` first", path="patches/series"
+            )
         into = loaded.names[at]
     work = _work_edits(ws, loaded, loaded.top(applied))
     if not work:

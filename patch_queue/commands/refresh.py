@@ -129,7 +129,9 @@ def do_refresh(
         )
     removed = list(projection.missing)
     orig = {
-        k: v for k, v in ws.repo.refs().items() if not k.startswith(REF_REFRESH) and k not in (rerere.REF, REF_JOURNAL)
+        k: v
+        for k, v in ws.repo.refs().items()
+        if not k.startswith((REF_REFRESH, rerere.REMOTES)) and k not in (rerere.REF, REF_JOURNAL)
     }
     conflicts = _mark_removed([c for r in results for c in r.conflicts], removed)
     flags = [c for r in results for c in r.flags]

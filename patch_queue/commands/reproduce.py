@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from patch_queue.commands import adopt, refresh, write
+from patch_queue.commands import adopt, refresh, resolutions, write
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import CommitInfo
 from patch_queue.outputs import folder as output
@@ -34,7 +34,8 @@ from patch_queue.project.workspace import LoadedStack, Workspace, upstream_reade
 from patch_queue.series import lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Step, parse_series, render_queue, render_series
 
-FETCH_HINT = "git fetch origin refs/pq/resolutions:refs/pq/resolutions"
+FETCH_HINT = "git fetch origin refs/pq/resolutions:refs/pq/resolutions"  # where the clone has no store
+MERGE_HINT = "`pq resolutions merge origin`"  # where it has one: a fetch into it is refused once they diverged
 
 
 @dataclass(frozen=True)
@@ -194,22 +195,26 @@ class _Run:
         return files, found
 
     def _missing(self, where: str, name: str, base: str, *, known: bool) -> QueueError:
-        """The error for a recorded edit the store lacks, naming why: no store at all, none of this patch, or
-        none made on ``base`` (the body the step names, when ``known``; else the body this pq's merge gives)."""
+        """The error for a recorded edit the store lacks, naming why: no store at all, a remote's store it has
+        diverged from or is behind, none of this patch, or none made on ``base`` (the body the step names, when
+        ``known``; else the body this pq's merge gives)."""
+        at = f"refs/pq/resolutions (at {(self.store.head or '')[:12]})"
         if self.store.head is None:
             why = f"this repository has no refs/pq/resolutions: fetch it: {FETCH_HINT}"
+        elif (apart := resolutions.diverged(self.ws)) is not None:
+            why = apart
         elif name not in self.store.edited_patches():
-            why = f"refs/pq/resolutions (at {self.store.head[:12]}) holds no edit of this patch: {FETCH_HINT}"
+            why = f"{at} holds no edit of this patch: take origin's: {MERGE_HINT}"
         elif known:
             why = (
-                f"refs/pq/resolutions (at {self.store.head[:12]}) holds edits of this patch, none made on the body "
-                f"with sha256 {base[:12]} the step names: fetch the ref of the clone that made the step ({FETCH_HINT})"
+                f"{at} holds edits of this patch, none made on the body with sha256 {base[:12]} the step names: "
+                f"take the store of the clone that made the step ({MERGE_HINT})"
             )
         else:
             why = (
-                f"refs/pq/resolutions (at {self.store.head[:12]}) holds edits of this patch, none made on the body "
-                f"this pq's merge gives (sha256 {base[:12]}) or giving the one the step records: fetch the ref of the "
-                f"clone that made the step ({FETCH_HINT}), or reproduce with the pq that made it (it merges otherwise)"
+                f"{at} holds edits of this patch, none made on the body this pq's merge gives (sha256 {base[:12]}) or "
+                f"giving the one the step records: take the store of the clone that made the step ({MERGE_HINT}), or "
+                "reproduce with the pq that made it (it merges otherwise)"
             )
         return QueueError(
             f"the recorded edit of {where} for this patch is not in refs/pq/resolutions; {why}", path=f"patches/{name}"
@@ -224,10 +229,17 @@ class _Run:
             if stack.sha256(data) == digest:
                 continue
             if strict:
+                apart = resolutions.diverged(self.ws)
+                why = (
+                    apart
+                    if apart is not None
+                    else "refs/pq/resolutions holds another edit of this body (where two clones recorded one each, "
+                    "`pq resolutions merge` kept the local one: `pq resolutions merge origin --theirs` takes "
+                    "origin's; `pq resolutions log` lists what the store held)"
+                )
                 raise QueueError(
                     f"reproduced body has sha256 {stack.sha256(data)[:12]}, {where} records {digest[:12]}: the "
-                    "recorded edits do not give the recorded body (refs/pq/resolutions holds another edit of the "
-                    "same body, recorded over it by another lineage?)",
+                    f"recorded edits do not give the recorded body; {why}",
                     path=f"patches/{name}",
                 )
             why = "this pq's merge gives another body" if step.kind == "refresh" else "the steps before gave others"

@@ -277,10 +277,13 @@ def _resolved_regions(
 def do_abort(ws: Workspace) -> None:
     """Put every file and ref back as before the refresh, in one journaled write."""
     state = refresh_state.require(ws)
-    # recorded resolutions outlive an abort; the journal's ref is the journal's
-    kept = (rerere.REF, REF_JOURNAL)
-    current = {k: v for k, v in ws.repo.refs().items() if k not in kept}
-    updates = ref_moves(current, {k: v for k, v in state.orig_refs.items() if k not in kept})
+
+    # recorded resolutions (and the remotes' as fetched) outlive an abort; the journal's ref is the journal's
+    def kept(ref: str) -> bool:
+        return ref in (rerere.REF, REF_JOURNAL) or ref.startswith(rerere.REMOTES)
+
+    current = {k: v for k, v in ws.repo.refs().items() if not kept(k)}
+    updates = ref_moves(current, {k: v for k, v in state.orig_refs.items() if not kept(k)})
     saved = ws.repo.read_tree(state.orig_out)
     writes = Writes(ws, "abort")
     # the output folder as it was saved when the refresh began: whatever is there and was not then goes

@@ -211,6 +211,23 @@ class ProjectRepo:
             entries = self._trees[oid] = [(entry.path, entry.id) for entry in index]
         return {path: self._blob_data(blob) for path, blob in entries}
 
+    def tree_ids(self, oid: str) -> dict[str, str]:
+        """The blob id of every file of tree ``oid`` (slash-separated paths), without reading the blobs."""
+        index = pygit2.Index()
+        index.read_tree(self._repo[oid].peel(pygit2.Tree))
+        return {entry.path: str(entry.id) for entry in index}
+
+    def write_tree_ids(self, ids: dict[str, str]) -> str:
+        """A tree holding exactly the blobs ``ids`` (slash-separated path -> blob id), as regular files."""
+        index = pygit2.Index()
+        for path, oid in ids.items():
+            index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), FileMode.BLOB))
+        return str(index.write_tree(self._repo))
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        """Whether commit ``older`` is ``newer`` or one of its ancestors."""
+        return older == newer or bool(self._repo.descendant_of(newer, older))
+
     def commit(self, tree: str, parents: list[str], message: str, author: Person, committer: Person) -> str:
         oid = self._stored(
             lambda: self._repo.create_commit(

@@ -21,7 +21,8 @@ error naming it, with nothing written.
 **Undo.**  The commands that edit the series (``Writes(..., undoable=True)``: new, record, push,
 pop, goto, delete, rename, accept, undo and redo themselves) write, in the same journaled step,
 ``.git/pq/undo.json``: the same list of old and new values, without the recorded resolutions
-(``refs/pq/resolutions`` only grows: an edit recorded and then undone is kept, unused).  The
+(``refs/pq/resolutions`` only grows: an edit recorded and then undone is kept, unused; only what
+``pq resolutions drop`` removed is put back).  The
 saved contents stay reachable from ``refs/pq/undo``.  ``pq undo`` (:func:`undo_writes`) writes
 the old values back, as a command of its own, when every file and ref still holds the new ones.
 """
@@ -192,12 +193,14 @@ class Writes:
         refs: dict[str, tuple[str | None, str | None]],
         blob: Callable[[bytes | None], str | None],
     ) -> _File:
-        """The write of .git/pq/undo.json that lets `pq undo` put ``files`` and ``refs`` back."""
+        """The write of .git/pq/undo.json that lets `pq undo` put ``files`` and ``refs`` back (the store only where
+        `pq resolutions drop` moved it, or an undo of that)."""
+        dropping = self.command in ("resolutions drop", "undo", "redo")
         record = {
             "version": VERSION,
             "command": self.command,
             "files": [{"path": f.key, "group": f.group, "old": f.old, "new": f.new} for f in files],
-            "refs": [{"ref": k, "old": o, "new": n} for k, (o, n) in refs.items() if k != _RESOLUTIONS],
+            "refs": [{"ref": k, "old": o, "new": n} for k, (o, n) in refs.items() if k != _RESOLUTIONS or dropping],
         }
         path = self.ws.state_dir / UNDO_FILE
         return _File(_key(self.ws, path), "state", blob(_read(path)), blob(json_bytes(record, indent=1)))
@@ -215,7 +218,7 @@ class _Unwritable(Exception):
         return QueueError(f"cannot be written ({why}){'; ' + self.after if self.after else ''}", path=ws.rel(self.path))
 
 
-_RESOLUTIONS = "refs/pq/resolutions"  # only grows: `pq undo` leaves it (see patch_queue/series/rerere.py)
+_RESOLUTIONS = "refs/pq/resolutions"  # only grows but by `pq resolutions drop`: `pq undo` leaves it otherwise
 
 
 @dataclass(frozen=True)

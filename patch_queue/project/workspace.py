@@ -11,6 +11,7 @@ import fcntl
 import functools
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -148,9 +149,14 @@ def check_refs(ws: Workspace) -> None:
         kind = ws.repo.kind_of(oid)
         if kind != "commit":
             what = "an object the repository does not have" if kind is None else f"a {kind}, not a commit"
+            fix = (  # the recorded resolutions are not rebuilt: an older value of the ref is in its reflog
+                "or set it to a store `pq resolutions log` lists (`git update-ref refs/pq/resolutions ID`)"
+                if name == "refs/pq/resolutions"
+                else "and rebuild with `pq build` (or `pq abort` a refresh)"
+            )
             raise QueueError(
-                f"points at {oid[:12]}, {what}; the ref is damaged: delete it (`git update-ref -d {name}`) "
-                "and rebuild with `pq build` (or `pq abort` a refresh)",
+                f"points at {oid[:12]}, {what}; the ref is damaged: delete it "
+                f"(`git update-ref -d {shlex.quote(name)}`) {fix}",
                 path=name,
             )
 

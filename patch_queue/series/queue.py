@@ -147,8 +147,8 @@ class Queue:
 _PIN_KEYS = ("name", "kind", "spec", "pin", "label", "public_commit")  # UpstreamPin's string fields, in order
 
 
-def _q(value: str) -> str:
-    """A TOML basic string."""
+def toml_string(value: str) -> str:
+    """A TOML basic string holding exactly ``value`` (quotes, backslashes and every control character escaped)."""
     out = value.replace("\\", "\\\\").replace('"', '\\"')
     out = re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\u{ord(m.group()):04x}", out)
     return f'"{out}"'
@@ -157,17 +157,17 @@ def _q(value: str) -> str:
 def _pin_lines(table: str, up: UpstreamPin) -> list[str]:
     return [
         f"[{table}]",
-        *(f"{key} = {_q(getattr(up, key))}" for key in _PIN_KEYS),
+        *(f"{key} = {toml_string(getattr(up, key))}" for key in _PIN_KEYS),
         "",
         f"[{table}.files]",
-        *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(up.files.items())),
+        *(f"{toml_string(path)} = {toml_string(digest)}" for path, digest in sorted(up.files.items())),
     ]
 
 
 def _list(key: str, values: Sequence[str]) -> list[str]:
     if not values:
         return [f"{key} = []"]
-    return [f"{key} = [", *(f"    {_q(v)}," for v in values), "]"]
+    return [f"{key} = [", *(f"    {toml_string(v)}," for v in values), "]"]
 
 
 def render_queue(q: Queue) -> str:
@@ -178,25 +178,29 @@ def render_queue(q: Queue) -> str:
         *_pin_lines("upstream", q.upstream),
         "",
         "[downstream]",
-        f"name = {_q(q.downstream_name)}",
-        f"release = {_q(q.downstream_release)}",
-        f"package = {_q(q.package)}",
+        f"name = {toml_string(q.downstream_name)}",
+        f"release = {toml_string(q.downstream_release)}",
+        f"package = {toml_string(q.package)}",
         "",
         "[projection]",
-        f"formatter = {_q(q.formatter)}",
+        f"formatter = {toml_string(q.formatter)}",
         f"line_length = {q.line_length}",
     ]
     for m in q.modules:
-        lines += ["", "[[module]]", f"path = {_q(m.path)}", f"upstream = {_q(m.upstream)}"]
+        lines += ["", "[[module]]", f"path = {toml_string(m.path)}", f"upstream = {toml_string(m.upstream)}"]
         lines += _list("symbols", m.symbols)
-    lines += ["", "[build]", *(f"{_q(path)} = {_q(digest)}" for path, digest in sorted(q.build.items()))]
+    lines += [
+        "",
+        "[build]",
+        *(f"{toml_string(path)} = {toml_string(digest)}" for path, digest in sorted(q.build.items())),
+    ]
     for step in q.lineage:
         lines += [
             "",
             "[[lineage]]",
-            f"kind = {_q(step.kind)}",
-            f"command = {_q(step.command)}",
-            f"downstream = {_q(step.downstream)}",
+            f"kind = {toml_string(step.kind)}",
+            f"command = {toml_string(step.command)}",
+            f"downstream = {toml_string(step.downstream)}",
             *_list("edited", step.edited),
             *(_list("accepted_errors", step.accepted_errors) if step.accepted_errors else []),
             *_list("patches", [f"{digest} {name}" for name, digest in step.patches]),

@@ -236,6 +236,14 @@ def resolve_upstream(
     if spec is None or spec.strip() in ("", "latest"):
         return release_snapshot(UPSTREAM_PROJECT, registry.newest_release(UPSTREAM_PROJECT), progress)
     spec = spec.strip()
+    try:
+        spec.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a path of bytes that are not UTF-8: queue.toml could not record it
+        raw = spec.encode("utf-8", "surrogateescape")
+        raise SourceError(
+            f"upstream spec '{raw.decode('utf-8', 'backslashreplace')}' is not UTF-8 text (byte "
+            f"0x{raw[exc.start]:02x} at {exc.start}), and queue.toml records it: rename the folder"
+        ) from None
     if spec.startswith("git:"):
         location, at, ref = spec[4:].rpartition("@")
         if not at or not location or not ref:
