@@ -40,8 +40,11 @@ if git remote get-url origin >/dev/null 2>&1; then
   # origin's recorded edits: fetched into refs/pq/remotes/origin/resolutions, then a fast-forward of
   # refs/pq/resolutions, or (this clone recorded too) the union of both stores, each clash said (this
   # clone's entry kept); nothing is lost (`pq resolutions log`)
+  # an origin that cannot be reached (offline) is said and passed over: `pq reproduce` then names any
+  # recorded edit this clone lacks
   echo "== taking origin's recorded edits (refs/pq/resolutions)"
-  $PQ resolutions merge origin
+  $PQ resolutions merge origin \
+    || echo "== origin's recorded edits were not taken (the error above says why): reproducing from this clone's own"
 fi
 step download
 echo "== reproducing the series from the lineage in patches/queue.toml"

@@ -172,6 +172,27 @@ def test_main_sh_merges_origins_store_into_a_diverged_one(origin: Path, tmp_path
     assert ids(b, merged) == {**ids(b, theirs), **ids(b, mine)}
 
 
+def test_main_sh_passes_over_an_origin_it_cannot_reach(origin: Path, tmp_path: Path) -> None:
+    """Offline: the merge's one error line, then main.sh says origin's edits were not taken and reproduces from the
+    clone's own store (which holds every edit the lineage names)."""
+    a = clone(origin, tmp_path / "a")
+    take_origins_branch(a)
+    git(a, "remote", "set-url", "origin", str(tmp_path / "gone.git"))
+    kept = git(a, "rev-parse", REF).strip()
+    proc = subprocess.run(
+        ["bash", "scripts/main.sh"],
+        cwd=a,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"},
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "pq: error: cannot reach remote 'origin'" in proc.stderr
+    assert "== origin's recorded edits were not taken (the error above says why)" in proc.stdout
+    assert re.search(r"reproduced 16 patches from \d+ lineage step", proc.stdout), proc.stdout + proc.stderr
+    assert git(a, "rev-parse", REF).strip() == kept
+
+
 def test_reproduce_says_the_stores_diverged_and_names_the_merge(origin: Path, tmp_path: Path) -> None:
     a, b = clone(origin, tmp_path / "a"), clone(origin, tmp_path / "b")
     record_and_push(a, 6, "a's fix")
