@@ -98,6 +98,16 @@ def push_to_bare(proj: Path, message: str) -> Path:
     return origin
 
 
+def seeded_030(path: Path) -> Path:
+    """A project as this repository is: main.sh committed with queue.toml and series (adopted from vllm-omni
+    0.30.0 at its base), no patch bodies once pushed (they are gitignored)."""
+    proj = new_project(path)
+    (proj / "scripts").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "main.sh", proj / "scripts" / "main.sh")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    return proj
+
+
 def copy_project(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst, symlinks=True)
     return dst

@@ -19,10 +19,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, git, new_project, pq, push_to_bare, state
+from conftest import git, pq, push_to_bare, seeded_030, state
 from test_errors import one_error_line
 
-ROOT = Path(__file__).resolve().parents[1]
 REF = "refs/pq/resolutions"
 CLEAN_TARGET = "c9e95ba32421"  # 0.30.0's series replays onto it without a conflict (see test_bad_input)
 WORKER = "npu_ar_worker.py"  # patches/0007-npu-ar-worker.patch owns its lines
@@ -56,10 +55,7 @@ def take_patch_side(out: Path) -> None:
 @pytest.fixture
 def origin(corpus: Path, tmp_path: Path) -> Path:
     """A bare origin as this repository is (queue.toml, series, main.sh; no bodies) with a store of one record."""
-    proj = new_project(tmp_path / "seed")
-    (proj / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "main.sh", proj / "scripts" / "main.sh")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    proj = seeded_030(tmp_path / "seed")
     hand_fix(proj, 4, "seed")
     pq(proj, "record")
     bare = push_to_bare(proj, "adopt vllm-omni 0.30.0, one record")

@@ -9,20 +9,17 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import git, new_project, pq, push_to_bare, state
+from conftest import BASE_030, git, new_project, pq, push_to_bare, seeded_030, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
 from test_refresh_pr import CONFLICTED, Recorder, checkout, seed  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-BASE_030 = "cf0baa38dfb2"
 IMPORT = "import itertools  # a maintainer's import, outside every conflict region\n"
 
 
@@ -67,11 +64,7 @@ def modules(proj: Path) -> dict[str, bytes]:
 @pytest.fixture
 def origin(corpus: Path, tmp_path: Path) -> Path:
     """A project as this repository is: queue.toml, series and main.sh committed, no patch bodies."""
-    proj = new_project(tmp_path / "seed")
-    (proj / "scripts").mkdir()
-    shutil.copy(ROOT / "scripts" / "main.sh", proj / "scripts" / "main.sh")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
-    return push_to_bare(proj, "adopt vllm-omni 0.30.0")
+    return push_to_bare(seeded_030(tmp_path / "seed"), "adopt vllm-omni 0.30.0")
 
 
 def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_path: Path) -> None:

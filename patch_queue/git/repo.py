@@ -229,11 +229,11 @@ class ProjectRepo:
         return older == newer or bool(self._repo.descendant_of(newer, older))
 
     def commit(self, tree: str, parents: list[str], message: str, author: Person, committer: Person) -> str:
+        signatures = author.signature(), committer.signature()  # a bad name is its own error, not the store's
         oid = self._stored(
             lambda: self._repo.create_commit(
                 None,
-                author.signature(),
-                committer.signature(),
+                *signatures,
                 message,
                 pygit2.Oid(hex=tree),
                 [pygit2.Oid(hex=p) for p in parents],
