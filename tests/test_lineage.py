@@ -87,6 +87,11 @@ def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_
     fresh = checkout(origin, tmp_path / "fresh")
     out = main_sh(fresh, check=0).stdout
     assert "recorded edit(s) applied" in out and "no conflicts" in out
+    took = git(fresh, "rev-parse", "refs/pq/resolutions").strip()
+    assert (
+        f"refs/pq/resolutions: fast-forward to refs/pq/remotes/origin/resolutions ({took}; this clone had no store)"
+        in out
+    )
     assert modules(fresh) == wanted
     for name in (mine / "patches" / "series").read_text().split():
         if name.endswith(".patch"):

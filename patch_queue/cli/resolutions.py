@@ -70,7 +70,8 @@ def merge(
     elif res.how == "up to date":
         typer.echo(f"refs/pq/resolutions already holds {res.source} ({res.theirs}): nothing to merge")
     elif res.how == "fast-forward":
-        typer.echo(f"refs/pq/resolutions: fast-forward to {res.source} ({res.new}; was {res.old})")
+        was = f"was {res.old}" if res.old else "this clone had no store"
+        typer.echo(f"refs/pq/resolutions: fast-forward to {res.source} ({res.new}; {was})")
     elif res.how == "theirs":
         typer.echo(f"refs/pq/resolutions: took {len(res.clashes)} entries of {res.source} ({res.theirs}): {res.new}")
     else:
