@@ -471,7 +471,8 @@ def audit(
 
     ``gpu_files`` / ``npu_files``: module path -> text of the runner modules (more omni modules
     may be passed; their classes then take part in the MRO).  ``vllm_runner``: vLLM's
-    ``vllm/v1/worker/gpu_model_runner.py`` of the matching release; ``ascend_runner``:
+    ``vllm/v1/worker/gpu_model_runner.py`` of the release the vllm-omni one goes with
+    (:mod:`patch_queue.sources.vllm_release`); ``ascend_runner``:
     vllm-ascend's ``vllm_ascend/worker/model_runner_v1.py`` at the NPU runners' base;
     ``history``: the vLLM file at older releases (optional; their code counts as upstream).
     Changes come sorted by GPU file and line.

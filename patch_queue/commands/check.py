@@ -18,6 +18,7 @@ from patch_queue.series import stack
 from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.snapshot import resolve_upstream
+from patch_queue.sources.vllm_release import VLLM, vllm_release
 
 
 @dataclass
@@ -113,9 +114,10 @@ def source_checks(
         snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
         trees["vllm_ascend"] = imports.tree_from_snapshot(snapshot, "vllm_ascend/")
         if release:
-            say(progress, f"Reading vllm-omni {release} and vllm {release} ...")
+            vllm = vllm_release(queue.downstream_name, release, progress)
+            say(progress, f"Reading vllm-omni {release} and {vllm.describe()} ...")
             trees["vllm_omni"] = imports.tree_from_release(queue.downstream_name, release, "vllm_omni/")
-            trees["vllm"] = imports.tree_from_release("vllm", release, "vllm/")
+            trees["vllm"] = imports.tree_from_release(VLLM, vllm.version, "vllm/")
     except PqError as exc:
         return [
             _warning("sources-unavailable", f"import resolution and the GPU audit need the upstream sources: {exc}")
@@ -133,9 +135,9 @@ def source_checks(
             for k, v in gpu.items()
             if re.fullmatch(r"gpu_\w*model_runner\.py", k.rsplit("/", 1)[-1])
         }
-        vllm_runner = gpu_audit.load_vllm_runner(release)
+        vllm_runner = gpu_audit.load_vllm_runner(vllm.version)
     except PqError as exc:
-        return out + [_warning("sources-unavailable", f"the GPU-side audit needs vLLM {release}: {exc}")]
+        return out + [_warning("sources-unavailable", f"the GPU-side audit needs vLLM {vllm.version}: {exc}")]
     ascend = snapshot.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8", errors="replace")
     broken = sorted(k for k, v in files.items() if not _parses(v))
     if broken:  # the parse rule reports them; an audit of half the runners would only mislead

@@ -1,9 +1,9 @@
 """pq sync-gpu: port the omni changes of vllm-omni's GPU runners that the NPU runners lack, one patch each.
 
 The audit (:mod:`patch_queue.checks.gpu_audit`) lists the unported changes of the GPU runners of
-a vllm-omni release (default: the downstream release in ``queue.toml``) against vLLM's
-``GPUModelRunner`` of the same version; :mod:`patch_queue.checks.gpu_sync` places and translates
-each.  Every port becomes a patch of its own at the end of the series
+a vllm-omni release (default: the downstream release in ``queue.toml``) against the ``GPUModelRunner`` of
+the vLLM release it goes with (:mod:`patch_queue.sources.vllm_release`); :mod:`patch_queue.checks.gpu_sync`
+places and translates each.  Every port becomes a patch of its own at the end of the series
 (``NNNN-sync-gpu-<method>-<n>.patch``, one commit on top of the stack), written once through the
 journal like ``pq new``: a lineage step ``edit`` of the command ``sync-gpu`` whose new bodies are
 recorded edits in ``refs/pq/resolutions``, so ``pq reproduce`` rebuilds them.  Each port is a
@@ -43,6 +43,7 @@ from patch_queue.project.workspace import LoadedStack, Workspace, applied_count
 from patch_queue.series import adopt, stack
 from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
+from patch_queue.sources.vllm_release import vllm_release
 
 SYNCED = "gpu-synced"
 UNPLACED = "gpu-unplaced"
@@ -112,8 +113,8 @@ def _unplaced_flag(u: Unplaced) -> Conflict:
 
 def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = None) -> tuple[dict[str, str], str, str]:
     """The GPU runner modules of ``omni`` (a vllm-omni release ``X`` or ``vllm-omni==X``, or a folder
-    holding ``gpu_*model_runner.py``; default the downstream release), what they are, and the vLLM
-    version whose runner they copy (a folder: the downstream release's)."""
+    holding ``gpu_*model_runner.py``; default the downstream release), what they are, and the vllm-omni
+    version whose vLLM runner they copy (a folder: the downstream release)."""
     spec = omni or queue.downstream_release
     if not spec:
         raise QueueError("the series was adopted from a folder: name the GPU runners with --omni SPEC")
@@ -185,8 +186,10 @@ def plan_sync(
     """The ports of the unported GPU changes, as commits on top of ``loaded`` (nothing written)."""
     gpu_files, source, version = gpu_runners(loaded.queue, omni, progress=progress)
     before = since_runners(loaded.queue, since, source, progress=progress)
-    say(progress, f"Reading vLLM {version}'s GPUModelRunner ...")
-    vllm_runner = gpu_audit.load_vllm_runner(version)
+    omni_name = loaded.queue.downstream_name if Path(source).is_dir() else source.partition("==")[0]
+    vllm = vllm_release(omni_name, version, progress)
+    say(progress, f"Reading the GPUModelRunner of {vllm.describe()} ...")
+    vllm_runner = gpu_audit.load_vllm_runner(vllm.version)
     top = loaded.top()
     tree = ws.repo.read_tree(ws.repo.commit_info(top).tree)
     vendored = ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(stack.VENDOR + adopt.UPSTREAM_FILE)
