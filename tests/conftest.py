@@ -98,6 +98,20 @@ def push_to_bare(proj: Path, message: str) -> Path:
     return origin
 
 
+def main_sh(proj: Path, *, check: int | None) -> subprocess.CompletedProcess[str]:
+    """The README's main command, on a project, with the pq under test (``check``: the exit code it must end with)."""
+    proc = subprocess.run(
+        ["bash", "scripts/main.sh"],
+        cwd=proj,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"},
+    )
+    if check is not None:
+        assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def seeded_030(path: Path) -> Path:
     """A project as this repository is: main.sh committed with queue.toml and series (adopted from vllm-omni
     0.30.0 at its base), no patch bodies once pushed (they are gitignored)."""

@@ -14,12 +14,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import git, pq, push_to_bare, seeded_030, state
+from conftest import git, main_sh, pq, push_to_bare, seeded_030, state
 from test_errors import one_error_line
 
 REF = "refs/pq/resolutions"
@@ -154,13 +153,7 @@ def test_main_sh_merges_origins_store_into_a_diverged_one(origin: Path, tmp_path
     own_patch(b, "b")
     mine, theirs = git(b, "rev-parse", REF).strip(), git(a, "rev-parse", REF).strip()
     take_origins_branch(b)
-    proc = subprocess.run(
-        ["bash", "scripts/main.sh"],
-        cwd=b,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"},
-    )
+    proc = main_sh(b, check=None)
     assert "Traceback" not in proc.stdout + proc.stderr
     merged = git(b, "rev-parse", REF).strip()
     assert f"{REF}: merged refs/pq/remotes/origin/resolutions ({theirs}) into {mine}: {merged}\n" in proc.stdout
@@ -175,13 +168,7 @@ def test_main_sh_passes_over_an_origin_it_cannot_reach(origin: Path, tmp_path: P
     take_origins_branch(a)
     git(a, "remote", "set-url", "origin", str(tmp_path / "gone.git"))
     kept = git(a, "rev-parse", REF).strip()
-    proc = subprocess.run(
-        ["bash", "scripts/main.sh"],
-        cwd=a,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"},
-    )
+    proc = main_sh(a, check=None)
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "pq: error: cannot reach remote 'origin'" in proc.stderr
     assert "== origin's recorded edits were not taken (the error above says why)" in proc.stdout

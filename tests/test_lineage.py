@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, git, new_project, pq, push_to_bare, seeded_030, state
+from conftest import BASE_030, git, main_sh, new_project, pq, push_to_bare, seeded_030, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -42,19 +42,6 @@ def resolve(out: Path) -> None:
             at = next(i for i, line in enumerate(kept) if line.startswith("import "))
             kept.insert(at + 1, IMPORT)
         f.write_text("".join(kept))
-
-
-def main_sh(proj: Path, *, check: int) -> subprocess.CompletedProcess[str]:
-    """The README's main command, on a project, with the pq under test."""
-    proc = subprocess.run(
-        ["bash", "scripts/main.sh"],
-        cwd=proj,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PQ": f"{sys.executable} -m patch_queue"},
-    )
-    assert proc.returncode == check, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc
 
 
 def modules(proj: Path) -> dict[str, bytes]:
