@@ -43,6 +43,7 @@ from patch_queue.commands.write import (
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
 from patch_queue.project import refresh_state
@@ -265,6 +266,8 @@ def do_merge(
         recorded=store.lookup,
         edited=refresh.edit_lookup(ws, store, wide_queue(queue, release)),
     )
+    for r in results:  # the merge's sides are the series (first) and the release (last): its messages say so
+        r.conflicts, r.flags = [_relabel(c) for c in r.conflicts], [_relabel(c) for c in r.flags]
     # pq check reads the release's sources; the layout follows the merged modules (again once resolved)
     target = target_queue(queue, release, module_files(ws, results[-1].commit))
     orig = {
@@ -301,6 +304,27 @@ def do_merge(
     return refresh.advance(
         ws, state, target, results, progress=progress, command="merge", store=store, accept_errors=accept_errors
     )
+
+
+_SIDES = (
+    ("the omni patch's", "the release's"),
+    ("the omni patch", "the release"),
+    ("the omni copy", "the release's copy"),
+    ("the omni text", "the release's text"),
+    ("the omni insertion", "the release's insertion"),
+    ("an omni change", "a change of the release"),
+    ("an omni insertion", "an insertion of the release"),
+    ("upstream's", "the series'"),
+    ("upstream", "the series"),
+)
+
+
+def _relabel(finding: Conflict) -> Conflict:
+    """A finding of the refresh's merge worded for a merge: its first side is the series, its last the release."""
+    message = finding.message
+    for old, new in _SIDES:
+        message = message.replace(old, new)
+    return replace(finding, message=message)
 
 
 def finish_merge(
