@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, git, new_project, pq, push_to_bare, seeded_030, state
+from conftest import BASE_030, copy_project, git, new_project, pq, push_to_bare, state
 
 from patch_queue.commands.adopt import read_downstream
 
@@ -21,7 +21,8 @@ RC1, RC2 = "0.31.0rc1", "0.32.0rc1"
 @pytest.fixture(scope="module")
 def adopted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """vllm-omni 0.30.0 adopted from the release at its upstream base, committed."""
-    proj = seeded_030(tmp_path_factory.mktemp("merge") / "p")
+    proj = new_project(tmp_path_factory.mktemp("merge") / "p")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
     git(proj, "add", "-A")
     git(proj, "commit", "-qm", "adopted")
     return proj
@@ -215,7 +216,7 @@ def test_a_module_the_release_removed_leaves_the_series(adopted: Path, tmp_path:
 
 def test_a_series_adopted_from_a_folder_names_its_release(tmp_path: Path, corpus: Path) -> None:
     proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
+    pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
     before = state(proj)
     bad = pq(proj, "merge", RC1, check=1)
     assert "adopted from a folder: name the release" in bad.stderr and "--since" in bad.stderr

@@ -514,8 +514,9 @@ def _killable(
 
 
 def report_json(outcome: RefreshOutcome) -> dict[str, object]:
-    """The refresh report (format 2; the schema is described in patch_queue/outputs/report.py)."""
-    return {
+    """The refresh report (format 2; the schema is described in patch_queue/outputs/report.py); a merge's has
+    ``merged`` too."""
+    data: dict[str, object] = {
         "format": 2,
         "upstream": {
             "base": outcome.base_label,
@@ -538,6 +539,9 @@ def report_json(outcome: RefreshOutcome) -> dict[str, object]:
         "pending": outcome.pending,
         "accepted_errors": outcome.accepted,
     }
+    if outcome.merged:
+        data["merged"] = outcome.merged
+    return data
 
 
 def explained(conflict: Conflict) -> dict[str, object]:
