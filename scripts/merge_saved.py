@@ -233,6 +233,22 @@ def marker_problems(name: str, text: str) -> list[str]:
     return problems
 
 
+def resolve_all(project: Path, regions: int) -> int:
+    """``pq resolve --patch`` (the last side) of the bottom region of the first module that has one, the modules
+    read again after each (a resolve may take linked regions too), until none is left: how many resolves."""
+    steps = 0
+    while True:
+        now = read_folder(project / "npu_worker")
+        todo = [(n, found) for n, t in now.items() if (found := markers.regions(t))]
+        if not todo:
+            return steps
+        name, found = todo[0]
+        if steps >= regions:
+            raise StepError(f"pq resolve: {sum(len(r) for _n, r in todo)} region(s) left after {steps} resolves")
+        steps += 1
+        pq(project, "resolve", "--patch", f"npu_worker/{name}:{found[-1].first}")
+
+
 def pq_merge(project: Path, spec: str, work: Path) -> tuple[Json, dict[str, str]]:
     """``pq merge SPEC`` in ``project``, its regions resolved to the release's side: (row, output before the
     resolution)."""
@@ -255,18 +271,7 @@ def pq_merge(project: Path, spec: str, work: Path) -> tuple[Json, dict[str, str]
         text = before.get(Path(str(c.get("file", ""))).name, "")
         if markers.region_at(text, int(c.get("line") or 0)) is None:
             row["problems"].append(f"report: conflict at {c.get('file')}:{c.get('line')} is on no region")
-    steps = 0
-    while True:
-        now = read_folder(project / "npu_worker")
-        todo = [(n, markers.regions(t)) for n, t in now.items() if markers.regions(t)]
-        if not todo:
-            break
-        name, regions = todo[0]
-        steps += 1
-        if steps > row["regions"] + 1:
-            raise StepError(f"pq resolve: {sum(len(r) for _n, r in todo)} region(s) left after {steps - 1} resolves")
-        pq(project, "resolve", "--patch", f"npu_worker/{name}:{regions[-1].first}")
-    row["resolves"] = steps
+    row["resolves"] = resolve_all(project, row["regions"])
     resolved = read_folder(project / "npu_worker")
     row["resolve_differs"] = sorted(
         n for n in before.keys() | resolved.keys() if release_view(before.get(n, "")) != resolved.get(n, "")
