@@ -149,12 +149,16 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
         _print_check(ws, outcome.check)
     if outcome.check_pending:
         assert outcome.check is not None
-        return _check_pending(ws, outcome.check, "the refresh is pending")
+        return _check_pending(ws, outcome.check, f"the {'merge' if outcome.merged else 'refresh'} is pending")
     if outcome.accepted:
         typer.echo(
             f"finished over {len(outcome.accepted)} error(s) of pq check (--accept-errors): recorded in the "
             f"lineage step of {ws.rel(ws.queue_dir.queue_path)} and in the report"
         )
+    if not outcome.conflicts and outcome.merged:
+        name, release = outcome.downstream
+        typer.echo(f"merged {outcome.merged} into the series, no conflicts; downstream: {name} {release or '(none)'}")
+        return EXIT_OK
     if not outcome.conflicts:
         typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
         return EXIT_OK
@@ -310,6 +314,63 @@ def refresh(
     return code
 
 
+@command()
+def merge(
+    spec: Annotated[
+        str | None,
+        typer.Argument(
+            help="vllm-omni release (X or vllm-omni==X) or a folder of NPU worker files; default the newest"
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="the release the series' NPU runners are (default: the last adopted or merged)"),
+    ] = None,
+    report: ReportOpt = None,
+    markdown: MarkdownOpt = None,
+    annotations: AnnotationsOpt = False,
+    no_check: Annotated[bool, typer.Option("--no-check", help="do not run pq check on the result")] = False,
+    no_sources: NoSourcesOpt = False,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+    flags: FlagsOpt = None,
+    verbose: VerboseOpt = False,
+    accept_errors: AcceptErrorsOpt = False,
+) -> int:
+    """Take a newer vllm-omni release's NPU runners into the series, three-way (conflicts as for a refresh)."""
+    from patch_queue.commands import merge as merge_mod
+    from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
+
+    check_output(report, REFRESH_JSON)
+    check_output(markdown, REFRESH_MARKDOWN)
+    with locked("merge") as ws:
+        before = ws.queue_dir.load_queue()
+        outcome = merge_mod.do_merge(
+            ws,
+            spec,
+            since=since,
+            upstream_git=upstream,
+            progress=say,
+            check=not no_check,
+            check_sources=not no_sources,
+            discard=discard,
+            reports=_report_paths(ws, report, markdown),
+            accept_errors=accept_errors,
+        )
+    if not outcome.results:
+        echo(outcome.discarded)
+        typer.echo(f"already up to date: the series holds the NPU runners of {outcome.merged}; nothing changed")
+        return EXIT_OK
+    _write_reports(ws, outcome, annotations)
+    code = _print_outcome(ws, outcome, "all" if verbose else flags)
+    if not outcome.pending and outcome.downstream[1] != before.downstream_release:
+        typer.echo(
+            f"downstream: {before.downstream_name} {before.downstream_release or '(none)'} -> {outcome.downstream[1]} "
+            f"in {ws.rel(ws.queue_dir.queue_path)}"
+        )
+    return code
+
+
 def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | None) -> SyncOutcome | None:
     """``pq sync-gpu`` after a clean refresh (with conflicts it waits: resolve, then run it)."""
     from patch_queue.commands import sync_gpu
@@ -437,8 +498,12 @@ def continue_(
 @command(name="resolve")
 def resolve_(
     where: Annotated[str, typer.Argument(help="FILE:LINE of a line of the conflict region (markers included)")],
-    upstream_side: Annotated[bool, typer.Option("--upstream", help="keep upstream's side")] = False,
-    patch_side: Annotated[bool, typer.Option("--patch", help="keep the patch's side")] = False,
+    upstream_side: Annotated[
+        bool, typer.Option("--upstream", "--ours", help="keep the first side: upstream's (a merge: the series')")
+    ] = False,
+    patch_side: Annotated[
+        bool, typer.Option("--patch", "--theirs", help="keep the last side: the patch's (a merge: the release's)")
+    ] = False,
     both: Annotated[bool, typer.Option("--both", help="keep upstream's lines, then the patch's (git's union)")] = False,
     suggested: Annotated[bool, typer.Option("--suggested", help="write the refresh's suggested resolution")] = False,
     alone: Annotated[
@@ -534,15 +599,16 @@ def blocks(
 
 @command()
 def abort() -> None:
-    """Put every file and ref back as it was before the refresh."""
+    """Put every file and ref back as it was before the refresh (or merge)."""
     from patch_queue.commands import resolve
 
+    operation = "refresh"
     with locked("abort") as ws:
         interrupted = resolve.recover_interrupted(ws, forward=False)
         if interrupted is None:
-            resolve.do_abort(ws)
+            operation = resolve.do_abort(ws)
     if interrupted is None:
-        typer.echo("refresh aborted; patches/, npu_worker/ and refs/pq/ are as before")
+        typer.echo(f"{operation} aborted; patches/, npu_worker/ and refs/pq/ are as before")
     else:
         typer.echo(
             f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
@@ -565,7 +631,9 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     if st.downstream:
         typer.echo(f"downstream: {st.downstream}")
     if st.in_progress:
-        typer.echo(f"refresh in progress onto {st.target}")
+        typer.echo(
+            f"merge in progress of {st.target}" if st.operation == "merge" else f"refresh in progress onto {st.target}"
+        )
     for name, state in st.patches:
         typer.echo(f"  {state:10} {name}")
     for c in st.conflicts:
@@ -582,7 +650,7 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     step, accepted = st.accepted
     if accepted:
         typer.echo(
-            f"the last refresh (lineage step {step}) was finished over {accepted} error(s) of pq check "
+            f"the last refresh or merge (lineage step {step}) was finished over {accepted} error(s) of pq check "
             f"(--accept-errors; listed in {ws.rel(ws.queue_dir.queue_path)})"
         )
     if st.in_progress and st.check_errors and not st.conflicts:

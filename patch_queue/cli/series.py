@@ -33,13 +33,17 @@ def series(upstream: UpstreamOpt = None) -> None:
 
     ws = workspace()
     lines = []
-    for name, state in resolve.do_status(ws, upstream_git=upstream).patches:
+    status = resolve.do_status(ws, upstream_git=upstream)
+    for name, state in status.patches:
         mark = "+" if state in ("applied", "modified", "unchanged", "empty") else "!" if state == "conflict" else "-"
         try:
             subject = edit.patch_subject(ws, name)
         except OSError as exc:  # removed by a `pq delete` since the listing: one line, not half a listing
             raise vanished(ws, ws.queue_dir.root / name, exc) from None
         lines.append(f"{mark} {name}  {subject}")
+    if status.operation == "merge":
+        mark = "!" if status.conflicts else "+"
+        lines.append(f"{mark} (merge of {status.target})  goes into the patches above at `pq continue`")
     echo(*lines)
 
 

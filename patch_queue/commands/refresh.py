@@ -64,7 +64,8 @@ class RefreshOutcome:
     culprits_note: str = ""  # between which upstream commits the culprits were searched, or why not
     check_pending: bool = False  # the series is through, but the errors of `pq check` keep the refresh pending
     accepted: list[str] = field(default_factory=list)  # the errors of `pq check` it finished over (--accept-errors)
-    written: bool = True  # False: nothing was written (`pq continue` over check errors)
+    written: bool = True  # False: nothing was written (`pq continue` over check errors; a merge with nothing to merge)
+    merged: str = ""  # a merge (pq merge): the release it takes in
 
     @property
     def pending(self) -> bool:
@@ -159,7 +160,7 @@ def do_refresh(
         removed_symbols=tuple(removed),
         conflicts=tuple(named[: len(conflicts)]),
         flags=tuple(named[len(conflicts) :]),
-        blocks_before=_count_blocks(module_files(ws, loaded.patches[-1][1]) if loaded.patches else {}),
+        blocks_before=count_blocks(module_files(ws, loaded.patches[-1][1]) if loaded.patches else {}),
         check=check,
         check_sources=check_sources,
         upstream_git=upstream_git,
@@ -170,7 +171,7 @@ def do_refresh(
         reports=reports,
         culprits_note=note,
     )
-    return _advance(ws, state, target, results, progress=progress, store=store, accept_errors=accept_errors)
+    return advance(ws, state, target, results, progress=progress, store=store, accept_errors=accept_errors)
 
 
 def _mark_removed(conflicts: list[Conflict], removed: list[str]) -> list[Conflict]:
@@ -188,7 +189,7 @@ def _mark_removed(conflicts: list[Conflict], removed: list[str]) -> list[Conflic
     return out
 
 
-def _count_blocks(files: dict[str, bytes]) -> int:
+def count_blocks(files: dict[str, bytes]) -> int:
     total = 0
     for path, data in files.items():
         if path.endswith(".py") and not path.startswith(stack.VENDOR):
@@ -265,7 +266,7 @@ def normalizer(
     return normalize
 
 
-def _advance(
+def advance(
     ws: Workspace,
     state: refresh_state.RefreshState,
     target: Queue,
@@ -287,7 +288,7 @@ def _advance(
     pending (the output folder holds the result, `pq continue` goes on once they are fixed) and
     `pq continue` writes nothing (its findings are at their lines in the output folder as it is).
     """
-    writes = Writes(ws, command)
+    writes = Writes(ws, command, undoable=state.merging is not None)
     patches, done, conflicts = state.patches, state.done, list(state.conflicts)
     finished = len(done) == len(patches)
     new_patches = [(n, c) for n, c, _s in done]
@@ -300,7 +301,7 @@ def _advance(
         removed_symbols=list(state.removed_symbols),
         finished=finished,
         flags=list(state.flags),
-        blocks=(state.blocks_before, _count_blocks(top_files)),
+        blocks=(state.blocks_before, count_blocks(top_files)),
         fences=fence_problems(top_files),
         upstream_commits=state.upstream_commits,
         downstream=(target.downstream_name, target.downstream_release),
@@ -309,6 +310,7 @@ def _advance(
         discarded=state.discarded,
         reports=state.reports,
         culprits_note=state.culprits_note,
+        merged=state.merging.release if state.merging is not None else "",
     )
     if finished and not conflicts:
         old_top = patches[-1][1] if patches else None
@@ -325,12 +327,20 @@ def _advance(
             state = replace(state, check_errors=tuple((f.file, f.line, f.rule, f.message) for f in errors))
         else:
             outcome.accepted = [f.render() for f in errors]
-            _finish_refresh(ws, state, target, new_patches, writes, command, store, outcome.accepted)
+            if state.merging is not None:
+                from patch_queue.commands import merge
+
+                merged = merge.finish_merge(ws, state, writes, command, store, outcome.accepted)
+                outcome.downstream = (merged.downstream_name, merged.downstream_release)
+            else:
+                _finish_refresh(ws, state, target, new_patches, writes, command, store, outcome.accepted)
             return outcome
     # stopped (or finished with conflicts under --no-stop, or over errors of pq check): keep everything needed
     # to go on or back
     top = new_patches[-1][1] if new_patches else state.new_base
-    holder = ws.repo.commit(state.orig_out, [], "pq refresh: saved output folder\n", stack.PERSON, stack.PERSON)
+    holder = ws.repo.commit(
+        state.orig_out, [], f"pq {state.operation}: saved output folder\n", stack.PERSON, stack.PERSON
+    )
     wanted = {REF_REFRESH + "top": top, REF_REFRESH + "base": state.new_base, REF_REFRESH + "saved-out": holder}
     writes.move_refs({ref: (ws.repo.ref(ref), value) for ref, value in wanted.items()})
     writes.move_refs(store.ref_update())

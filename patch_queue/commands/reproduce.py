@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from patch_queue.commands import adopt, refresh, resolutions, write
+from patch_queue.commands import adopt, merge, refresh, resolutions, write
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import CommitInfo
 from patch_queue.outputs import folder as output
@@ -91,6 +91,9 @@ def do_reproduce(
         elif step.kind == "refresh":
             assert loaded is not None
             loaded = _refresh(run, loaded, step, where, upstream_git=upstream_git, progress=progress)
+        elif step.kind == "merge":
+            assert loaded is not None
+            loaded = _merge(run, loaded, step, where, progress=progress)
         else:
             assert loaded is not None
             loaded = _edit(run, loaded, step, where)
@@ -355,6 +358,43 @@ def _refresh(
     patches = [(r.name, r.commit) for r in results]
     run.done(step, where, _bodies(ws, patches), strict=False)
     return LoadedStack(target, new_base, patches)
+
+
+def _merge(run: _Run, loaded: LoadedStack, step: Step, where: str, *, progress: Progress | None) -> LoadedStack:
+    """The merge ``step`` replayed (:func:`merge.reproduce_merge`) with its own recorded resolution, made on the body
+    its ``resolved`` names (merged three-way onto another body this pq's merge gives, as a refresh's edits)."""
+    ws = run.ws
+    if progress is not None:
+        progress(f"Replaying the merge of {step.downstream} ...")
+    layout = merge.wide_queue(loaded.queue, merge.read_release(loaded.queue, step.downstream, progress))
+
+    def edited(name: str, merged: str) -> str | None:
+        if not step.resolved:
+            return None
+        as_edit = replace(step, edited=(name,), bases=((name, step.resolved),))
+        info = ws.repo.commit_info(merged)
+        before = stack.export_patch(ws.repo, merged)
+        after = run.exact(as_edit, name, before)
+        if after is not None:
+            run.applied += 1
+            shown = f"patches/{name}"
+            return stack.commit_patch(ws.repo, info.parents[0], patchfile.parse(after, path=shown), layout, path=shown)
+        files, _found = run.merge(as_edit, where, name, before, merged)
+        return _commit_merged(ws, info.parents[0], merged, files, info)
+
+    try:
+        new, name, result = merge.reproduce_merge(ws.repo, loaded, step, edited, progress)
+    except QueueError as exc:
+        raise QueueError(f"{where}: {exc.message}", path=exc.path or "patches/queue.toml", line=exc.line) from None
+    if result.conflicts:
+        c = result.conflicts[0]
+        raise QueueError(
+            f"the merge of {where} leaves {len(result.conflicts)} conflict(s) (first at {c.file}:{c.line}) and the "
+            f"lineage records no resolution for them (the merge of {name})",
+            path="patches/queue.toml",
+        )
+    run.done(step, where, _bodies(ws, new.patches), strict=False)
+    return new
 
 
 def _commit_merged(ws: Workspace, parent: str, ours: str, files: dict[str, bytes | None], like: CommitInfo) -> str:

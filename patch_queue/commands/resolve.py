@@ -8,8 +8,8 @@ from pathlib import Path
 
 from patch_queue.commands.refresh import (
     RefreshOutcome,
-    _advance,
     _killable,
+    advance,
     edit_lookup,
     import_sync,
     normalizer,
@@ -41,7 +41,7 @@ def do_continue(
 ) -> RefreshOutcome:
     """``reports``: report paths given again (each replaces the refresh's; "" keeps it); ``accept_errors``:
     finish over the errors of `pq check` (recorded in the lineage step), else they leave the refresh pending
-    and nothing written (:func:`~patch_queue.commands.refresh._advance`)."""
+    and nothing written (:func:`~patch_queue.commands.refresh.advance`)."""
     on_patch = _killable(on_patch)
     state = refresh_state.require(ws)
     state = replace(state, reports=(reports[0] or state.reports[0], reports[1] or state.reports[1]))
@@ -63,8 +63,9 @@ def do_continue(
         if data != top_marked[rel]:  # the maintainer's resolution becomes patch bodies: text only
             output.refuse_binary(data, ws.rel(ws.out / rel))
     labels = state.labels
-    normalize = normalizer(target)
-    imports = import_sync(target, patches)
+    merging = state.merging is not None  # a merge replays the release's change as it is: no layout, no imports
+    normalize = None if merging else normalizer(target)
+    imports = None if merging else import_sync(target, patches)
     store = rerere.Store(ws.repo)
     replayed: set[str] = set()
     made: dict[str, str] = {}  # patch replayed one by one below -> the commit its findings' lines refer to
@@ -160,7 +161,7 @@ def do_continue(
         conflicts=tuple(c for r in results for c in r.conflicts),
         flags=tuple(sorted(flags, key=lambda f: order.get(f.patch, 0))),
     )
-    return _advance(
+    return advance(
         ws,
         state,
         target,
@@ -274,8 +275,9 @@ def _resolved_regions(
     ]
 
 
-def do_abort(ws: Workspace) -> None:
-    """Put every file and ref back as before the refresh, in one journaled write."""
+def do_abort(ws: Workspace) -> str:
+    """Put every file and ref back as before the refresh (or merge: which one it was is returned), in one
+    journaled write."""
     state = refresh_state.require(ws)
 
     # recorded resolutions (and the remotes' as fetched) outlive an abort; the journal's ref is the journal's
@@ -296,6 +298,7 @@ def do_abort(ws: Workspace) -> None:
     writes.move_refs(updates)
     writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
     writes.commit()
+    return state.operation
 
 
 def recover_interrupted(ws: Workspace, *, forward: bool) -> str | None:
@@ -322,6 +325,7 @@ class Status:
     # the errors of `pq check` that keep the refresh pending, at their lines on disk: (file, line, rule, message)
     check_errors: list[tuple[str, int, str, str]] = field(default_factory=list)
     accepted: tuple[int, int] = (0, 0)  # (lineage step, errors) of the last step finished over errors of pq check
+    operation: str = "refresh"  # what is in progress: "refresh" (onto ``target``) or "merge" (of ``target``)
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -330,6 +334,8 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     if state is not None:
         done = {d[0]: d[2] for d in state.done}
         rows = [(n, done.get(n, "pending")) for n, _c in state.patches]
+        if state.merging is not None:  # the series as it stood, and the merge that goes into it once through
+            rows = [(n, "applied") for n, _c in state.merging.chain]
         conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
         flags = on_disk(ws, state.done[-1][1], list(state.flags))
         open_ = [c for c in conflicts if _marked(ws, c)]
@@ -344,13 +350,15 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         written = module_files(ws, state.done[-1][1])
         lines = on_disk_lines(ws, written, [(file, line) for file, line, _r, _m in state.check_errors])
         errors = [(f, n, r, m) for (f, _l, r, m), n in zip(state.check_errors, lines, strict=True)]
-        return Status(True, state.old_base_label, target.upstream.label, rows, open_, resolved=resolved, flags=flags,
-                      downstream=_downstream(target), suggestions=tips, check_errors=errors)  # fmt: skip
+        onto = state.merging.release if state.merging is not None else target.upstream.label
+        return Status(True, state.old_base_label, onto, rows, open_, resolved=resolved, flags=flags,
+                      downstream=_downstream(target), suggestions=tips, check_errors=errors,
+                      operation=state.operation)  # fmt: skip
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [(n, "applied" if i < applied else "unapplied") for i, (n, _c) in enumerate(loaded.patches)]
     steps = loaded.queue.lineage
-    last = max((i for i, s in enumerate(steps, 1) if s.kind == "refresh"), default=0)
+    last = max((i for i, s in enumerate(steps, 1) if s.kind in ("refresh", "merge")), default=0)
     accepted = (last, len(steps[last - 1].accepted_errors)) if last and steps[last - 1].accepted_errors else (0, 0)
     return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(steps),
                   downstream=_downstream(loaded.queue), accepted=accepted)  # fmt: skip

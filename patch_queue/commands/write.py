@@ -46,6 +46,9 @@ class StepInfo:
     edited: tuple[str, ...] = ()
     accepted: tuple[str, ...] = ()  # the errors of `pq check` a refresh finished over (--accept-errors)
     bases: tuple[tuple[str, str], ...] = ()  # (edited patch, sha256 of the body its recorded edit was made on)
+    since: str = ""  # merge: the release the series held before
+    files: tuple[tuple[str, str], ...] = ()  # merge: (module, sha256) of the release it took in
+    resolved: str = ""  # merge: sha256 of the merge's body its recorded resolution was made on
 
 
 def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: StepInfo) -> None:
@@ -74,6 +77,9 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
         edited=step.edited,
         accepted=step.accepted,
         bases=step.bases,
+        since=step.since,
+        files=step.files,
+        resolved=step.resolved,
     )
     queue = lineage.with_step(loaded.queue, made, top, previous=previous)
     writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")

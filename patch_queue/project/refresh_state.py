@@ -1,7 +1,10 @@
-"""The state of a refresh that stopped on conflicts: ``.git/pq/refresh.json``, typed, read and written here.
+"""The state of a refresh or merge that stopped on conflicts: ``.git/pq/refresh.json``, typed, read and written
+here.
 
 It holds what ``pq continue`` needs to go on (the target, the replay so far, every conflict and
-flag) and what ``pq abort`` needs to put back (the refs, the output folder, ``queue.toml``).
+flag) and what ``pq abort`` needs to put back (the refs, the output folder, ``queue.toml``).  A merge
+(``pq merge``) is the same machine: it replays one patch, the release's change since the release the
+series last took in, onto the top of the series; :class:`Merging` holds what it goes into.
 """
 
 from __future__ import annotations
@@ -16,6 +19,40 @@ from patch_queue.project.workspace import Workspace
 from patch_queue.series.queue import Queue, parse_queue
 
 STATE_FILE = "refresh.json"
+
+
+@dataclass(frozen=True)
+class Merging:
+    """What a pending merge goes into once its one patch is through: the series as it stood (its base and
+    patches) and the release it takes in."""
+
+    release: str  # "name==version", or a folder's path
+    version: str  # the release's version ("": a folder)
+    since: str  # the release the series held before: the merge's ancestor ("name==version" or a folder)
+    files: tuple[tuple[str, str], ...]  # (module, sha256) of the release
+    base: str  # the series' base commit
+    chain: tuple[tuple[str, str], ...]  # the series' patches (name, commit) as they stood
+
+    def as_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: object) -> Merging | None:
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise ValueError("merging: expected an object")
+        texts = [data.get(k) for k in ("release", "version", "since", "base")]
+        rows = [data.get(k) for k in ("files", "chain")]
+        if not all(isinstance(t, str) for t in texts) or not all(
+            isinstance(r, list)
+            and all(isinstance(x, list) and len(x) == 2 and all(isinstance(y, str) for y in x) for x in r)
+            for r in rows
+        ):
+            raise ValueError("merging: expected release, version, since, base, files and chain")
+        release, version, since, base = (str(t) for t in texts)
+        files, chain = (tuple((str(x[0]), str(x[1])) for x in r) for r in rows if isinstance(r, list))
+        return cls(release, version, since, files, base, chain)
 
 
 @dataclass(frozen=True)
@@ -45,6 +82,11 @@ class RefreshState:
     # the series is through, but `pq check` found these errors (file, line, rule, message) in the result, at its
     # lines: the refresh waits for them to be fixed (or `pq continue --accept-errors`)
     check_errors: tuple[tuple[str, int, str, str], ...] = ()
+    merging: Merging | None = None  # a merge (pq merge), not a refresh
+
+    @property
+    def operation(self) -> str:
+        return "merge" if self.merging is not None else "refresh"
 
     def target(self) -> Queue:
         """The series' queue moved onto the target."""
@@ -54,6 +96,7 @@ class RefreshState:
         # json writes the tuples as lists
         data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(version=1, conflicts=[c.as_json() for c in self.conflicts], flags=[c.as_json() for c in self.flags])
+        data["merging"] = self.merging.as_json() if self.merging is not None else None
         return data
 
     def bytes(self) -> bytes:
@@ -110,6 +153,7 @@ class RefreshState:
             reports=_pair(data.get("reports", ["", ""]), "reports"),
             culprits_note=text("culprits_note"),
             check_errors=_errors(data.get("check_errors")),
+            merging=Merging.from_json(data.get("merging")),
         )
 
 
@@ -155,10 +199,11 @@ def _read(ws: Workspace) -> dict[str, object] | None:
 
 
 def refuse_pending(ws: Workspace, message: str = "a refresh is in progress; `pq continue` or `pq abort` first") -> None:
-    """Refuse a command while a refresh waits for `pq continue` or `pq abort` (a file that is no JSON
-    object is an error naming it)."""
-    if _read(ws) is not None:
-        raise QueueError(message)
+    """Refuse a command while a refresh (or a merge: the message says so) waits for `pq continue` or `pq abort`
+    (a file that is no JSON object is an error naming it)."""
+    data = _read(ws)
+    if data is not None:
+        raise QueueError(message.replace("a refresh", "a merge") if data.get("merging") else message)
 
 
 def load(ws: Workspace) -> RefreshState | None:
@@ -175,5 +220,5 @@ def load(ws: Workspace) -> RefreshState | None:
 def require(ws: Workspace) -> RefreshState:
     state = load(ws)
     if state is None:
-        raise QueueError("no refresh in progress")
+        raise QueueError("no refresh or merge in progress")
     return state

@@ -25,14 +25,19 @@ def step_of(
     edited: Sequence[str] = (),
     accepted: Sequence[str] = (),
     bases: Sequence[tuple[str, str]] = (),
+    since: str = "",
+    files: Sequence[tuple[str, str]] = (),
+    resolved: str = "",
 ) -> Step:
     """``accepted``: the errors of `pq check` a refresh finished over; ``bases``: (edited patch, sha256 of the body
-    its recorded edit was made on)."""
+    its recorded edit was made on); a merge's ``since``, ``files`` and ``resolved``: see :class:`Step`."""
     patches = tuple((n, sha256(b)) for n, b in bodies)
     names = tuple(n for n, _h in patches if n in edited)
     base = dict(bases)
     known = tuple((n, base[n]) for n in names if n in base)
-    return Step(kind, command, patches, upstream, downstream, names, tuple(accepted), known)
+    return Step(
+        kind, command, patches, upstream, downstream, names, tuple(accepted), known, since, tuple(files), resolved
+    )
 
 
 def with_step(
@@ -46,8 +51,8 @@ def with_step(
     lineage = queue.lineage or (step_of("import", "migrate", previous, upstream=queue.upstream),)
     if step.kind == "adopt":
         lineage = (step,)
-    elif lineage[-1].patches != step.patches or step.accepted_errors:
-        lineage += (step,)  # a step over accepted errors is recorded even when it changed no body
+    elif lineage[-1].patches != step.patches or step.accepted_errors or step.kind == "merge":
+        lineage += (step,)  # a step over accepted errors, or a merge (it moves the pin), is recorded all the same
     return replace(queue, lineage=lineage, build={path: sha256(data) for path, data in sorted(top_modules.items())})
 
 

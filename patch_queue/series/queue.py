@@ -33,9 +33,12 @@
     "npu_model_runner.py" = "<hex>"
 
     [[lineage]]                      # how the series came to be, oldest first; the first is its origin
-    kind = "adopt"                   # "adopt" | "refresh" | "edit" | "import"
+    kind = "adopt"                   # "adopt" | "refresh" | "merge" | "edit" | "import"
     command = "adopt"                # the pq command that made the step
-    downstream = "vllm-omni==0.30.0" # adopt: the hand-maintained release; sync-gpu: the release it moved the pin to
+    downstream = "vllm-omni==0.30.0" # adopt: the hand-maintained release; merge: the release it took in;
+                                     # sync-gpu: the release it moved the pin to
+    since = "vllm-omni==0.24.0"      # merge: the release the series held before (the merge's ancestor)
+    resolved = "<sha256>"            # merge: the merge's body its recorded edit (the resolution) was made on
     edited = []                      # patches whose bodies carry recorded edits (refs/pq/resolutions)
     accepted_errors = []             # refresh: the errors of `pq check` it was finished over (--accept-errors);
                                      # written only when there are some
@@ -44,6 +47,8 @@
     [lineage.upstream]               # adopt: the upstream it was adopted at; refresh: the target
     kind = "git"                     # same keys as [upstream], files included
     ...
+    [lineage.files]                  # merge: sha256 of every module of the release it took in
+    "npu_model_runner.py" = "<hex>"
 
 The lineage is the recipe of the patch bodies: ``pq reproduce`` adopts the origin, then replays
 every step (a refresh onto its pinned target, the recorded edits of ``edited`` patches) and
@@ -56,6 +61,11 @@ from that base (see :mod:`patch_queue.series.rerere`).  Steps written before pq 
 merge gives or by the body the step records.  The bodies in ``patches/``, when present, must
 have the sha256 of the last step (a hand edit is refused; ``pq accept`` takes it as an
 ``import`` step).  An ``import`` step takes bodies as they were, not reproducible without them.
+A ``merge`` step (``pq merge``) took a newer release of the downstream in: ``pq reproduce`` reads
+both releases again (each module of ``downstream`` checked against ``[lineage.files]``), merges
+them into the series as it stands three-way, applies the recorded resolution made on the body
+``resolved`` names (none when the merge was clean), and puts the result into the patches that own
+its lines (see :mod:`patch_queue.commands.merge`).
 ``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
 ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
 
@@ -103,7 +113,7 @@ class UpstreamPin:
 class Step:
     """One step of the lineage."""
 
-    kind: str  # "adopt" | "refresh" | "edit" | "import"
+    kind: str  # "adopt" | "refresh" | "merge" | "edit" | "import"
     command: str
     patches: tuple[tuple[str, str], ...]  # (name, sha256 of the body) after the step, series order
     upstream: UpstreamPin | None = None  # adopt: where; refresh: the target
@@ -111,6 +121,9 @@ class Step:
     edited: tuple[str, ...] = ()
     accepted_errors: tuple[str, ...] = ()  # refresh: the errors of `pq check` it finished over ("file:line: ...")
     bases: tuple[tuple[str, str], ...] = ()  # (edited patch, sha256 of the body its recorded edit was made on)
+    since: str = ""  # merge: the release the series held before ("name==version")
+    files: tuple[tuple[str, str], ...] = ()  # merge: (module, sha256) of the release it took in
+    resolved: str = ""  # merge: sha256 of the merge's body its recorded resolution was made on ("": clean)
 
     @property
     def names(self) -> list[str]:
@@ -121,7 +134,7 @@ class Step:
         return next((digest for n, digest in self.bases if n == name), None)
 
 
-STEP_KINDS = ("adopt", "refresh", "edit", "import")
+STEP_KINDS = ("adopt", "refresh", "merge", "edit", "import")
 
 
 @dataclass(frozen=True)
@@ -205,9 +218,13 @@ def render_queue(q: Queue) -> str:
             *(_list("accepted_errors", step.accepted_errors) if step.accepted_errors else []),
             *_list("patches", [f"{digest} {name}" for name, digest in step.patches]),
             *(_list("bases", [f"{digest} {name}" for name, digest in step.bases]) if step.bases else []),
+            *([f"since = {toml_string(step.since)}"] if step.kind == "merge" else []),
+            *([f"resolved = {toml_string(step.resolved)}"] if step.resolved else []),
         ]
         if step.upstream is not None:
             lines += ["", *_pin_lines("lineage.upstream", step.upstream)]
+        if step.files:
+            lines += ["", "[lineage.files]", *(f"{toml_string(p)} = {toml_string(d)}" for p, d in step.files)]
     return "\n".join(lines) + "\n"
 
 
@@ -302,8 +319,8 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
         accepted = item.get("accepted_errors", [])
         if not isinstance(accepted, list) or not all(isinstance(e, str) for e in accepted):
             raise QueueError(f"{where}.accepted_errors must be a list of strings", path=path)
-        if accepted and kind != "refresh":
-            raise QueueError(f"{where}.accepted_errors: only a refresh step finishes over errors", path=path)
+        if accepted and kind not in ("refresh", "merge"):
+            raise QueueError(f"{where}.accepted_errors: only a refresh or merge step finishes over errors", path=path)
         bases = _digests(item, "bases", where, path)
         if {n for n, _d in bases} - set(edited) or len({n for n, _d in bases}) != len(bases):
             raise QueueError(f"{where}.bases names a patch twice or one the step's edited does not list", path=path)
@@ -313,7 +330,41 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
         command = _str(item, "command", where)
         pin = _parse_pin(up, f"{where}.upstream", path) if up is not None else None
         downstream = _str(item, "downstream", where)
-        steps.append(Step(kind, command, tuple(patches), pin, downstream, tuple(edited), tuple(accepted), tuple(bases)))
+        since, resolved = "", ""
+        files: tuple[tuple[str, str], ...] = ()
+        if kind == "merge":
+            since = _str(item, "since", where)
+            resolved = item.get("resolved", "")
+            if not isinstance(resolved, str) or (resolved and not _DIGEST.match(resolved)):
+                raise QueueError(f"{where}.resolved must be a sha256", path=path)
+            raw_files = item.get("files", {})
+            if (
+                "==" not in downstream
+                or not isinstance(raw_files, dict)
+                or not raw_files
+                or not all(isinstance(v, str) and _DIGEST.match(v) for v in raw_files.values())
+            ):
+                raise QueueError(
+                    f"{where}: a merge step names its release (downstream = 'name==version') and the sha256 of "
+                    "each of its modules ([lineage.files])",
+                    path=path,
+                )
+            files = tuple(sorted((str(k), v) for k, v in raw_files.items()))
+        steps.append(
+            Step(
+                kind,
+                command,
+                tuple(patches),
+                pin,
+                downstream,
+                tuple(edited),
+                tuple(accepted),
+                tuple(bases),
+                since,
+                files,
+                resolved,
+            )
+        )
     return tuple(steps)
 
 
