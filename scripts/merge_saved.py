@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench import RUNNER, Json, StepError, Upgrade, git, percent, pq, read_folder, table, work_saved
-from conflict_metrics import count_regions, merge_file_regions, saved, squash, take_side
+from conflict_metrics import code_multiset, count_regions, merge_file_regions, saved, squash, take_side
 from conflict_table import corpus_dir, say
 from upstream_kept import decisions
 
@@ -63,6 +63,7 @@ class Statement:
     text: str  # normalised: statements.head (ast.unparse; a compound statement by its header)
     line: int  # 1-based, in the newer release's module
     first: str  # its first source line, stripped
+    last: int = 0  # its last line (a compound statement: of its header)
 
 
 def _header(node: ast.excepthandler | ast.match_case) -> str:
@@ -73,25 +74,59 @@ def _header(node: ast.excepthandler | ast.match_case) -> str:
     return f"case {ast.unparse(node.pattern)}{guard}:"
 
 
-def scoped(tree: ast.Module) -> Iterator[tuple[str, str, int]]:
-    """(enclosing function, normalised text, line) of every statement of ``tree``, nested ones too; an
-    ``except``/``case`` clause counts as a statement by its header."""
+def _span(node: ast.AST) -> tuple[int, int]:
+    """(first, last line) of a statement; a compound one's header ends before its body."""
+    first = int(getattr(node, "lineno", 0) or getattr(getattr(node, "pattern", None), "lineno", 0))
+    body = getattr(node, "body", None)
+    if isinstance(body, list) and body:
+        return first, max(first, int(getattr(body[0], "lineno", first)) - 1)
+    return first, int(getattr(node, "end_lineno", None) or first)
 
-    def walk(body: Sequence[ast.AST], scope: str) -> Iterator[tuple[str, str, int]]:
+
+def _child(scope: str, name: str) -> str:
+    return name if scope == MODULE else f"{scope}.{name}"
+
+
+def scoped(tree: ast.Module) -> Iterator[tuple[str, str, int, int]]:
+    """(enclosing function, normalised text, first, last line) of every statement of ``tree``, nested ones too;
+    an ``except``/``case`` clause counts as a statement by its header."""
+
+    def walk(body: Sequence[ast.AST], scope: str) -> Iterator[tuple[str, str, int, int]]:
         for node in body:
             if isinstance(node, ast.excepthandler | ast.match_case):
-                yield scope, _header(node), getattr(node, "lineno", 0) or node.pattern.lineno  # type: ignore[union-attr]
+                yield scope, _header(node), *_span(node)
                 yield from walk(node.body, scope)
                 continue
             assert isinstance(node, ast.stmt)
-            yield scope, statements.head(node), node.lineno
+            yield scope, statements.head(node), *_span(node)
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                yield from walk(node.body, node.name if scope == MODULE else f"{scope}.{node.name}")
+                yield from walk(node.body, _child(scope, node.name))
                 continue
             for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                 yield from walk(getattr(node, field, None) or [], scope)
 
     yield from walk(tree.body, MODULE)
+
+
+def scope_lines(text: str) -> dict[str, set[str]]:
+    """Each enclosing function's lines (whitespace squashed, nested functions' included; <module>: all of
+    them); a text that does not parse: only <module>."""
+    lines = text.splitlines()
+    out = {MODULE: {squash(line) for line in lines}}
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return out
+
+    def walk(body: Sequence[ast.stmt], scope: str) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = _child(scope, node.name)
+                out.setdefault(name, set()).update(squash(x) for x in lines[node.lineno - 1 : node.end_lineno])
+                walk(node.body, name)
+
+    walk(tree.body, MODULE)
+    return out
 
 
 def added_statements(old: Folder, new: Folder) -> list[Statement]:
@@ -101,15 +136,15 @@ def added_statements(old: Folder, new: Folder) -> list[Statement]:
     for name in sorted(new):
         had: dict[str, set[str]] = {}
         if name in old:
-            for scope, text, _line in scoped(ast.parse(old[name])):
+            for scope, text, _first, _last in scoped(ast.parse(old[name])):
                 had.setdefault(scope, set()).add(text)
         lines = new[name].splitlines()
         seen: set[tuple[str, str]] = set()
-        for scope, text, line in scoped(ast.parse(new[name])):
+        for scope, text, line, last in scoped(ast.parse(new[name])):
             if text in had.get(scope, set()) or (scope, text) in seen:
                 continue
             seen.add((scope, text))
-            out.append(Statement(name, scope, text, line, lines[line - 1].strip() if line else ""))
+            out.append(Statement(name, scope, text, line, lines[line - 1].strip() if line else "", last))
     return out
 
 
@@ -127,7 +162,7 @@ def missing(wanted: Sequence[Statement], output: Folder) -> tuple[list[Statement
         view = release_view(text)
         try:
             found: dict[str, set[str]] = {}
-            for scope, stmt, _line in scoped(ast.parse(view)):
+            for scope, stmt, _first, _last in scoped(ast.parse(view)):
                 found.setdefault(scope, set()).add(stmt)
             held[name] = found
         except SyntaxError:
@@ -143,6 +178,33 @@ def missing(wanted: Sequence[Statement], output: Folder) -> tuple[list[Statement
         if not ok:
             lost.append(s)
     return lost, sorted(fallback)
+
+
+def new_lines(s: Statement, old: Folder, new: Folder) -> list[str]:
+    """The code lines of ``s`` (whitespace squashed) that ``old``'s same enclosing function has none of."""
+    had = scope_lines(old.get(s.file, "")).get(s.function, set())
+    span = new[s.file].splitlines()[s.line - 1 : s.last or s.line]
+    return [x for line in span if (x := squash(line)) and not x.startswith("#") and x not in had]
+
+
+def held_merged(s: Statement, old: Folder, new: Folder, output: Folder) -> bool:
+    """Whether a missing statement is there merged with the series' edits: every line of it that the
+    release wrote new is a line of the output's same function (the release's side of its regions)."""
+    wrote = new_lines(s, old, new)
+    if not wrote or s.file not in output:
+        return False
+    lines = scope_lines(release_view(output[s.file]))
+    return all(x in lines.get(s.function, lines[MODULE]) for x in wrote)
+
+
+def flags_on(s: Statement, old: Folder, new: Folder, report: Json) -> list[str]:
+    """The report's flags of ``s``'s function whose resolution holds a line the release wrote new in ``s``."""
+    wrote = set(new_lines(s, old, new))
+    return sorted(
+        f"{f.get('kind')} at line {f.get('line')}"
+        for f in report.get("flags", [])
+        if f.get("symbol") == s.function and wrote & {squash(x) for x in str(f.get("resolution") or "").splitlines()}
+    )
 
 
 # -- the three methods ---------------------------------------------------------------------------
@@ -249,12 +311,13 @@ def resolve_all(project: Path, regions: int) -> int:
         pq(project, "resolve", "--patch", f"npu_worker/{name}:{found[-1].first}")
 
 
-def pq_merge(project: Path, spec: str, work: Path) -> tuple[Json, dict[str, str]]:
+def pq_merge(project: Path, spec: str, work: Path) -> tuple[Json, dict[str, str], Json]:
     """``pq merge SPEC`` in ``project``, its regions resolved to the release's side: (row, output before the
-    resolution)."""
+    resolution, the report)."""
     report_path = work / "merge.json"
     code, _s, out = pq(project, "merge", spec, "--report", str(report_path), ok=(0, 1, 3))
     report = json.loads(report_path.read_text(encoding="utf-8"))
+    shutil.copyfile(report_path, work / "merge-before-continue.json")  # pq continue rewrites the report
     before = read_folder(project / "npu_worker")
     conflicts = report.get("conflicts", [])
     row: Json = {
@@ -273,20 +336,45 @@ def pq_merge(project: Path, spec: str, work: Path) -> tuple[Json, dict[str, str]
             row["problems"].append(f"report: conflict at {c.get('file')}:{c.get('line')} is on no region")
     row["resolves"] = resolve_all(project, row["regions"])
     resolved = read_folder(project / "npu_worker")
+    write_folder(work / "pq-merge-markers", before)
+    write_folder(work / "pq-merge-resolved", resolved)
     row["resolve_differs"] = sorted(
         n for n in before.keys() | resolved.keys() if release_view(before.get(n, "")) != resolved.get(n, "")
     )
     row["continue"] = "not needed"
     if code != 0 or pending(project):
         row["continue"] = f"exit {pq(project, 'continue', '--accept-errors', ok=(0, 1, 3))[0]}"
-    return row, before
+    return row, before, report
 
 
 # -- the measurement -----------------------------------------------------------------------------
 
 
+def described(
+    lost: Sequence[Statement], old: Folder, new: Folder, output: Folder, report: Json | None = None
+) -> list[Json]:
+    """The missing statements as JSON, each with whether it is there merged with the series' edits
+    (:func:`held_merged`) and the report's flags on it (:func:`flags_on`)."""
+    return [
+        asdict(s)
+        | {"held_merged": held_merged(s, old, new, output), "flags": flags_on(s, old, new, report) if report else []}
+        for s in lost
+    ]
+
+
 def saved_of(w: Json) -> Json:
-    return {"d_old": w["d_old"], "d": w["d_pq"], "saved": saved(w["d_pq"], w["d_old"])}
+    return {"d_old": w["d_old"], "d": w["d_pq"], "saved": saved(w["d_pq"], w["d_old"]), "split": w["split"]}
+
+
+def duplicated(output: Folder, ours: Folder, theirs: Folder) -> list[Json]:
+    """Code lines (as work saved reads them) the resolved output holds more often than the series and the
+    release each do: what the merge doubled (module, line, how many more)."""
+    out: list[Json] = []
+    for name in sorted(output):
+        got = code_multiset(output[name])
+        most = code_multiset(ours.get(name, "")) | code_multiset(theirs.get(name, ""))
+        out += [{"file": name, "line": line, "extra": n} for line, n in sorted((got - most).items())]
+    return out
 
 
 def measure(up: Upgrade, corpus: Path, work: Path, location: str) -> Json:
@@ -313,7 +401,7 @@ def measure(up: Upgrade, corpus: Path, work: Path, location: str) -> Json:
     data["methods"]["refresh alone"] = {
         "regions": data["refresh"]["regions"],  # the refresh's own, resolved to the patch side
         **saved_of(work_saved(up, corpus, project / "npu_worker", upstream_text)),
-        "missing": [asdict(s) for s in lost],
+        "missing": described(lost, old_npu, new_npu, refreshed),
         "unparsed": fallback,
     }
     merge_copy = work / "merged"
@@ -329,8 +417,9 @@ def measure(up: Upgrade, corpus: Path, work: Path, location: str) -> Json:
         "regions": sum(k for k, _t in merged.values()),
         "regions_by_file": {n: k for n, (k, _t) in merged.items() if k},
         **saved_of(work_saved(up, corpus, resolved, upstream_text)),
-        "missing": [asdict(s) for s in lost],
+        "missing": described(lost, old_npu, new_npu, {n: t for n, (_k, t) in merged.items()}),
         "unparsed": fallback,
+        "doubled": duplicated(read_folder(resolved), refreshed, new_npu),
     }
 
     say(f"== pq merge vllm-omni=={up.new}")
@@ -340,13 +429,16 @@ def measure(up: Upgrade, corpus: Path, work: Path, location: str) -> Json:
         data["methods"]["pq merge"] = {"error": "`pq merge` is not available (`pq merge --help` fails)"}
         return data
     try:
-        row, before = pq_merge(merge_copy, f"vllm-omni=={up.new}", work)
+        row, before, report = pq_merge(merge_copy, f"vllm-omni=={up.new}", work)
         lost, fallback = missing(wanted, before)
         after = read_folder(merge_copy / "npu_worker")
         row |= saved_of(work_saved(up, corpus, merge_copy / "npu_worker", upstream_text))
-        row["missing"] = [asdict(s) for s in lost]
+        row["missing"] = described(lost, old_npu, new_npu, before, report)
         row["missing_after"] = len(missing(wanted, after)[0])
         row["unparsed"] = fallback
+        row["doubled"] = duplicated(after, refreshed, new_npu)
+        resolved_only = work_saved(up, corpus, work / "pq-merge-resolved", upstream_text)
+        row["saved_before_continue"] = saved_of(resolved_only)["saved"]
         data["methods"]["pq merge"] = row
     except (StepError, OSError, ValueError, KeyError) as exc:
         data["methods"]["pq merge"] = {"error": str(exc)}
@@ -388,10 +480,32 @@ def render(data: Json) -> str:
                 name,
                 m["regions"],
                 f"{percent(m['saved'])} ({m['d']} of {m['d_old']} lines left)",
-                f"{len(m['missing'])} of {len(data['added'])}",
+                f"{len(m['missing'])} of {len(data['added'])}" + merged_note(m["missing"]),
             ]
         )
     md += table(["method", "conflict regions", "work saved", "statements missing"], rows)
+    md += [
+        f"d(output, {new}) by side (bench.py's split: *upstream*, a line of the target's `{RUNNER}`, else"
+        f" *omni*; who has it), and the code lines the resolved output holds more often than both the series and"
+        f" {new} do (*doubled*):",
+        "",
+    ]
+    keys = ("upstream_maintainers_only", "upstream_pq_only", "omni_maintainers_only", "omni_pq_only")
+    md += table(
+        [
+            "method",
+            f"upstream, {new} only",
+            "upstream, output only",
+            f"omni, {new} only",
+            "omni, output only",
+            "doubled",
+        ],
+        [
+            [name, *(m["split"][k] for k in keys), sum(d["extra"] for d in m["doubled"]) if "doubled" in m else "n/a"]
+            for name, m in methods.items()
+            if not m.get("error")
+        ],
+    )
     for name, m in methods.items():
         md += [f"## {name}", ""]
         if m.get("error"):
@@ -414,11 +528,18 @@ def render(data: Json) -> str:
                     else f"is each region taken to {new}'s side"
                 )
                 + f"; `pq continue --accept-errors`: {m['continue']}.",
-                f"- Statements missing after the resolution and continue: {m['missing_after']}.",
+                f"- Statements missing after the resolution and continue: {m['missing_after']}; work saved of the"
+                f" resolution before `pq continue`: {percent(m['saved_before_continue'])}.",
             ]
+        if m.get("doubled"):
+            md.append(
+                f"- Doubled ({sum(d['extra'] for d in m['doubled'])} lines): "
+                + "; ".join(f"{d['file']} `{d['line']}` +{d['extra']}" for d in m["doubled"])
+                + "."
+            )
         if m["unparsed"]:
             md.append(f"- Did not parse on {new}'s side (read by first lines): {', '.join(m['unparsed'])}.")
-        listed = [f"  - {s['file']} `{s['function']}` line {s['line']}: `{shown(s)}`" for s in m["missing"]]
+        listed = [f"  - {missing_line(s)}" for s in m["missing"]]
         if len(listed) > 40:  # the refresh alone lacks most of them: folded
             md += [
                 f"<details><summary>Statements missing ({len(listed)})</summary>",
@@ -431,6 +552,19 @@ def render(data: Json) -> str:
             md += [f"- Statements missing ({len(listed)}){':' if listed else '.'}", *listed]
         md.append("")
     return "\n".join(md).rstrip("\n") + "\n"
+
+
+def missing_line(s: Json) -> str:
+    notes = ["there merged with the series' edits: every line the release wrote new is in the function"] * bool(
+        s["held_merged"]
+    )
+    notes += ["flagged " + ", ".join(s["flags"])] * bool(s["flags"])
+    return f"{s['file']} `{s['function']}` line {s['line']}: `{shown(s)}`" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def merged_note(missing: Sequence[Json]) -> str:
+    held = sum(1 for s in missing if s["held_merged"])
+    return f" ({held} there merged with the series' edits)" if held else ""
 
 
 def shown(s: Mapping[str, object]) -> str:

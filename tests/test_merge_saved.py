@@ -100,3 +100,21 @@ def test_marker_problems() -> None:
     two_way = "<<<<<<< series\na\n=======\nc\n>>>>>>> release\n"
     assert ms.marker_problems("m.py", two_way) == ["m.py:3: `=======` where `|||||||` was due (region from line 1)"]
     assert ms.marker_problems("m.py", "<<<<<<< series\na\n||||||| b\n") == ["m.py:1: region not closed"]
+
+
+def test_held_merged_a_statement_the_series_added_an_argument_to() -> None:
+    old = {"m.py": "def f():\n    g(\n        a=1,\n    )\n"}
+    new = {"m.py": "def f():\n    g(\n        a=1,\n        b=2,\n    )\n"}
+    (wanted,) = ms.added_statements(old, new)
+    merged = {"m.py": "def f():\n    g(\n        a=1,\n        c=3,\n        b=2,\n    )\n"}
+    dropped = {"m.py": "def f():\n    g(\n        a=1,\n        c=3,\n    )\n"}
+    assert ms.missing([wanted], merged)[0] == [wanted]  # not as the release wrote it
+    assert ms.held_merged(wanted, old, new, merged)  # but every line it wrote new is there
+    assert not ms.held_merged(wanted, old, new, dropped)
+
+
+def test_duplicated_counts_what_neither_side_holds_as_often() -> None:
+    ours = {"m.py": "import a\nx = 1\n"}
+    theirs = {"m.py": "import a\ny = 2\n"}
+    out = {"m.py": "import a\nimport a\nx = 1\ny = 2\n"}
+    assert ms.duplicated(out, ours, theirs) == [{"file": "m.py", "line": "import a", "extra": 1}]
