@@ -288,7 +288,7 @@ def advance(
     pending (the output folder holds the result, `pq continue` goes on once they are fixed) and
     `pq continue` writes nothing (its findings are at their lines in the output folder as it is).
     """
-    writes = Writes(ws, command, undoable=state.merging is not None)
+    writes = Writes(ws, command)
     patches, done, conflicts = state.patches, state.done, list(state.conflicts)
     finished = len(done) == len(patches)
     new_patches = [(n, c) for n, c, _s in done]
@@ -327,9 +327,10 @@ def advance(
             state = replace(state, check_errors=tuple((f.file, f.line, f.rule, f.message) for f in errors))
         else:
             outcome.accepted = [f.render() for f in errors]
-            if state.merging is not None:
+            if state.merging is not None:  # a finished merge is one command `pq undo` takes back
                 from patch_queue.commands import merge
 
+                writes = Writes(ws, "merge", undoable=True)
                 merged = merge.finish_merge(ws, state, writes, command, store, outcome.accepted)
                 outcome.downstream = (merged.downstream_name, merged.downstream_release)
             else:
