@@ -182,6 +182,62 @@ def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reprod
     assert prs.calls == [("create", 1)]
 
 
+def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(tmp_path: Path) -> None:
+    """The bot's round trip with a merge in it: prepare (conflicts: pending-merge.toml, a draft), publish, a
+    maintainer merges and resolves on the branch and pushes with the store, a fresh clone reproduces it."""
+    proj = new_project(tmp_path / "seed")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    code = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=None).returncode
+    while code == 3:  # this repository's refresh, resolved: every region to upstream's side
+        for f in sorted((proj / "npu_worker").glob("*.py")):
+            lines = f.read_text().splitlines()
+            at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
+            while at is not None:
+                pq(proj, "resolve", "--upstream", "--alone", f"{f}:{at}")
+                lines = f.read_text().splitlines()
+                at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
+        code = pq(proj, "continue", "--accept-errors", check=None).returncode
+    assert code == 0
+    origin = push_to_bare(proj, "refreshed onto 0.30.0rc2")
+    git(proj, "push", "-q", str(origin), "refs/pq/resolutions")
+    prs = Recorder()
+    work = checkout(origin, tmp_path / "run")
+    decision = refresh_pr.prepare(f"vllm-omni=={NEWEST_OMNI}", tmp_path / "wd", root=work)
+    assert decision.action == "update" and decision.draft and decision.labels == ("needs-resolution",)
+    refresh_pr.publish(tmp_path / "wd", target=f"vllm-omni=={NEWEST_OMNI}", root=work, prs=prs)
+    branch = refresh_pr.branch_of(f"vllm-omni=={NEWEST_OMNI}")
+    pending = git(origin, "show", f"{remote_head(origin, branch)}:patches/pending-merge.toml")
+    assert f'command = "pq merge vllm-omni=={NEWEST_OMNI}"' in pending
+    # the maintainer, on the branch
+    mine = checkout(origin, tmp_path / "maintainer")
+    git(mine, "checkout", "-q", branch)
+    git(mine, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    pq(mine, "reproduce")
+    pq(mine, "merge", f"vllm-omni=={NEWEST_OMNI}", check=3)
+    for f in sorted((mine / "npu_worker").glob("*.py")):
+        at = next((n for n, line in enumerate(f.read_text().splitlines(), 1) if line.startswith("<<<<<<< ")), None)
+        while at is not None:
+            pq(mine, "resolve", "--theirs", "--alone", f"{f}:{at}")
+            lines = f.read_text().splitlines()
+            at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
+    pq(mine, "continue", "--accept-errors")
+    (mine / "patches" / "pending-merge.toml").unlink()
+    git(mine, "add", "-A", "patches")
+    git(mine, "commit", "-qm", f"[NPU] take in vllm-omni {NEWEST_OMNI}")
+    git(mine, "push", "-q", "origin", f"HEAD:{branch}", "refs/pq/resolutions")
+    # anyone: a fresh clone of the branch with the store gives the maintainer's bytes
+    fresh = checkout(origin, tmp_path / "fresh")
+    git(fresh, "checkout", "-q", branch)
+    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    pq(fresh, "reproduce")
+    for folder in ("npu_worker", "patches"):
+        assert {p.name: p.read_bytes() for p in (fresh / folder).iterdir() if p.is_file()} == {
+            p.name: p.read_bytes() for p in (mine / folder).iterdir() if p.is_file()
+        }, folder
+    talker = read_downstream(f"vllm-omni=={NEWEST_OMNI}")[0]["talker_multiframe.py"]
+    assert (fresh / "npu_worker" / "talker_multiframe.py").read_bytes() == talker
+
+
 def test_a_clean_target_commits_the_refreshed_series(corpus: Path, tmp_path: Path) -> None:
     origin = seed(tmp_path, corpus, fork=True)
     prs = Recorder()
