@@ -167,6 +167,16 @@ def test_conflicts_stop_the_merge_abort_puts_back_continue_records(refreshed: Pa
     assert {p.name: p.read_bytes() for p in (clone / "patches").glob("*.patch")} == {
         p.name: p.read_bytes() for p in (proj / "patches").glob("*.patch")
     }
+    # undone, the merge is pending again as continue found it; abort then puts back what the merge began on
+    assert "the merge is pending again" in pq(proj, "undo").stdout
+    assert f"merge in progress of vllm-omni=={RC1}" in pq(proj, "status", check=None).stdout
+    pq(proj, "abort")
+
+    def worked(files: object) -> dict[str, bytes]:
+        assert isinstance(files, dict)
+        return {k: v for k, v in files.items() if k.startswith(("patches/", "npu_worker/"))}
+
+    assert worked(state(proj)["files"]) == worked(before["files"])
 
 
 @pytest.mark.parametrize(
