@@ -233,3 +233,33 @@ def test_a_series_adopted_from_a_folder_names_its_release(tmp_path: Path, corpus
     assert state(proj) == before
     pq(proj, "merge", RC1, "--since", "0.30.0")
     assert built(proj) == release(RC1)
+
+
+def test_a_merge_step_round_trips_and_a_damaged_one_is_one_line(tmp_path: Path) -> None:
+    from patch_queue.errors import QueueError
+    from patch_queue.series.queue import Module, Queue, Step, UpstreamPin, parse_queue, render_queue
+
+    digest = "ab" * 32
+    pin = UpstreamPin("vllm-ascend", "git", "c" * 40, "c" * 40, "git cccccccccccc", "c" * 40, {"f.py": digest})
+    adopt = Step("adopt", "adopt", (("0001-a.patch", digest),), pin, "vllm-omni==0.30.0")
+    merge = Step(
+        "merge",
+        "continue",
+        (("0001-a.patch", digest), ("0002-aux-output.patch", digest)),
+        downstream="vllm-omni==0.31.0rc1",
+        since="vllm-omni==0.30.0",
+        files=(("aux_output.py", digest), ("base.py", digest)),
+        resolved="cd" * 32,
+    )
+    queue = Queue(pin, "vllm-omni", "0.31.0rc1", "pkg", (Module("a.py", "", ()),), lineage=(adopt, merge))
+    text = render_queue(queue)
+    assert parse_queue(text).lineage[-1] == merge
+    for bad, said in (
+        (text.replace('resolved = "' + "cd" * 32 + '"', 'resolved = "nope"'), "lineage[1].resolved must be a sha256"),
+        (text.replace('"aux_output.py" = "' + digest + '"\n"base.py" = "' + digest + '"\n', ""), "[lineage.files]"),
+        (text.replace('downstream = "vllm-omni==0.31.0rc1"', 'downstream = "0.31.0rc1"'), "name==version"),
+    ):
+        assert bad != text
+        with pytest.raises(QueueError) as caught:
+            parse_queue(bad, path="patches/queue.toml")
+        assert said in str(caught.value) and str(caught.value).startswith("patches/queue.toml: ")
