@@ -122,7 +122,7 @@ def test_queue_round_trip_and_errors() -> None:
     assert "accepted_errors" not in queue.render_queue(plain) and queue.parse_queue(queue.render_queue(plain)) == plain
     with pytest.raises(QueueError, match=r"lineage\[1\]\.accepted_errors must be a list of strings"):
         queue.parse_queue(queue.render_queue(q).replace("accepted_errors = [", "accepted_errors = [1, "))
-    with pytest.raises(QueueError, match="only a refresh step finishes over errors"):
+    with pytest.raises(QueueError, match="only a refresh or merge step finishes over errors"):
         queue.parse_queue(queue.render_queue(q).replace('kind = "refresh"', 'kind = "edit"'))
     with pytest.raises(QueueError, match="needs a \\[\\[lineage\\]\\]"):
         queue.parse_queue(queue.render_queue(replace(q, lineage=())))

@@ -650,7 +650,7 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     step, accepted = st.accepted
     if accepted:
         typer.echo(
-            f"the last refresh or merge (lineage step {step}) was finished over {accepted} error(s) of pq check "
+            f"the last {st.accepted_kind} (lineage step {step}) was finished over {accepted} error(s) of pq check "
             f"(--accept-errors; listed in {ws.rel(ws.queue_dir.queue_path)})"
         )
     if st.in_progress and st.check_errors and not st.conflicts:

@@ -325,6 +325,7 @@ class Status:
     # the errors of `pq check` that keep the refresh pending, at their lines on disk: (file, line, rule, message)
     check_errors: list[tuple[str, int, str, str]] = field(default_factory=list)
     accepted: tuple[int, int] = (0, 0)  # (lineage step, errors) of the last step finished over errors of pq check
+    accepted_kind: str = "refresh"  # that step's kind: "refresh" or "merge"
     operation: str = "refresh"  # what is in progress: "refresh" (onto ``target``) or "merge" (of ``target``)
 
 
@@ -360,8 +361,9 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     steps = loaded.queue.lineage
     last = max((i for i, s in enumerate(steps, 1) if s.kind in ("refresh", "merge")), default=0)
     accepted = (last, len(steps[last - 1].accepted_errors)) if last and steps[last - 1].accepted_errors else (0, 0)
+    kind = steps[last - 1].kind if last else "refresh"
     return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(steps),
-                  downstream=_downstream(loaded.queue), accepted=accepted)  # fmt: skip
+                  downstream=_downstream(loaded.queue), accepted=accepted, accepted_kind=kind)  # fmt: skip
 
 
 def _downstream(queue: Queue) -> str:
