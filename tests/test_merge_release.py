@@ -134,8 +134,11 @@ def test_two_merges_reproduce_in_a_fresh_clone(adopted: Path, tmp_path: Path) ->
 def test_conflicts_stop_the_merge_abort_puts_back_continue_records(refreshed: Path, tmp_path: Path) -> None:
     proj = copy_project(refreshed, tmp_path / "p")
     before = state(proj)
-    out = pq(proj, "merge", RC1, check=3)
+    out = pq(proj, "merge", RC1, "--markdown", str(tmp_path / "merge.md"), check=3)
     assert "(patch vllm-omni 0.31.0rc1)" in out.stdout and "conflict region(s)" in out.stdout
+    assert "\n  series: " in out.stdout and "\n  upstream: " not in out.stdout  # what the series' side changed
+    md = (tmp_path / "merge.md").read_text()
+    assert md.startswith(f"## NPU runners: vllm-omni {RC1} merged\n") and "**The series change:**" in md
     text = (proj / "npu_worker" / "npu_ar_model_runner.py").read_text()
     first = text.index("<<<<<<< series on vllm-ascend 0.30.0rc2")  # the series' side first
     assert text.index("||||||| base vllm-omni 0.30.0", first) < text.index(">>>>>>> vllm-omni 0.31.0rc1", first)

@@ -188,7 +188,8 @@ def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -
     typer.echo(f"conflict: {where} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})")
     typer.echo(f"  why: {c.message}")
     by = ", ".join(f"{u.commit[:12]}" + (f" (#{u.pr})" if u.pr is not None else "") for u in c.culprits)
-    typer.echo(f"  upstream: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
+    side = "series" if c.patch and not c.patch.endswith(".patch") else "upstream"  # a merge's one patch: the release
+    typer.echo(f"  {side}: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
     typer.echo(f"  omni: {explain.omni_block(c)}")
     tip = tip or explain.suggest(c)
     if tip is not None:  # this region's alone: the regions that go with it have suggestions of their own

@@ -287,7 +287,7 @@ def _section(r: Report, url: str, entry: Conflict, level: int, told: Told) -> st
     if entry.message:
         blocks.append(_text(entry.message))
     if entry.conflict:  # what upstream changed, the omni edit, a suggestion (never applied by pq)
-        blocks.append(f"**Upstream change:** {_text(told.upstream)}")
+        blocks.append(f"**{'The series' if r.merged else 'Upstream'} change:** {_text(told.upstream)}")
         if entry.anchor is None:
             blocks.append(f"**Omni:** {_text(told.omni)}")
     if entry.anchor is not None:
@@ -359,7 +359,7 @@ def head(r: Report, url: str) -> str:
         taken = r.merged.replace("==", " ")
         blocks = [f"## NPU runners: {taken} merged"]
         status = [
-            f"The NPU model runners of {_text(taken)} merged into the series on vllm-ascend "
+            f"The NPU model runners of {_text(taken)} merged into the series on "
             f"{upstream_ref(r.base, r.base_commit)}, three-way (`pq merge`): conflict regions hold the series' "
             "side first and the release's side last."
         ]
