@@ -232,7 +232,7 @@ def test_a_series_adopted_from_a_folder_names_its_release(tmp_path: Path, corpus
     pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
     before = state(proj)
     bad = pq(proj, "merge", RC1, check=1)
-    assert "adopted from a folder: name the release" in bad.stderr and "--since" in bad.stderr
+    assert "adopted from a folder (lineage step 1): name the release" in bad.stderr and "--since" in bad.stderr
     assert state(proj) == before
     pq(proj, "merge", RC1, "--since", "0.30.0")
     assert built(proj) == release(RC1)

@@ -223,8 +223,10 @@ def do_merge(
     step_no, held = last_taken(queue)
     ancestor = since or held
     if not ancestor:
+        kind = queue.lineage[step_no - 1].kind if step_no else "adopt"
         raise QueueError(
-            "the series was adopted from a folder: name the release (or folder) its NPU runners are with --since",
+            f"the series was {'adopted from' if kind == 'adopt' else 'last merged with'} a folder (lineage step "
+            f"{step_no}): name the release (or folder) its NPU runners are with --since",
             path=ws.rel(ws.queue_dir.queue_path),
         )
     if spec is None:
