@@ -19,7 +19,7 @@ RC1, RC2 = "0.31.0rc1", "0.32.0rc1"
 
 
 @pytest.fixture(scope="module")
-def adopted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def adopted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """vllm-omni 0.30.0 adopted from the release at its upstream base, committed."""
     proj = new_project(tmp_path_factory.mktemp("merge") / "p")
     pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)

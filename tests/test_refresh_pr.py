@@ -149,7 +149,9 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
     assert prs.calls == [("create", 1), ("comment", 1)]
 
 
-def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reproduces_it(tmp_path: Path) -> None:
+def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reproduces_it(
+    corpus: Path, tmp_path: Path
+) -> None:
     proj = new_project(tmp_path / "seed")
     pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
     origin = push_to_bare(proj, "adopt vllm-omni 0.30.0")
@@ -182,7 +184,7 @@ def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reprod
     assert prs.calls == [("create", 1)]
 
 
-def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(tmp_path: Path) -> None:
+def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(corpus: Path, tmp_path: Path) -> None:
     """The bot's round trip with a merge in it: prepare (conflicts: pending-merge.toml, a draft), publish, a
     maintainer merges and resolves on the branch and pushes with the store, a fresh clone reproduces it."""
     proj = new_project(tmp_path / "seed")
