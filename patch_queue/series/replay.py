@@ -26,7 +26,7 @@ from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import checked, markers, window
 from patch_queue.merge import three_way as merge
-from patch_queue.merge.conflict import Anchor, Conflict, Culprit
+from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind, Culprit
 from patch_queue.series import reimport, stack
 from patch_queue.sources import cache
 
@@ -160,7 +160,13 @@ def replay_patch(
             head = f"<<<<<<< {labels[1]} (deleted)\n||||||| {labels[0]}\n=======\n".encode()
             result = head + survivor + (b"" if survivor.endswith(b"\n") else b"\n") + f">>>>>>> {name}\n".encode()
             conflicts.append(
-                Conflict("deleted-file", "one side deleted the file the other changed", patch=name, file=path, line=1)
+                Conflict(
+                    ConflictKind.DELETED_FILE,
+                    "one side deleted the file the other changed",
+                    patch=name,
+                    file=path,
+                    line=1,
+                )
             )
         else:  # both sides added the file (no base: merge against empty) or changed it
             result = None
@@ -282,14 +288,17 @@ def _merge_one(
         m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
         if not m.clean:
             conflicts += [
-                Conflict("both-changed", patch=name, file=path, line=ln) for ln in conflict_lines(m.text, name)
+                Conflict(ConflictKind.BOTH_CHANGED, patch=name, file=path, line=ln)
+                for ln in conflict_lines(m.text, name)
             ]
         return m.text
     if normalize is not None:
         texts[0] = normalize(path, p).decode("utf-8")
         norm_c = normalize(path, c).decode("utf-8")
         if norm_c != texts[2]:
-            flags.append(Conflict("reformatted", _REFORMATTED, conflict=False, patch=name, file=path, line=1))
+            flags.append(
+                Conflict(ConflictKind.REFORMATTED, _REFORMATTED, conflict=False, patch=name, file=path, line=1)
+            )
         texts[2] = norm_c
     text, regions = _merged(texts, diff3_labels, f"{patch_key(name)}\0{path}", recorded, path.endswith(".py"))
     if regions:
@@ -418,7 +427,9 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
         added, removed = sum(h[3] for h in hunks), sum(h[1] for h in hunks)
         message = f"the maintainer's recorded edits of this merge were applied (+{added} -{removed} lines{tail})"
         flags.append(
-            Conflict("recorded-edits", message, conflict=False, patch=merged.name, file=path, line=hunks[0][2] + 1)
+            Conflict(
+                ConflictKind.RECORDED_EDITS, message, conflict=False, patch=merged.name, file=path, line=hunks[0][2] + 1
+            )
         )
     return PatchResult(merged.name, "modified", final, [], flags)
 
