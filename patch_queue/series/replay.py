@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,23 @@ from patch_queue.sources import cache
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
 
 
+class PatchStatus(StrEnum):
+    """What a replay did to a patch (its text is the report's and the terminal's), and where `pq status` shows
+    one stands."""
+
+    UNCHANGED = "unchanged"  # its parent did not change: the same patch
+    MODIFIED = "modified"
+    CONFLICT = "conflict"  # conflict regions left in its commit
+    EMPTY = "empty"  # upstream holds it all: it changes nothing
+    PENDING = "pending"  # a refresh stopped before it
+    APPLIED = "applied"
+    UNAPPLIED = "unapplied"
+
+
 @dataclass
 class PatchResult:
     name: str
-    status: str  # "unchanged" | "modified" | "conflict" | "empty"
+    status: PatchStatus  # UNCHANGED, MODIFIED, CONFLICT or EMPTY
     commit: str  # the replayed commit (holding markers when conflicted)
     conflicts: list[Conflict] = field(default_factory=list)
     flags: list[Conflict] = field(default_factory=list)
@@ -142,7 +156,7 @@ def replay_patch(
     n_info = repo.commit_info(new_parent)
     if old_parent.tree == n_info.tree:
         commit = stack.commit_files(repo, new_parent, c_files, info)
-        return PatchResult(name, "unchanged", commit)
+        return PatchResult(name, PatchStatus.UNCHANGED, commit)
     n_files = repo.read_tree(n_info.tree)
     merged: dict[str, bytes] = {}
     conflicts: list[Conflict] = []
@@ -196,7 +210,7 @@ def replay_patch(
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, replace(info, message=relabel(info.message, labels)))
-    status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
+    status = PatchStatus.CONFLICT if conflicts else (PatchStatus.EMPTY if merged == n_files else PatchStatus.MODIFIED)
     return PatchResult(name, status, commit, conflicts, flags)
 
 
@@ -431,7 +445,7 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
                 ConflictKind.RECORDED_EDITS, message, conflict=False, patch=merged.name, file=path, line=hunks[0][2] + 1
             )
         )
-    return PatchResult(merged.name, "modified", final, [], flags)
+    return PatchResult(merged.name, PatchStatus.MODIFIED, final, [], flags)
 
 
 def _follow_results(repo: ProjectRepo, results: list[PatchResult], old_commit: str, new_commit: str) -> None:
