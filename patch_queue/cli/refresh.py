@@ -624,6 +624,7 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
     from patch_queue.commands import resolve
     from patch_queue.outputs import folder
+    from patch_queue.project.operation import OperationKind
 
     ws = workspace()
     st = resolve.do_status(ws, upstream_git=upstream)
@@ -635,7 +636,9 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
         typer.echo(f"downstream: {st.downstream}")
     if st.in_progress:
         typer.echo(
-            f"merge in progress of {st.target}" if st.operation == "merge" else f"refresh in progress onto {st.target}"
+            f"merge in progress of {st.target}"
+            if st.operation is OperationKind.MERGE
+            else f"refresh in progress onto {st.target}"
         )
     for name, state in st.patches:
         typer.echo(f"  {state:10} {name}")
