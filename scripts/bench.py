@@ -535,7 +535,7 @@ def profile_refresh(root: Path, index: int, target: str, *, cold: bool) -> str:
     return profile_cli(trial, "refresh", "--no-stop", "--no-check", "--to", target)
 
 
-MAINSH_PHASES = ("set-up", "download", "reproduce", "refresh", "check")
+MAINSH_PHASES = ("set-up", "download", "reproduce", "merge", "refresh", "check")
 
 
 def mainsh_phases(timings: str) -> dict[str, float]:

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The main job: set up, reproduce the series from the lineage in patches/queue.toml when patches/
-# holds no patch bodies (merging origin's recorded edits, refs/pq/resolutions, into this clone's), refresh
-# onto the newest vllm-ascend release, build npu_worker/, print a summary (`pq status` shows it again later;
-# `pq continue` rewrites the reports).
-# Exit code: that of `pq reproduce` when it fails (1), else that of `pq refresh` (0 clean, 3 conflicts, 1 errors
-# of `pq check` in the result: the refresh is pending, `pq status` lists them).
+# holds no patch bodies (merging origin's recorded edits, refs/pq/resolutions, into this clone's), take in
+# the newest vllm-omni release (`pq merge`: the maintainers' own NPU changes; nothing when the series holds
+# it), refresh onto the newest vllm-ascend release, build npu_worker/, print a summary naming both
+# (`pq status` shows it again later; `pq continue` rewrites the reports).
+# Exit code: that of `pq reproduce` when it fails (1); else that of `pq merge` when it does not finish (3
+# conflicts, 1 errors of `pq check`: the merge is pending; resolve, `pq continue`, then run this again to
+# refresh); else that of `pq refresh` (0 clean, 3 conflicts, 1 errors of `pq check` in the result: the refresh
+# is pending, `pq status` lists them).
 # PQ=<command> uses that pq instead of setting up .venv (the tests run this script that way).
 # PQ_TIMINGS=<file>: append the seconds of each step to it, `step NAME SECONDS` (set-up, download, reproduce,
-# refresh), and pq adds `within download|check SECONDS` lines for the parts of its commands that fetch
+# merge, refresh), and pq adds `within download|check SECONDS` lines for the parts of its commands that fetch
 # sources and check the result (scripts/bench.py reads them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,8 +54,19 @@ echo "== reproducing the series from the lineage in patches/queue.toml"
 $PQ reproduce
 step reproduce
 mkdir -p reports
+echo "== taking in the newest vllm-omni release (pq merge)"
+set +e
+$PQ merge --report reports/merge.json --markdown reports/merge.md 2>&1 | tee reports/merge.log
+merged=${PIPESTATUS[0]}
+set -e
+step merge
+downstream="$(grep -E '^(merged |already up to date)' reports/merge.log | tail -1 || true)"
+if [ "$merged" -ne 0 ]; then
+  echo "== summary: merge exit $merged: the merge of the newest vllm-omni release is pending (resolve, then \`pq continue\`, then run this again to refresh onto the newest vllm-ascend); reports in reports/merge.json and reports/merge.md; package in npu_worker/"
+  exit "$merged"
+fi
 status=0
 $PQ refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md || status=$?
 step refresh
-echo "== summary: refresh exit $status; reports in reports/refresh.json and reports/refresh.md; package in npu_worker/"
+echo "== summary: vllm-omni: ${downstream:-merge exit 0}; vllm-ascend: refresh exit $status; reports in reports/refresh.json and reports/refresh.md; package in npu_worker/"
 exit "$status"

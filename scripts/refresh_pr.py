@@ -71,6 +71,8 @@ BUNDLE_REF = "refs/heads/pq-refresh-commit"
 COMMENT_MARKER = "<!-- pq-refresh: maintainer commits -->"
 RESOLUTIONS = "refs/pq/resolutions"  # recorded resolutions and edits: the lineage's other half
 TARGETS = {"release": None, "main": "main"}  # name -> the --to spec (None: the newest release)
+DOWNSTREAM = "vllm-omni"  # the target that takes in the newest vllm-omni release (`pq merge`), or vllm-omni==X
+PENDING_MERGE = "pending-merge.toml"
 TOKEN_ENV = "PQ_GIT_TOKEN"  # the workflow's token, for git's requests to the remote only
 # the work folder's reports: all of it (the artifact), the job summary (1 MiB), the pull-request body
 FULL, SUMMARY, BODY = "report.md", "summary.md", "body.md"
@@ -183,6 +185,12 @@ def message(target_label: str, report: dict[str, object], check: dict[str, objec
     flags = _dicts(report.get("flags"))
     version = re.sub(r"^vllm[-_]ascend(?:\s+|\s*==\s*)", "", target_label.strip(), flags=re.IGNORECASE)
     lines = [f"[NPU] Upgrade model runners to align with vllm-ascend {version}", ""]
+    merged = report.get("merged")
+    if isinstance(merged, str) and merged:  # the vllm-omni target: a merge, not a refresh
+        taken = merged.replace("==", " ")
+        lines = [f"[NPU] Take in the NPU runners of {taken}", "", "Downstream changes:"]
+        lines.append(f"- the maintainers' NPU runner changes of {taken}, merged into the series (`pq merge`)")
+        lines.append("")
     seen: dict[str, dict[str, object]] = {}
     for item in conflicts + flags:
         for c in _dicts(item.get("culprits")):
@@ -467,6 +475,18 @@ def pending_refresh(resolved: str, conflicts: int) -> str:
     )
 
 
+def pending_merge(release: str, conflicts: int) -> str:
+    """``patches/pending-merge.toml``: the vllm-omni release a merge left conflicts on, and the command to redo it."""
+    return (
+        "# The scheduled merge of a vllm-omni release left conflicts.  On this branch: `pq reproduce`, then the\n"
+        "# command below; resolve the markers in npu_worker/, `pq continue`, delete this file, commit patches/,\n"
+        "# and push the branch with the recorded edits: git push origin HEAD refs/pq/resolutions\n"
+        f"release = {toml_string(release)}\n"
+        f"conflicts = {conflicts}\n"
+        f"command = {toml_string('pq merge ' + shlex.quote(release))}\n"
+    )
+
+
 def user_files(root: Path) -> list[str]:
     """Files under ``patches/`` that prepare would commit but did not write: modified tracked files and
     untracked ones, except the patch bodies ``pq reproduce`` writes (the names ``patches/series`` lists)."""
@@ -617,19 +637,22 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
             return decision
     pq = pq_command(root)
     seen_resolutions = materialize(root, pq, remote)
-    args = [
-        *pq,
-        "refresh",
-        "--no-stop",
-        "--accept-errors",  # a result with errors of pq check is committed, and its pull request is a draft
-        "--report",
-        str(workdir / "report.json"),
-        "--annotations",
-    ]
-    if spec:
-        args += ["--to", spec]
+    merging = target == DOWNSTREAM or target.startswith(DOWNSTREAM + "==")
+    # a result with errors of pq check is committed, and its pull request is a draft
+    reports = ["--accept-errors", "--report", str(workdir / "report.json"), "--annotations"]
+    if merging:  # the newest vllm-omni release (or the one named), taken into the series
+        args = [*pq, "merge", *reports] + ([target] if "==" in target else [])
+    else:
+        args = [*pq, "refresh", "--no-stop", *reports] + (["--to", spec] if spec else [])
     proc = run(args, cwd=root, ok=(0, 3), capture=True)
     sys.stdout.write("".join(line + "\n" for line in proc.stdout.splitlines() if line.startswith("::")))
+    if merging and "already up to date" in proc.stdout:  # a release the series holds changes nothing
+        said = next(line for line in proc.stdout.splitlines() if "already up to date" in line)
+        decision = Decision("noop", branch, target, said, expected_remote=remote_sha)
+        decision.write(workdir)
+        for name in (FULL, SUMMARY, BODY):
+            (workdir / name).write_text(f"## NPU runners: {branch}\n\n{said}\n")
+        return decision
     report = json.loads((workdir / "report.json").read_text())
     render(root, workdir, target)
     conflicted = proc.returncode == 3
@@ -645,7 +668,13 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         )
     upstream = report.get("upstream")
     target_label = str(upstream.get("target", target)) if isinstance(upstream, dict) else target
-    if conflicted:
+    if conflicted and merging:
+        # the merge waits for a maintainer: record what to merge, leave the queue as it was
+        release = str(report.get("merged") or target)
+        pending = root / "patches" / PENDING_MERGE
+        pending.write_text(pending_merge(release, len(report.get("conflicts", []))), encoding="utf-8")
+        run([*pq, "abort"], cwd=root)
+    elif conflicted:
         # the series cannot move until a maintainer resolves: record what to resolve, leave the queue as it was
         pending = root / "patches" / "pending-refresh.toml"
         resolved = spec or "vllm-ascend==" + target_label.split()[-1]

@@ -112,13 +112,18 @@ def main_sh(proj: Path, *, check: int | None) -> subprocess.CompletedProcess[str
     return proc
 
 
-def seeded_030(path: Path) -> Path:
+NEWEST_OMNI = "0.32.0rc1"  # the newest vllm-omni release on the registry, which this repository's series holds
+
+
+def seeded(path: Path) -> Path:
     """A project as this repository is: main.sh committed with queue.toml and series (adopted from vllm-omni
-    0.30.0 at its base), no patch bodies once pushed (they are gitignored)."""
+    0.30.0 at its base, then vllm-omni 0.32.0rc1 merged: the same upstream base), no patch bodies once pushed
+    (they are gitignored)."""
     proj = new_project(path)
     (proj / "scripts").mkdir()
     shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "main.sh", proj / "scripts" / "main.sh")
     pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    pq(proj, "merge", NEWEST_OMNI, "--no-check")
     return proj
 
 

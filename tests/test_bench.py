@@ -238,5 +238,7 @@ def test_mainsh_phases_take_pq_s_parts_out_of_main_sh_s_steps() -> None:
         "within download 0.500\nwithin check 1.000\nstep refresh 4.000\n"
     )
     phases = bench.mainsh_phases(timings)
-    assert phases == pytest.approx({"set-up": 10.0, "download": 1.0, "reproduce": 1.6, "refresh": 2.5, "check": 1.0})
+    assert phases == pytest.approx(
+        {"set-up": 10.0, "download": 1.0, "reproduce": 1.6, "merge": 0.0, "refresh": 2.5, "check": 1.0}
+    )
     assert sum(phases.values()) == pytest.approx(16.1)  # the steps' total: nothing counted twice

@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import git, main_sh, pq, push_to_bare, seeded_030, state
+from conftest import git, main_sh, pq, push_to_bare, seeded, state
 from test_errors import one_error_line
 
 REF = "refs/pq/resolutions"
@@ -54,7 +54,7 @@ def take_patch_side(out: Path) -> None:
 @pytest.fixture
 def origin(corpus: Path, tmp_path: Path) -> Path:
     """A bare origin as this repository is (queue.toml, series, main.sh; no bodies) with a store of one record."""
-    proj = seeded_030(tmp_path / "seed")
+    proj = seeded(tmp_path / "seed")
     hand_fix(proj, 4, "seed")
     pq(proj, "record")
     bare = push_to_bare(proj, "adopt vllm-omni 0.30.0, one record")
@@ -157,7 +157,7 @@ def test_main_sh_merges_origins_store_into_a_diverged_one(origin: Path, tmp_path
     assert "Traceback" not in proc.stdout + proc.stderr
     merged = git(b, "rev-parse", REF).strip()
     assert f"{REF}: merged refs/pq/remotes/origin/resolutions ({theirs}) into {mine}: {merged}\n" in proc.stdout
-    assert "reproduced 16 patches from 3 lineage step(s)" in proc.stdout, proc.stdout + proc.stderr
+    assert "reproduced 18 patches from 4 lineage step(s)" in proc.stdout, proc.stdout + proc.stderr
     assert ids(b, merged) == {**ids(b, theirs), **ids(b, mine)}
 
 
@@ -172,7 +172,7 @@ def test_main_sh_passes_over_an_origin_it_cannot_reach(origin: Path, tmp_path: P
     assert "Traceback" not in proc.stdout + proc.stderr
     assert "pq: error: cannot reach remote 'origin'" in proc.stderr
     assert "== origin's recorded edits were not taken (the error above says why)" in proc.stdout
-    assert re.search(r"reproduced 16 patches from \d+ lineage step", proc.stdout), proc.stdout + proc.stderr
+    assert re.search(r"reproduced 18 patches from \d+ lineage step", proc.stdout), proc.stdout + proc.stderr
     assert git(a, "rev-parse", REF).strip() == kept
 
 
@@ -186,7 +186,7 @@ def test_reproduce_says_the_stores_diverged_and_names_the_merge(origin: Path, tm
     before = state(b)
     line = one_error_line(pq(b, "reproduce", check=1))
     assert re.fullmatch(
-        r"pq: error: patches/0\d{3}-[a-z0-9-]+\.patch: the recorded edit of lineage step 3 \(edit, `pq record`\) "
+        r"pq: error: patches/0\d{3}-[a-z0-9-]+\.patch: the recorded edit of lineage step 4 \(edit, `pq record`\) "
         rf"for this patch is not in {REF}; {REF} \(at {mine[:12]}\) and origin's store "
         rf"\(refs/pq/remotes/origin/resolutions, at {theirs[:12]}\) have diverged: merge them: "
         r"`pq resolutions merge origin`",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, git, main_sh, new_project, pq, push_to_bare, seeded_030, state
+from conftest import BASE_030, git, main_sh, new_project, pq, push_to_bare, seeded, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -51,7 +51,7 @@ def modules(proj: Path) -> dict[str, bytes]:
 @pytest.fixture
 def origin(corpus: Path, tmp_path: Path) -> Path:
     """A project as this repository is: queue.toml, series and main.sh committed, no patch bodies."""
-    return push_to_bare(seeded_030(tmp_path / "seed"), "adopt vllm-omni 0.30.0")
+    return push_to_bare(seeded(tmp_path / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
 
 
 def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_path: Path) -> None:
@@ -312,8 +312,14 @@ def maintained(origin: Path, tmp_path: Path) -> Path:
     assert "into patches/0013-npu-model-runner.patch" in placed, placed  # the skeleton: not edited by the continue
     worker = mine / "npu_worker" / "npu_ar_worker.py"
     worker.write_text(worker.read_text() + NOTE)
-    assert "created patches/0017-maintainer-note.patch" in pq(mine, "new", "maintainer-note").stdout
-    assert step_kinds(mine) == [("adopt", "adopt"), ("refresh", "continue"), ("edit", "record"), ("edit", "new")]
+    assert "created patches/0019-maintainer-note.patch" in pq(mine, "new", "maintainer-note").stdout
+    assert step_kinds(mine) == [
+        ("adopt", "adopt"),
+        ("merge", "merge"),
+        ("refresh", "continue"),
+        ("edit", "record"),
+        ("edit", "new"),
+    ]
     git(mine, "add", "-A", "patches")
     git(mine, "commit", "-qm", "[NPU] upgrade to vllm-ascend 0.30.0rc2, with fixes after continue")
     git(mine, "push", "-q", "origin", "main", "refs/pq/resolutions")
@@ -327,7 +333,7 @@ def test_record_and_new_after_continue_are_reproduced_from_a_fresh_clone(
     assert FIX.strip() in wanted["npu_model_runner.py"].decode() and NOTE in wanted["npu_ar_worker.py"].decode()
     fresh = checkout(origin, tmp_path / "fresh")
     out = main_sh(fresh, check=0).stdout
-    assert "reproduced 17 patches from 4 lineage step(s)" in out and "every sha256 as queue.toml records" in out
+    assert "reproduced 19 patches from 5 lineage step(s)" in out and "every sha256 as queue.toml records" in out
     assert "merged:" not in out and "differs:" not in out
     assert modules(fresh) == wanted
     for name in (maintained / "patches" / "series").read_text().split():
@@ -349,7 +355,7 @@ def test_record_and_new_after_continue_are_reproduced_from_a_fresh_clone(
     before = state(unfetched)
     line = pq(unfetched, "reproduce", check=1).stderr.strip().splitlines()[-1]
     assert re.fullmatch(
-        r"pq: error: patches/0\d{3}-[a-z0-9-]+\.patch: the recorded edit of lineage step 2 "
+        r"pq: error: patches/0\d{3}-[a-z0-9-]+\.patch: the recorded edit of lineage step 3 "
         r"\(refresh, `pq continue`\) for this patch is not in refs/pq/resolutions; this repository has no "
         r"refs/pq/resolutions: fetch it: git fetch origin refs/pq/resolutions:refs/pq/resolutions",
         line,
@@ -381,7 +387,7 @@ def spliced(origin: Path, dst: Path, change: tuple[str, str, str, bool]) -> Path
     into = {"_dummy_run": "0015-npu-model-runner-dummy-run", "_update_states": "0014-npu-model-runner-update-states"}
     pq(work, "record", "--patch", into[method])
     ours = queue.read_text().split("\n[[lineage]]\n")
-    queue.write_text("\n[[lineage]]\n".join([theirs[0], *ours[1:3], *theirs[2:]]))
+    queue.write_text("\n[[lineage]]\n".join([theirs[0], *ours[1:4], *theirs[3:]]))  # adopt, merge, record, ...
     git(work, "checkout", "HEAD", "--", "patches/series")  # the maintainer's series
     for body in (work / "patches").glob("0*.patch"):
         body.unlink()
@@ -397,13 +403,13 @@ def test_an_edit_is_merged_onto_a_merge_result_one_line_unlike_its_base(
     # the line that differs is far from every recorded edit of the patch: the first statement of a long method
     change = ("npu_model_runner.py", "OmniNPUModelRunner", "_dummy_run", False)
     work = spliced(origin, tmp_path / "far", change)
-    assert step_kinds(work)[1:3] == [("edit", "record"), ("refresh", "continue")]
+    assert step_kinds(work)[2:4] == [("edit", "record"), ("refresh", "continue")]
     out = pq(work, "reproduce").stdout
     assert (
-        "merged: the recorded edit of patches/0015-npu-model-runner-dummy-run.patch (lineage step 3) onto this pq's "
+        "merged: the recorded edit of patches/0015-npu-model-runner-dummy-run.patch (lineage step 4) onto this pq's "
         "merge, which differs from the one it was made on"
     ) in out, out
-    assert "differs: patches/0015-npu-model-runner-dummy-run.patch: lineage step 3: sha256" in out, out
+    assert "differs: patches/0015-npu-model-runner-dummy-run.patch: lineage step 4: sha256" in out, out
     assert "this pq's merge gives another body" in out, out
     assert "which queue.toml now records (commit it)" in out, out
     got = modules(work)
@@ -434,7 +440,7 @@ def test_an_edit_that_conflicts_with_another_merge_stops_reproduce(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pq:")]
     assert len(errors) == 1, proc.stderr
     assert re.fullmatch(
-        r"pq: error: patches/0014-npu-model-runner-update-states\.patch: the recorded edit of lineage step 3 "
+        r"pq: error: patches/0014-npu-model-runner-update-states\.patch: the recorded edit of lineage step 4 "
         r"\(refresh, `pq continue`\) conflicts with this pq's merge of npu_model_runner\.py, lines \d+-\d+: .*",
         errors[0],
     ), errors[0]

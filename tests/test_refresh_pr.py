@@ -17,9 +17,10 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from conftest import git, new_project, pq, push_to_bare
+from conftest import BASE_030, NEWEST_OMNI, git, new_project, pq, push_to_bare
 from test_report import named, well_formed
 
+from patch_queue.commands.adopt import read_downstream
 from patch_queue.outputs.report import BODY_BUDGET, github_chars, markdown
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -146,6 +147,95 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
         refresh_pr.publish(tmp_path / f"wd-{run}", target=CONFLICTED, root=work3, prs=prs)
         assert remote_head(origin, branch) == theirs
     assert prs.calls == [("create", 1), ("comment", 1)]
+
+
+def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reproduces_it(tmp_path: Path) -> None:
+    proj = new_project(tmp_path / "seed")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    origin = push_to_bare(proj, "adopt vllm-omni 0.30.0")
+    prs = Recorder()
+    work = checkout(origin, tmp_path / "run")
+    decision = refresh_pr.prepare("vllm-omni", tmp_path / "wd", root=work)
+    assert decision.action == "update" and decision.branch == "pq/refresh/vllm-omni"
+    assert decision.title == f"[NPU] Take in the NPU runners of vllm-omni {NEWEST_OMNI}"
+    assert "merged" in (tmp_path / "wd" / "body.md").read_text()
+    refresh_pr.publish(tmp_path / "wd", target="vllm-omni", root=work, prs=prs)
+    head = remote_head(origin, "pq/refresh/vllm-omni")
+    msg = git(origin, "log", "-1", "--format=%B", head)
+    assert "Downstream changes:" in msg and "Pq-Refresh: vllm-omni" in msg
+    assert prs.prs[1]["title"] == decision.title
+    # the next run: the same merge, already on the branch: nothing
+    again = refresh_pr.prepare("vllm-omni", tmp_path / "wd2", root=checkout(origin, tmp_path / "run2"))
+    assert again.action == "noop"
+    # a maintainer's fresh clone of the branch reproduces the merged series: the release's modules, byte for byte
+    fresh = checkout(origin, tmp_path / "fresh")
+    git(fresh, "checkout", "-q", "pq/refresh/vllm-omni")
+    pq(fresh, "reproduce")
+    release = read_downstream(f"vllm-omni=={NEWEST_OMNI}")[0]
+    assert {p.name: p.read_bytes() for p in (fresh / "npu_worker").glob("*.py")} == release
+    # merged into main, the next run finds the series holding the newest release: no commit, no pull-request call
+    git(fresh, "checkout", "-q", "main")
+    git(fresh, "merge", "-q", "--ff-only", "pq/refresh/vllm-omni")
+    git(fresh, "push", "-q", "origin", "main")
+    last = refresh_pr.prepare("vllm-omni", tmp_path / "wd3", root=checkout(origin, tmp_path / "run3"))
+    assert last.action == "noop" and "already up to date" in last.reason
+    assert prs.calls == [("create", 1)]
+
+
+def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(tmp_path: Path) -> None:
+    """The bot's round trip with a merge in it: prepare (conflicts: pending-merge.toml, a draft), publish, a
+    maintainer merges and resolves on the branch and pushes with the store, a fresh clone reproduces it."""
+    proj = new_project(tmp_path / "seed")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    code = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=None).returncode
+    while code == 3:  # this repository's refresh, resolved: every region to upstream's side
+        for f in sorted((proj / "npu_worker").glob("*.py")):
+            lines = f.read_text().splitlines()
+            at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
+            while at is not None:
+                pq(proj, "resolve", "--upstream", "--alone", f"{f}:{at}")
+                lines = f.read_text().splitlines()
+                at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
+        code = pq(proj, "continue", "--accept-errors", check=None).returncode
+    assert code == 0
+    origin = push_to_bare(proj, "refreshed onto 0.30.0rc2")
+    git(proj, "push", "-q", str(origin), "refs/pq/resolutions")
+    prs = Recorder()
+    work = checkout(origin, tmp_path / "run")
+    decision = refresh_pr.prepare(f"vllm-omni=={NEWEST_OMNI}", tmp_path / "wd", root=work)
+    assert decision.action == "update" and decision.draft and decision.labels == ("needs-resolution",)
+    refresh_pr.publish(tmp_path / "wd", target=f"vllm-omni=={NEWEST_OMNI}", root=work, prs=prs)
+    branch = refresh_pr.branch_of(f"vllm-omni=={NEWEST_OMNI}")
+    pending = git(origin, "show", f"{remote_head(origin, branch)}:patches/pending-merge.toml")
+    assert f'command = "pq merge vllm-omni=={NEWEST_OMNI}"' in pending
+    # the maintainer, on the branch
+    mine = checkout(origin, tmp_path / "maintainer")
+    git(mine, "checkout", "-q", branch)
+    git(mine, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    pq(mine, "reproduce")
+    pq(mine, "merge", f"vllm-omni=={NEWEST_OMNI}", check=3)
+    for f in sorted((mine / "npu_worker").glob("*.py")):
+        at = next((n for n, line in enumerate(f.read_text().splitlines(), 1) if line.startswith("<<<<<<< ")), None)
+        while at is not None:
+            pq(mine, "resolve", "--theirs", "--alone", f"{f}:{at}")
+            lines = f.read_text().splitlines()
+            at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
+    pq(mine, "continue", "--accept-errors")
+    (mine / "patches" / "pending-merge.toml").unlink()
+    git(mine, "add", "-A", "patches")
+    git(mine, "commit", "-qm", f"[NPU] take in vllm-omni {NEWEST_OMNI}")
+    git(mine, "push", "-q", "origin", f"HEAD:{branch}", "refs/pq/resolutions")
+    # anyone: a fresh clone of the branch with the store gives the maintainer's bytes
+    fresh = checkout(origin, tmp_path / "fresh")
+    git(fresh, "checkout", "-q", branch)
+    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    pq(fresh, "reproduce")
+    for folder in ("npu_worker", "patches"):
+        assert {p.name: p.read_bytes() for p in (fresh / folder).iterdir() if p.is_file()} == {
+            p.name: p.read_bytes() for p in (mine / folder).iterdir() if p.is_file()
+        }, folder
+    talker = read_downstream(f"vllm-omni=={NEWEST_OMNI}")[0]["talker_multiframe.py"]
+    assert (fresh / "npu_worker" / "talker_multiframe.py").read_bytes() == talker
 
 
 def test_a_clean_target_commits_the_refreshed_series(corpus: Path, tmp_path: Path) -> None:

@@ -59,6 +59,8 @@ def test_main_sh_records_each_step_for_pq_timings(tmp_path: Path) -> None:
         ["within", "download"],
         ["step", "reproduce"],
         ["within", "download"],
+        ["step", "merge"],
+        ["within", "download"],
         ["step", "refresh"],
     ]
     assert all(float(line[2]) >= 0 for line in lines)

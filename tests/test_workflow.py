@@ -419,9 +419,10 @@ def test_script_accepts_what_the_workflow_passes(workflow: dict[str, Any]) -> No
 @pytest.mark.parametrize(
     ("requested", "expected"),
     [
-        ("", [("release", "release"), ("main", "main")]),
-        ("  ", [("release", "release"), ("main", "main")]),
+        ("", [("release", "release"), ("main", "main"), ("vllm-omni", "vllm-omni")]),
+        ("  ", [("release", "release"), ("main", "main"), ("vllm-omni", "vllm-omni")]),
         ("main", [("main", "main")]),
+        ("vllm-omni==0.32.0rc1", [("vllm-omni==0.32.0rc1", "vllm-omni-0.32.0rc1")]),
         ("vllm-ascend==0.30.0rc2", [("vllm-ascend==0.30.0rc2", "vllm-ascend-0.30.0rc2")]),
         ("origin/some branch", [("origin/some branch", "origin-some-branch")]),
     ],

@@ -154,13 +154,20 @@ def diff(upstream: UpstreamOpt = None) -> None:
 
 def _undo(redo: bool, discard: bool) -> None:
     from patch_queue.commands import undo as undo_mod
+    from patch_queue.project import operation
 
     with locked("redo" if redo else "undo") as ws:
         undone, dropped = undo_mod.do_undo(ws, redo=redo, discard=discard)
+        pending = operation.load(ws)
     echo(
         dropped,
         f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before it",
     )
+    if pending is not None:  # a merge `pq continue` finished: back to where continue found it
+        typer.echo(
+            f"the {pending.kind} is pending again, as `pq continue` found it: `pq continue` finishes it, "
+            "`pq abort` drops it"
+        )
 
 
 @command()

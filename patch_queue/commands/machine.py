@@ -128,7 +128,7 @@ def advance(
     pending (the output folder holds the result, `pq continue` goes on once they are fixed) and
     `pq continue` writes nothing (its findings are at their lines in the output folder as it is).
     """
-    writes = Writes(ws, command, undoable=state.kind is OperationKind.MERGE)
+    writes = Writes(ws, command)
     patches, done = state.patches, state.done
     new_patches = [(n, c) for n, c, _s in done]
     top_files = module_files(ws, new_patches[-1][1]) if new_patches else {}
@@ -157,6 +157,8 @@ def advance(
             outcome.state = state
         else:
             outcome.accepted = [f.render() for f in errors]
+            if state.kind is OperationKind.MERGE:  # a finished merge is one command `pq undo` takes back
+                writes = Writes(ws, "merge", undoable=True)
             outcome.target = finish(ws, state, target, writes, command, store, outcome.accepted)
             return outcome
     # stopped (or finished with conflicts under --no-stop, or over errors of pq check): keep everything needed
@@ -652,9 +654,10 @@ def killable(
 
 
 def report_json(outcome: Outcome) -> dict[str, object]:
-    """The refresh report (format 2; the schema is described in patch_queue/outputs/report.py)."""
+    """The refresh report (format 2; the schema is described in patch_queue/outputs/report.py); a merge's has
+    ``merged`` too."""
     state = outcome.state
-    return {
+    data: dict[str, object] = {
         "format": 2,
         "upstream": {
             "base": state.old_base_label,
@@ -677,6 +680,9 @@ def report_json(outcome: Outcome) -> dict[str, object]:
         "pending": outcome.pending,
         "accepted_errors": outcome.accepted,
     }
+    if outcome.merged:
+        data["merged"] = outcome.merged
+    return data
 
 
 def explained(conflict: Conflict) -> dict[str, object]:

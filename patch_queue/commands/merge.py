@@ -219,17 +219,17 @@ def do_merge(
     if spec is None:
         say(progress, f"Resolving the newest {queue.downstream_name} release ...")
         spec = registry.newest_release(queue.downstream_name)
+    shown = ws.rel(ws.queue_dir.queue_path)
+    new_v, old_v = (_version(x.rpartition("==")[2]) if not Path(x).is_dir() else None for x in (spec, ancestor))
+    if new_v is not None and old_v is not None and new_v < old_v:  # refused before anything is downloaded
+        raise QueueError(
+            f"{queue.downstream_name} {new_v} is older than {queue.downstream_name} {old_v}, the release the series "
+            f"last took in (lineage step {step_no}): nothing to merge",
+            path=shown,
+        )
     say(progress, f"Reading the NPU runners of {spec} and of {ancestor}, the release the series holds ...")
     release = read_release(queue, spec, progress)
     old = read_release(queue, ancestor, progress)
-    new_v, old_v = _version(release.version), _version(old.version)
-    shown = ws.rel(ws.queue_dir.queue_path)
-    if new_v is not None and old_v is not None and new_v < old_v:
-        raise QueueError(
-            f"{release.label} is older than {old.label}, the release the series last took in "
-            f"(lineage step {step_no}): nothing to merge",
-            path=shown,
-        )
     if release.files == old.files:  # nothing written; the outcome names the release by its label
         nothing = operation.Merging(release.label, release.version, old.spec, release.digests(), loaded.base, ())
         state = operation.Operation(
@@ -336,7 +336,7 @@ def finish_merge(
         command,
         downstream=m.release if m.version else "",
         accepted=tuple(accepted),
-        since=m.since,
+        since=m.since if "==" in m.since else "",  # a folder's path is this machine's: not recorded
         files=m.files,
         resolved=resolved,
     )
@@ -354,8 +354,6 @@ def reproduce_merge(
     the step's sha256), the release's change replayed onto the top with ``edited`` (the step's recorded
     resolution), put into the patches; the stack, the merge's name and its replayed result (conflicts left are the
     caller's to refuse)."""
-    if not step.downstream or not step.since:
-        raise QueueError("merged a folder, which cannot be read again; restore patches/*.patch")
     release = read_release(loaded.queue, step.downstream, progress)
     if release.digests() != step.files:
         got = dict(release.digests())

@@ -35,7 +35,8 @@ from patch_queue.series import lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Step, parse_series, render_queue, render_series
 
 FETCH_HINT = "git fetch origin refs/pq/resolutions:refs/pq/resolutions"  # where the clone has no store
-MERGE_HINT = "`pq resolutions merge origin`"  # where it has one: a fetch into it is refused once they diverged
+MERGE_HINT = "`pq resolutions merge origin`"
+SHOWN = "patches/queue.toml"  # where it has one: a fetch into it is refused once they diverged
 
 
 @dataclass(frozen=True)
@@ -364,6 +365,8 @@ def _merge(run: _Run, loaded: LoadedStack, step: Step, where: str, *, progress: 
     """The merge ``step`` replayed (:func:`merge.reproduce_merge`) with its own recorded resolution, made on the body
     its ``resolved`` names (merged three-way onto another body this pq's merge gives, as a refresh's edits)."""
     ws = run.ws
+    if not step.downstream or not step.since:
+        raise QueueError(f"{where} merged a folder, which cannot be read again; restore patches/*.patch", path=SHOWN)
     if progress is not None:
         progress(f"Replaying the merge of {step.downstream} ...")
     layout = merge.wide_queue(loaded.queue, merge.read_release(loaded.queue, step.downstream, progress))
@@ -385,13 +388,13 @@ def _merge(run: _Run, loaded: LoadedStack, step: Step, where: str, *, progress: 
     try:
         new, name, result = merge.reproduce_merge(ws.repo, loaded, step, edited, progress)
     except QueueError as exc:
-        raise QueueError(f"{where}: {exc.message}", path=exc.path or "patches/queue.toml", line=exc.line) from None
+        raise QueueError(f"{where}: {exc.message}", path=exc.path or SHOWN, line=exc.line) from None
     if result.conflicts:
         c = result.conflicts[0]
         raise QueueError(
             f"the merge of {where} leaves {len(result.conflicts)} conflict(s) (first at {c.file}:{c.line}) and the "
             f"lineage records no resolution for them (the merge of {name})",
-            path="patches/queue.toml",
+            path=SHOWN,
         )
     run.done(step, where, _bodies(ws, new.patches), strict=False)
     return new

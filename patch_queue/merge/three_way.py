@@ -465,9 +465,17 @@ def _decide(
     ):
         if not all(h.insertion for h in inserts):
             continue
-        placed = _place(base, start, end, fixed, inserts, upstream_first=upstream_first)
+        # an insertion whose code the other side wrote here too (in its own change, not in base lines) is the same
+        # change: kept once
+        written = [line for h in fixed for line in h.lines]
+        dup = [h for h in inserts if _code(list(h.lines)).strip() and _has_run(written, list(h.lines))]
+        rest = [h for h in inserts if h not in dup]
+        there = o if upstream_first else t
+        placed = _place(base, start, end, fixed, rest, upstream_first=upstream_first) if rest else (there, False)
         if placed is not None:
             lines, both = placed
+            if dup:
+                return ConflictKind.ALREADY_UPSTREAM, _BOTH_INSERTED, lines
             if both:
                 return ConflictKind.BOTH_INSERTED, "both sides inserted lines at one place; upstream's go first", lines
             return ConflictKind.BLOCK_MOVED, moved, lines
@@ -505,6 +513,7 @@ def _decide(
     return None
 
 
+_BOTH_INSERTED = "both sides inserted the same lines here; kept once (the other lines each inserted placed by anchor)"
 _ALREADY = "upstream now inserts the same code here (layout and comments aside); the omni copy was dropped"
 _HOLDS = (
     "upstream's change holds the omni patch's (every line it wrote, every line it removed); upstream's lines are taken"

@@ -181,7 +181,8 @@ def markdown(
          "blocks": {"before": N, "after": N}, "finished": BOOL, "stopped_at": PATCH | null,
          "check": the JSON of `pq check --json` on a result without conflicts | null,
          "pending": BOOL (the refresh waits for `pq continue`: conflicts, or errors of `pq check`),
-         "accepted_errors": ["file:line: error: [rule] message"] (finished over them: --accept-errors)}
+         "accepted_errors": ["file:line: error: [rule] message"] (finished over them: --accept-errors),
+         "merged": "vllm-omni==X" (only in the report of `pq merge`: the release it takes in)}
         ENTRY = {"patch", "file" (relative to out), "line" (1-based), "symbol", "kind", "message",
                  "anchor": {"index", "line", "text"} | null,
                  "culprits": [{"commit", "subject", "pr", "date"}],

@@ -109,6 +109,7 @@ class Report:
     culprits: str = ""  # between which upstream commits the culprits were searched, or why none were
     check_errors: tuple[tuple[str, int, str, str], ...] = ()  # (file, line, rule, message) of pq check's errors
     accepted: bool = False  # the refresh was finished over them (--accept-errors)
+    merged: str = ""  # a merge (pq merge): the release it takes in ("name==version")
 
 
 def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
@@ -158,6 +159,7 @@ def read(report: Mapping[str, object]) -> Report:
         culprits=string(upstream, "culprits", "upstream"),
         check_errors=_check_errors(report),
         accepted=bool(listing(report, "accepted_errors", "")),
+        merged=string(report, "merged", ""),
     )
 
 
@@ -353,6 +355,14 @@ def head(r: Report, url: str) -> str:
         f"{_text(who)}'s NPU model runners replayed from vllm-ascend {upstream_ref(r.base, r.base_commit)} "
         f"onto {upstream_ref(r.target, r.target_commit)}."
     ]
+    if r.merged:  # a merge: the maintainers' release taken into the series on its upstream
+        taken = r.merged.replace("==", " ")
+        blocks = [f"## NPU runners: {taken} merged"]
+        status = [
+            f"The NPU model runners of {_text(taken)} merged into the series on vllm-ascend "
+            f"{upstream_ref(r.base, r.base_commit)}, three-way (`pq merge`): conflict regions hold the series' "
+            "side first and the release's side last."
+        ]
     if r.conflicts:
         status.append(
             f"**{plural(len(r.conflicts), 'conflict')} need{'s' if len(r.conflicts) == 1 else ''} resolution:** "

@@ -339,14 +339,14 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                 raise QueueError(f"{where}.resolved must be a sha256", path=path)
             raw_files = item.get("files", {})
             if (
-                "==" not in downstream
+                (downstream and "==" not in downstream)
                 or not isinstance(raw_files, dict)
                 or not raw_files
                 or not all(isinstance(v, str) and _DIGEST.match(v) for v in raw_files.values())
             ):
                 raise QueueError(
-                    f"{where}: a merge step names its release (downstream = 'name==version') and the sha256 of "
-                    "each of its modules ([lineage.files])",
+                    f"{where}: a merge step names its release (downstream = 'name==version', or '' for a folder) "
+                    "and the sha256 of each of its modules ([lineage.files])",
                     path=path,
                 )
             files = tuple(sorted((str(k), v) for k, v in raw_files.items()))
