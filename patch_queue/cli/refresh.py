@@ -33,7 +33,7 @@ from patch_queue.errors import EXIT_CONFLICT, EXIT_ERROR, EXIT_OK
 
 if TYPE_CHECKING:
     from patch_queue.commands.check import CheckOutcome
-    from patch_queue.commands.refresh import RefreshOutcome
+    from patch_queue.commands.machine import Outcome
     from patch_queue.commands.sync_gpu import SyncOutcome
     from patch_queue.merge.conflict import Conflict
     from patch_queue.merge.explain import Suggestion
@@ -94,7 +94,7 @@ def build(
     discard: DiscardOpt = False,
 ) -> None:
     """Write the top of the stack as the npu_worker package (or, with --wheel, as a wheel of it)."""
-    from patch_queue.commands import refresh, write
+    from patch_queue.commands import machine, write
 
     if wheel:
         with locked("build") as ws:
@@ -107,7 +107,7 @@ def build(
         )
     echo(dropped)
     where = ws.rel(out.resolve() if out else ws.out)
-    for problem in refresh.fence_problems(files):  # built all the same: the fences are the patches' business
+    for problem in machine.fence_problems(files):  # built all the same: the fences are the patches' business
         typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
     typer.echo(f"built {len(files)} files into {where}/")
 
@@ -120,7 +120,7 @@ def print_placements(ws: Workspace, placements: list[Placement]) -> None:
         )
 
 
-def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = None) -> int:
+def _print_outcome(ws: Workspace, outcome: Outcome, listed: str | None = None) -> int:
     """Conflicts first, then the review flags to read and the others counted by kind (those of ``listed``,
     KIND,… or `all`, one a line), then `pq check`; the exit code.  A `pq continue` that wrote nothing (over
     errors of `pq check`) prints only the check, at the lines of the output folder as it is."""
@@ -128,19 +128,19 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
         assert outcome.check is not None
         _print_check(ws, outcome.check)
         return _check_pending(ws, outcome.check, "nothing written (every line above is a line of the files on disk)")
-    echo(outcome.discarded)
+    echo(outcome.state.discarded)
     print_placements(ws, outcome.placements)
-    if outcome.conflicts and outcome.culprits_note:
-        typer.echo(f"culprits: {outcome.culprits_note}")
-    for c in outcome.conflicts:
+    if outcome.state.conflicts and outcome.state.culprits_note:
+        typer.echo(f"culprits: {outcome.state.culprits_note}")
+    for c in outcome.state.conflicts:
         _print_conflict(ws, c)
-    if outcome.conflicts:
-        by_file = Counter(c.file for c in outcome.conflicts)
+    if outcome.state.conflicts:
+        by_file = Counter(c.file for c in outcome.state.conflicts)
         summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
-        typer.echo(f"{len(outcome.conflicts)} conflict region(s) ({summary})")
-    for sym in outcome.removed_symbols:
+        typer.echo(f"{len(outcome.state.conflicts)} conflict region(s) ({summary})")
+    for sym in outcome.state.removed_symbols:
         typer.echo(f"warning: carried symbol removed upstream: {sym}")
-    _print_flags(ws, outcome.flags, listed)
+    _print_flags(ws, outcome.state.flags, listed)
     for problem in outcome.fences:
         typer.echo(f"warning: {ws.rel(ws.out / str(problem['file']))}:{problem['line']}: {problem['message']}")
     before, after = outcome.blocks
@@ -155,11 +155,11 @@ def _print_outcome(ws: Workspace, outcome: RefreshOutcome, listed: str | None = 
             f"finished over {len(outcome.accepted)} error(s) of pq check (--accept-errors): recorded in the "
             f"lineage step of {ws.rel(ws.queue_dir.queue_path)} and in the report"
         )
-    if not outcome.conflicts and outcome.merged:
+    if not outcome.state.conflicts and outcome.merged:
         name, release = outcome.downstream
         typer.echo(f"merged {outcome.merged} into the series, no conflicts; downstream: {name} {release or '(none)'}")
         return EXIT_OK
-    if not outcome.conflicts:
+    if not outcome.state.conflicts:
         typer.echo(f"refreshed onto {outcome.target_label}: {len(outcome.results)} patches, no conflicts")
         return EXIT_OK
     where = f"stopped at {outcome.stopped_at}:" if outcome.stopped_at else "all patches replayed;"
@@ -249,16 +249,16 @@ def _report_paths(ws: Workspace, report: Path | None, markdown: Path | None) -> 
     return kept(report), kept(markdown)
 
 
-def _write_reports(ws: Workspace, outcome: RefreshOutcome, annotations: bool) -> None:
+def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
     """The reports of ``outcome`` at the paths the refresh was given (the later `pq continue` rewrites them)."""
-    if not any(outcome.reports) and not annotations:
+    if not any(outcome.state.reports) and not annotations:
         return  # no report asked for: none is made
-    from patch_queue.commands import refresh
+    from patch_queue.commands import machine
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, json_bytes, write_output
     from patch_queue.outputs import report as render
 
-    report, markdown = (ws.root / p if p else None for p in outcome.reports)
-    data = refresh.report_json(outcome)
+    report, markdown = (ws.root / p if p else None for p in outcome.state.reports)
+    data = machine.report_json(outcome)
     if report is not None:
         write_output(report, json_bytes(data), REFRESH_JSON)
     if markdown is not None:
@@ -308,7 +308,10 @@ def refresh(
             accept_errors=accept_errors,
         )
         synced = _refresh_sync_gpu(ws, outcome, upstream) if sync_gpu else None
-    _write_reports(ws, outcome if synced is None else replace(outcome, flags=outcome.flags + synced.flags), annotations)
+    reported = outcome  # the report lists the flags of the ports too
+    if synced is not None:
+        reported = replace(outcome, state=replace(outcome.state, flags=outcome.state.flags + tuple(synced.flags)))
+    _write_reports(ws, reported, annotations)
     code = _print_outcome(ws, outcome, "all" if verbose else flags)
     if synced is not None:
         _print_sync(ws, synced)
@@ -359,7 +362,7 @@ def merge(
             accept_errors=accept_errors,
         )
     if not outcome.results:
-        echo(outcome.discarded)
+        echo(outcome.state.discarded)
         typer.echo(f"already up to date: the series holds the NPU runners of {outcome.merged}; nothing changed")
         return EXIT_OK
     _write_reports(ws, outcome, annotations)
@@ -372,11 +375,11 @@ def merge(
     return code
 
 
-def _refresh_sync_gpu(ws: Workspace, outcome: RefreshOutcome, upstream: str | None) -> SyncOutcome | None:
+def _refresh_sync_gpu(ws: Workspace, outcome: Outcome, upstream: str | None) -> SyncOutcome | None:
     """``pq sync-gpu`` after a clean refresh (with conflicts it waits: resolve, then run it)."""
     from patch_queue.commands import sync_gpu
 
-    if outcome.conflicts:
+    if outcome.state.conflicts:
         typer.echo("sync-gpu skipped: the refresh left conflicts; resolve them, then run `pq sync-gpu`")
         return None
     if outcome.check_pending:
@@ -468,23 +471,23 @@ def continue_(
     accept_errors: AcceptErrorsOpt = False,
 ) -> int:
     """Take the resolved files in npu_worker/ and go on with the refresh (rewriting the refresh's reports)."""
-    from patch_queue.commands import resolve
+    from patch_queue.commands import machine
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
-    from patch_queue.project import refresh_state
+    from patch_queue.project import operation
 
     check_output(report, REFRESH_JSON)
     check_output(markdown, REFRESH_MARKDOWN)
     with locked("continue") as ws:
-        interrupted = resolve.recover_interrupted(ws, forward=True)
+        interrupted = machine.recover_interrupted(ws, forward=True)
         if interrupted is not None:
             typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
             return 0
-        pending = refresh_state.load(ws) if report is None or markdown is None else None
+        pending = operation.load(ws) if report is None or markdown is None else None
         if pending is not None:  # the refresh's own report paths, which continue rewrites: still its reports?
             kinds = (REFRESH_JSON, REFRESH_MARKDOWN)
             for given, kept, kind in zip((report, markdown), pending.reports, kinds, strict=True):
                 check_output(ws.root / kept if kept and given is None else None, kind, shown=kept)
-        outcome = resolve.do_continue(
+        outcome = machine.do_continue(
             ws,
             progress=say,
             on_patch=_on_patch,
@@ -601,13 +604,13 @@ def blocks(
 @command()
 def abort() -> None:
     """Put every file and ref back as it was before the refresh (or merge)."""
-    from patch_queue.commands import resolve
+    from patch_queue.commands import machine
 
     operation = "refresh"
     with locked("abort") as ws:
-        interrupted = resolve.recover_interrupted(ws, forward=False)
+        interrupted = machine.recover_interrupted(ws, forward=False)
         if interrupted is None:
-            operation = resolve.do_abort(ws)
+            operation = machine.do_abort(ws)
     if interrupted is None:
         typer.echo(f"{operation} aborted; patches/, npu_worker/ and refs/pq/ are as before")
     else:
@@ -622,6 +625,7 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
     from patch_queue.commands import resolve
     from patch_queue.outputs import folder
+    from patch_queue.project.operation import OperationKind
 
     ws = workspace()
     st = resolve.do_status(ws, upstream_git=upstream)
@@ -633,7 +637,9 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
         typer.echo(f"downstream: {st.downstream}")
     if st.in_progress:
         typer.echo(
-            f"merge in progress of {st.target}" if st.operation == "merge" else f"refresh in progress onto {st.target}"
+            f"merge in progress of {st.target}"
+            if st.operation is OperationKind.MERGE
+            else f"refresh in progress onto {st.target}"
         )
     for name, state in st.patches:
         typer.echo(f"  {state:10} {name}")

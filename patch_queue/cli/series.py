@@ -29,19 +29,21 @@ from patch_queue.errors import EXIT_ERROR, EXIT_OK
 def series(upstream: UpstreamOpt = None) -> None:
     """List the patches in order, applied ones marked with +."""
     from patch_queue.commands import edit, resolve
+    from patch_queue.project.operation import OperationKind
     from patch_queue.project.workspace import vanished
+    from patch_queue.series.replay import PatchStatus as S
 
     ws = workspace()
     lines = []
     status = resolve.do_status(ws, upstream_git=upstream)
     for name, state in status.patches:
-        mark = "+" if state in ("applied", "modified", "unchanged", "empty") else "!" if state == "conflict" else "-"
+        mark = "+" if state in (S.APPLIED, S.MODIFIED, S.UNCHANGED, S.EMPTY) else "!" if state == S.CONFLICT else "-"
         try:
             subject = edit.patch_subject(ws, name)
         except OSError as exc:  # removed by a `pq delete` since the listing: one line, not half a listing
             raise vanished(ws, ws.queue_dir.root / name, exc) from None
         lines.append(f"{mark} {name}  {subject}")
-    if status.operation == "merge":
+    if status.operation is OperationKind.MERGE:
         mark = "!" if status.conflicts else "+"
         lines.append(f"{mark} (merge of {status.target})  goes into the patches above at `pq continue`")
     echo(*lines)
@@ -152,18 +154,18 @@ def diff(upstream: UpstreamOpt = None) -> None:
 
 def _undo(redo: bool, discard: bool) -> None:
     from patch_queue.commands import undo as undo_mod
-    from patch_queue.project import refresh_state
+    from patch_queue.project import operation
 
     with locked("redo" if redo else "undo") as ws:
         undone, dropped = undo_mod.do_undo(ws, redo=redo, discard=discard)
-        pending = refresh_state.load(ws)
+        pending = operation.load(ws)
     echo(
         dropped,
         f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before it",
     )
     if pending is not None:  # a merge `pq continue` finished: back to where continue found it
         typer.echo(
-            f"the {pending.operation} is pending again, as `pq continue` found it: `pq continue` finishes it, "
+            f"the {pending.kind} is pending again, as `pq continue` found it: `pq continue` finishes it, "
             "`pq abort` drops it"
         )
 

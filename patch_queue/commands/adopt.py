@@ -21,7 +21,7 @@ from patch_queue.git.repo import Person
 from patch_queue.merge import symbols
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
-from patch_queue.project import refresh_state
+from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import stack
@@ -82,7 +82,7 @@ def do_adopt(
     discard: bool = False,
     progress: Progress | None = None,
 ) -> AdoptResult:
-    refresh_state.refuse_pending(ws, "a refresh is in progress; finish it with `pq continue` or `pq abort` first")
+    operation.refuse_pending(ws, "a refresh is in progress; finish it with `pq continue` or `pq abort` first")
     if not force and patch_files(ws):
         raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
     if not force and ws.queue_dir.exists():

@@ -12,7 +12,7 @@ from patch_queue.commands.write import REF_PREVIOUS, module_files, sync_stack
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.progress import Progress, say
-from patch_queue.project import refresh_state
+from patch_queue.project import operation
 from patch_queue.project.workspace import Workspace
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue
@@ -173,7 +173,7 @@ def do_check(
     modules = ws.out.glob("*.py") if ws.out.is_dir() else ()
     if not any(p.is_file() and not p.is_symlink() for p in modules):  # what module_texts would keep, unread
         raise QueueError(f"nothing to check: no modules in {ws.rel(ws.out)}/; run `pq build` first")
-    state = refresh_state.load(ws)
+    state = operation.load(ws)
     if state is not None:
         queue, base = state.target(), state.new_base
         previous = state.patches[-1][1] if state.patches else base

@@ -23,7 +23,7 @@ from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.outputs import folder as output
 from patch_queue.project.journal import Writes
-from patch_queue.project.refresh_state import refuse_pending
+from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, base_for_queue, load_stack
 from patch_queue.series import absorb, lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import render_queue

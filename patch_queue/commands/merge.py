@@ -10,7 +10,7 @@ It is the refresh's machine with one patch: the release's change is a commit (th
 modules -> the release's, on the vendored tree of the series' top), replayed onto the top of the
 series with the same anchor-aware merge, recorded resolutions and conflict regions (the series'
 side first, the release's side last), stopped and gone on with by ``pq continue``, put back by
-``pq abort`` (:mod:`patch_queue.commands.refresh`, :mod:`patch_queue.commands.resolve`).  Once it is
+``pq abort`` (:mod:`patch_queue.commands.machine`).  Once it is
 through, the merged modules go into the patches that own their lines, by blame over the stack as
 ``pq record`` puts edits (:func:`patch_queue.series.absorb.absorb`); a module new in the release
 becomes a new patch (and a ``[[module]]``), one the release removed leaves every patch.  The lineage
@@ -27,28 +27,17 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patch_queue.commands import refresh
+from patch_queue.commands import machine
 from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream
-from patch_queue.commands.write import (
-    REF_PREVIOUS,
-    REF_REFRESH,
-    StepInfo,
-    finish,
-    module_files,
-    refuse_links,
-    refuse_out_edits,
-    sync_stack,
-    write_series,
-)
+from patch_queue.commands.write import StepInfo, module_files, refuse_links, refuse_out_edits, sync_stack
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import read_folder
 from patch_queue.git.repo import Person, ProjectRepo
-from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
-from patch_queue.project import refresh_state
+from patch_queue.project import operation
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import REF_JOURNAL, LoadedStack, Workspace, applied_count
+from patch_queue.project.workspace import LoadedStack, Workspace, applied_count
 from patch_queue.series import absorb, replay, rerere, stack
 from patch_queue.series.queue import Module, Queue, Step, render_queue
 from patch_queue.sources import registry
@@ -204,11 +193,11 @@ def do_merge(
     discard: bool = False,
     reports: tuple[str, str] = ("", ""),
     accept_errors: bool = False,
-) -> refresh.RefreshOutcome:
+) -> machine.Outcome:
     """Merge ``spec`` (default: the newest release of the downstream on the registry, pre-releases included) into
     the series; the refresh's outcome (``merged`` names the release; nothing to merge: ``merged`` and no
     ``results``)."""
-    refresh_state.refuse_pending(ws, "a refresh is in progress; `pq continue` or `pq abort` it first")
+    operation.refuse_pending(ws, "a refresh is in progress; `pq continue` or `pq abort` it first")
     refuse_links(ws, ws.out, patches=True)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
@@ -243,20 +232,12 @@ def do_merge(
     say(progress, f"Reading the NPU runners of {spec} and of {ancestor}, the release the series holds ...")
     release = read_release(queue, spec, progress)
     old = read_release(queue, ancestor, progress)
-    if release.files == old.files:
-        return refresh.RefreshOutcome(
-            base_label=queue.upstream.label,
-            target_label=queue.upstream.label,
-            results=[],
-            conflicts=[],
-            removed_symbols=[],
-            finished=True,
-            downstream=(queue.downstream_name, queue.downstream_release),
-            out=ws.rel(ws.out),
-            discarded=output.discarded(dropped),
-            merged=release.label,
-            written=False,
+    if release.files == old.files:  # nothing written; the outcome names the release by its label
+        nothing = operation.Merging(release.label, release.version, old.spec, release.digests(), loaded.base, ())
+        state = operation.Operation(
+            old_base_label=queue.upstream.label, discarded=output.discarded(dropped), merging=nothing
         )
+        return machine.Outcome(state, queue, [], out=ws.rel(ws.out), written=False)
     planned = plan(ws.repo, loaded, old, release)
     store = rerere.Store(ws.repo)
     results = replay.replay(
@@ -266,22 +247,14 @@ def do_merge(
         labels=planned.labels,
         stop=True,
         recorded=store.lookup,
-        edited=refresh.edit_lookup(ws, store, wide_queue(queue, release)),
+        edited=machine.edit_lookup(ws, store, wide_queue(queue, release)),
     )
     for r in results:  # the merge's sides are the series (first) and the release (last): its messages say so
         r.conflicts, r.flags = [_relabel(c) for c in r.conflicts], [_relabel(c) for c in r.flags]
     # pq check reads the release's sources; the layout follows the merged modules (again once resolved)
     target = target_queue(queue, release, module_files(ws, results[-1].commit))
-    orig = {
-        k: v
-        for k, v in ws.repo.refs().items()
-        if not k.startswith((REF_REFRESH, rerere.REMOTES)) and k not in (rerere.REF, REF_JOURNAL)
-    }
     flags = [c for r in results for c in r.flags]
-    state = refresh_state.RefreshState(
-        orig_refs=orig,
-        orig_out=ws.repo.write_tree(read_folder(ws.out)),
-        orig_queue=ws.queue_dir.queue_path.read_text(encoding="utf-8"),
+    begun = operation.Operation(
         old_base_label=queue.upstream.label,
         target_queue=render_queue(target),
         new_base=loaded.top(),
@@ -291,19 +264,20 @@ def do_merge(
         no_stop=False,
         conflicts=tuple(c for r in results for c in r.conflicts),
         flags=tuple(flags),
-        blocks_before=refresh.count_blocks(module_files(ws, loaded.top())),
+        blocks_before=machine.count_blocks(module_files(ws, loaded.top())),
         check=check,
         check_sources=check_sources,
         upstream_git=upstream_git,
         upstream_commits=(queue.upstream.public_commit, queue.upstream.public_commit),
-        recorded=any(f.kind in ("reused", "recorded-edits") for f in flags),
+        recorded=any(f.kind in (ConflictKind.REUSED, ConflictKind.RECORDED_EDITS) for f in flags),
         discarded=output.discarded(dropped),
         reports=reports,
-        merging=refresh_state.Merging(
+        merging=operation.Merging(
             release.spec, release.version, old.spec, release.digests(), loaded.base, tuple(loaded.patches)
         ),
     )
-    return refresh.advance(
+    state = machine.start(ws, begun)
+    return machine.advance(
         ws, state, target, results, progress=progress, command="merge", store=store, accept_errors=accept_errors
     )
 
@@ -331,14 +305,15 @@ def _relabel(finding: Conflict) -> Conflict:
 
 def finish_merge(
     ws: Workspace,
-    state: refresh_state.RefreshState,
+    state: operation.Operation,
     writes: Writes,
     command: str,
     store: rerere.Store,
     accepted: list[str],
-) -> Queue:
-    """Write the finished merge: its recorded resolution, the merged modules in the patches that own their lines,
-    the lineage step, refs/pq/, the output folder; the state goes.  The queue it leaves."""
+) -> tuple[LoadedStack, StepInfo, str | None]:
+    """The merge's own writes when it finishes (:func:`machine.finish` writes the rest): its recorded resolution.
+    The series it leaves (the merged modules in the patches that own their lines), its lineage step and the top
+    of the series as it stood."""
     m = state.merging
     assert m is not None
     name, synthetic = state.patches[0]
@@ -358,7 +333,6 @@ def finish_merge(
     release = Release(m.release, m.version, merged)
     queue = target_queue(state.target(), release, merged)
     chain = into_series(ws.repo, m.base, list(m.chain), merged, name)
-    loaded = LoadedStack(queue, m.base, chain)
     step = StepInfo(
         "merge",
         command,
@@ -368,13 +342,7 @@ def finish_merge(
         files=m.files,
         resolved=resolved,
     )
-    write_series(ws, loaded, writes=writes, step=step)
-    if m.chain and m.chain[-1][1] != chain[-1][1]:
-        writes.move_refs({REF_PREVIOUS: (ws.repo.ref(REF_PREVIOUS), m.chain[-1][1])})
-    writes.write(ws.state_dir / refresh_state.STATE_FILE, None, group="state")
-    writes.move_refs({ref: (value, None) for ref, value in ws.repo.refs().items() if ref.startswith(REF_REFRESH)})
-    finish(ws, loaded, writes, len(chain))
-    return queue
+    return LoadedStack(queue, m.base, chain), step, m.chain[-1][1] if m.chain else None
 
 
 def reproduce_merge(

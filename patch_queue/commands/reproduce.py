@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from patch_queue.commands import adopt, merge, refresh, resolutions, write
+from patch_queue.commands import adopt, machine, merge, refresh, resolutions, write
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.repo import CommitInfo
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
-from patch_queue.project import refresh_state
+from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace, upstream_reader
 from patch_queue.series import lineage, patchfile, replay, rerere, stack
@@ -53,7 +53,7 @@ class Reproduced:
 def do_reproduce(
     ws: Workspace, *, upstream_git: str | None, discard: bool = False, progress: Progress | None = None
 ) -> Reproduced:
-    refresh_state.refuse_pending(ws)
+    operation.refuse_pending(ws)
     queue = ws.queue_dir.load_queue()
     shown = ws.rel(ws.queue_dir.queue_path)
     if not queue.lineage:
@@ -352,9 +352,9 @@ def _refresh(
         labels=labels,
         stop=False,
         progress=each,
-        normalize=refresh.normalizer(target, ws.repo, loaded.patches),
+        normalize=machine.normalizer(target, ws.repo, loaded.patches),
         edited=edited,
-        imports=refresh.import_sync(target, loaded.patches),
+        imports=machine.import_sync(target, loaded.patches),
     )
     patches = [(r.name, r.commit) for r in results]
     run.done(step, where, _bodies(ws, patches), strict=False)

@@ -36,17 +36,17 @@ from patch_queue.commands.edit import write_edit
 from patch_queue.commands.write import module_files, refuse_out_edits, sync_stack
 from patch_queue.errors import QueueError
 from patch_queue.git.repo import Person
-from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.progress import Progress, say
-from patch_queue.project.refresh_state import refuse_pending
+from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count
 from patch_queue.series import adopt, stack
 from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.vllm_release import vllm_release
 
-SYNCED = "gpu-synced"
-UNPLACED = "gpu-unplaced"
+SYNCED = ConflictKind.GPU_SYNCED
+UNPLACED = ConflictKind.GPU_UNPLACED
 _RUNNER = re.compile(r"gpu_\w*model_runner\.py")
 # at most this many rounds of ports (each on the NPU modules the one before left)
 _PASSES = 4

@@ -15,7 +15,7 @@ from patch_queue.commands.write import module_files, refuse_out_edits
 from patch_queue.errors import QueueError
 from patch_queue.outputs import folder as output
 from patch_queue.project.journal import last_undoable, undo_writes
-from patch_queue.project.refresh_state import refuse_pending
+from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import Workspace
 from patch_queue.series import stack
 

@@ -11,7 +11,7 @@ from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
-from patch_queue.project import refresh_state
+from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, load_stack, stack_ref_updates
 from patch_queue.series import lineage, stack
@@ -179,7 +179,7 @@ def do_build(
     progress: Progress | None = None,
 ) -> tuple[dict[str, bytes], str]:
     """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
-    refresh_state.refuse_pending(ws)
+    operation.refuse_pending(ws)
     if out is not None:
         output.refuse_unusable(ws, out)
     target = (out or ws.out).resolve()
@@ -219,7 +219,7 @@ def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progr
     """Build the wheel of the top of the stack into ``out`` (default ``dist/``); npu_worker/ is not touched."""
     from patch_queue.outputs import wheel  # importlib.metadata and email: only a wheel needs them
 
-    refresh_state.refuse_pending(ws)
+    operation.refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     applied = applied_count(ws, loaded)
     total = len(loaded.patches)

@@ -12,9 +12,44 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TypeVar
 
 _T = TypeVar("_T")
+
+
+class ConflictKind(StrEnum):
+    """What a conflict or a review flag is: its text is the ``kind`` of the refresh state, the report and the
+    terminal (a ``StrEnum``: the member is that text).  Conflicts first, then flags, in the report's table order
+    (:data:`patch_queue.outputs.report_parts.KIND_ORDER`); a kind read from JSON that is none of these stays
+    its text."""
+
+    # conflicts
+    BOTH_CHANGED = "both-changed"
+    UPSTREAM_CHANGED_REPLACED = "upstream-changed-replaced"
+    ANCHOR_LOST = "anchor-lost"
+    BOTH_ADDED_SAME = "both-added-same"
+    NAME_LINKED = "name-linked"
+    SYMBOL_REMOVED = "symbol-removed"
+    DELETED_FILE = "deleted-file"
+    # review flags
+    BOTH_INSERTED = "both-inserted"
+    ALREADY_UPSTREAM = "already-upstream"
+    KEPT_REPLACEMENT = "kept-replacement"
+    BLOCK_MOVED = "block-moved"
+    NEAR_BLOCK = "near-block"
+    REUSED = "reused"
+    MERGED_WORDS = "merged-words"
+    LAYOUT_ONLY = "layout-only"
+    COMMENT_ONLY = "comment-only"
+    REFORMATTED = "reformatted"
+    RECORDED_EDITS = "recorded-edits"
+    IMPORT_ADDED = "import-added"
+    IMPORT_STALE = "import-stale"
+    IMPORT_REMOVED = "import-removed"
+    API_REPLACED = "api-replaced"
+    GPU_SYNCED = "gpu-synced"
+    GPU_UNPLACED = "gpu-unplaced"
 
 
 @dataclass(frozen=True)
@@ -48,7 +83,7 @@ class Anchor:
 class Conflict:
     """A region left for a human (``conflict``) or a decision the tool took on its own (a review flag)."""
 
-    kind: str
+    kind: str  # a ConflictKind (its text), or a kind from JSON that is none of them
     message: str = ""
     conflict: bool = True
     base: str | None = None  # the three sides; None when the region has none (a deleted file)
@@ -117,7 +152,7 @@ class Conflict:
         side = {n: _read(sides, n, f"{where}.sides", str, "a string") for n in ("base", "upstream", "patch")}
         is_conflict = boolean(data, "conflict", where, conflict)
         return cls(
-            kind=string(data, "kind", where) or ("conflict" if is_conflict else "flag"),
+            kind=_kind(string(data, "kind", where) or ("conflict" if is_conflict else "flag")),
             message=string(data, "message", where),
             conflict=is_conflict,
             base=side["base"],
@@ -184,3 +219,11 @@ def _strings(data: Mapping[str, object], key: str, where: str) -> list[str]:
         if not isinstance(item, str):
             raise wrong(f"{where}.{key}[{i}]", "a string", item)
     return [str(item) for item in items]
+
+
+def _kind(text: str) -> str:
+    """The :class:`ConflictKind` of ``text``, or ``text`` when it is none."""
+    try:
+        return ConflictKind(text)
+    except ValueError:
+        return text

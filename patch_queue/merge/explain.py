@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from patch_queue.merge import statements, symbols
-from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.conflict import Conflict, ConflictKind
 
 _WORD = re.compile(r"[A-Za-z_]\w*|\S")
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -494,7 +494,12 @@ def omni_block(conflict: Conflict) -> str:
 
 def suggest(conflict: Conflict) -> Suggestion | None:
     """A resolution a rule is certain of, or None."""
-    if conflict.base is None or conflict.ours is None or conflict.theirs is None or conflict.kind == "name-linked":
+    if (
+        conflict.base is None
+        or conflict.ours is None
+        or conflict.theirs is None
+        or conflict.kind == ConflictKind.NAME_LINKED
+    ):
         return None  # (a name-linked region is resolved with the regions that go with it)
     base, ours, theirs = conflict.base, conflict.ours, conflict.theirs
     if _layout(base) == _layout(ours):

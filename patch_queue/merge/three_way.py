@@ -50,7 +50,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from patch_queue.merge import anchors
-from patch_queue.merge.conflict import Anchor, Conflict
+from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind
 from patch_queue.merge.folded import TOKEN, Hunk, apply_hunks, diff_hunks, fold, touching
 
 NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
@@ -293,7 +293,9 @@ def _merge(
             if near:
                 message = "upstream changed lines next to an omni change; merged cleanly"
                 anchor = anchor_of([line for h in near for line in h.lines])
-                emit_region(Conflict("near-block", message, False, joined(b), joined(o), joined(b), anchor=anchor), o)
+                emit_region(
+                    Conflict(ConflictKind.NEAR_BLOCK, message, False, joined(b), joined(o), joined(b), anchor=anchor), o
+                )
             else:
                 out += o
             continue
@@ -303,29 +305,31 @@ def _merge(
         eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
         decided = None if forced else _decide(b_lines, start, end, mine, pat, expand, keep=index not in refused)
-        if decided is not None and decided[0] == "kept-replacement":
+        if decided is not None and decided[0] == ConflictKind.KEPT_REPLACEMENT:
             upstream_code[index] = expand([line for h in mine for line in h.lines])
         # never drop or duplicate an omni block, but one whose code upstream now has (reported, fence and all)
-        if decided is not None and (decided[0] == "already-upstream" or _blocks_kept(b, o, t, decided[2])):
+        if decided is not None and (decided[0] == ConflictKind.ALREADY_UPSTREAM or _blocks_kept(b, o, t, decided[2])):
             kind, message, lines = decided
             emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
-        kind = "both-changed"
+        kind = ConflictKind.BOTH_CHANGED
         if not mine or not pat:  # one side's change, grown into a region with the other side's text
-            kind = "name-linked"
+            kind = ConflictKind.NAME_LINKED
         elif not forced and _twins(mine, pat, expand)[0]:
-            kind = "both-added-same"
+            kind = ConflictKind.BOTH_ADDED_SAME
         elif index in refused:  # the omni text would lose what upstream wrote in the code it replaced
-            kind = "upstream-changed-replaced"
+            kind = ConflictKind.UPSTREAM_CHANGED_REPLACED
         elif all(h.insertion for h in pat) or all(h.insertion for h in mine):
-            kind = "anchor-lost"
+            kind = ConflictKind.ANCHOR_LOST
         elif _replaced_wholesale(b_lines, mine, pat, expand):
-            kind = "upstream-changed-replaced"
+            kind = ConflictKind.UPSTREAM_CHANGED_REPLACED
         key = _key(key_prefix, anchor, eb, eo, et)
         reuse = recorded(key) if recorded is not None else None
         if reuse is not None:
             message = f"a recorded resolution of this {kind} conflict was applied"
-            region = Conflict("reused", message, False, eb, eo, et, key=key, anchor=anchor, reused=True, group=index)
+            region = Conflict(
+                ConflictKind.REUSED, message, False, eb, eo, et, key=key, anchor=anchor, reused=True, group=index
+            )
             emit_region(region, reuse.splitlines(keepends=True))
             continue
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
@@ -405,12 +409,13 @@ def _find_run(lines: Sequence[str], run: Sequence[str]) -> int:
 
 _MARK = "\u241fpq-conflict\n"
 _MESSAGES = {
-    "both-changed": "upstream and the omni patch changed the same lines",
-    "anchor-lost": "upstream changed the lines on both sides of an omni insertion; its anchor is gone",
-    "upstream-changed-replaced": "upstream changed lines the omni patch replaced; port the change by hand",
-    "both-added-same": "upstream and the omni patch both inserted the same call here, written differently; keep one",
-    "name-linked": "only one side changed these lines; they go with another region (a name one side binds and the "
-    "other reads, or a call both make)",
+    ConflictKind.BOTH_CHANGED: "upstream and the omni patch changed the same lines",
+    ConflictKind.ANCHOR_LOST: "upstream changed the lines on both sides of an omni insertion; its anchor is gone",
+    ConflictKind.UPSTREAM_CHANGED_REPLACED: "upstream changed lines the omni patch replaced; port the change by hand",
+    ConflictKind.BOTH_ADDED_SAME: "upstream and the omni patch both inserted the same call here, written "
+    "differently; keep one",
+    ConflictKind.NAME_LINKED: "only one side changed these lines; they go with another region (a name one side "
+    "binds and the other reads, or a call both make)",
 }
 
 
@@ -446,14 +451,14 @@ def _decide(
     ``kept-replacement`` unless ``keep``."""
     b, o, t = base[start:end], apply_hunks(base, start, end, mine), apply_hunks(base, start, end, pat)
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
-        return "already-upstream", "upstream already has the lines the omni patch inserts here; kept once", o
+        return ConflictKind.ALREADY_UPSTREAM, "upstream already has the lines the omni patch inserts here; kept once", o
     same_calls, twins = _twins(mine, pat, expand)
     if same_calls:
         return None  # a both-added-same conflict (see merge3)
     if twins:
         rest = [h for h in pat if h not in twins]
         decided = _decide(base, start, end, mine, rest, expand, keep=keep) if rest else ("", "", o)
-        return None if decided is None else ("already-upstream", _ALREADY, decided[2])
+        return None if decided is None else (ConflictKind.ALREADY_UPSTREAM, _ALREADY, decided[2])
     for fixed, inserts, upstream_first, moved in (
         (mine, pat, True, "the omni insertion was placed by its anchor line next to an upstream change"),
         (pat, mine, False, "upstream's insertion was placed by its anchor line next to an omni change"),
@@ -470,25 +475,41 @@ def _decide(
         if placed is not None:
             lines, both = placed
             if dup:
-                return "already-upstream", _BOTH_INSERTED, lines
+                return ConflictKind.ALREADY_UPSTREAM, _BOTH_INSERTED, lines
             if both:
-                return "both-inserted", "both sides inserted lines at one place; upstream's go first", lines
-            return "block-moved", moved, lines
+                return ConflictKind.BOTH_INSERTED, "both sides inserted lines at one place; upstream's go first", lines
+            return ConflictKind.BLOCK_MOVED, moved, lines
     if _squash(t) == _squash(b):
-        return "layout-only", "the omni patch only changed the layout of these lines; upstream's change is taken", o
+        return (
+            ConflictKind.LAYOUT_ONLY,
+            "the omni patch only changed the layout of these lines; upstream's change is taken",
+            o,
+        )
     if _squash(o) == _squash(b):
-        return "layout-only", "upstream only changed the layout of these lines; the omni text is kept", t
+        return ConflictKind.LAYOUT_ONLY, "upstream only changed the layout of these lines; the omni text is kept", t
     if _squash(o) == _squash(t):
-        return "layout-only", "both sides made the same change here, layout aside; upstream's lines are taken", o
+        return (
+            ConflictKind.LAYOUT_ONLY,
+            "both sides made the same change here, layout aside; upstream's lines are taken",
+            o,
+        )
     if _code(t) == _code(b) and _code(o) != _code(b):
-        return "comment-only", "the omni patch only changed comments here; upstream's code change is taken", o
+        return (
+            ConflictKind.COMMENT_ONLY,
+            "the omni patch only changed comments here; upstream's code change is taken",
+            o,
+        )
     if _holds_edit(b, o, t):
-        return "already-upstream", _HOLDS, o
+        return ConflictKind.ALREADY_UPSTREAM, _HOLDS, o
     words = _word_merge(b, o, t)
     if words is not None and _tokens_whole(words, b + o + t):
-        return "merged-words", "both sides changed these lines in different words; merged word by word", words
+        return (
+            ConflictKind.MERGED_WORDS,
+            "both sides changed these lines in different words; merged word by word",
+            words,
+        )
     if keep and _replaced_wholesale(base, mine, pat, expand):
-        return "kept-replacement", "upstream changed lines the omni patch replaced; the omni text is kept", t
+        return ConflictKind.KEPT_REPLACEMENT, "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from patch_queue.merge import explain
-from patch_queue.merge.conflict import Conflict, boolean, integer, listing, mapping, string, wrong
+from patch_queue.merge.conflict import Conflict, ConflictKind, boolean, integer, listing, mapping, string, wrong
 
 TRUNCATED_NOTE = "… (truncated: see the full report)"
 MESSAGE_CHARS = 200  # what a conflict's message keeps in its one-line form
@@ -25,26 +25,26 @@ SUPPORTED_FORMATS = (1, 2)
 
 # table order of the kinds: conflicts first, then flags, as the schema lists them; unknown kinds sort after
 KIND_ORDER = (
-    "both-changed",
-    "upstream-changed-replaced",
-    "anchor-lost",
-    "both-added-same",
-    "name-linked",
-    "both-inserted",
-    "already-upstream",
-    "symbol-removed",
-    "deleted-file",
-    "kept-replacement",
-    "block-moved",
-    "near-block",
-    "reused",
-    "merged-words",
-    "import-added",
-    "import-stale",
-    "import-removed",
-    "api-replaced",
-    "gpu-synced",
-    "gpu-unplaced",
+    ConflictKind.BOTH_CHANGED,
+    ConflictKind.UPSTREAM_CHANGED_REPLACED,
+    ConflictKind.ANCHOR_LOST,
+    ConflictKind.BOTH_ADDED_SAME,
+    ConflictKind.NAME_LINKED,
+    ConflictKind.BOTH_INSERTED,
+    ConflictKind.ALREADY_UPSTREAM,
+    ConflictKind.SYMBOL_REMOVED,
+    ConflictKind.DELETED_FILE,
+    ConflictKind.KEPT_REPLACEMENT,
+    ConflictKind.BLOCK_MOVED,
+    ConflictKind.NEAR_BLOCK,
+    ConflictKind.REUSED,
+    ConflictKind.MERGED_WORDS,
+    ConflictKind.IMPORT_ADDED,
+    ConflictKind.IMPORT_STALE,
+    ConflictKind.IMPORT_REMOVED,
+    ConflictKind.API_REPLACED,
+    ConflictKind.GPU_SYNCED,
+    ConflictKind.GPU_UNPLACED,
 )
 
 # the review flags a maintainer must read: decisions pq took on its own that change what the code does (the
@@ -52,23 +52,23 @@ KIND_ORDER = (
 # only when it places code (both sides' code, in an order pq chose; code moved by its anchor), not blank lines
 TO_READ = frozenset(
     {
-        "kept-replacement",
-        "already-upstream",
-        "merged-words",
-        "api-replaced",
-        "import-stale",
-        "import-removed",
-        "both-inserted",
-        "block-moved",
+        ConflictKind.KEPT_REPLACEMENT,
+        ConflictKind.ALREADY_UPSTREAM,
+        ConflictKind.MERGED_WORDS,
+        ConflictKind.API_REPLACED,
+        ConflictKind.IMPORT_STALE,
+        ConflictKind.IMPORT_REMOVED,
+        ConflictKind.BOTH_INSERTED,
+        ConflictKind.BLOCK_MOVED,
     }
 )
 
 
 def to_read(flag: Conflict) -> bool:
     """Whether ``flag`` is one a maintainer must read (:data:`TO_READ`)."""
-    if flag.kind == "both-inserted":
+    if flag.kind == ConflictKind.BOTH_INSERTED:
         return _has_code(flag.ours) and _has_code(flag.theirs)
-    if flag.kind == "block-moved":
+    if flag.kind == ConflictKind.BLOCK_MOVED:
         return _has_code(flag.resolution)
     return flag.kind in TO_READ
 
@@ -179,7 +179,7 @@ def _check_errors(report: Mapping[str, object]) -> tuple[tuple[str, int, str, st
 
 
 def is_reused(entry: Conflict) -> bool:
-    return entry.reused or entry.kind == "reused"
+    return entry.reused or entry.kind == ConflictKind.REUSED
 
 
 def _where(r: Report, entry: Conflict) -> str:
@@ -277,7 +277,7 @@ def _section(r: Report, url: str, entry: Conflict, level: int, told: Told) -> st
     summary = [f"<code>{html.escape(where)}</code>", html.escape(entry.kind)]
     if entry.symbol:
         summary.append(f"<code>{html.escape(entry.symbol)}</code>")
-    if entry.reused and entry.kind != "reused":
+    if entry.reused and entry.kind != ConflictKind.REUSED:
         summary.append("reused")
     blocks = [f"<details><summary>{' — '.join(summary)}</summary>"]
     facts = [f"**Patch:** {code(entry.patch)}" if entry.patch else "**Patch:** (unknown)"]

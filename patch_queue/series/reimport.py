@@ -30,13 +30,14 @@ from dataclasses import asdict, dataclass, replace
 
 from patch_queue.git.diff import Hunk, line_hunks, move_line
 from patch_queue.merge import markers
+from patch_queue.merge.conflict import ConflictKind
 from patch_queue.merge.symbols import parsed
 from patch_queue.series import fmt, replaced
 from patch_queue.sources import cache
 
-ADDED = "import-added"
-STALE = "import-stale"
-REMOVED = "import-removed"
+ADDED = ConflictKind.IMPORT_ADDED
+STALE = ConflictKind.IMPORT_STALE
+REMOVED = ConflictKind.IMPORT_REMOVED
 _USED_BEFORE = "the previous build used it in code the resolution does not keep"
 _ADDED_FOR_A_SIDE = "the refresh imported it for upstream code the result does not keep"
 _FIRST_PARTY = "vllm_omni"

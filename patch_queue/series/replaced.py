@@ -22,8 +22,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from patch_queue.git.diff import line_hunks
+from patch_queue.merge.conflict import ConflictKind
 
-KIND = "api-replaced"
+KIND = ConflictKind.API_REPLACED
 _WORD = re.compile(r"[A-Za-z_]\w*")
 _TOKEN = re.compile(r"""[A-Za-z_]\w*|\d[\w.]*|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\S""")  # a line's tokens
 

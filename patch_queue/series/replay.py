@@ -19,6 +19,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,30 @@ from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import checked, markers, window
 from patch_queue.merge import three_way as merge
-from patch_queue.merge.conflict import Anchor, Conflict, Culprit
+from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind, Culprit
 from patch_queue.series import reimport, stack
 from patch_queue.sources import cache
 
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
 
 
+class PatchStatus(StrEnum):
+    """What a replay did to a patch (its text is the report's and the terminal's), and where `pq status` shows
+    one stands."""
+
+    UNCHANGED = "unchanged"  # its parent did not change: the same patch
+    MODIFIED = "modified"
+    CONFLICT = "conflict"  # conflict regions left in its commit
+    EMPTY = "empty"  # upstream holds it all: it changes nothing
+    PENDING = "pending"  # a refresh stopped before it
+    APPLIED = "applied"
+    UNAPPLIED = "unapplied"
+
+
 @dataclass
 class PatchResult:
     name: str
-    status: str  # "unchanged" | "modified" | "conflict" | "empty"
+    status: PatchStatus  # UNCHANGED, MODIFIED, CONFLICT or EMPTY
     commit: str  # the replayed commit (holding markers when conflicted)
     conflicts: list[Conflict] = field(default_factory=list)
     flags: list[Conflict] = field(default_factory=list)
@@ -142,7 +156,7 @@ def replay_patch(
     n_info = repo.commit_info(new_parent)
     if old_parent.tree == n_info.tree:
         commit = stack.commit_files(repo, new_parent, c_files, info)
-        return PatchResult(name, "unchanged", commit)
+        return PatchResult(name, PatchStatus.UNCHANGED, commit)
     n_files = repo.read_tree(n_info.tree)
     merged: dict[str, bytes] = {}
     conflicts: list[Conflict] = []
@@ -160,7 +174,13 @@ def replay_patch(
             head = f"<<<<<<< {labels[1]} (deleted)\n||||||| {labels[0]}\n=======\n".encode()
             result = head + survivor + (b"" if survivor.endswith(b"\n") else b"\n") + f">>>>>>> {name}\n".encode()
             conflicts.append(
-                Conflict("deleted-file", "one side deleted the file the other changed", patch=name, file=path, line=1)
+                Conflict(
+                    ConflictKind.DELETED_FILE,
+                    "one side deleted the file the other changed",
+                    patch=name,
+                    file=path,
+                    line=1,
+                )
             )
         else:  # both sides added the file (no base: merge against empty) or changed it
             result = None
@@ -190,7 +210,7 @@ def replay_patch(
         if result is not None:
             merged[path] = result
     commit = stack.commit_files(repo, new_parent, merged, replace(info, message=relabel(info.message, labels)))
-    status = "conflict" if conflicts else ("empty" if merged == n_files else "modified")
+    status = PatchStatus.CONFLICT if conflicts else (PatchStatus.EMPTY if merged == n_files else PatchStatus.MODIFIED)
     return PatchResult(name, status, commit, conflicts, flags)
 
 
@@ -282,14 +302,17 @@ def _merge_one(
         m = repo.merge_file(p, n, c, labels=diff3_labels, path=path)
         if not m.clean:
             conflicts += [
-                Conflict("both-changed", patch=name, file=path, line=ln) for ln in conflict_lines(m.text, name)
+                Conflict(ConflictKind.BOTH_CHANGED, patch=name, file=path, line=ln)
+                for ln in conflict_lines(m.text, name)
             ]
         return m.text
     if normalize is not None:
         texts[0] = normalize(path, p).decode("utf-8")
         norm_c = normalize(path, c).decode("utf-8")
         if norm_c != texts[2]:
-            flags.append(Conflict("reformatted", _REFORMATTED, conflict=False, patch=name, file=path, line=1))
+            flags.append(
+                Conflict(ConflictKind.REFORMATTED, _REFORMATTED, conflict=False, patch=name, file=path, line=1)
+            )
         texts[2] = norm_c
     text, regions = _merged(texts, diff3_labels, f"{patch_key(name)}\0{path}", recorded, path.endswith(".py"))
     if regions:
@@ -418,9 +441,11 @@ def _with_edits(repo: ProjectRepo, merged: PatchResult, final: str) -> PatchResu
         added, removed = sum(h[3] for h in hunks), sum(h[1] for h in hunks)
         message = f"the maintainer's recorded edits of this merge were applied (+{added} -{removed} lines{tail})"
         flags.append(
-            Conflict("recorded-edits", message, conflict=False, patch=merged.name, file=path, line=hunks[0][2] + 1)
+            Conflict(
+                ConflictKind.RECORDED_EDITS, message, conflict=False, patch=merged.name, file=path, line=hunks[0][2] + 1
+            )
         )
-    return PatchResult(merged.name, "modified", final, [], flags)
+    return PatchResult(merged.name, PatchStatus.MODIFIED, final, [], flags)
 
 
 def _follow_results(repo: ProjectRepo, results: list[PatchResult], old_commit: str, new_commit: str) -> None:

@@ -1,5 +1,6 @@
-"""The state of a refresh or merge that stopped on conflicts: ``.git/pq/refresh.json``, typed, read and written
-here.
+"""The state of a pending operation, a refresh or a merge that stopped on conflicts: ``.git/pq/refresh.json``,
+typed (:class:`Operation`), read and written here only (the machine that runs it:
+:mod:`patch_queue.commands.machine`).
 
 It holds what ``pq continue`` needs to go on (the target, the replay so far, every conflict and
 flag) and what ``pq abort`` needs to put back (the refs, the output folder, ``queue.toml``).  A merge
@@ -10,15 +11,25 @@ series last took in, onto the top of the series; :class:`Merging` holds what it 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import json_bytes
 from patch_queue.merge.conflict import Conflict
+from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import Workspace
 from patch_queue.series.queue import Queue, parse_queue
+from patch_queue.series.replay import PatchStatus
 
 STATE_FILE = "refresh.json"
+
+
+class OperationKind(StrEnum):
+    """What is pending (its text is the one commands print: "refresh aborted", "pq merge: saved ...")."""
+
+    REFRESH = "refresh"
+    MERGE = "merge"
 
 
 @dataclass(frozen=True)
@@ -56,17 +67,20 @@ class Merging:
 
 
 @dataclass(frozen=True)
-class RefreshState:
-    orig_refs: dict[str, str]  # every ref before the refresh
-    orig_out: str  # a tree of the output folder before the refresh
-    orig_queue: str  # queue.toml before the refresh
-    old_base_label: str
-    target_queue: str  # queue.toml of the target (rendered)
-    new_base: str  # the new base commit
-    labels: tuple[str, str]  # (old base label, new base label) of the diff3 markers
-    patches: tuple[tuple[str, str], ...]  # (name, commit) of the series before the refresh
-    done: tuple[tuple[str, str, str], ...]  # (name, replayed commit, status) so far
-    no_stop: bool
+class Operation:
+    """A pending refresh, or merge (``merging``): the one record of it, serialised by :meth:`save`."""
+
+    # what `pq abort` puts back (:func:`patch_queue.commands.machine.start` fills them in)
+    orig_refs: dict[str, str] = field(default_factory=dict)  # every ref before the operation
+    orig_out: str = ""  # a tree of the output folder before the operation
+    orig_queue: str = ""  # queue.toml before the operation
+    old_base_label: str = ""
+    target_queue: str = ""  # queue.toml of the target (rendered)
+    new_base: str = ""  # the new base commit (a merge: the top of the series)
+    labels: tuple[str, str] = ("", "")  # (old base label, new base label) of the diff3 markers
+    patches: tuple[tuple[str, str], ...] = ()  # (name, commit) of the series before the refresh (a merge: its one)
+    done: tuple[tuple[str, str, PatchStatus], ...] = ()  # (name, replayed commit, status) so far
+    no_stop: bool = False
     removed_symbols: tuple[str, ...] = ()
     conflicts: tuple[Conflict, ...] = ()
     flags: tuple[Conflict, ...] = ()
@@ -85,8 +99,8 @@ class RefreshState:
     merging: Merging | None = None  # a merge (pq merge), not a refresh
 
     @property
-    def operation(self) -> str:
-        return "merge" if self.merging is not None else "refresh"
+    def kind(self) -> OperationKind:
+        return OperationKind.MERGE if self.merging is not None else OperationKind.REFRESH
 
     def target(self) -> Queue:
         """The series' queue moved onto the target."""
@@ -102,8 +116,12 @@ class RefreshState:
     def bytes(self) -> bytes:
         return json_bytes(self.as_json())
 
+    def save(self, ws: Workspace, writes: Writes) -> None:
+        """Write the state (with ``writes``, the step's journaled writes)."""
+        writes.write(ws.state_dir / STATE_FILE, self.bytes(), group="state")
+
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> RefreshState:
+    def from_json(cls, data: dict[str, object]) -> Operation:
         def strings(key: str, n: int) -> tuple[tuple[str, ...], ...]:
             rows = data.get(key, [])
             if not isinstance(rows, list) or not all(
@@ -132,7 +150,7 @@ class RefreshState:
             new_base=text("new_base"),
             labels=_pair(data.get("labels"), "labels"),
             patches=tuple((p[0], p[1]) for p in strings("patches", 2)),
-            done=tuple((d[0], d[1], d[2]) for d in strings("done", 3)),
+            done=tuple((d[0], d[1], _status(d[2])) for d in strings("done", 3)),
             no_stop=bool(data.get("no_stop", False)),
             removed_symbols=tuple(str(s) for s in _list(data.get("removed_symbols"), "removed_symbols")),
             conflicts=tuple(
@@ -155,6 +173,13 @@ class RefreshState:
             check_errors=_errors(data.get("check_errors")),
             merging=Merging.from_json(data.get("merging")),
         )
+
+
+def _status(text: str) -> PatchStatus:
+    try:
+        return PatchStatus(text)
+    except ValueError:
+        raise ValueError(f"done: unknown patch status {text!r}") from None
 
 
 def _list(value: object, key: str) -> list[object]:
@@ -206,19 +231,24 @@ def refuse_pending(ws: Workspace, message: str = "a refresh is in progress; `pq 
         raise QueueError(message.replace("a refresh", "a merge") if data.get("merging") else message)
 
 
-def load(ws: Workspace) -> RefreshState | None:
-    """The pending refresh, or None; a damaged file is an error naming it."""
+def load(ws: Workspace) -> Operation | None:
+    """The pending operation, or None; a damaged file is an error naming it."""
     data = _read(ws)
     if data is None:
         return None
     try:
-        return RefreshState.from_json(data)
+        return Operation.from_json(data)
     except ValueError as exc:
         raise QueueError(f"corrupt pq state: {exc}; run `pq abort`", path=str(ws.state_dir / STATE_FILE)) from None
 
 
-def require(ws: Workspace) -> RefreshState:
+def require(ws: Workspace) -> Operation:
     state = load(ws)
     if state is None:
         raise QueueError("no refresh or merge in progress")
     return state
+
+
+def clear(ws: Workspace, writes: Writes) -> None:
+    """Remove the state (with ``writes``): the operation is over."""
+    writes.write(ws.state_dir / STATE_FILE, None, group="state")
