@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from patch_queue.checks import gpu_audit
-from patch_queue.checks.gpu_ports import joined
+from patch_queue.sync.ports import joined
 
 # two statements this similar (difflib's ratio) are one edited statement
 SIMILAR = 0.6
@@ -146,7 +146,7 @@ def like(a: str, b: str) -> float:
 def similar(key: str, keys: Sequence[str], lo: int = 0) -> int | None:
     """Index in ``keys`` (from ``lo`` on) of the one statement most like ``key``: difflib's ratio at least
     :data:`SIMILAR` and above every other's; None when there is none or two are as close."""
-    if gpu_audit._is_trivial(key):
+    if gpu_audit.is_trivial(key):
         return None
     scored = sorted(((r, i) for i in range(lo, len(keys)) if (r := like(key, keys[i]))), reverse=True)
     if not scored or (len(scored) > 1 and scored[1][0] == scored[0][0]):
