@@ -10,6 +10,7 @@ classes they inherit, the upstream runners) sets is not copied.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +38,12 @@ def _self_refs(node: ast.AST, names: Iterable[str] = ()) -> list[tuple[int, str]
         and isinstance(n.value, ast.Name)
         and n.value.id in owners
     )
+
+
+@functools.lru_cache(maxsize=1024)  # the NPU methods are read again for each helper copied
+def _method_self_refs(text: str, cls: str) -> tuple[tuple[int, str], ...]:
+    """:func:`_self_refs` of a method's text (``self.X`` and ``cls.X``)."""
+    return tuple(_self_refs(ast.parse(textwrap.dedent(text)), (cls,)))
 
 
 def _fence_row(lines: Sequence[str], row: int, indent: int) -> int:
@@ -139,7 +146,7 @@ def copy_helpers(
                     (line, attr, sym.name[len(prefix) :])
                     for sym in syms.values()
                     if sym.name.startswith(prefix) and sym.is_method
-                    for line, attr in _self_refs(ast.parse(textwrap.dedent(sym.text)), (ctx.npu_cls,))
+                    for line, attr in _method_self_refs(sym.text, ctx.npu_cls)
                 ]
                 todo = [(attr, caller) for _l, attr, caller in calls if ctx.wanted(attr)]
                 todo = [t for t in dict.fromkeys(todo) if (ctx.npu_cls, t[0]) not in refused]
