@@ -5,6 +5,10 @@ that an NPU runner class may lack.  A GPU change calling ``self.register_chunk_r
 NPU class without the mixin the call fails at run time.  :func:`needed_bases` finds, for a port, each such base
 and the names it alone provides (read from the module the GPU runner imports it from), so the port says so for
 review instead of passing as done.
+
+The context of an NPU runner class that does not inherit its GPU counterpart (:class:`HelperCtx`: its MRO, the
+GPU class, what the known classes set, :func:`npu_attrs`) lives here, public: ``pq check`` reads it for its
+warnings, and ``pq sync-gpu``'s copies of helper methods (:mod:`patch_queue.sync.helper_methods`) read it too.
 """
 
 from __future__ import annotations
