@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from conftest import git, new_project, pq, push_to_bare
 
-from patch_queue.checks import gpu_helpers, gpu_ports, gpu_rules, gpu_sync
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
+from patch_queue.sync import helper_methods, placement, translation
+from patch_queue.sync import ports as gpu_ports
 
 BASE_030 = "cf0baa38dfb2"
 
@@ -26,7 +27,7 @@ BASE_030 = "cf0baa38dfb2"
 
 
 def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
-    rules = gpu_rules.load_rules()
+    rules = translation.load_rules()
     t = rules.translate
     assert t("if not isinstance(self.talker_mtp, CUDAGraphWrapper):") == (
         "if not isinstance(self.talker_mtp, ACLGraphWrapper):"
@@ -58,12 +59,12 @@ def test_builtin_rules_translate_the_renames_the_maintainers_apply() -> None:
 
 
 def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
-    (tmp_path / gpu_rules.USER_RULES).write_text(
+    (tmp_path / translation.USER_RULES).write_text(
         'fence = "# ---------- Omni-new ----------"\n'
         '[[rule]]\nid = "torch-npu"\nfind = "torch.cuda."\nreplace = "torch_npu.npu."\nregex = false\n'
         '[[rule]]\nid = "nccl"\nfind = \'\\bnccl\\b\'\nreplace = "hccl"\n'
     )
-    rules = gpu_rules.load_rules(tmp_path)
+    rules = translation.load_rules(tmp_path)
     ids = [r.id for r in rules.rules]
     assert ids.index("torch-npu") < ids.index("device-string") and ids[-1] == "nccl"  # replaced in place, appended
     assert rules.translate("torch.cuda.synchronize()  # nccl") == "torch_npu.npu.synchronize()  # hccl"
@@ -91,37 +92,37 @@ def test_user_rules_replace_by_id_and_extend(tmp_path: Path) -> None:
     ],
 )
 def test_bad_user_rules_name_the_file_and_line(tmp_path: Path, text: str, line: int | None, message: str) -> None:
-    (tmp_path / gpu_rules.USER_RULES).write_text(text)
+    (tmp_path / translation.USER_RULES).write_text(text)
     with pytest.raises(QueueError) as err:
-        gpu_rules.load_rules(tmp_path)
-    where = f"{tmp_path / gpu_rules.USER_RULES}" + (f":{line}" if line else "")
+        translation.load_rules(tmp_path)
+    where = f"{tmp_path / translation.USER_RULES}" + (f":{line}" if line else "")
     assert str(err.value).startswith(f"{where}: ") and message in str(err.value)
 
 
 def test_declined_changes_are_read_and_written_back_alike(tmp_path: Path) -> None:
-    entry = gpu_rules.Decline("gpu_ar_model_runner.py", "execute_model", 'x = {"a": "\\n"}  # é', note="not on NPU")
-    (tmp_path / gpu_rules.USER_RULES).write_text(entry.toml())
-    rules = gpu_rules.load_rules(tmp_path)
+    entry = translation.Decline("gpu_ar_model_runner.py", "execute_model", 'x = {"a": "\\n"}  # é', note="not on NPU")
+    (tmp_path / translation.USER_RULES).write_text(entry.toml())
+    rules = translation.load_rules(tmp_path)
     assert rules.declined == (entry,)
     assert rules.decline_of("gpu_ar_model_runner.py", "execute_model", entry.first) == entry
     assert rules.decline_of("gpu_ar_model_runner.py", "sample_tokens", entry.first) is None
-    assert len(rules.rules) == len(gpu_rules.load_rules().rules)  # declines add no rule
+    assert len(rules.rules) == len(translation.load_rules().rules)  # declines add no rule
 
 
 def test_declines_of_a_port_read_its_message_old_and_new() -> None:
     message = (
         "sync-gpu-execute-model-2: port the omni GPU change(s) into NPUARModelRunner.execute_model\n\n"
         "From the GPU runners of vllm-omni==0.30.0:\n"
-        + gpu_rules.ported_line("gpu_ar_model_runner.py", 1184, "execute_model", "if self.x: # a: b")
+        + translation.ported_line("gpu_ar_model_runner.py", 1184, "execute_model", "if self.x: # a: b")
         + "- gpu_model_runner.py:77: y = 1\n"  # a port written before the method was named: the subject's method
     )
-    found = gpu_rules.declines_of("0018-sync-gpu-execute-model-2.patch", message)
+    found = translation.declines_of("0018-sync-gpu-execute-model-2.patch", message)
     assert [d.key for d in found] == [
         ("gpu_ar_model_runner.py", "execute_model", "if self.x: # a: b"),
         ("gpu_model_runner.py", "execute_model", "y = 1"),
     ]
     assert found[0].note == "pq delete 0018-sync-gpu-execute-model-2.patch"
-    assert gpu_rules.declines_of("0003-npu-ar-model-runner.patch", message) == []
+    assert translation.declines_of("0003-npu-ar-model-runner.patch", message) == []
 
 
 # -- placement on small runners ----------------------------------------------------------------
@@ -147,7 +148,7 @@ def _sync_small(
     gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
     changes = gpu_audit.audit(gpu, vllm, npu, _ASCEND)
-    results, files = gpu_sync.sync(changes, gpu, vllm, npu, gpu_rules.load_rules())
+    results, files = placement.sync(changes, gpu, vllm, npu, translation.load_rules())
     return results, files["npu_ar_model_runner.py"]
 
 
@@ -247,7 +248,7 @@ def test_an_insertion_after_a_gpu_block_goes_past_the_lines_the_npu_block_goes_o
     assert isinstance(port, gpu_ports.Port), port
     lines = text.splitlines()
     at = lines.index("        if logits is not None and self.penalties:")
-    assert lines[at - 2 : at] == ["            logits = logits.npu()", f"        {gpu_rules.load_rules().fence}"]
+    assert lines[at - 2 : at] == ["            logits = logits.npu()", f"        {translation.load_rules().fence}"]
     tree = ast.parse(text)
     block = next(n for n in ast.walk(tree) if isinstance(n, ast.If) and "scheduler_output" in ast.unparse(n.test))
     assert [ast.unparse(s) for s in block.body][-1] == "logits = logits.npu()"
@@ -258,16 +259,16 @@ def test_an_insertion_after_a_gpu_block_goes_past_the_lines_the_npu_block_goes_o
     before = "    def execute_model(self, scheduler_output):\n" + npu_body
     after_lines = before.splitlines()
     after = "\n".join([*after_lines[:row], *inserted, *after_lines[row:]]) + "\n"
-    assert gpu_sync._moved(before, after, (row, row), len(inserted)) == row + 1  # logits = logits.npu()
+    assert placement._moved(before, after, (row, row), len(inserted)) == row + 1  # logits = logits.npu()
     fine = "\n".join([*after_lines[: row + 1], "", *inserted, *after_lines[row + 1 :]]) + "\n"
-    assert gpu_sync._moved(before, fine, (row + 1, row + 1), len(inserted) + 1) is None
+    assert placement._moved(before, fine, (row + 1, row + 1), len(inserted) + 1) is None
     # a replacement: the header replaced keeps its body there (fine), a header dropped moves it (not)
     header = after_lines.index("        if scheduler_output is not None:")
     kept = "\n".join([*after_lines[:header], "        if scheduler_output:", *after_lines[header + 1 :]]) + "\n"
-    assert gpu_sync._moved(before, kept, (header, header + 1), 1) is None
+    assert placement._moved(before, kept, (header, header + 1), 1) is None
     flat = [line[4:] if 0 < i - header < 4 else line for i, line in enumerate(after_lines)]
     dropped = "\n".join([*flat[:header], "        pass", *flat[header + 1 :]]) + "\n"
-    assert gpu_sync._moved(before, dropped, (header, header + 1), 1) == header + 2
+    assert placement._moved(before, dropped, (header, header + 1), 1) == header + 2
 
 
 def test_a_port_replacing_the_binding_of_a_local_the_npu_method_still_reads_is_not_placed() -> None:
@@ -337,7 +338,7 @@ def test_a_change_whose_vllm_code_the_npu_rewrote_is_merged_between_its_neighbou
     gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
     changes = gpu_audit.audit(gpu, vllm, npu, _ASCEND)
-    (port,), files = gpu_sync.sync(changes, gpu, vllm, npu, gpu_rules.load_rules())
+    (port,), files = placement.sync(changes, gpu, vllm, npu, translation.load_rules())
     assert isinstance(port, gpu_ports.Port), port
     assert port.how.startswith("merged with the NPU code between ")
     body = [line.strip() for line in files["npu_ar_model_runner.py"].splitlines() if "Omni-new" not in line]
@@ -493,17 +494,17 @@ _SINCE_NPU = """class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):
 
 
 def test_an_omni_method_changed_since_the_series_release_is_updated_on_npu() -> None:
-    from patch_queue.checks import gpu_update
+    from patch_queue.sync import changed_since
 
-    rules = gpu_rules.load_rules()
+    rules = translation.load_rules()
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _SINCE_OLD})
     gpu, npu = {"gpu_model_runner.py": _SINCE_NEW}, {"npu_model_runner.py": _SINCE_NPU}
-    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
     assert [(c.method, c.gpu_line, c.reason) for c in changes] == [
         ("_talker_forward", 3, "OmniGPUModelRunner._talker_forward changed since vllm-omni==0.1.0"),
         ("_talker_forward", 5, "OmniGPUModelRunner._talker_forward changed since vllm-omni==0.1.0"),
     ]
-    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    results, files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
     assert all(isinstance(r, gpu_ports.Port) for r in results), results
     text = files["npu_model_runner.py"]
     code = [line.strip() for line in text.splitlines() if "Omni-new" not in line and not line.startswith("from ")]
@@ -520,7 +521,7 @@ def test_an_omni_method_changed_since_the_series_release_is_updated_on_npu() -> 
                for r in results if isinstance(r, gpu_ports.Port))  # fmt: skip
     # without the release the series ports, an omni method is not compared with anything
     assert (
-        gpu_update.changes_since(gpu_ports.Since("x", {"gpu_model_runner.py": _SINCE_NEW}), gpu, npu, _VLLM, rules)
+        changed_since.changes_since(gpu_ports.Since("x", {"gpu_model_runner.py": _SINCE_NEW}), gpu, npu, _VLLM, rules)
         == []
     )
 
@@ -533,9 +534,10 @@ _PART_HEAD = "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(Om
 
 
 def test_a_change_ported_in_part_whose_lacking_lines_are_new_since_the_release_is_updated() -> None:
-    from patch_queue.checks import gpu_audit, gpu_update
+    from patch_queue.checks import gpu_audit
+    from patch_queue.sync import changed_since
 
-    rules = gpu_rules.load_rules()
+    rules = translation.load_rules()
     head = "    def execute_model(self, scheduler_output):\n"
     call = "        hidden_states = self.model(attn_metadata)\n"
     old_body = _VLLM.split(head)[1].replace(call, _PART_BLOCK + call)
@@ -547,9 +549,9 @@ def test_a_change_ported_in_part_whose_lacking_lines_are_new_since_the_release_i
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + old_body}
     changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
     assert [(c.ported, c.missing) for c in changes] == [(True, ("self._omni_d()",))]  # 3 of 4 lines: ported
-    (partly,) = gpu_update.partly_ported(since, changes, gpu)
+    (partly,) = changed_since.partly_ported(since, changes, gpu)
     assert not partly.ported and partly.reason.endswith("; 1 line(s) new since vllm-omni==0.1.0 lacking")
-    (port,), files = gpu_sync.sync([partly], gpu, _VLLM, npu, rules, since)
+    (port,), files = placement.sync([partly], gpu, _VLLM, npu, rules, since)
     assert isinstance(port, gpu_ports.Port), port
     assert port.how.startswith("updating the omni code of vllm-omni==0.1.0's GPUARModelRunner.execute_model")
     code = [s for line in files["npu_ar_model_runner.py"].splitlines() if (s := line.strip()) and "Omni-new" not in s]
@@ -561,7 +563,7 @@ def test_a_change_ported_in_part_whose_lacking_lines_are_new_since_the_release_i
         "hidden_states = self.model(attn_metadata)",
     ]
     # a lacking line the release's GPU method had already is the NPU side's own way: the change stays ported
-    assert gpu_update.partly_ported(gpu_ports.Since("x", gpu), changes, gpu) == []
+    assert changed_since.partly_ported(gpu_ports.Since("x", gpu), changes, gpu) == []
 
 
 _ELSE_OLD = """class OmniGPUModelRunner(GPUModelRunner):
@@ -578,15 +580,15 @@ _ELSE_NEW = _ELSE_OLD.replace(
 
 
 def test_a_change_adding_an_else_clause_takes_its_whole_statement_along() -> None:
-    from patch_queue.checks import gpu_update
+    from patch_queue.sync import changed_since
 
     # the new lines are `size = 1` and `else:`; the line after them is the same code, one level deeper
-    rules = gpu_rules.load_rules()
+    rules = translation.load_rules()
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _ELSE_OLD})
     gpu = {"gpu_model_runner.py": _ELSE_NEW}
     npu = {"npu_model_runner.py": _ELSE_OLD.replace("OmniGPUModelRunner(GPUModelRunner)", "OmniNPUModelRunner")}
-    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
-    (port,), files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
+    (port,), files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
     assert isinstance(port, gpu_ports.Port), port
     body = files["npu_model_runner.py"].split("def _talker_forward(self, hidden):\n")[1]
     assert [line for line in body.splitlines() if "Omni-new" not in line] == [
@@ -618,12 +620,12 @@ _WIDE_NPU = """class OmniNPUModelRunner(OmniGPUModelRunner, NPUModelRunner):
 
 
 def test_a_change_since_the_release_brings_the_omni_lines_next_to_it_the_npu_never_got() -> None:
-    from patch_queue.checks import gpu_update
+    from patch_queue.sync import changed_since
 
-    rules = gpu_rules.load_rules()
+    rules = translation.load_rules()
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _WIDE_OLD})
     gpu, npu = {"gpu_model_runner.py": _WIDE_NEW}, {"npu_model_runner.py": _WIDE_NPU}
-    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
     # the new line reads `model`, bound by a line the release had and the NPU never got: both go together; the
     # super() call the NPU writes as NPUModelRunner.load_model(self, ...) stops the widening
     assert [(c.gpu_line, [line.strip() for line in c.lines]) for c in changes] == [
@@ -631,7 +633,7 @@ def test_a_change_since_the_release_brings_the_omni_lines_next_to_it_the_npu_nev
              "self._policy(model)"]),
         (8, ["self._warm()"]),
     ]  # fmt: skip
-    results, files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    results, files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
     assert all(isinstance(r, gpu_ports.Port) for r in results), results
     text = files["npu_model_runner.py"]
     code = [
@@ -677,13 +679,13 @@ _BLOCK_NPU = (
 
 
 def test_an_omni_block_changed_around_lines_the_gpu_side_deleted_is_replaced_whole() -> None:
-    from patch_queue.checks import gpu_update
+    from patch_queue.sync import changed_since
 
-    rules = gpu_rules.load_rules()
+    rules = translation.load_rules()
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _BLOCK_OLD})
     gpu, npu = {"gpu_model_runner.py": _BLOCK_NEW}, {"npu_model_runner.py": _BLOCK_NPU}
-    changes = gpu_update.changes_since(since, gpu, npu, _VLLM, rules)
-    (port,), files = gpu_sync.sync(changes, gpu, _VLLM, npu, rules, since)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
+    (port,), files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
     assert isinstance(port, gpu_ports.Port), port
     # the NPU method holds the release's block, loop included: the loop the GPU side deleted between the two changed
     # statements is part of what the port replaces (the NPU rewrote its neighbours, so no merge between them could)
@@ -745,7 +747,7 @@ def _copy(attr: str) -> tuple[list[gpu_ports.Port | gpu_ports.Unplaced], str]:
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
     vllm = "class GPUModelRunner:\n    def execute_model(self, scheduler_output):\n        return None\n"
     ascend = "class NPUModelRunner(GPUModelRunner):\n    def __init__(self):\n        self.device = None\n"
-    results, files = gpu_helpers.copy_helpers(npu, gpu, vllm, ascend, gpu_rules.load_rules())
+    results, files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, translation.load_rules())
     return results, files["npu_ar_model_runner.py"]
 
 
@@ -756,7 +758,7 @@ def test_helpers_a_port_calls_are_copied_whole_and_transitively() -> None:
         "NPUARModelRunner._enabled",
         "NPUARModelRunner._inner",
     ]
-    assert all(r.changes[0].reason == gpu_helpers.HELPER for r in results)
+    assert all(r.changes[0].reason == helper_methods.HELPER for r in results)
     tree = ast.parse(text)
     cls = tree.body[0]
     assert isinstance(cls, ast.ClassDef)
@@ -769,7 +771,9 @@ def test_helpers_a_port_calls_are_copied_whole_and_transitively() -> None:
     assert text.count("Omni-new") == 6
     gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % "talker"}
     vllm, ascend = "class GPUModelRunner:\n    pass\n", "class NPUModelRunner(GPUModelRunner):\n    pass\n"
-    again, same = gpu_helpers.copy_helpers({"npu_ar_model_runner.py": text}, gpu, vllm, ascend, gpu_rules.load_rules())
+    again, same = helper_methods.copy_helpers(
+        {"npu_ar_model_runner.py": text}, gpu, vllm, ascend, translation.load_rules()
+    )
     assert again == [] and same["npu_ar_model_runner.py"] == text
 
 
@@ -787,14 +791,16 @@ def test_a_helper_the_project_declines_is_not_copied() -> None:
     gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % "talker"}
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
     vllm = "class GPUModelRunner:\n    pass\n"
-    decline = gpu_rules.Decline("gpu_ar_model_runner.py", "_omni_outputs", "def _omni_outputs(self, scheduler_output):")
-    rules = replace(gpu_rules.load_rules(), declined=(decline,))
-    (unplaced,), files = gpu_helpers.copy_helpers(npu, gpu, vllm, "class NPUModelRunner(GPUModelRunner):\n    pass\n",
-                                                  rules)  # fmt: skip
+    decline = translation.Decline(
+        "gpu_ar_model_runner.py", "_omni_outputs", "def _omni_outputs(self, scheduler_output):"
+    )
+    rules = replace(translation.load_rules(), declined=(decline,))
+    ascend = "class NPUModelRunner(GPUModelRunner):\n    pass\n"
+    (unplaced,), files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, rules)
     assert isinstance(unplaced, gpu_ports.Unplaced) and files == npu
     assert unplaced.reason == (
         "helper _omni_outputs of NPUARModelRunner.execute_model not copied: the project declines it "
-        f"({gpu_rules.USER_RULES})"
+        f"({translation.USER_RULES})"
     )
 
 
@@ -802,8 +808,8 @@ def test_a_helper_calling_super_is_not_copied() -> None:
     gpu = {"gpu_ar_model_runner.py": (_HELPER_GPU % "talker").replace("return None\n", "return super().x()\n", 1)}
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
     vllm = "class GPUModelRunner:\n    pass\n"
-    (unplaced,), _files = gpu_helpers.copy_helpers(npu, gpu, vllm, "class NPUModelRunner(GPUModelRunner):\n    pass\n",
-                                                gpu_rules.load_rules())  # fmt: skip
+    ascend = "class NPUModelRunner(GPUModelRunner):\n    pass\n"
+    (unplaced,), _files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, translation.load_rules())
     assert isinstance(unplaced, gpu_ports.Unplaced) and "calls super()" in unplaced.reason
 
 
@@ -819,8 +825,8 @@ def test_an_override_calling_super_is_copied_where_the_npu_class_runs_the_upstre
     npu = {"npu_ar_model_runner.py": _HELPER_NPU.replace("return self._omni_outputs(scheduler_output)", "return None")}
     vllm = "class GPUModelRunner:\n    def capture_model(self):\n        return 0\n"
     ascend = "class NPUModelRunner(GPUModelRunner):\n    def capture_model(self):\n        return 1\n"
-    results, files = gpu_helpers.copy_helpers(npu, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
-                                              gpu_rules.load_rules())  # fmt: skip
+    results, files = helper_methods.copy_helpers(npu, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
+                                              translation.load_rules())  # fmt: skip
     assert [r.symbol for r in results if isinstance(r, gpu_ports.Port)] == [
         "NPUARModelRunner.capture_model",
         "NPUARModelRunner._capture_talker",
@@ -833,8 +839,8 @@ def test_an_override_calling_super_is_copied_where_the_npu_class_runs_the_upstre
     npu_has = {"npu_ar_model_runner.py": npu["npu_ar_model_runner.py"].replace(
         "    def load_model(self):", "    def capture_model(self):\n        return 2\n\n    def load_model(self):"
     )}  # fmt: skip
-    again, _files = gpu_helpers.copy_helpers(npu_has, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
-                                             gpu_rules.load_rules())  # fmt: skip
+    again, _files = helper_methods.copy_helpers(npu_has, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
+                                             translation.load_rules())  # fmt: skip
     assert again == []
 
 
@@ -885,8 +891,8 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
     """The generation runner's unplaced change calls _tensor_values, which gpu_generation_model_runner.py imports
     from gpu_ar_model_runner.py: the whole function goes into npu_ar_model_runner.py, before its ExecuteModelState
     as on the GPU side, fenced, with the function it calls in turn; the copy names the change that needs it."""
-    from patch_queue.checks import gpu_functions
     from patch_queue.checks.gpu_audit import GpuChange
+    from patch_queue.sync import module_functions
 
     gpu = {"gpu_ar_model_runner.py": _FUNC_GPU_AR, "gpu_generation_model_runner.py": _FUNC_GPU_GEN}
     npu = {"npu_ar_model_runner.py": _FUNC_NPU_AR, "npu_generation_model_runner.py": "class NPUGen:\n    pass\n"}
@@ -894,12 +900,12 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
                        "npu_generation_model_runner.py", 2)  # fmt: skip
     hunk = "        payloads = [_tensor_values(p) for p in self.outputs]  # _inner_fn in a comment\n"
     unplaced = gpu_ports.Unplaced((change,), "diverged", "npu_generation_model_runner.py", "NPUGen.sample_tokens", hunk)
-    rules = gpu_rules.load_rules()
-    ports, files, declined = gpu_functions.copy_functions([unplaced], npu, gpu, rules)
+    rules = translation.load_rules()
+    ports, files, declined = module_functions.copy_functions([unplaced], npu, gpu, rules)
     assert declined == []
     assert [(p.symbol, p.npu_file, p.changes[0].reason) for p in ports] == [
-        ("_inner_fn", "npu_ar_model_runner.py", gpu_functions.FUNCTION),
-        ("_tensor_values", "npu_ar_model_runner.py", gpu_functions.FUNCTION),
+        ("_inner_fn", "npu_ar_model_runner.py", module_functions.FUNCTION),
+        ("_tensor_values", "npu_ar_model_runner.py", module_functions.FUNCTION),
     ]
     assert ports[1].how == (
         "module function copied (as a whole module-level function before ExecuteModelState; nothing calls it yet: "
@@ -924,14 +930,14 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
     assert files["npu_generation_model_runner.py"] == npu["npu_generation_model_runner.py"]
     # once there, nothing more; a placed change (its port imported what it uses) and a function the change's own
     # NPU module binds are left alone
-    assert gpu_functions.copy_functions([unplaced], files, gpu, rules) == ([], files, [])
+    assert module_functions.copy_functions([unplaced], files, gpu, rules) == ([], files, [])
     bound = dict(npu, **{"npu_generation_model_runner.py": "from x import _tensor_values\n"})
-    assert gpu_functions.copy_functions([unplaced], bound, gpu, rules) == ([], bound, [])
+    assert module_functions.copy_functions([unplaced], bound, gpu, rules) == ([], bound, [])
     # a function the project declines is not copied (nor what it alone calls), and is returned as declined
     first = next(line.strip() for line in _FUNC_GPU_AR.splitlines() if line.startswith("def _tensor_values"))
-    decline = gpu_rules.Decline("gpu_ar_model_runner.py", "_tensor_values", first)
+    decline = translation.Decline("gpu_ar_model_runner.py", "_tensor_values", first)
     declining = replace(rules, declined=(decline,))
-    none, same, refused = gpu_functions.copy_functions([unplaced], npu, gpu, declining)
+    none, same, refused = module_functions.copy_functions([unplaced], npu, gpu, declining)
     assert (none, same) == ([], npu)
     assert [(c.gpu_file, c.method, c.first) for c in refused] == [decline.key]
 
@@ -1208,7 +1214,7 @@ def test_a_deleted_port_is_declined_and_not_ported_again(synced: tuple[Path, str
     assert ported
     out = pq(work, "delete", name).stdout
     assert f"declined: {ported[0][0]} {ported[0][2]}: `{ported[0][3]}`" in out
-    declined = gpu_rules.load_rules(work / "patches").declined
+    declined = translation.load_rules(work / "patches").declined
     assert [d.key for d in declined] == [(f, m, first) for f, _line, m, first in ported]
     assert all(d.note == f"pq delete {name}" for d in declined)
 
@@ -1219,7 +1225,7 @@ def test_a_deleted_port_is_declined_and_not_ported_again(synced: tuple[Path, str
     assert name not in (work / "patches" / "series").read_text()
 
     pq(work, "undo")
-    assert not (work / "patches" / gpu_rules.USER_RULES).exists()
+    assert not (work / "patches" / translation.USER_RULES).exists()
     assert (work / "patches" / "series").read_text() == series
 
 

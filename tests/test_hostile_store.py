@@ -437,7 +437,7 @@ def test_an_error_about_a_value_with_control_characters_is_one_line(damaged_base
 
 
 def test_a_decline_table_reads_back_exactly() -> None:
-    from patch_queue.checks.gpu_rules import Decline
+    from patch_queue.sync.translation import Decline
 
     entry = Decline("gpu_model_runner.py", "m", HOSTILE, note=HOSTILE)
     assert tomllib.loads(entry.toml())["decline"] == [

@@ -19,6 +19,7 @@ LAYERS = (
     {"series"},
     {"project"},
     {"checks", "outputs"},
+    {"sync"},
     {"commands"},
     {"cli"},
     {"__main__"},

@@ -223,7 +223,7 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip())
 
 
-def _is_trivial(code: str) -> bool:
+def is_trivial(code: str) -> bool:
     return code in _TRIVIAL or not re.search(r"[A-Za-z0-9_]", code)
 
 
@@ -284,7 +284,7 @@ def _hunks(
                 line = _Line(omni_code.code[row], omni_lines[row - 1].strip(), omni_code.names[row] - upstream_names)
                 # trivial, an upstream line (moved here, or a generic one like "x=x") or part of an upstream
                 # statement wrapped differently
-                if _is_trivial(line.code) or upstream.has(line, by_names=False):
+                if is_trivial(line.code) or upstream.has(line, by_names=False):
                     continue
                 if not line.new_names and re.match(r"(from|import)\s", line.text):
                     continue  # an upstream import moved into the method
@@ -300,7 +300,7 @@ def _hunks(
 
 
 @dataclass(frozen=True)
-class _Class:
+class RunnerClass:
     name: str
     module: str  # "" for the upstream classes
     side: str  # "gpu" | "npu" | "vllm" | "ascend"
@@ -308,13 +308,13 @@ class _Class:
     methods: Mapping[str, symbols.Symbol]
 
 
-def _classes(path: str, text: str, side: str) -> dict[str, _Class]:
+def runner_classes(path: str, text: str, side: str) -> dict[str, RunnerClass]:
     try:
         tree = symbols.parsed(text)
     except SyntaxError as exc:
         raise SourceError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
     syms = symbols.symbols_ast(text, path=path)
-    out: dict[str, _Class] = {}
+    out: dict[str, RunnerClass] = {}
     for node in tree.body:
         if not isinstance(node, ast.ClassDef):
             continue
@@ -323,16 +323,16 @@ def _classes(path: str, text: str, side: str) -> dict[str, _Class]:
         )
         prefix = node.name + "."
         methods = {n[len(prefix) :]: s for n, s in syms.items() if n.startswith(prefix) and s.is_method}
-        out.setdefault(node.name, _Class(node.name, path, side, bases, methods))
+        out.setdefault(node.name, RunnerClass(node.name, path, side, bases, methods))
     return out
 
 
-def _c3(name: str, classes: Mapping[str, _Class], seen: tuple[str, ...] = ()) -> list[str]:
+def c3_mro(name: str, classes: Mapping[str, RunnerClass], seen: tuple[str, ...] = ()) -> list[str]:
     """C3 linearisation over the known classes; unknown bases (mixins of other files) are leaves."""
     cls = classes.get(name)
     if cls is None or name in seen:
         return [name]
-    seqs = [_c3(b, classes, (*seen, name)) for b in cls.bases] + [list(cls.bases)]
+    seqs = [c3_mro(b, classes, (*seen, name)) for b in cls.bases] + [list(cls.bases)]
     out = [name]
     while any(seqs):
         head = next((seq[0] for seq in seqs if seq and not any(seq[0] in s[1:] for s in seqs)), "")
@@ -360,7 +360,7 @@ def _delegates(method: str, text: str, mro: Sequence[str], at: int) -> int | Non
 # -- the audit -------------------------------------------------------------------------------
 
 
-def _npu_counterpart(gpu_file: str, npu_files: Mapping[str, str]) -> str | None:
+def npu_counterpart(gpu_file: str, npu_files: Mapping[str, str]) -> str | None:
     base = posixpath.basename(gpu_file)
     if not base.startswith("gpu_"):
         return None
@@ -375,27 +375,27 @@ class _Where:
     npu_file: str
     npu_line: int = 0
     runs_gpu: str = ""  # non-empty: the GPU method itself runs on NPU, and why
-    chain: tuple[_Class, ...] = ()  # the omni NPU classes whose method the NPU side runs, in call order
+    chain: tuple[RunnerClass, ...] = ()  # the omni NPU classes whose method the NPU side runs, in call order
     modules: tuple[str, ...] = ()  # the NPU modules of the NPU class's MRO (the fallback search)
     ends_in: str = ""  # the non-omni-NPU class whose method the chain ends in ("" if an NPU method does not delegate)
     missing: str = ""  # non-empty: no NPU counterpart at all
 
 
 def _locate(
-    gpu_file: str, gpu_cls: str, method: str, npu_files: Mapping[str, str], classes: Mapping[str, _Class]
+    gpu_file: str, gpu_cls: str, method: str, npu_files: Mapping[str, str], classes: Mapping[str, RunnerClass]
 ) -> _Where:
-    npu_file = _npu_counterpart(gpu_file, npu_files)
+    npu_file = npu_counterpart(gpu_file, npu_files)
     if npu_file is None:
         return _Where("", missing=f"no NPU module for {posixpath.basename(gpu_file)}")
-    runners = [c for c in classes.values() if c.module == npu_file and ASCEND_CLASS in _c3(c.name, classes)[1:]]
+    runners = [c for c in classes.values() if c.module == npu_file and ASCEND_CLASS in c3_mro(c.name, classes)[1:]]
     if not runners:
         return _Where(npu_file, missing=f"no subclass of {ASCEND_CLASS} in {npu_file}")
-    mro = _c3(runners[0].name, classes)
+    mro = c3_mro(runners[0].name, classes)
     modules = (
         npu_file,
         *sorted({classes[c].module for c in mro if c in classes and classes[c].side == "npu"} - {npu_file}),
     )
-    chain: list[_Class] = []
+    chain: list[RunnerClass] = []
     at = 0
     ends_in = ""
     while True:
@@ -477,16 +477,16 @@ def audit(
     ``history``: the vLLM file at older releases (optional; their code counts as upstream).
     Changes come sorted by GPU file and line.
     """
-    classes: dict[str, _Class] = {}
+    classes: dict[str, RunnerClass] = {}
     for side, files in (("npu", npu_files), ("gpu", gpu_files)):
         for path, text in sorted(files.items()):
-            for name, cls in _classes(path, text, side).items():
+            for name, cls in runner_classes(path, text, side).items():
                 classes.setdefault(name, cls)
     for upstream, text, side, path in (
         (ASCEND_CLASS, ascend_runner, "ascend", adopt.UPSTREAM_FILE),
         (VLLM_CLASS, vllm_runner, "vllm", VLLM_RUNNER),
     ):
-        found = _classes(path, text, side).get(upstream)
+        found = runner_classes(path, text, side).get(upstream)
         if found is not None:
             classes[upstream] = replace(found, module="")
     vllm_syms = symbols.symbols_ast(vllm_runner, path=VLLM_RUNNER)

@@ -5,18 +5,25 @@ that an NPU runner class may lack.  A GPU change calling ``self.register_chunk_r
 NPU class without the mixin the call fails at run time.  :func:`needed_bases` finds, for a port, each such base
 and the names it alone provides (read from the module the GPU runner imports it from), so the port says so for
 review instead of passing as done.
+
+The context of an NPU runner class that does not inherit its GPU counterpart (:class:`HelperCtx`: its MRO, the
+GPU class, what the known classes set, :func:`npu_attrs`) lives here, public: ``pq check`` reads it for its
+warnings, and ``pq sync-gpu``'s copies of helper methods (:mod:`patch_queue.sync.helper_methods`) read it too.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
+import textwrap
 import tokenize
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
-from patch_queue.checks import gpu_audit, gpu_helpers
+from patch_queue.checks import gpu_audit
 from patch_queue.checks.findings import WARNING, Finding
 from patch_queue.merge import symbols
 
@@ -31,6 +38,126 @@ class Need:
     def message(self, npu_cls: str) -> str:
         reads = ", ".join(f"self.{n}" for n in self.names)
         return f"reads {reads}, which only {self.base} provides: {npu_cls} lacks that base (it fails at run time)"
+
+
+@functools.lru_cache(maxsize=4096)
+def assigned_attrs(text: str) -> frozenset[str]:
+    """Every ``self.X`` a text assigns (any target form), and the names its class bodies bind (kept: the MRO of
+    each NPU class is read again for every helper and port)."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        return frozenset()
+    out = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.ctx, (ast.Store, ast.Del))
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "self"
+    }
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for stmt in cls.body:
+            if isinstance(stmt, ast.Assign):
+                out.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
+            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                out.add(stmt.target.id)
+            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(stmt.name)
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class HelperCtx:
+    npu_file: str
+    npu_cls: str
+    gpu_file: str
+    gpu_cls: str
+    order: tuple[str, ...]  # the NPU class's MRO
+    classes: Mapping[str, gpu_audit.RunnerClass]
+    vllm_methods: frozenset[str]
+    gpu_methods: Mapping[str, symbols.Symbol]
+    upstream_attrs: frozenset[str]  # what the known classes of the NPU MRO outside the NPU modules set
+
+    def resolved(self, name: str) -> bool:
+        return any(c in self.classes and name in self.classes[c].methods for c in self.order)
+
+    def wanted(self, name: str) -> bool:
+        """An omni method of the GPU class itself that the NPU class does not resolve."""
+        return name in self.gpu_methods and name not in self.vllm_methods and not self.resolved(name)
+
+
+def helper_ctx(
+    npu_file: str, files: Mapping[str, str], gpu_files: Mapping[str, str], vllm_runner: str, ascend_runner: str
+) -> list[HelperCtx]:
+    classes: dict[str, gpu_audit.RunnerClass] = {}
+    for side, group in (("npu", files), ("gpu", gpu_files)):
+        for path, text in sorted(group.items()):
+            for name, cls in gpu_audit.runner_classes(path, text, side).items():
+                classes.setdefault(name, cls)
+    upstream_attrs: set[str] = set()
+    for upstream, text, side, path in (
+        (gpu_audit.ASCEND_CLASS, ascend_runner, "ascend", "model_runner_v1.py"),
+        (gpu_audit.VLLM_CLASS, vllm_runner, "vllm", gpu_audit.VLLM_RUNNER),
+    ):
+        found = gpu_audit.runner_classes(path, text, side).get(upstream)
+        if found is not None:
+            classes[upstream] = replace(found, module="")
+            upstream_attrs |= assigned_attrs(text)
+    vllm = classes.get(gpu_audit.VLLM_CLASS)
+    vllm_methods = frozenset(vllm.methods) if vllm else frozenset()
+    gpu_file = next((g for g in sorted(gpu_files) if Path(g).name == "gpu_" + Path(npu_file).name[len("npu_") :]), "")
+    if not gpu_file or not Path(npu_file).name.startswith("npu_"):
+        return []
+    gpu_runners = [
+        c
+        for c in classes.values()
+        if c.module == gpu_file and c.side == "gpu" and gpu_audit.VLLM_CLASS in gpu_audit.c3_mro(c.name, classes)[1:]
+    ]
+    out = []
+    for cls in sorted(classes.values(), key=lambda c: c.name):
+        if cls.module != npu_file or cls.side != "npu":
+            continue
+        mro = gpu_audit.c3_mro(cls.name, classes)
+        if gpu_audit.ASCEND_CLASS not in mro[1:]:
+            continue
+        # the most derived GPU runner class of the counterpart module
+        gpu = max(gpu_runners, key=lambda g: (len(gpu_audit.c3_mro(g.name, classes)), g.name), default=None)
+        if gpu is None or gpu.name in mro:
+            continue  # the NPU class inherits the GPU class: its methods resolve there
+        out.append(
+            HelperCtx(
+                npu_file,
+                cls.name,
+                gpu_file,
+                gpu.name,
+                tuple(mro),
+                classes,
+                vllm_methods,
+                gpu.methods,
+                frozenset(upstream_attrs),
+            )  # fmt: skip
+        )
+    return out
+
+
+def npu_attrs(ctx: HelperCtx, files: Mapping[str, str], gpu_files: Mapping[str, str]) -> set[str]:
+    """What the NPU class's MRO sets or defines: attributes, class names, methods (of the NPU classes, the omni GPU
+    classes they inherit and the upstream runners)."""
+    out = set(ctx.upstream_attrs)
+    for name in ctx.order:
+        cls = ctx.classes.get(name)
+        if cls is None:
+            continue
+        out.update(cls.methods)
+        if cls.side in ("npu", "gpu"):
+            for sym in cls.methods.values():
+                out |= assigned_attrs(sym.text)
+            text = files.get(cls.module, "") if cls.side == "npu" else gpu_files.get(cls.module, "")
+            for sym in symbols.symbols_ast(text, path=cls.module).values():
+                if sym.name == cls.name:
+                    out |= assigned_attrs(sym.text)
+    return out
 
 
 def self_reads(code: str) -> list[str]:
@@ -61,22 +188,22 @@ def needed_bases(
     """Per (NPU module, NPU class, code of that class: a port's lines, or the class), the bases of the GPU class
     that the NPU class lacks and whose code alone provides what the code reads from ``self`` (``files``: the NPU
     modules as they are)."""
-    contexts: dict[str, list[gpu_helpers._HelperCtx]] = {}
+    contexts: dict[str, list[HelperCtx]] = {}
     have: dict[tuple[str, str], set[str]] = {}
     provided: dict[str, set[str]] = {}
     out: list[list[Need]] = []
     for npu_file, npu_cls, text in code:
         if npu_file not in contexts:
-            contexts[npu_file] = gpu_helpers._helper_ctx(npu_file, files, gpu_files, vllm_runner, ascend_runner)
+            contexts[npu_file] = helper_ctx(npu_file, files, gpu_files, vllm_runner, ascend_runner)
         ctx = next((c for c in contexts[npu_file] if c.npu_cls == npu_cls), None)
         needs: list[Need] = []
         out.append(needs)
         if ctx is None:
             continue
         if (npu_file, npu_cls) not in have:
-            have[npu_file, npu_cls] = gpu_helpers._npu_attrs(ctx, files, gpu_files)
+            have[npu_file, npu_cls] = npu_attrs(ctx, files, gpu_files)
         wanted = [n for n in self_reads(text) if n not in have[npu_file, npu_cls]]
-        for base in gpu_audit._c3(ctx.gpu_cls, ctx.classes) if wanted else []:
+        for base in gpu_audit.c3_mro(ctx.gpu_cls, ctx.classes) if wanted else []:
             if base in ctx.order or base in ctx.classes:
                 continue  # the NPU class has it too, or it is a runner class pq reads
             if base not in provided:
@@ -100,7 +227,7 @@ def findings(
     classes = [
         (path, name, symbols.symbols_ast(text, path=path)[name])
         for path, text in sorted(files.items())
-        for name in gpu_audit._classes(path, text, "npu")
+        for name in gpu_audit.runner_classes(path, text, "npu")
     ]
     out = []
     needed = needed_bases(
@@ -157,7 +284,7 @@ def _class_provides(name: str, module: str, module_text: ModuleText, depth: int)
         origin = _imported_from(text, name)
         return set() if origin is None else _class_provides(name, origin, module_text, depth - 1)
     out = {n.name for n in found.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    out |= gpu_helpers._assigned_attrs(ast.get_source_segment(text, found) or "")
+    out |= assigned_attrs(ast.get_source_segment(text, found) or "")
     for b in found.bases:
         if isinstance(b, ast.Name):
             origin = module if any(isinstance(n, ast.ClassDef) and n.name == b.id for n in tree.body) else None

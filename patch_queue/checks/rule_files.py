@@ -1,6 +1,6 @@
 """What the two rule files share (``check-rules.toml`` of :mod:`.rules`, ``gpu-sync-rules.toml`` of
-:mod:`.gpu_rules`): reading one as UTF-8 TOML, the line of a key for an error message (tomllib gives no line
-numbers), the type check of a key's value, and regular expressions run with a time limit.
+:mod:`patch_queue.sync.translation`): reading one as UTF-8 TOML, the line of a key for an error message (tomllib
+gives no line numbers), the type check of a key's value, and regular expressions run with a time limit.
 
 A rule's regular expression is the project's data, run on every module by ``pq check`` (and so inside
 ``pq refresh``) and on every GPU line by ``pq sync-gpu``: a catastrophic one (``( +)+#X`` against a long run of

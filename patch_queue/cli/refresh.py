@@ -389,8 +389,8 @@ def _refresh_sync_gpu(ws: Workspace, outcome: Outcome, upstream: str | None) -> 
 
 
 def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
-    from patch_queue.checks import gpu_rules
     from patch_queue.commands import sync_gpu
+    from patch_queue.sync import translation
 
     for s in outcome.synced:
         port = s.port
@@ -409,7 +409,7 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
     for u in outcome.unplaced:
         where = f" in {u.symbol}" if u.symbol else ""
         typer.echo(f"unplaced: {sync_gpu.where(u.changes)}{where}: {u.reason}")
-    rules_file = ws.rel(ws.queue_dir.root / gpu_rules.USER_RULES)
+    rules_file = ws.rel(ws.queue_dir.root / translation.USER_RULES)
     for c in outcome.declined:
         typer.echo(f"declined: {c.gpu_file}:{c.gpu_line} in {c.method}: `{c.first}` ({rules_file})")
     synced = [s for s in outcome.synced if not sync_gpu.is_helper(s.port)]

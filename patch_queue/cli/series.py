@@ -96,8 +96,8 @@ def delete(
     discard: DiscardOpt = False,
 ) -> int:
     """Delete a patch from the series; the patches above it must apply without it."""
-    from patch_queue.checks import gpu_rules
     from patch_queue.commands import edit
+    from patch_queue.sync import translation
 
     if (name is None) == (not top):
         err("error: name a patch, or pass --top (not both)")
@@ -108,7 +108,7 @@ def delete(
     for d in declined:
         typer.echo(f"declined: {d.file} {d.method}: `{d.first}` (pq sync-gpu will not port it again)")
     if declined:
-        typer.echo(f"  in {ws.rel(ws.queue_dir.root / gpu_rules.USER_RULES)}: remove an entry to port it again")
+        typer.echo(f"  in {ws.rel(ws.queue_dir.root / translation.USER_RULES)}: remove an entry to port it again")
     return EXIT_OK
 
 

@@ -7,7 +7,6 @@ import re
 import shlex
 from pathlib import Path
 
-from patch_queue.checks import gpu_rules
 from patch_queue.commands.write import (
     StepInfo,
     finish,
@@ -27,6 +26,7 @@ from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, base_for_queue, load_stack
 from patch_queue.series import absorb, lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import render_queue
+from patch_queue.sync import translation
 
 
 def do_accept(ws: Workspace, *, upstream_git: str | None, discard: bool = False) -> int:
@@ -286,7 +286,7 @@ def do_goto(ws: Workspace, name: str, *, upstream_git: str | None, discard: bool
 
 def do_delete(
     ws: Workspace, name: str | None, *, upstream_git: str | None, discard: bool = False
-) -> tuple[str, str, list[gpu_rules.Decline]]:
+) -> tuple[str, str, list[translation.Decline]]:
     """Remove a patch from the series (``stg delete``; the top one with ``name`` None, as ``--top``); the
     patches above it are re-applied without it, each must still apply.  A ``sync-gpu-*`` patch's GPU changes
     are declined in ``patches/gpu-sync-rules.toml``, so ``pq sync-gpu`` does not port them again.  Returns (its
@@ -308,15 +308,15 @@ def do_delete(
 _RULES_HEAD = "pq sync-gpu: this project's translation rules, and the GPU changes it does not port"
 
 
-def _declined(ws: Workspace, name: str, message: str) -> tuple[list[gpu_rules.Decline], dict[Path, bytes]]:
+def _declined(ws: Workspace, name: str, message: str) -> tuple[list[translation.Decline], dict[Path, bytes]]:
     """The GPU changes the ``sync-gpu-*`` patch ``name`` ported that the project does not decline yet, and the
     rules file that declines them too ({} when there are none)."""
-    entries = gpu_rules.declines_of(name, message)
+    entries = translation.declines_of(name, message)
     if not entries:
         return [], {}
-    path = ws.queue_dir.root / gpu_rules.USER_RULES
+    path = ws.queue_dir.root / translation.USER_RULES
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    have = gpu_rules.load_rules(ws.queue_dir.root).declined  # a broken rules file stops the delete here
+    have = translation.load_rules(ws.queue_dir.root).declined  # a broken rules file stops the delete here
     known = {h.key for h in have}
     new = [d for d in dict.fromkeys(entries) if d.key not in known]
     if not new:

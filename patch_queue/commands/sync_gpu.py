@@ -2,7 +2,7 @@
 
 The audit (:mod:`patch_queue.checks.gpu_audit`) lists the unported changes of the GPU runners of
 a vllm-omni release (default: the downstream release in ``queue.toml``) against the ``GPUModelRunner`` of
-the vLLM release it goes with (:mod:`patch_queue.sources.vllm_release`); :mod:`patch_queue.checks.gpu_sync`
+the vLLM release it goes with (:mod:`patch_queue.sources.vllm_release`); :mod:`patch_queue.sync.placement`
 places and translates each.  Every port becomes a patch of its own at the end of the series
 (``NNNN-sync-gpu-<method>-<n>.patch``, one commit on top of the stack), written once through the
 journal like ``pq new``: a lineage step ``edit`` of the command ``sync-gpu`` whose new bodies are
@@ -20,17 +20,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from patch_queue.checks import (
-    gpu_audit,
-    gpu_functions,
-    gpu_helpers,
-    gpu_needs,
-    gpu_rules,
-    gpu_sync,
-    gpu_update,
-    imports,
-)
-from patch_queue.checks.gpu_ports import Port, Since, Unplaced
+from patch_queue.checks import gpu_audit, gpu_needs, imports
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
 from patch_queue.commands.write import module_files, refuse_out_edits, sync_stack
@@ -44,6 +34,8 @@ from patch_queue.series import adopt, stack
 from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.vllm_release import vllm_release
+from patch_queue.sync import changed_since, helper_methods, module_functions, placement, translation
+from patch_queue.sync.ports import Port, Since, Unplaced
 
 SYNCED = ConflictKind.GPU_SYNCED
 UNPLACED = ConflictKind.GPU_UNPLACED
@@ -77,12 +69,12 @@ class SyncOutcome:
 def is_helper(result: Port | Unplaced) -> bool:
     """A whole GPU helper method or module function copied (or not copied), not a change of a GPU copy of a vLLM
     method."""
-    return result.changes[0].reason in (gpu_helpers.HELPER, gpu_functions.FUNCTION)
+    return result.changes[0].reason in (helper_methods.HELPER, module_functions.FUNCTION)
 
 
 def is_function(result: Port | Unplaced) -> bool:
     """A whole module-level GPU function copied for a change left unplaced."""
-    return result.changes[0].reason == gpu_functions.FUNCTION
+    return result.changes[0].reason == module_functions.FUNCTION
 
 
 def where(changes: tuple[gpu_audit.GpuChange, ...]) -> str:
@@ -197,7 +189,7 @@ def plan_sync(
         raise QueueError(f"the stack's base vendors no {adopt.UPSTREAM_FILE}")
     ascend = vendored.decode("utf-8", errors="replace")
     files = module_texts(module_files(ws, top))
-    rules = gpu_rules.load_rules(ws.queue_dir.root)
+    rules = translation.load_rules(ws.queue_dir.root)
     ports: list[Port] = []
     unported = -1
     declined: dict[tuple[str, int], gpu_audit.GpuChange] = {}
@@ -212,25 +204,25 @@ def plan_sync(
         changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
         partly: list[gpu_audit.GpuChange] = []
         if before is not None:
-            partly = kept(gpu_update.partly_ported(before, changes, gpu_files))
-            changes += gpu_update.changes_since(before, gpu_files, files, vllm_runner, rules)
+            partly = kept(changed_since.partly_ported(before, changes, gpu_files))
+            changes += changed_since.changes_since(before, gpu_files, files, vllm_runner, rules)
         changes = sorted(kept(changes), key=lambda c: (c.gpu_file, c.gpu_line))
         unported = sum(1 for c in [*changes, *partly] if not c.ported) + len(declined) if unported < 0 else unported
-        results, files = gpu_sync.sync(changes, gpu_files, vllm_runner, files, rules, before)
+        results, files = placement.sync(changes, gpu_files, vllm_runner, files, rules, before)
         # the rest of the partial ports, each on its own after the others: grouped with an unported neighbour, the
         # code it replaces would be the NPU's rewrite
-        more, files = gpu_sync.sync(partly, gpu_files, vllm_runner, files, rules, before)
+        more, files = placement.sync(partly, gpu_files, vllm_runner, files, rules, before)
         results += more
         ports += [r for r in results if isinstance(r, Port)]
         if not any(isinstance(r, Port) for r in results):
             break
-    helpers, files = gpu_helpers.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
+    helpers, files = helper_methods.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
     results += helpers
     ports += [r for r in helpers if isinstance(r, Port)]
     outcome = SyncOutcome(source, unported, declined=[declined[k] for k in sorted(declined)])
     outcome.unplaced = [r for r in results if isinstance(r, Unplaced)]
     # the module functions the changes left unplaced call, which their hand ports will need
-    functions, files, refused = gpu_functions.copy_functions(outcome.unplaced, files, gpu_files, rules)
+    functions, files, refused = module_functions.copy_functions(outcome.unplaced, files, gpu_files, rules)
     ports += functions
     outcome.declined += refused
     # what a port reads from self that only a base of the GPU class provides, which the NPU class lacks
@@ -264,7 +256,7 @@ def plan_sync(
         taken.add(slug + ".patch")
         name = f"{len(patches) + 1:04d}-{slug}.patch"
         tree[port.npu_file] = port.text.encode("utf-8")
-        lines = "".join(gpu_rules.ported_line(c.gpu_file, c.gpu_line, c.method, c.first) for c in port.changes)
+        lines = "".join(translation.ported_line(c.gpu_file, c.gpu_line, c.method, c.first) for c in port.changes)
         what = (
             "copy the GPU module function"
             if is_function(port)

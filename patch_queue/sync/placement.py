@@ -6,7 +6,7 @@ of those into the NPU method the audit names, one at a time (a later port may an
 one), and never guesses:
 
 1. **Translation**: every line of the GPU hunk goes through the ordered rules of
-   ``gpu_sync.toml`` (:mod:`patch_queue.checks.gpu_rules`: ``CUDAGraphWrapper`` -> ``ACLGraphWrapper``,
+   ``gpu_sync.toml`` (:mod:`patch_queue.sync.translation`: ``CUDAGraphWrapper`` -> ``ACLGraphWrapper``,
    ``set_forward_context`` -> ``set_ascend_forward_context``, ...),
    extended by the project's ``patches/gpu-sync-rules.toml``.
 2. **Anchors**: the GPU code lines right before and right after the change (other unported changes
@@ -14,7 +14,7 @@ one), and never guesses:
    once in the NPU method (the run before, then the run after).  When neither is there (the NPU
    copy rewrote the statement before it, e.g. its own ``_build_attention_metadata(...)`` call), the
    insertion goes after the one NPU statement most like the GPU statement before it (difflib's ratio
-   of the normalised code at least :data:`patch_queue.checks.gpu_units.SIMILAR`, no other as close), and the port
+   of the normalised code at least :data:`patch_queue.sync.statements.SIMILAR`, no other as close), and the port
    says so.
 3. **What it replaces**: the same anchors in vLLM's method give the upstream code the change
    replaced (none for an insertion).  The NPU code between the anchors must be that code
@@ -35,9 +35,9 @@ one), and never guesses:
 A change that cannot be placed (no NPU method to hold it, an anchor absent or ambiguous, diverged
 NPU code, a result that does not parse or reads an unbound local) comes back as :class:`Unplaced` with the reason.
 
-Whole omni helper methods the ports call are copied by :mod:`patch_queue.checks.gpu_helpers`; what a port is,
-and the steps every port shares, live in :mod:`patch_queue.checks.gpu_ports`; the statement units the sides are
-compared by, in :mod:`patch_queue.checks.gpu_units`.
+Whole omni helper methods the ports call are copied by :mod:`patch_queue.sync.helper_methods`; what a port is,
+and the steps every port shares, live in :mod:`patch_queue.sync.ports`; the statement units the sides are
+compared by, in :mod:`patch_queue.sync.statements`.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ from dataclasses import dataclass, replace
 
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import NotPlaced, Port, Since, Unplaced, completed, joined, method_at, reindent
-from patch_queue.checks.gpu_rules import Rules
-from patch_queue.checks.gpu_units import SIMILAR, Unit, code_rows, opcodes, similar, spans, units, whole
 from patch_queue.merge import anchors, symbols, three_way
+from patch_queue.sync.ports import NotPlaced, Port, Since, Unplaced, completed, joined, method_at, reindent
+from patch_queue.sync.statements import SIMILAR, Unit, code_rows, opcodes, similar, spans, units, whole
+from patch_queue.sync.translation import Rules
 
 # the longest run of code lines tried to make an anchor unique
 _MAX_ANCHOR = 8
@@ -356,7 +356,7 @@ def _check_partial(site: _Site, first: int, last: int, keep: set[int], replaced:
     for u in site.gunits:
         if (
             first <= u.first <= last
-            and not gpu_audit._is_trivial(u.key)
+            and not gpu_audit.is_trivial(u.key)
             and n_keys[u.key] > max(v_keys[u.key], g_keys[u.key])
         ):
             shown = site.gpu_lines[u.first].strip()

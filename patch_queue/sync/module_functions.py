@@ -1,6 +1,6 @@
 """``pq sync-gpu``'s copies of the module-level functions that changes left unplaced need (pure logic).
 
-A GPU change that could not be placed (:class:`~patch_queue.checks.gpu_ports.Unplaced`) is ported by hand; when its
+A GPU change that could not be placed (:class:`~patch_queue.sync.ports.Unplaced`) is ported by hand; when its
 GPU code calls a function that a GPU runner module defines at its top level (``_ensure_tensor_values`` of
 ``gpu_ar_model_runner.py``, which ``gpu_generation_model_runner.py`` imports from there) and the NPU counterpart of
 that module (``npu_ar_model_runner.py``) neither defines nor imports, :func:`copy_functions` copies the whole
@@ -9,7 +9,7 @@ function that follows it in the GPU module (else before the NPU module's first c
 functions of the same kind it calls in turn.  The NPU runners mirror the GPU runner modules this way: they never
 import from ``gpu_ar_model_runner`` or ``gpu_generation_model_runner``.  Nothing calls the copy until the change is
 ported, so each copy says which change not placed needs it (its GPU hunk's place), for review.  A change that was
-placed is left alone: its port imported what it uses (:func:`patch_queue.checks.gpu_ports.with_imports`).
+placed is left alone: its port imported what it uses (:func:`patch_queue.sync.ports.with_imports`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import Port, Unplaced, bare_names, bound_names, completed, joined
-from patch_queue.checks.gpu_rules import Rules
 from patch_queue.merge import symbols
+from patch_queue.sync.ports import Port, Unplaced, bare_names, bound_names, completed, joined
+from patch_queue.sync.translation import Rules
 
 FUNCTION = "module function copied"
 # how many functions deep a copy follows the functions a copied function calls
@@ -92,7 +92,7 @@ def copy_functions(
 
     def copy(name: str, gpu_file: str, needs: str, depth: int) -> None:
         source = _defining(name, gpu_file, gpu_files)
-        npu_file = gpu_audit._npu_counterpart(source, out_files) if source else None
+        npu_file = gpu_audit.npu_counterpart(source, out_files) if source else None
         if source is None or npu_file is None or (source, name) in done or name in bound_names(out_files[npu_file]):
             return
         done.add((source, name))
@@ -117,7 +117,7 @@ def copy_functions(
         if not u.changes or not u.gpu_hunk or u.changes[0].reason == FUNCTION:
             continue
         change = u.changes[0]
-        caller_npu = u.npu_file or gpu_audit._npu_counterpart(change.gpu_file, out_files) or ""
+        caller_npu = u.npu_file or gpu_audit.npu_counterpart(change.gpu_file, out_files) or ""
         needs = ", ".join(f"{c.gpu_file}:{c.gpu_line}" for c in u.changes) + (f" in {u.symbol}" if u.symbol else "")
         for name in sorted(_used(u.gpu_hunk)):
             if name not in bound_names(out_files.get(caller_npu, "")):

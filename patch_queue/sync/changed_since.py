@@ -3,11 +3,11 @@
 The audit (:mod:`patch_queue.checks.gpu_audit`) covers the GPU copies of vLLM's ``GPUModelRunner`` methods.  The
 other methods of the GPU runners (omni-only ones such as ``_talker_mtp_forward``, and overrides calling ``super()``
 such as ``load_model``) have NPU counterparts that ported them at the series' release: :func:`changes_since` lists,
-for each such method that the GPU side changed since that release (:class:`~patch_queue.checks.gpu_ports.Since`)
+for each such method that the GPU side changed since that release (:class:`~patch_queue.sync.ports.Since`)
 and that the NPU module's runner class overrides, every hunk of that change (the release's method, translated,
 against today's, compared by statement as the placement does), widened over the statements next to it that the GPU
 side had at that release already and the NPU method never got (the omni code the change builds on, e.g. the line
-binding what a new line reads).  :func:`patch_queue.checks.gpu_sync.sync` places
+binding what a new line reads).  :func:`patch_queue.sync.placement.sync` places
 each against the release's GPU method: the NPU method holds that code, so a hunk replaces the lines it replaced
 there.  Lines the GPU side only deleted are not deleted on NPU; a hunk whose statements the NPU method all holds is
 not listed.
@@ -20,12 +20,13 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from patch_queue.checks import gpu_audit, gpu_sync, gpu_units
+from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import Since, joined, method_at
-from patch_queue.checks.gpu_rules import Rules
 from patch_queue.merge import anchors, symbols
 from patch_queue.series import adopt
+from patch_queue.sync import placement, statements
+from patch_queue.sync.ports import Since, joined, method_at
+from patch_queue.sync.translation import Rules
 
 
 def changes_since(
@@ -41,7 +42,7 @@ def changes_since(
     }
     out: list[GpuChange] = []
     for gpu_file in sorted(gpu_files):
-        npu_file = gpu_audit._npu_counterpart(gpu_file, npu_files)
+        npu_file = gpu_audit.npu_counterpart(gpu_file, npu_files)
         if npu_file is None or gpu_file not in since.files:
             continue
         npu_methods = [s for s in symbols.symbols_ast(npu_files[npu_file], path=npu_file).values() if s.is_method]
@@ -54,14 +55,14 @@ def changes_since(
             if len(owners) != 1:
                 continue  # the NPU class inherits the GPU method (it runs as written), or lacks it (a helper)
             new_lines = gsym.text.splitlines()
-            old_units = gpu_units.units([rules.translate(line) for line in old.text.splitlines()])
-            new_units = gpu_units.units([rules.translate(line) for line in new_lines])
-            on_npu = {u.key for u in gpu_units.units(owners[0].text.splitlines())}
+            old_units = statements.units([rules.translate(line) for line in old.text.splitlines()])
+            new_units = statements.units([rules.translate(line) for line in new_lines])
+            on_npu = {u.key for u in statements.units(owners[0].text.splitlines())}
             reason = f"{name} changed since {since.label}"
-            ops = gpu_units.opcodes([u.key for u in old_units], [u.key for u in new_units])
+            ops = statements.opcodes([u.key for u in old_units], [u.key for u in new_units])
             unchanged = {j for tag, _i1, _i2, j1, j2 in ops if tag == "equal" for j in range(j1, j2)}
             for tag, _i1, _i2, j1, j2 in ops:
-                keys = [u.key for u in new_units[j1:j2] if not gpu_audit._is_trivial(u.key)]
+                keys = [u.key for u in new_units[j1:j2] if not gpu_audit.is_trivial(u.key)]
                 if tag == "equal" or j2 == j1 or all(k in on_npu for k in keys):
                     continue  # unchanged, only deleted on the GPU side, or on NPU already
                 j1, j2 = _widened(new_units, new_lines, j1, j2, unchanged, on_npu, owners[0].text)
@@ -75,7 +76,7 @@ def changes_since(
 
 
 def _widened(
-    units: Sequence[gpu_units.Unit],
+    units: Sequence[statements.Unit],
     lines: Sequence[str],
     j1: int,
     j2: int,
@@ -86,14 +87,14 @@ def _widened(
     """Units [j1, j2) of a change widened over the statements next to it, in its block or deeper, that the GPU side
     had at the release already and the NPU method never got (its omni code the change builds on: the new line
     reads what they bind); blank lines and comments do not stop it.  A statement the NPU method holds, or holds
-    rewritten, does: one as like it as :func:`patch_queue.checks.gpu_units.like`, one binding a local the NPU method
+    rewritten, does: one as like it as :func:`patch_queue.sync.statements.like`, one binding a local the NPU method
     binds too (its own version of it), and a ``return`` or ``raise`` (the NPU method ends that path its own way)."""
     try:
         tree = ast.parse(textwrap.dedent(joined(lines)))
     except SyntaxError:
         return j1, j2
     stmts = {n.lineno - 1: n for n in ast.walk(tree) if isinstance(n, ast.stmt)}
-    npu_locals = gpu_sync.bound_locals(npu_method)
+    npu_locals = placement.bound_locals(npu_method)
     indent = anchors.indent_of(lines[units[j1].first])
 
     def lacking(j: int) -> bool:
@@ -102,11 +103,11 @@ def _widened(
         return (
             j in unchanged
             and u.key not in on_npu
-            and not gpu_audit._is_trivial(u.key)
+            and not gpu_audit.is_trivial(u.key)
             and anchors.indent_of(lines[u.first]) >= indent
             and not isinstance(node, (ast.Return, ast.Raise))
             and not (node is not None and _targets(node) & npu_locals)
-            and not any(gpu_units.like(u.key, k) for k in on_npu)
+            and not any(statements.like(u.key, k) for k in on_npu)
         )
 
     while j1 > 0 and lacking(j1 - 1):

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from patch_queue.checks import gpu_audit
-from patch_queue.checks.gpu_ports import joined
+from patch_queue.sync.ports import joined
 
 # two statements this similar (difflib's ratio) are one edited statement
 SIMILAR = 0.6
@@ -27,10 +28,16 @@ def code_rows(lines: Sequence[str]) -> dict[int, str]:
 def statements(text: str) -> list[tuple[int, int, int]]:
     """(first, last header row, last row) of every statement of a method (0-based rows); a simple
     statement is all header."""
+    return list(_statements(text))
+
+
+# kept: one sync reads the same few hundred method texts again and again (units, spans, each placement round)
+@functools.lru_cache(maxsize=1024)
+def _statements(text: str) -> tuple[tuple[int, int, int], ...]:
     try:
         tree = ast.parse(textwrap.dedent(text))
     except SyntaxError:
-        return []
+        return ()
     out: list[tuple[int, int, int]] = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.stmt, ast.ExceptHandler)) and not isinstance(
@@ -40,7 +47,7 @@ def statements(text: str) -> list[tuple[int, int, int]]:
             body = getattr(node, "body", None)
             header = max(node.lineno - 1, body[0].lineno - 2) if isinstance(body, list) and body else end
             out.append((node.lineno - 1, header, end))
-    return sorted(out)
+    return tuple(sorted(out))
 
 
 def spans(text: str) -> list[tuple[int, int, int, int]]:
@@ -48,12 +55,17 @@ def spans(text: str) -> list[tuple[int, int, int, int]]:
     whole statement along (:func:`whole`): every statement's header, and each ``else:`` / ``finally:`` clause line
     of a compound statement, which takes that whole statement along (a change that adds an ``else:`` re-indents the
     code after it, which the statement's other lines show; an added ``elif`` branch re-indents nothing)."""
-    out = [(s, header, s, end) for s, header, end in statements(text)]
+    return list(_spans(text))
+
+
+@functools.lru_cache(maxsize=1024)
+def _spans(text: str) -> tuple[tuple[int, int, int, int], ...]:
+    out = [(s, header, s, end) for s, header, end in _statements(text)]
     try:
         lines = textwrap.dedent(text).splitlines()
         tree = ast.parse("\n".join(lines))
     except SyntaxError:
-        return out
+        return tuple(out)
     for node in (n for n in ast.walk(tree) if isinstance(n, ast.stmt)):
         for before, clause, words in _clauses(node):
             if before and clause:
@@ -61,7 +73,7 @@ def spans(text: str) -> list[tuple[int, int, int, int]]:
                 row = next((r for r in rows if lines[r].strip().split(" ", 1)[0].rstrip(":") in words), None)
                 if row is not None:
                     out.append((row, row, node.lineno - 1, (node.end_lineno or node.lineno) - 1))
-    return sorted(out)
+    return tuple(sorted(out))
 
 
 def _clauses(node: ast.stmt) -> list[tuple[Sequence[ast.stmt | ast.excepthandler], list[ast.stmt], tuple[str, ...]]]:
@@ -134,6 +146,7 @@ def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a sync compares the same pairs of statements again in every round
 def like(a: str, b: str) -> float:
     """difflib's ratio of two statements' normalised code when it is at least :data:`SIMILAR` (one edited
     statement), else 0."""
@@ -146,7 +159,7 @@ def like(a: str, b: str) -> float:
 def similar(key: str, keys: Sequence[str], lo: int = 0) -> int | None:
     """Index in ``keys`` (from ``lo`` on) of the one statement most like ``key``: difflib's ratio at least
     :data:`SIMILAR` and above every other's; None when there is none or two are as close."""
-    if gpu_audit._is_trivial(key):
+    if gpu_audit.is_trivial(key):
         return None
     scored = sorted(((r, i) for i in range(lo, len(keys)) if (r := like(key, keys[i]))), reverse=True)
     if not scored or (len(scored) > 1 and scored[1][0] == scored[0][0]):

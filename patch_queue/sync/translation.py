@@ -26,7 +26,7 @@ from patch_queue.merge import anchors
 from patch_queue.series.queue import toml_string
 
 USER_RULES = "gpu-sync-rules.toml"
-BUILTIN = "patch_queue/checks/gpu_sync.toml"
+BUILTIN = "patch_queue/sync/gpu_sync.toml"
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def _tables(
 def load_rules(project_patches: Path | None = None) -> Rules:
     """The built-in rules with the project's ``patches/gpu-sync-rules.toml`` applied: a rule with a
     built-in id replaces it in place, a new one goes after the built-in ones."""
-    text = resources.files("patch_queue.checks").joinpath("gpu_sync.toml").read_text(encoding="utf-8")
+    text = resources.files("patch_queue.sync").joinpath("gpu_sync.toml").read_text(encoding="utf-8")
     builtin, fence, declined = parse_rules(text, path=BUILTIN)
     rules = {r.id: r for r in builtin}
     if project_patches is not None and (project_patches / USER_RULES).is_file():

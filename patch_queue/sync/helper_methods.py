@@ -1,7 +1,7 @@
 """``pq sync-gpu``'s copies of whole omni helper methods (pure logic): :func:`copy_helpers` copies the omni helper
 methods of a GPU runner class (``self.X`` it defines itself, not vLLM's) that its NPU counterpart calls and lacks,
 when the NPU class does not inherit the GPU class (``NPUARModelRunner``, ``NPUGenerationModelRunner``): translated
-by the rules (:mod:`patch_queue.checks.gpu_rules`), the GPU class name read as the NPU one, inside one fence pair at
+by the rules (:mod:`patch_queue.sync.translation`), the GPU class name read as the NPU one, inside one fence pair at
 class-body indentation after the calling method, with its imports, and the helpers it calls in turn.  A helper
 that calls ``super()`` or reads ``self.attr`` that nothing in the NPU class's MRO (NPU classes, the omni GPU
 classes they inherit, the upstream runners) sets is not copied.
@@ -14,14 +14,13 @@ import functools
 import re
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
 
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
-from patch_queue.checks.gpu_ports import Port, Unplaced, completed, joined, reindent
-from patch_queue.checks.gpu_rules import USER_RULES, Rules
+from patch_queue.checks.gpu_needs import HelperCtx, assigned_attrs, helper_ctx, npu_attrs
 from patch_queue.merge import anchors, symbols
+from patch_queue.sync.ports import Port, Unplaced, completed, joined, reindent
+from patch_queue.sync.translation import USER_RULES, Rules
 
 # how many helpers deep a copy follows the helpers a copied helper calls
 _MAX_HELPER_DEPTH = 4
@@ -41,31 +40,10 @@ def _self_refs(node: ast.AST, names: Iterable[str] = ()) -> list[tuple[int, str]
     )
 
 
-@functools.lru_cache(maxsize=4096)
-def _assigned_attrs(text: str) -> frozenset[str]:
-    """Every ``self.X`` a text assigns (any target form), and the names its class bodies bind (kept: the MRO of
-    each NPU class is read again for every helper and port)."""
-    try:
-        tree = ast.parse(textwrap.dedent(text))
-    except SyntaxError:
-        return frozenset()
-    out = {
-        n.attr
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Attribute)
-        and isinstance(n.ctx, (ast.Store, ast.Del))
-        and isinstance(n.value, ast.Name)
-        and n.value.id == "self"
-    }
-    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
-        for stmt in cls.body:
-            if isinstance(stmt, ast.Assign):
-                out.update(t.id for t in stmt.targets if isinstance(t, ast.Name))
-            elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
-                out.add(stmt.target.id)
-            elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                out.add(stmt.name)
-    return frozenset(out)
+@functools.lru_cache(maxsize=1024)  # the NPU methods are read again for each helper copied
+def _method_self_refs(text: str, cls: str) -> tuple[tuple[int, str], ...]:
+    """:func:`_self_refs` of a method's text (``self.X`` and ``cls.X``)."""
+    return tuple(_self_refs(ast.parse(textwrap.dedent(text)), (cls,)))
 
 
 def _fence_row(lines: Sequence[str], row: int, indent: int) -> int:
@@ -80,99 +58,6 @@ def _fence_row(lines: Sequence[str], row: int, indent: int) -> int:
     return next((i + 1 for i in range(row, len(lines)) if fence(lines[i])), len(lines))
 
 
-@dataclass(frozen=True)
-class _HelperCtx:
-    npu_file: str
-    npu_cls: str
-    gpu_file: str
-    gpu_cls: str
-    order: tuple[str, ...]  # the NPU class's MRO
-    classes: Mapping[str, gpu_audit._Class]
-    vllm_methods: frozenset[str]
-    gpu_methods: Mapping[str, symbols.Symbol]
-    upstream_attrs: frozenset[str]  # what the known classes of the NPU MRO outside the NPU modules set
-
-    def resolved(self, name: str) -> bool:
-        return any(c in self.classes and name in self.classes[c].methods for c in self.order)
-
-    def wanted(self, name: str) -> bool:
-        """An omni method of the GPU class itself that the NPU class does not resolve."""
-        return name in self.gpu_methods and name not in self.vllm_methods and not self.resolved(name)
-
-
-def _helper_ctx(
-    npu_file: str, files: Mapping[str, str], gpu_files: Mapping[str, str], vllm_runner: str, ascend_runner: str
-) -> list[_HelperCtx]:
-    classes: dict[str, gpu_audit._Class] = {}
-    for side, group in (("npu", files), ("gpu", gpu_files)):
-        for path, text in sorted(group.items()):
-            for name, cls in gpu_audit._classes(path, text, side).items():
-                classes.setdefault(name, cls)
-    upstream_attrs: set[str] = set()
-    for upstream, text, side, path in (
-        (gpu_audit.ASCEND_CLASS, ascend_runner, "ascend", "model_runner_v1.py"),
-        (gpu_audit.VLLM_CLASS, vllm_runner, "vllm", gpu_audit.VLLM_RUNNER),
-    ):
-        found = gpu_audit._classes(path, text, side).get(upstream)
-        if found is not None:
-            classes[upstream] = replace(found, module="")
-            upstream_attrs |= _assigned_attrs(text)
-    vllm = classes.get(gpu_audit.VLLM_CLASS)
-    vllm_methods = frozenset(vllm.methods) if vllm else frozenset()
-    gpu_file = next((g for g in sorted(gpu_files) if Path(g).name == "gpu_" + Path(npu_file).name[len("npu_") :]), "")
-    if not gpu_file or not Path(npu_file).name.startswith("npu_"):
-        return []
-    gpu_runners = [
-        c
-        for c in classes.values()
-        if c.module == gpu_file and c.side == "gpu" and gpu_audit.VLLM_CLASS in gpu_audit._c3(c.name, classes)[1:]
-    ]
-    out = []
-    for cls in sorted(classes.values(), key=lambda c: c.name):
-        if cls.module != npu_file or cls.side != "npu":
-            continue
-        mro = gpu_audit._c3(cls.name, classes)
-        if gpu_audit.ASCEND_CLASS not in mro[1:]:
-            continue
-        # the most derived GPU runner class of the counterpart module
-        gpu = max(gpu_runners, key=lambda g: (len(gpu_audit._c3(g.name, classes)), g.name), default=None)
-        if gpu is None or gpu.name in mro:
-            continue  # the NPU class inherits the GPU class: its methods resolve there
-        out.append(
-            _HelperCtx(
-                npu_file,
-                cls.name,
-                gpu_file,
-                gpu.name,
-                tuple(mro),
-                classes,
-                vllm_methods,
-                gpu.methods,
-                frozenset(upstream_attrs),
-            )  # fmt: skip
-        )
-    return out
-
-
-def _npu_attrs(ctx: _HelperCtx, files: Mapping[str, str], gpu_files: Mapping[str, str]) -> set[str]:
-    """What the NPU class's MRO sets or defines: attributes, class names, methods (of the NPU classes, the omni GPU
-    classes they inherit and the upstream runners)."""
-    out = set(ctx.upstream_attrs)
-    for name in ctx.order:
-        cls = ctx.classes.get(name)
-        if cls is None:
-            continue
-        out.update(cls.methods)
-        if cls.side in ("npu", "gpu"):
-            for sym in cls.methods.values():
-                out |= _assigned_attrs(sym.text)
-            text = files.get(cls.module, "") if cls.side == "npu" else gpu_files.get(cls.module, "")
-            for sym in symbols.symbols_ast(text, path=cls.module).values():
-                if sym.name == cls.name:
-                    out |= _assigned_attrs(sym.text)
-    return out
-
-
 def _super_calls(tree: ast.AST) -> set[str]:
     """The ``X`` of every ``super().X`` under ``tree`` (``""`` for a bare ``super()``)."""
     supers = {
@@ -184,7 +69,7 @@ def _super_calls(tree: ast.AST) -> set[str]:
     return out | ({""} if len(out) < len(supers) else set())
 
 
-def _overrides(ctx: _HelperCtx) -> list[str]:
+def _overrides(ctx: HelperCtx) -> list[str]:
     """The methods of the GPU class that override a vLLM ``GPUModelRunner`` method and call that method through
     ``super()``, where the NPU class runs the upstream method itself (no omni class of its MRO overrides it): on
     NPU, ``super()`` reaches vllm-ascend's method, as it reaches vLLM's on the GPU."""
@@ -203,7 +88,7 @@ def _overrides(ctx: _HelperCtx) -> list[str]:
 
 
 def _helper_plan(
-    ctx: _HelperCtx, name: str, caller: str, have: set[str], seen: tuple[str, ...]
+    ctx: HelperCtx, name: str, caller: str, have: set[str], seen: tuple[str, ...]
 ) -> tuple[list[tuple[str, str]], str]:
     """The helpers to copy for ``name`` as (helper, the method calling it; "" for an override of
     :func:`_overrides`, whose own ``super()`` call stays): it, then its own helpers; or the reason it cannot be
@@ -215,7 +100,7 @@ def _helper_plan(
         return [], f"{ctx.gpu_cls}.{name} does not parse on its own"
     if _super_calls(tree) and (caller or _super_calls(tree) != {name}):
         return [], f"{ctx.gpu_cls}.{name} calls super(), which resolves elsewhere in {ctx.npu_cls}"
-    own = _assigned_attrs(gsym.text)
+    own = assigned_attrs(gsym.text)
     order: list[tuple[str, str]] = [(name, caller)]
     for _line, attr in _self_refs(tree, (ctx.gpu_cls,)):
         if any(attr == h for h, _c in order):
@@ -250,9 +135,9 @@ def copy_helpers(
     out: list[Port | Unplaced] = []
     refused: set[tuple[str, str]] = set()
     for npu_file in sorted(files):
-        for ctx0 in _helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner):
+        for ctx0 in helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner):
             while True:
-                ctx = next(c for c in _helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner)
+                ctx = next(c for c in helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner)
                            if c.npu_cls == ctx0.npu_cls)  # fmt: skip
                 text = out_files[npu_file]
                 syms = symbols.symbols_ast(text, path=npu_file)
@@ -261,7 +146,7 @@ def copy_helpers(
                     (line, attr, sym.name[len(prefix) :])
                     for sym in syms.values()
                     if sym.name.startswith(prefix) and sym.is_method
-                    for line, attr in _self_refs(ast.parse(textwrap.dedent(sym.text)), (ctx.npu_cls,))
+                    for line, attr in _method_self_refs(sym.text, ctx.npu_cls)
                 ]
                 todo = [(attr, caller) for _l, attr, caller in calls if ctx.wanted(attr)]
                 todo = [t for t in dict.fromkeys(todo) if (ctx.npu_cls, t[0]) not in refused]
@@ -269,7 +154,7 @@ def copy_helpers(
                 if not todo:
                     break
                 name, caller = todo[0]
-                have = _npu_attrs(ctx, out_files, gpu_files)
+                have = npu_attrs(ctx, out_files, gpu_files)
                 plan, why = _helper_plan(ctx, name, caller, have, ())
                 gsym = ctx.gpu_methods[name]
                 change = GpuChange(ctx.gpu_file, name, gsym.start, tuple(gsym.text.splitlines()), False, HELPER,
@@ -290,7 +175,7 @@ def copy_helpers(
     return out, out_files
 
 
-def _copy_helper(ctx: _HelperCtx, name: str, caller: str, text: str, rules: Rules) -> Port:
+def _copy_helper(ctx: HelperCtx, name: str, caller: str, text: str, rules: Rules) -> Port:
     gsym = ctx.gpu_methods[name]
     syms = symbols.symbols_ast(text, path=ctx.npu_file)
     cls = syms[ctx.npu_cls]
