@@ -135,6 +135,12 @@ def test_accept_errors_finishes_records_and_reproduces(adopted: Path, tmp_path: 
     assert "note: lineage step 2 (`pq refresh`) was finished over 1 error(s) of pq check (--accept-errors)" in out
     for f in sorted((proj / "npu_worker").glob("*.py")):
         assert (clone / "npu_worker" / f.name).read_bytes() == f.read_bytes(), f.name
+    # the same refresh again changes nothing: the error it was finished over does not keep it pending, nothing moves
+    before = (clone / "patches" / "queue.toml").read_bytes()
+    again = pq(clone, "refresh", "--to", CLEAN_TARGET, "--no-sources")
+    assert "the result is the series as it stands (nothing changed): its 1 error(s) of pq check" in again.stdout
+    assert (clone / "patches" / "queue.toml").read_bytes() == before
+    assert git(clone, "status", "--porcelain").strip() == ""
 
 
 def _take_side(text: str, side: str) -> str:

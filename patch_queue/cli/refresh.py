@@ -150,6 +150,11 @@ def _print_outcome(ws: Workspace, outcome: Outcome, listed: str | None = None) -
     if outcome.check_pending:
         assert outcome.check is not None
         return _check_pending(ws, outcome.check, f"the {'merge' if outcome.merged else 'refresh'} is pending")
+    if outcome.standing:
+        typer.echo(
+            f"the result is the series as it stands (nothing changed): its {outcome.standing} error(s) of pq check "
+            "were there before and do not keep the refresh pending"
+        )
     if outcome.accepted:
         typer.echo(
             f"finished over {len(outcome.accepted)} error(s) of pq check (--accept-errors): recorded in the "

@@ -31,7 +31,7 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.operation import Operation, OperationKind
 from patch_queue.project.workspace import REF_JOURNAL, Workspace, ref_moves
 from patch_queue.series import absorb, fmt, patchfile, reimport, replay, rerere, stack
-from patch_queue.series.queue import Queue
+from patch_queue.series.queue import Queue, parse_queue
 from patch_queue.series.replay import PatchStatus
 
 if TYPE_CHECKING:  # pq check is imported where it runs: `refresh --no-check` skips it
@@ -54,6 +54,7 @@ class Outcome:
     check_pending: bool = False  # the series is through, but the errors of `pq check` keep the operation pending
     accepted: list[str] = field(default_factory=list)  # the errors of `pq check` it finished over (--accept-errors)
     written: bool = True  # False: nothing was written (`pq continue` over check errors; a merge with nothing to merge)
+    standing: int = 0  # errors of `pq check` in a refresh that changed nothing: the series had them already
 
     @property
     def target_label(self) -> str:
@@ -146,6 +147,10 @@ def advance(
         if state.check:
             outcome.check = _check_result(ws, state, target, top_files, old_top, progress)
         errors = [f for f in outcome.check.findings if f.severity == "error"] if outcome.check else []
+        if errors and _changes_nothing(ws, state, target, top_files, old_top):
+            # the result is the series as it stands, on the pin it has: the errors were there before (the lineage
+            # holds how they were taken) and a refresh that changed nothing does not wait on them
+            outcome.standing, errors = len(errors), []
         if errors and not accept_errors:
             outcome.check_pending = True
             if command == "continue":  # nothing written: the maintainer fixes the files on disk and continues again
@@ -172,6 +177,15 @@ def advance(
     output.sync(ws.out, module_files(ws, top), writes)
     writes.commit()
     return outcome
+
+
+def _changes_nothing(
+    ws: Workspace, state: Operation, target: Queue, top_files: dict[str, bytes], old_top: str | None
+) -> bool:
+    """A refresh onto the pin the series has whose result is the series' own top, module for module."""
+    if state.kind is not OperationKind.REFRESH or old_top is None:
+        return False
+    return state.target().upstream == parse_queue(state.orig_queue).upstream and module_files(ws, old_top) == top_files
 
 
 def finish(
