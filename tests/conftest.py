@@ -27,6 +27,8 @@ def corpus() -> Path:
     found = corpus_dir()
     if found is None:
         pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    # module-scoped fixtures that need the corpus run before the function-scoped `sealed`: git reads the bundle
+    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
     return found
 
 
