@@ -29,7 +29,14 @@ from packaging.version import InvalidVersion, Version
 
 from patch_queue.commands import machine
 from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream
-from patch_queue.commands.write import StepInfo, module_files, refuse_links, refuse_out_edits, sync_stack
+from patch_queue.commands.write import (
+    StepInfo,
+    module_files,
+    refuse_links,
+    refuse_out_edits,
+    require_all_applied,
+    sync_stack,
+)
 from patch_queue.errors import QueueError
 from patch_queue.git.repo import Person, ProjectRepo
 from patch_queue.merge.conflict import Conflict, ConflictKind
@@ -37,7 +44,7 @@ from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
 from patch_queue.project import operation
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import LoadedStack, Workspace, applied_count
+from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import absorb, replay, rerere, stack
 from patch_queue.series.queue import Module, Queue, Step, render_queue
 from patch_queue.sources import registry
@@ -202,13 +209,7 @@ def do_merge(
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     queue = loaded.queue
-    applied = applied_count(ws, loaded)
-    if applied < len(loaded.patches):
-        raise QueueError(
-            f"only {applied} of {len(loaded.patches)} patches are applied; `pq push --all` first: "
-            "the merge goes into the whole series",
-            path=ws.rel(ws.queue_dir.series_path),
-        )
+    require_all_applied(ws, loaded, "the merge goes into the whole series")
     step_no, held = last_taken(queue)
     ancestor = since or held
     if not ancestor:

@@ -23,13 +23,13 @@ from packaging.version import InvalidVersion, Version
 from patch_queue.checks import gpu_audit, gpu_needs, imports
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
-from patch_queue.commands.write import module_files, refuse_out_edits, sync_stack
+from patch_queue.commands.write import module_files, refuse_out_edits, require_all_applied, sync_stack
 from patch_queue.errors import QueueError
 from patch_queue.git.repo import Person
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.progress import Progress, say
 from patch_queue.project.operation import refuse_pending
-from patch_queue.project.workspace import LoadedStack, Workspace, applied_count
+from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import adopt, stack
 from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
@@ -279,13 +279,7 @@ def do_sync_gpu(
     refuse_pending(ws)
     refuse_out_edits(ws, discard=False)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
-    applied = applied_count(ws, loaded)
-    if applied < len(loaded.patches):
-        raise QueueError(
-            f"only {applied} of {len(loaded.patches)} patches are applied; `pq push --all` first: "
-            "the ports go at the end of the series",
-            path=ws.rel(ws.queue_dir.series_path),
-        )
+    require_all_applied(ws, loaded, "the ports go at the end of the series")
     outcome, patches = plan_sync(ws, loaded, omni, since, progress=progress)
     queue, moved = loaded.queue, newer_release(loaded.queue, outcome.source)
     if moved is not None:  # also with nothing left to port: the series holds that release's GPU side

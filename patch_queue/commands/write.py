@@ -189,6 +189,16 @@ def do_build(
     return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg), output.discarded(dropped)
 
 
+def require_all_applied(ws: Workspace, loaded: LoadedStack, why: str) -> None:
+    """Refuse a command that works on the whole series while some patches are popped (``why``: what it does)."""
+    applied = applied_count(ws, loaded)
+    if applied < len(loaded.patches):
+        raise QueueError(
+            f"only {applied} of {len(loaded.patches)} patches are applied; `pq push --all` first: {why}",
+            path=ws.rel(ws.queue_dir.series_path),
+        )
+
+
 def sync_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | None = None) -> LoadedStack:
     """Load the stack from patches/ and make refs/pq/ match it."""
     loaded = load_stack(ws, upstream_git=upstream_git, progress=progress)
