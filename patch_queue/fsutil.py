@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,7 @@ def check_output(path: Path | None, report: Report, *, shown: str | None = None)
     exist (pq never creates one for it), it must not be a folder, and a regular file there (through a
     symbolic link too) must be empty or ``report`` as pq writes it: pq never overwrites a user's file.
     ``shown``: how the message names it (default: as given)."""
-    if path is None:
+    if path is None or is_stdout(path):
         return
     try:
         _check_output(path, report)
@@ -121,10 +122,20 @@ def _check_output(path: Path, report: Report) -> None:
         )
 
 
+def is_stdout(path: Path) -> bool:
+    """``-``, the name every file option of pq takes for stdout (as git, tar and curl do)."""
+    return str(path) == "-"
+
+
 def write_output(path: Path, data: bytes, report: Report) -> None:
     """Write a file the user named for output in place, as a shell redirection would: through a symbolic
     link to its target, into a device or FIFO as a stream, over a regular file's contents (the file, its
-    mode and its links stay) when it is empty or ``report`` as pq writes it; never replaced by another file."""
+    mode and its links stay) when it is empty or ``report`` as pq writes it; never replaced by another file;
+    ``-``: stdout."""
+    if is_stdout(path):
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
     check_output(path, report)
     try:
         with open(path, "wb") as fh:

@@ -45,8 +45,10 @@ AllOpt = Annotated[bool, typer.Option("--all", "-a")]
 NoSourcesOpt = Annotated[
     bool, typer.Option("--no-sources", help="skip the checks that need upstream source trees (imports, GPU audit)")
 ]
-ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here")]
-MarkdownOpt = Annotated[Path | None, typer.Option("--markdown", help="write the report as a pull-request body here")]
+ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here (- for stdout)")]
+MarkdownOpt = Annotated[
+    Path | None, typer.Option("--markdown", help="write the report as a pull-request body here (- for stdout)")
+]
 AnnotationsOpt = Annotated[
     bool, typer.Option("--annotations", help="print GitHub workflow-command annotations for conflicts and flags")
 ]

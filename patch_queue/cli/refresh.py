@@ -246,6 +246,8 @@ def _report_paths(ws: Workspace, report: Path | None, markdown: Path | None) -> 
     """The report paths as the refresh state keeps them: relative to the repository when inside it."""
 
     def kept(path: Path | None) -> str:
+        if path is not None and str(path) == "-":  # stdout, at this run and at the `pq continue` that ends it
+            return "-"
         full = path.resolve() if path else None
         if full is None:
             return ""
@@ -262,7 +264,7 @@ def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, json_bytes, write_output
     from patch_queue.outputs import report as render
 
-    report, markdown = (ws.root / p if p else None for p in outcome.state.reports)
+    report, markdown = (Path(p) if p == "-" else ws.root / p if p else None for p in outcome.state.reports)
     data = machine.report_json(outcome)
     if report is not None:
         write_output(report, json_bytes(data), REFRESH_JSON)
@@ -562,7 +564,9 @@ def mergetool(
 
 @command()
 def check(
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the findings as JSON here")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the findings as JSON here (- for stdout)")
+    ] = None,
     no_sources: NoSourcesOpt = False,
     upstream: UpstreamOpt = None,
 ) -> int:
@@ -581,7 +585,9 @@ def check(
 
 @command()
 def blocks(
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="write the inventory as Markdown here")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="write the inventory as Markdown here (- for stdout)")
+    ] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
     """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
