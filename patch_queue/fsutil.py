@@ -132,9 +132,11 @@ def write_output(path: Path, data: bytes, report: Report) -> None:
     link to its target, into a device or FIFO as a stream, over a regular file's contents (the file, its
     mode and its links stay) when it is empty or ``report`` as pq writes it; never replaced by another file;
     ``-``: stdout."""
-    if is_stdout(path):
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+    if is_stdout(path):  # the process's own stdout: the command's listing went to stderr
+        out = sys.__stdout__ or sys.stdout
+        out.flush()
+        out.buffer.write(data)
+        out.buffer.flush()
         return
     check_output(path, report)
     try:

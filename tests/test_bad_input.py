@@ -10,6 +10,7 @@ build in two folders and time zones and compares the bytes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -469,6 +470,16 @@ def test_output_paths_are_written_in_place_or_refused(proj: Path, tmp_path: Path
         proc = pq(proj, "blocks", "--markdown", "/dev/full", check=1)
         assert one_error_line(proc).startswith("pq: error: /dev/full: cannot be written: No space left on device")
         assert Path("/dev/full").is_char_device()
+
+
+def test_dash_names_stdout(proj: Path) -> None:
+    """``-`` for a file option is stdout, as git, tar and curl read it: no file named ``-`` is made."""
+    proc = pq(proj, "blocks", "--markdown", "-")
+    assert proc.stdout.startswith("#") and "unfenced" in proc.stderr, proc.stdout[:200]
+    proc = pq(proj, "check", "--no-sources", "--json", "-")
+    report = json.loads(proc.stdout)  # the report alone: the findings went to stderr
+    assert "errors" in report and "findings" in report
+    assert not (proj / "-").exists()
 
 
 def test_damaged_refs_and_environment_are_one_line(proj: Path, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ Exit codes: 0 ok, 1 user error, 3 conflicts left to resolve, 4 bug (traceback in
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, ParamSpec
 import typer
 
 from patch_queue.errors import EXIT_BUG, EXIT_ERROR, PqError, redact
-from patch_queue.fsutil import kill_point
+from patch_queue.fsutil import is_stdout, kill_point
 
 if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays fast
     from patch_queue.project.workspace import Workspace
@@ -97,7 +98,12 @@ def command(
         def run(*args: P.args, **kwargs: P.kwargs) -> None:
             try:
                 kill_point("command")
-                code = body(*args, **kwargs)
+                if any(isinstance(v, Path) and is_stdout(v) for v in kwargs.values()):
+                    # a report goes to stdout: the listing goes to stderr, so stdout holds the report alone
+                    with contextlib.redirect_stdout(sys.stderr):
+                        code = body(*args, **kwargs)
+                else:
+                    code = body(*args, **kwargs)
             except PqError as exc:
                 err(f"error: {exc}")
                 raise typer.Exit(exc.exit_code) from None

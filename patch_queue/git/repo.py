@@ -139,7 +139,10 @@ class ProjectRepo:
     def _blob_data(self, oid: pygit2.Oid) -> bytes:
         data = self._blobs.get(oid)
         if data is None:
-            data = self._repo[oid].peel(pygit2.Blob).data
+            # the object database's raw read (as git reads it): one inflate, no Blob object in between;
+            # anything else than a blob is peeled as before (and refused there)
+            kind, raw = self._repo.odb.read(oid)
+            data = raw if kind == pygit2.enums.ObjectType.BLOB else self._repo[oid].peel(pygit2.Blob).data
             self._keep(self._blobs, oid, data, len(data))
         return data
 
@@ -171,7 +174,7 @@ class ProjectRepo:
         return str(self._write_blob(data))
 
     def read_blob(self, oid: str) -> bytes:
-        return self._repo[oid].peel(pygit2.Blob).data
+        return self._blob_data(pygit2.Oid(hex=oid))
 
     def tree_of_blobs(self, blobs: list[str]) -> str:
         """A flat tree whose entries are the given blobs (named by their ids): keeps them reachable."""
