@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,33 @@ def corpus() -> Path:
 def pq_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = os.environ.get("PQ_CACHE")
     return Path(env) if env else tmp_path_factory.mktemp("pq-cache")
+
+
+SEAL = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.com",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "TZ": "UTC",
+}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sealed_session(tmp_path_factory: pytest.TempPathFactory, pq_cache: Path) -> Iterator[None]:
+    """The seal of `sealed` for the whole session, so session- and module-scoped fixtures (which run before any
+    function-scoped one) never see the developer's HOME, git identity or cache either."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(tmp_path_factory.mktemp("session-home")))
+        for key, value in SEAL.items():
+            mp.setenv(key, value)
+        mp.setenv("PQ_CACHE", str(pq_cache))
+        found = corpus_dir()
+        if found is not None:
+            mp.setenv("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
+        yield
 
 
 @pytest.fixture(autouse=True)
