@@ -29,11 +29,37 @@ if TYPE_CHECKING:  # the commands are imported when they run: `pq --help` stays 
 
 P = ParamSpec("P")
 
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 error (one line naming the file and line); 2 usage error; 3 conflicts or a pending"
+    " operation to resolve (see `pq status`); 4 a bug in pq (traceback in .git/pq/crash.log); 130 interrupted;"
+    " 141 the reader of stdout went away."
+)
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases.",
+    epilog=EXIT_CODES,
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        typer.echo(f"pq {version('patch-queue')}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    _shown: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print pq's version and exit"),
+    ] = False,
+) -> None:
+    """Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases."""
+
 
 UpstreamOpt = Annotated[
     str | None,
