@@ -179,4 +179,6 @@ def test_record_puts_edits_into_the_patch_that_owns_the_lines(proj: Path) -> Non
     out = pq(proj, "new", "extra-fix", "-m", "npu: an extra fix").stdout
     assert "extra-fix.patch" in out
     series = pq(proj, "series").stdout
-    assert series.splitlines()[-1].startswith("+ ") and "npu: an extra fix" in series
+    assert (
+        series.splitlines()[-1].startswith("> ") and "npu: an extra fix" in series
+    )  # the top patch, as StGit marks it

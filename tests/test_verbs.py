@@ -4,6 +4,7 @@ corpus with real git.  Where pq differs from StGit it says why in the README ("S
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def names(p: Path) -> list[str]:
 
 
 def applied(p: Path) -> list[str]:
-    return [line.split()[1] for line in pq(p, "series").stdout.splitlines() if line.startswith("+ ")]
+    return [line.split()[1] for line in pq(p, "series").stdout.splitlines() if line[:2] in ("+ ", "> ")]
 
 
 def error(proc: object) -> str:
@@ -234,3 +235,16 @@ def test_a_fresh_clone_reproduces_delete_rename_and_an_empty_patch(corpus: Path,
     for f in sorted((mine / "npu_worker").iterdir()):
         assert (fresh / "npu_worker" / f.name).read_bytes() == f.read_bytes(), f.name
     shutil.rmtree(fresh)
+
+
+def test_series_marks_the_top_and_prints_json(proj: Path) -> None:
+    # StGit's `stg series`: > the top patch, + the applied ones below it, - the unapplied ones
+    series = names(proj)
+    pq(proj, "goto", series[2])
+    marks = [line[:2] for line in pq(proj, "series").stdout.splitlines()]
+    assert marks == ["+ ", "+ ", "> "] + ["- "] * (len(series) - 3)
+    data = json.loads(pq(proj, "series", "--json").stdout)
+    assert [p["name"] for p in data["patches"]] == series and data["merge"] is None
+    assert [p["name"] for p in data["patches"] if p["top"]] == [series[2]]
+    assert [p["applied"] for p in data["patches"]] == [True] * 3 + [False] * (len(series) - 3)
+    assert all(p["subject"] for p in data["patches"])

@@ -26,25 +26,43 @@ from patch_queue.errors import EXIT_ERROR, EXIT_OK
 
 
 @command()
-def series(upstream: UpstreamOpt = None) -> None:
-    """List the patches in order, applied ones marked with +."""
+def series(
+    upstream: UpstreamOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the series as JSON")] = False,
+) -> None:
+    """List the patches in order, as StGit does: > the top patch, + applied, - unapplied, ! in conflict."""
+    import json
+
     from patch_queue.commands import edit, resolve
     from patch_queue.project.operation import OperationKind
     from patch_queue.project.workspace import vanished
     from patch_queue.series.replay import PatchStatus as S
 
     ws = workspace()
-    lines = []
     status = resolve.do_status(ws, upstream_git=upstream)
+    rows = []
     for name, state in status.patches:
-        mark = "+" if state in (S.APPLIED, S.MODIFIED, S.UNCHANGED, S.EMPTY) else "!" if state == S.CONFLICT else "-"
         try:
             subject = edit.patch_subject(ws, name)
         except OSError as exc:  # removed by a `pq delete` since the listing: one line, not half a listing
             raise vanished(ws, ws.queue_dir.root / name, exc) from None
-        lines.append(f"{mark} {name}  {subject}")
+        applied = state in (S.APPLIED, S.MODIFIED, S.UNCHANGED, S.EMPTY)
+        rows.append({"name": name, "state": str(state), "applied": applied, "top": False, "subject": subject})
+    top = [r for r in rows if r["applied"]]
+    if top and status.operation is not OperationKind.MERGE:
+        top[-1]["top"] = True
+    merge = None
     if status.operation is OperationKind.MERGE:
-        mark = "!" if status.conflicts else "+"
+        merge = {"target": status.target, "conflicts": len(status.conflicts)}
+    if as_json:
+        typer.echo(json.dumps({"patches": rows, "merge": merge}, indent=2))
+        return
+    lines = []
+    for r in rows:
+        mark = ">" if r["top"] else "+" if r["applied"] else "!" if r["state"] == S.CONFLICT else "-"
+        lines.append(f"{mark} {r['name']}  {r['subject']}")
+    if merge is not None:
+        mark = "!" if merge["conflicts"] else ">"
         lines.append(f"{mark} (merge of {status.target})  goes into the patches above at `pq continue`")
     echo(*lines)
 
