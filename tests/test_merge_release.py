@@ -7,6 +7,7 @@ and change the NPU runners by hand: 0.31.0rc1 adds ``aux_output.py``, 0.32.0rc1 
 from __future__ import annotations
 
 import hashlib
+import json
 import tomllib
 from pathlib import Path
 
@@ -144,6 +145,9 @@ def test_conflicts_stop_the_merge_abort_puts_back_continue_records(refreshed: Pa
     assert text.index("||||||| base vllm-omni 0.30.0", first) < text.index(">>>>>>> vllm-omni 0.31.0rc1", first)
     status = pq(proj, "status", check=3)
     assert f"merge in progress of vllm-omni=={RC1}" in status.stdout
+    data = json.loads(pq(proj, "status", "--json", check=3).stdout)  # the same, as JSON and with the same exit
+    assert data["in_progress"] == "merge" and data["target"] == f"vllm-omni=={RC1}"
+    assert data["conflicts"] and all(c["file"] in status.stdout for c in data["conflicts"])
     refused = pq(proj, "refresh", check=1)
     assert "a merge is already in progress" in refused.stderr
     assert "(merge of vllm-omni==0.31.0rc1)" in pq(proj, "series").stdout

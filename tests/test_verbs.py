@@ -248,3 +248,13 @@ def test_series_marks_the_top_and_prints_json(proj: Path) -> None:
     assert [p["name"] for p in data["patches"] if p["top"]] == [series[2]]
     assert [p["applied"] for p in data["patches"]] == [True] * 3 + [False] * (len(series) - 3)
     assert all(p["subject"] for p in data["patches"])
+
+
+def test_status_json(proj: Path) -> None:
+    data = json.loads(pq(proj, "status", "--json").stdout)
+    assert data["in_progress"] is None and data["conflicts"] == [] and data["unrecorded"] == []
+    assert [p["name"] for p in data["patches"]] == names(proj) and data["upstream"]
+    target = proj / "npu_worker" / "npu_model_runner.py"
+    target.write_text(target.read_text() + "# an edit\n")
+    data = json.loads(pq(proj, "status", "--json").stdout)
+    assert data["unrecorded"] == [{"file": "npu_model_runner.py", "added": 1, "removed": 0}]

@@ -632,7 +632,12 @@ def abort() -> None:
 
 
 @command()
-def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: VerboseOpt = False) -> int:
+def status(
+    upstream: UpstreamOpt = None,
+    flags: FlagsOpt = None,
+    verbose: VerboseOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the status as JSON (same exit code)")] = False,
+) -> int:
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
     from patch_queue.commands import resolve
     from patch_queue.outputs import folder
@@ -640,6 +645,37 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
 
     ws = workspace()
     st = resolve.do_status(ws, upstream_git=upstream)
+    code = (
+        EXIT_ERROR
+        if st.in_progress and st.check_errors and not st.conflicts
+        else EXIT_CONFLICT
+        if st.in_progress and st.conflicts
+        else EXIT_OK
+    )
+    if as_json:
+        import json
+
+        unusable = folder.unusable(ws)
+        data = {
+            "upstream": st.upstream,
+            "downstream": st.downstream,
+            "warning": None if unusable is None else str(unusable),
+            "in_progress": str(st.operation) if st.in_progress else None,
+            "target": st.target if st.in_progress else None,
+            "patches": [{"name": name, "state": str(state)} for name, state in st.patches],
+            "conflicts": [c.as_json(report=True) for c in st.conflicts],
+            "resolved": len(st.resolved),
+            "check_errors": [
+                {"file": file, "line": line, "rule": rule, "message": message}
+                for file, line, rule, message in st.check_errors
+            ],
+            "unrecorded": [{"file": e.file, "added": e.added, "removed": e.removed} for e in st.edits],
+            "accepted_errors": {"step": st.accepted[0], "errors": st.accepted[1], "kind": st.accepted_kind}
+            if st.accepted[1]
+            else None,
+        }
+        typer.echo(json.dumps(data, indent=2))
+        return code
     typer.echo(f"upstream: {st.upstream}")
     unusable = folder.unusable(ws)
     if unusable is not None:  # said, not refused: status reports
@@ -681,4 +717,4 @@ def status(upstream: UpstreamOpt = None, flags: FlagsOpt = None, verbose: Verbos
         typer.echo("next: `pq continue` (no conflict region is left on disk); or `pq abort`")
     elif st.in_progress:
         typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
-    return EXIT_CONFLICT if st.in_progress and st.conflicts else EXIT_OK
+    return code
