@@ -15,7 +15,7 @@ For the pair OLD -> NEW (default 0.24.0 -> 0.30.0):
    markers say ``omni`` for ours, the refreshed ``npu_worker/``, ``base`` for OLD's runners and ``upstream``
    for theirs, NEW's runners); a module only NEW has is taken as it is; every region resolved to theirs.
 3. *pq merge*: in a copy of the refreshed project, ``pq merge vllm-omni==NEW --report merge.json``; its markers
-   (series side first, NEW's last) checked, every region resolved with ``pq resolve --patch`` (the bottom
+   (series side first, NEW's last) checked, every region resolved with ``pq resolve --keep-patch`` (the bottom
    region of a file first, the files read again after each), then ``pq continue --accept-errors``.
 4. *statements*: those the maintainers added between OLD and NEW (:func:`added_statements`) missing from each
    output before it is resolved (:func:`missing`): present when the output has it outside conflict regions
@@ -296,7 +296,7 @@ def marker_problems(name: str, text: str) -> list[str]:
 
 
 def resolve_all(project: Path, regions: int) -> int:
-    """``pq resolve --patch`` (the last side) of the bottom region of the first module that has one, the modules
+    """``pq resolve --keep-patch`` (the last side) of the bottom region of the first module that has one, the modules
     read again after each (a resolve may take linked regions too), until none is left: how many resolves."""
     steps = 0
     while True:
@@ -308,7 +308,7 @@ def resolve_all(project: Path, regions: int) -> int:
         if steps >= regions:
             raise StepError(f"pq resolve: {sum(len(r) for _n, r in todo)} region(s) left after {steps} resolves")
         steps += 1
-        pq(project, "resolve", "--patch", f"npu_worker/{name}:{found[-1].first}")
+        pq(project, "resolve", "--keep-patch", f"npu_worker/{name}:{found[-1].first}")
 
 
 def pq_merge(project: Path, spec: str, work: Path) -> tuple[Json, dict[str, str], Json]:
@@ -521,7 +521,7 @@ def render(data: Json) -> str:
                 f" in the report, {m['regions']} region(s) in `npu_worker/`; {m['decisions']} decisions (regions"
                 f" joined by their links); review flags {kinds(m['flags'])}.",
                 f"- Markers: {'; '.join(m['problems']) if m['problems'] else 'every region diff3, in order'}.",
-                f"- `pq resolve --patch` run {m['resolves']} time(s); the result "
+                f"- `pq resolve --keep-patch` run {m['resolves']} time(s); the result "
                 + (
                     f"**differs** from each region taken to {new}'s side in {', '.join(m['resolve_differs'])}"
                     if m["resolve_differs"]

@@ -259,7 +259,7 @@ def resolve_with_pq(out: Path) -> None:
         if not marked:
             return
         f, line = marked[0]
-        pq(out.parent, "resolve", "--patch", f"{out.name}/{f.name}:{line}")
+        pq(out.parent, "resolve", "--keep-patch", f"{out.name}/{f.name}:{line}")
 
 
 def method_lines(path: Path, cls: str, method: str) -> tuple[int, int, int]:

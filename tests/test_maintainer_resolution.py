@@ -70,7 +70,7 @@ class Entry:
     def command(self) -> str | None:
         """The `pq resolve` option that writes this resolution, or None when the lines are written by hand."""
         if self.side is not None:
-            return f"--{self.side}"
+            return f"--keep-{self.side}"
         return "--both" if self.combine == ("upstream", "patch") else None
 
 

@@ -36,7 +36,7 @@ def refreshed(adopted: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     proj = copy_project(adopted, tmp_path_factory.mktemp("refreshed") / "p")
     code = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=None).returncode
     while code == 3:
-        resolve_all(proj, "--upstream")
+        resolve_all(proj, "--keep-upstream")
         code = pq(proj, "continue", "--accept-errors", check=None).returncode
     assert code == 0
     git(proj, "add", "-A")

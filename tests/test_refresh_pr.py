@@ -195,7 +195,7 @@ def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(corpus:
             lines = f.read_text().splitlines()
             at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
             while at is not None:
-                pq(proj, "resolve", "--upstream", "--alone", f"{f}:{at}")
+                pq(proj, "resolve", "--keep-upstream", "--alone", f"{f}:{at}")
                 lines = f.read_text().splitlines()
                 at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
         code = pq(proj, "continue", "--accept-errors", check=None).returncode

@@ -33,15 +33,17 @@ def test_resolve_one_region_by_side(adopted_030: Path, tmp_path: Path) -> None:
     region = markers.region_at(before, first["line"])
     assert region is not None and region.first == first["line"]
     # a line inside the region (not only its marker) names it; the patch's side replaces it, nothing else changes
-    out = pq(proj, "resolve", "--patch", f"npu_worker/{first['file']}:{first['line'] + 1}").stdout
+    done = pq(proj, "resolve", "--patch", f"npu_worker/{first['file']}:{first['line'] + 1}")  # the old name works
+    assert done.stderr == "pq: note: `resolve --patch` is deprecated: say --keep-patch (or --theirs)\n", done.stderr
+    out = done.stdout
     assert out.startswith(f"resolved npu_worker/{first['file']}:{region.first}-{region.last} with the patch side")
     assert path.read_text() == markers.resolve(before, region, list(region.patch))
     # no region there any more: one line, exit 1, nothing written
     after = path.read_text()
-    bad = pq(proj, "resolve", "--upstream", f"npu_worker/{first['file']}:{first['line']}", check=1)
+    bad = pq(proj, "resolve", "--keep-upstream", f"npu_worker/{first['file']}:{first['line']}", check=1)
     assert bad.stderr == f"pq: error: no conflict region at npu_worker/{first['file']}:{first['line']}\n"
     assert path.read_text() == after
-    assert pq(proj, "resolve", "--upstream", "--patch", "x.py:1", check=1).stderr.count("\n") == 1
+    assert pq(proj, "resolve", "--ours", "--keep-patch", "x.py:1", check=1).stderr.count("\n") == 1
     # the lines `pq status` prints now are the regions' lines on disk: resolve one there, both sides
     status = pq(proj, "status", check=3).stdout
     where, line = CONFLICT.findall(status)[-1]
@@ -79,15 +81,15 @@ def test_regions_that_go_together_are_resolved_together(adopted_030: Path, tmp_p
     assert partners
     where = f"npu_worker/{first['file']}:{first['line']}"
     alone = copy_project(proj, tmp_path / "alone")
-    assert "also resolved" not in pq(alone, "resolve", "--upstream", "--alone", where).stdout
+    assert "also resolved" not in pq(alone, "resolve", "--keep-upstream", "--alone", where).stdout
     assert pq(alone, "status", check=3).stdout.count("conflict: ") == len(conflicts) - 1
-    out = pq(proj, "resolve", "--upstream", where).stdout.splitlines()
+    out = pq(proj, "resolve", "--keep-upstream", where).stdout.splitlines()
     assert out[1].startswith(f"also resolved with the upstream side, as they go with it: npu_worker/{first['file']}:")
     assert pq(proj, "status", check=3).stdout.count("conflict: ") <= len(conflicts) - 1 - len(partners)
     for start, project in ((1, proj), (0, copy_project(proj, tmp_path / "q"))):
         side, steps = start, 1
         while found := CONFLICT.findall(pq(project, "status", check=None).stdout):
-            pq(project, "resolve", ("--upstream", "--patch")[side % 2], ":".join(found[0]))
+            pq(project, "resolve", ("--keep-upstream", "--keep-patch")[side % 2], ":".join(found[0]))
             side, steps = side + 1, steps + 1
         assert steps < len(conflicts)
         assert _undefined(project / "npu_worker") == []
@@ -95,7 +97,7 @@ def test_regions_that_go_together_are_resolved_together(adopted_030: Path, tmp_p
     one = copy_project(alone, tmp_path / "one")
     side = 1
     while found := CONFLICT.findall(pq(one, "status", check=None).stdout):
-        pq(one, "resolve", ("--upstream", "--patch")[side % 2], "--alone", ":".join(found[0]))
+        pq(one, "resolve", ("--keep-upstream", "--keep-patch")[side % 2], "--alone", ":".join(found[0]))
         side += 1
     assert _undefined(one / "npu_worker") != []
 

@@ -510,25 +510,38 @@ def continue_(
 def resolve_(
     where: Annotated[str, typer.Argument(help="FILE:LINE of a line of the conflict region (markers included)")],
     upstream_side: Annotated[
-        bool, typer.Option("--upstream", "--ours", help="keep the first side: upstream's (a merge: the series')")
+        bool,
+        typer.Option("--keep-upstream", "--ours", help="keep the first side: upstream's (a merge: the series')"),
     ] = False,
     patch_side: Annotated[
-        bool, typer.Option("--patch", "--theirs", help="keep the last side: the patch's (a merge: the release's)")
+        bool, typer.Option("--keep-patch", "--theirs", help="keep the last side: the patch's (a merge: the release's)")
     ] = False,
     both: Annotated[bool, typer.Option("--both", help="keep upstream's lines, then the patch's (git's union)")] = False,
     suggested: Annotated[bool, typer.Option("--suggested", help="write the refresh's suggested resolution")] = False,
     alone: Annotated[
-        bool, typer.Option("--alone", help="not the regions that go with it (--upstream, --patch take them too)")
+        bool,
+        typer.Option("--alone", help="not the regions that go with it (--keep-upstream, --keep-patch take them too)"),
     ] = False,
+    old_upstream: Annotated[bool, typer.Option("--upstream", hidden=True)] = False,
+    old_patch: Annotated[bool, typer.Option("--patch", hidden=True)] = False,
 ) -> None:
     """Resolve the one conflict region at FILE:LINE in npu_worker/ to one side (the others: `pq mergetool`);
-    with --upstream or --patch also the regions of the refresh that go with it (a name, a call)."""
+    with --keep-upstream or --keep-patch also the regions of the refresh that go with it (a name, a call)."""
     from patch_queue.commands import resolve
 
-    sides = {"upstream": upstream_side, "patch": patch_side, "both": both, "suggested": suggested}
+    for old, name in ((old_upstream, "upstream"), (old_patch, "patch")):
+        if old:  # the old names: --upstream names a repository on every other command
+            alias = "--ours" if name == "upstream" else "--theirs"
+            err(f"note: `resolve --{name}` is deprecated: say --keep-{name} (or {alias})")
+    sides = {
+        "upstream": upstream_side or old_upstream,
+        "patch": patch_side or old_patch,
+        "both": both,
+        "suggested": suggested,
+    }
     chosen = [side for side, on in sides.items() if on]
     if len(chosen) != 1:
-        err("error: give one of --upstream, --patch, --both, --suggested")
+        err("error: give one of --keep-upstream (--ours), --keep-patch (--theirs), --both, --suggested")
         raise typer.Exit(EXIT_ERROR)
     with locked("resolve") as ws:
         done = resolve.do_resolve(ws, where, chosen[0], alone=alone)
