@@ -72,16 +72,7 @@ def sealed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, pq_cache: Path) -> N
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for key, value in {
-        "GIT_AUTHOR_NAME": "Test Author",
-        "GIT_AUTHOR_EMAIL": "author@example.com",
-        "GIT_COMMITTER_NAME": "Test Committer",
-        "GIT_COMMITTER_EMAIL": "committer@example.com",
-        "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-        "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-        "TZ": "UTC",
-    }.items():
+    for key, value in SEAL.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PQ_CACHE", str(pq_cache))
     found = corpus_dir()
