@@ -85,6 +85,8 @@ class Report:
 REFRESH_JSON = Report("a refresh report (--report)", keys=frozenset({"format", "upstream", "patches", "conflicts"}))
 REFRESH_MARKDOWN = Report("a refresh report (--markdown)", head="## NPU runners: ")
 CHECK_JSON = Report("a report of pq check (--json)", keys=frozenset({"format", "findings", "counts", "errors"}))
+SYNC_JSON = Report("a report of pq sync-gpu (--report)", keys=frozenset({"format", "source", "since", "proposals"}))
+SYNC_MARKDOWN = Report("a report of pq sync-gpu (--markdown)", head="## GPU-side sync: ")
 BLOCKS_MARKDOWN = Report("an inventory of pq blocks (--markdown)", head="# Omni blocks: ")
 
 

@@ -116,12 +116,12 @@ def test_declines_of_a_port_read_its_message_old_and_new() -> None:
         + translation.ported_line("gpu_ar_model_runner.py", 1184, "execute_model", "if self.x: # a: b")
         + "- gpu_model_runner.py:77: y = 1\n"  # a port written before the method was named: the subject's method
     )
-    found = translation.declines_of("0018-sync-gpu-execute-model-2.patch", message)
+    found = translation.declines_of("0017-sync-gpu-execute-model-1.patch", message)
     assert [d.key for d in found] == [
         ("gpu_ar_model_runner.py", "execute_model", "if self.x: # a: b"),
         ("gpu_model_runner.py", "execute_model", "y = 1"),
     ]
-    assert found[0].note == "pq delete 0018-sync-gpu-execute-model-2.patch"
+    assert found[0].note == "pq delete 0017-sync-gpu-execute-model-1.patch"
     assert translation.declines_of("0003-npu-ar-model-runner.patch", message) == []
 
 
@@ -978,8 +978,9 @@ def _reproduced(work: Path, tmp_path: Path, message: str) -> tuple[Path, str]:
 
 @pytest.fixture(scope="module")
 def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A project adopted from vllm-omni 0.30.0, synced once: (project, what pq sync-gpu printed)."""
-    return _adopt_and_sync(tmp_path_factory.mktemp("sync"), "0.30.0", BASE_030)
+    """A project adopted from vllm-omni 0.30.0, its own GPU runners' backlog synced once, every port applied:
+    (project, what pq sync-gpu printed)."""
+    return _adopt_and_sync(tmp_path_factory.mktemp("sync"), "0.30.0", BASE_030, "--backlog", "--apply", "all")
 
 
 def _block(text: str, line: int) -> list[str]:
@@ -1005,61 +1006,61 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
             "npu_ar_model_runner.py",
             "NPUARModelRunner.execute_model",
             "gpu_ar_model_runner.py:1007, gpu_ar_model_runner.py:1010",
-            "0018-sync-gpu-execute-model-2.patch",
+            "0017-sync-gpu-execute-model-1.patch",
         ),
         (
             "npu_ar_model_runner.py",
             "NPUARModelRunner.execute_model",
             "gpu_ar_model_runner.py:1035",
-            "0019-sync-gpu-execute-model-3.patch",
+            "0017-sync-gpu-execute-model-1.patch",
         ),
         (
             "npu_ar_model_runner.py",
             "NPUARModelRunner.execute_model",
             "gpu_ar_model_runner.py:1113",
-            "0020-sync-gpu-execute-model-4.patch",
+            "0017-sync-gpu-execute-model-1.patch",
         ),
         (
             "npu_generation_model_runner.py",
             "NPUGenerationModelRunner.execute_model",
             "gpu_generation_model_runner.py:106",
-            "0021-sync-gpu-execute-model-5.patch",
+            "0017-sync-gpu-execute-model-1.patch",
         ),
         (
             "npu_generation_model_runner.py",
             "NPUGenerationModelRunner.execute_model",
             "gpu_generation_model_runner.py:290",
-            "0022-sync-gpu-execute-model-6.patch",
+            "0017-sync-gpu-execute-model-1.patch",
         ),
         (
             "npu_generation_model_runner.py",
             "NPUGenerationModelRunner._dummy_run",
             "gpu_generation_model_runner.py:761",
-            "0023-sync-gpu-dummy-run-1.patch",
+            "0019-sync-gpu-dummy-run-1.patch",
         ),
         (
             "npu_model_runner.py",
             "OmniNPUModelRunner._dummy_run",
             "gpu_model_runner.py:1124",
-            "0024-sync-gpu-dummy-run-2.patch",
+            "0020-sync-gpu-dummy-run-2.patch",
         ),
         # whole helper methods the ports above call, copied from GPUARModelRunner
         (
             "npu_ar_model_runner.py",
             "NPUARModelRunner._get_runner_assisted_full_attention_metadata_request",
             "gpu_ar_model_runner.py:642",
-            "0025-sync-gpu-get-runner-assisted-full-attention-metadata-request-1.patch",
+            "0021-sync-gpu-get-runner-assisted-full-attention-metadata-request-1.patch",
         ),
         (
             "npu_ar_model_runner.py",
             "NPUARModelRunner._set_runner_assisted_full_attention_metadata_context",
             "gpu_ar_model_runner.py:714",
-            "0026-sync-gpu-set-runner-assisted-full-attention-metadata-context-1.patch",
+            "0022-sync-gpu-set-runner-assisted-full-attention-metadata-context-1.patch",
         ),
     ]
     assert (
-        "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 9 ported in 8 patch(es), 26 not placed, "
-        "3 on NPU after those ports; 2 helper method(s) copied, 1 not copied\n"
+        "sync-gpu: 38 unported omni GPU change(s) in vllm-omni==0.30.0: 9 ported in 4 patch(es), 0 proposed, "
+        "26 not placed, 3 on NPU after those ports; 2 helper method(s) copied, 1 not copied\n"
     ) in out
     texts = {f: (proj / "npu_worker" / f).read_text() for f, *_ in ports}
     for text in texts.values():
@@ -1087,10 +1088,12 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
     ar = texts["npu_ar_model_runner.py"]
     assert "pad_attn = cudagraph_mode == CUDAGraphMode.FULL\n" not in ar
     assert ar.count("self.routed_experts_capturer.clear_buffer()") == 1
-    # every patch holds one port and nothing else
-    diff = (proj / "patches" / "0019-sync-gpu-execute-model-3.patch").read_text().split("\ndiff --git ", 1)[1]
-    changed = [line[0] for line in diff.splitlines()[4:] if line[:1] in "+-"]
-    assert sorted(changed) == ["+", "+", "+", "-"]
+    # one patch per NPU method: the four ports into NPUARModelRunner.execute_model, one file, the GPU lines listed
+    body = (proj / "patches" / "0017-sync-gpu-execute-model-1.patch").read_text()
+    assert body.count("\ndiff --git ") == 1 and "diff --git a/npu_ar_model_runner.py" in body
+    listed = re.findall(r"^- (gpu_\w+\.py:\d+) execute_model: ", body, re.M)
+    assert listed == ["gpu_ar_model_runner.py:855", "gpu_ar_model_runner.py:1007", "gpu_ar_model_runner.py:1010",
+                      "gpu_ar_model_runner.py:1035", "gpu_ar_model_runner.py:1113"]  # fmt: skip
 
 
 def test_real_helpers_are_copied_whole_once_fenced(synced: tuple[Path, str], tmp_path: Path) -> None:
@@ -1117,7 +1120,7 @@ def test_real_helpers_are_copied_whole_once_fenced(synced: tuple[Path, str], tmp
     import shutil
 
     again = shutil.copytree(proj, tmp_path / "again", symlinks=True)
-    second = pq(again, "sync-gpu").stdout
+    second = pq(again, "sync-gpu", "--backlog", "--apply", "all").stdout
     assert "synced:" not in second and "helper method(s) copied" not in second
 
 
@@ -1144,7 +1147,7 @@ def test_second_sync_ports_nothing_and_check_agrees(synced: tuple[Path, str], tm
     import shutil
 
     again = shutil.copytree(proj, tmp_path / "again", symlinks=True)
-    out = pq(again, "sync-gpu").stdout
+    out = pq(again, "sync-gpu", "--backlog", "--apply", "all").stdout
     assert "ported in" in out and " 0 ported in 0 patch(es)" in out
     assert "synced:" not in out
     assert (again / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
@@ -1158,7 +1161,7 @@ def test_synced_series_is_reproduced_from_a_fresh_clone(synced: tuple[Path, str]
     queue = (work / "patches" / "queue.toml").read_text()
     assert (
         'command = "sync-gpu"' in queue
-        and '"0026-sync-gpu-set-runner-assisted-full-attention-metadata-context-1.patch"' in queue
+        and '"0022-sync-gpu-set-runner-assisted-full-attention-metadata-context-1.patch"' in queue
     )
     fresh, out = _reproduced(work, tmp_path, "sync the GPU side")
     assert "10 recorded edit(s) applied" in out
@@ -1171,33 +1174,113 @@ def test_sync_is_deterministic(synced: tuple[Path, str], tmp_path: Path) -> None
     proj, _out = synced
     other = new_project(tmp_path / "other")
     pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
-    pq(other, "sync-gpu")
+    pq(other, "sync-gpu", "--backlog", "--apply", "all")
     for name in (proj / "patches" / "series").read_text().split():
         if name.endswith(".patch"):
             assert (other / "patches" / name).read_bytes() == (proj / "patches" / name).read_bytes(), name
 
 
-def test_refresh_sync_gpu_reports_the_ports(synced: tuple[Path, str], tmp_path: Path) -> None:
-    """`pq refresh --sync-gpu` after a clean refresh: the ports in the series, a flag per port and per change left."""
-    import json
-
-    proj, _out = synced
+def test_refresh_sync_gpu_takes_the_delta_since_the_series_release(tmp_path: Path) -> None:
+    """`pq refresh --sync-gpu` after a clean refresh syncs the default delta: from the release the series last took
+    in to its pinned one, here both 0.30.0, so nothing (the backlog is `pq check`'s to list, not the sync's)."""
     other = new_project(tmp_path / "other")
     pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
-    out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check", "--report", "r.json").stdout
-    assert (
-        "no conflicts" in out
-        and "9 ported in 8 patch(es), 26 not placed, 3 on NPU after those ports; 2 helper method(s) copied, "
-        "1 not copied"
-        in out
-    )
-    assert (other / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
-    flags = json.loads((other / "r.json").read_text())["flags"]
-    kinds = [f["kind"] for f in flags]
-    assert kinds.count("gpu-synced") == 10 and kinds.count("gpu-unplaced") == 16
-    first = flags[0]
-    assert "self.routed_experts_capturer.clear_buffer()" in first["sides"]["patch"]
-    assert "Omni-new" in first["resolution"] and first["patch"] == "0017-sync-gpu-execute-model-1.patch"
+    series = (other / "patches" / "series").read_text()
+    out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check").stdout
+    assert "no conflicts" in out
+    assert "sync-gpu: nothing to do: the series ports vllm-omni==0.30.0, whose GPU runners are the ones synced" in out
+    assert (other / "patches" / "series").read_text() == series
+
+
+@pytest.fixture(scope="module")
+def delta(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A project adopted from vllm-omni 0.30.0, synced by default from 0.31.0rc1 (the GPU delta of that release),
+    with its JSON and Markdown reports: (project, what pq sync-gpu printed)."""
+    return _adopt_and_sync(
+        tmp_path_factory.mktemp("delta"), "0.30.0", BASE_030, "--omni", "0.31.0rc1", "--report", "r.json",
+        "--markdown", "r.md",
+    )  # fmt: skip
+
+
+def test_the_delta_removes_what_both_sides_held_and_proposes_the_rest(delta: tuple[Path, str]) -> None:
+    """0.31.0rc1's GPU runners dropped the routed-experts capture; the NPU runners held it the same way (their own
+    guard around the same body): removed, one patch per NPU method.  The insertions are proposals, with an id,
+    the GPU hunk and the port; the older backlog (the runner-assisted attention of 0.30.0) is not among them."""
+    import json
+
+    proj, out = delta
+    synced = re.findall(r"^synced: npu_worker/(\S+):\d+ in (\S+) from (\S+) \(patches/(\S+)\)$", out, re.M)
+    assert [(f, sym, gpu, patch) for f, sym, gpu, patch in synced] == [
+        ("npu_ar_model_runner.py", "NPUARModelRunner.execute_model", "gpu_ar_model_runner.py:889",
+         "0017-sync-gpu-execute-model-1.patch"),
+        ("npu_ar_model_runner.py", "NPUARModelRunner.execute_model", "gpu_ar_model_runner.py:1285",
+         "0017-sync-gpu-execute-model-1.patch"),
+        ("npu_generation_model_runner.py", "NPUGenerationModelRunner.execute_model",
+         "gpu_generation_model_runner.py:119", "0018-sync-gpu-execute-model-2.patch"),
+        ("npu_generation_model_runner.py", "NPUGenerationModelRunner.execute_model",
+         "gpu_generation_model_runner.py:370", "0018-sync-gpu-execute-model-2.patch"),
+        ("npu_generation_model_runner.py", "NPUGenerationModelRunner.sample_tokens",
+         "gpu_generation_model_runner.py:504", "0019-sync-gpu-sample-tokens-1.patch"),
+    ]  # fmt: skip
+    for name in ("npu_ar_model_runner.py", "npu_generation_model_runner.py"):
+        text = (proj / "npu_worker" / name).read_text()
+        ast.parse(text)
+        assert "capturer.finalize_pending_copy()" not in text
+        assert "self._omni_routed_experts_d2h(scheduler_output)" not in text
+    report = json.loads((proj / "r.json").read_text())
+    assert report["source"] == "vllm-omni==0.31.0rc1" and report["since"] == "vllm-omni==0.30.0"
+    assert len(report["applied"]) == 5 and all(a["result"] == "" and a["replaced"] for a in report["applied"])
+    proposals = report["proposals"]
+    assert proposals and all(re.fullmatch(r"[0-9a-f]{8}", p["id"]) for p in proposals)
+    assert len({p["id"] for p in proposals}) == len(proposals)
+    assert all(p["gpu_hunk"] and p["result"] and p["file"].startswith("npu_worker/") for p in proposals)
+    assert not any("runner_assisted_full_attn" in p["result"] for p in proposals)
+    md = (proj / "r.md").read_text()
+    assert md.startswith("## GPU-side sync: vllm-omni==0.31.0rc1 since vllm-omni==0.30.0\n")
+    assert all(f"#### `{p['id']}`" in md for p in proposals)
+    for p in proposals:
+        assert f"proposed {p['id']}: {p['file']}:{p['line']} in {p['symbol']} from " in out
+    assert f"5 ported in 3 patch(es), {len(proposals)} proposed" in out
+    check = pq(proj, "check", check=None)
+    assert check.returncode == 0 and ": error: " not in check.stdout, check.stdout[-2000:]
+
+
+def test_a_proposal_is_applied_or_declined_on_request_and_reproduced(delta: tuple[Path, str], tmp_path: Path) -> None:
+    """`--apply ID` writes that proposal as a patch of its own (the sure ports stay applied), `--decline ID` writes
+    a [[decline]] the next sync honours, an unknown id is refused with nothing written, `pq undo` takes a
+    decline back, and a fresh clone reproduces the applied proposal byte for byte."""
+    import json
+    import shutil
+
+    proj, _out = delta
+    work = shutil.copytree(proj, tmp_path / "work", symlinks=True)
+    proposals = json.loads((work / "r.json").read_text())["proposals"]
+    chosen = next(p for p in proposals if "load_model" in p["symbol"])
+    series = (work / "patches" / "series").read_text()
+    refused = pq(work, "sync-gpu", "--omni", "0.31.0rc1", "--apply", "0badc0de", check=1)
+    assert "no proposal 0badc0de in this sync" in refused.stderr
+    assert (work / "patches" / "series").read_text() == series
+
+    out = pq(work, "sync-gpu", "--omni", "0.31.0rc1", "--apply", chosen["id"], "--report", "r2.json").stdout
+    assert "synced: npu_worker/npu_model_runner.py:" in out and "(patches/0020-sync-gpu-load-model-1.patch)" in out
+    text = (work / "npu_worker" / "npu_model_runner.py").read_text()
+    assert all(line in text for line in chosen["result"].splitlines() if line.strip())
+    left = json.loads((work / "r2.json").read_text())["proposals"]
+    assert sorted(p["id"] for p in left) == sorted(p["id"] for p in proposals if p["id"] != chosen["id"])
+
+    other = left[0]
+    before = (work / "patches" / "series").read_text()
+    out = pq(work, "sync-gpu", "--omni", "0.31.0rc1", "--decline", other["id"], "--report", "r3.json").stdout
+    rules = (work / "patches" / translation.USER_RULES).read_text()
+    assert f'note = "pq sync-gpu --decline {other["id"]}"' in rules and "declined now: " in out
+    assert other["id"] not in {p["id"] for p in json.loads((work / "r3.json").read_text())["proposals"]}
+    assert (work / "patches" / "series").read_text() == before
+    pq(work, "undo")
+    assert not (work / "patches" / translation.USER_RULES).exists()
+
+    fresh, _printed = _reproduced(work, tmp_path, "apply a GPU-side proposal")
+    for module in sorted((work / "npu_worker").glob("*.py")):
+        assert (fresh / "npu_worker" / module.name).read_bytes() == module.read_bytes()
 
 
 def test_a_deleted_port_is_declined_and_not_ported_again(synced: tuple[Path, str], tmp_path: Path) -> None:
@@ -1218,7 +1301,7 @@ def test_a_deleted_port_is_declined_and_not_ported_again(synced: tuple[Path, str
     assert [d.key for d in declined] == [(f, m, first) for f, _line, m, first in ported]
     assert all(d.note == f"pq delete {name}" for d in declined)
 
-    again = pq(work, "sync-gpu").stdout
+    again = pq(work, "sync-gpu", "--backlog", "--apply", "all").stdout
     for f, line, m, first in ported:
         assert f"declined: {f}:{line} in {m}: `{first}`" in again
     assert "synced:" not in again and f", {len(ported)} declined" in again
@@ -1288,8 +1371,11 @@ def test_only_a_newer_release_of_the_downstream_moves_the_pin() -> None:
 
 @pytest.fixture(scope="module")
 def synced_newer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """A project adopted from vllm-omni 0.22.0, synced from 0.24.0's GPU runners: (project, what it printed)."""
-    return _adopt_and_sync(tmp_path_factory.mktemp("sync-newer"), "0.22.0", "3e1b977b05c1", "--omni", "0.24.0")
+    """A project adopted from vllm-omni 0.22.0, synced from 0.24.0's GPU runners, every proposal of that delta
+    applied: (project, what it printed)."""
+    return _adopt_and_sync(
+        tmp_path_factory.mktemp("sync-newer"), "0.22.0", "3e1b977b05c1", "--omni", "0.24.0", "--apply", "all"
+    )
 
 
 def test_a_sync_from_a_newer_release_moves_the_pin_and_carries_forward(
@@ -1315,7 +1401,8 @@ def test_a_sync_from_a_newer_release_moves_the_pin_and_carries_forward(
     series = (work / "patches" / "series").read_text()
     assert "\ndownstream: vllm-omni 0.24.0\n" in pq(work, "status").stdout
     again = pq(work, "sync-gpu").stdout
-    assert "synced:" not in again and "in vllm-omni==0.24.0:" in again and "downstream:" not in again
+    assert "synced:" not in again and "in vllm-omni==0.24.0 since vllm-omni==0.22.0:" in again
+    assert "downstream:" not in again
     assert (work / "patches" / "series").read_text() == series
     pq(work, "undo")
     queue_toml = work / "patches" / "queue.toml"

@@ -413,6 +413,20 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
             typer.echo(f"  note: {port.npu_file} does not import {', '.join(port.missing_names)}")
         for need in port.needs:
             typer.echo(f"  warning: {need}")
+    for p in outcome.proposals:
+        port = p.port
+        typer.echo(
+            f"proposed {p.id}: {ws.rel(ws.out / port.npu_file)}:{p.line} in {port.symbol} from "
+            f"{sync_gpu.where(port.changes)}" + (f" (placed {port.how})" if port.how else "")
+        )
+        for line in port.replaced.splitlines():
+            typer.echo(f"  -{line}")
+        for line in port.result.splitlines():
+            typer.echo(f"  +{line}")
+    for d in outcome.newly_declined:
+        typer.echo(
+            f"declined now: {d.file} {d.method}: `{d.first}` ({ws.rel(ws.queue_dir.root / translation.USER_RULES)})"
+        )
     for u in outcome.unplaced:
         where = f" in {u.symbol}" if u.symbol else ""
         typer.echo(f"unplaced: {sync_gpu.where(u.changes)}{where}: {u.reason}")
@@ -425,12 +439,19 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
     refused = [u for u in outcome.unplaced if sync_gpu.is_helper(u)]
     functions = [s for s in helpers if sync_gpu.is_function(s.port)]
     methods = [s for s in helpers if s not in functions]
-    if not outcome.unported and not outcome.synced:
-        typer.echo(f"sync-gpu: nothing to do, every omni GPU change of {outcome.source} is on NPU")
+    since = f" since {outcome.since}" if outcome.since else ""
+    if not outcome.since and not outcome.unported and not outcome.synced:
+        typer.echo(
+            f"sync-gpu: nothing to do: the series ports {outcome.source}, whose GPU runners are the ones synced from "
+            "(`pq check` lists the older unported GPU code as gpu-unported; --backlog proposes it)"
+        )
+    elif not outcome.unported and not outcome.synced:
+        typer.echo(f"sync-gpu: nothing to do, every omni GPU change of {outcome.source}{since} is on NPU")
     else:
         typer.echo(
-            f"sync-gpu: {outcome.unported} unported omni GPU change(s) in {outcome.source}: "
-            f"{sum(len(s.port.changes) for s in synced)} ported in {len(synced)} patch(es), "
+            f"sync-gpu: {outcome.unported} unported omni GPU change(s) in {outcome.source}{since}: "
+            f"{sum(len(s.port.changes) for s in synced)} ported in {len({s.patch for s in synced})} patch(es), "
+            f"{len(outcome.proposals)} proposed, "
             f"{sum(len(u.changes) for u in unplaced)} not placed"
             + (f", {len(outcome.declined)} declined" if outcome.declined else "")
             + (f", {outcome.carried} on NPU after those ports" if outcome.carried else "")
@@ -447,6 +468,10 @@ def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
         )
 
 
+def _ids(text: str | None) -> frozenset[str]:
+    return frozenset(i for part in (text or "").split(",") if (i := part.strip()))
+
+
 @command(name="sync-gpu")
 def sync_gpu_(
     omni: Annotated[
@@ -455,15 +480,50 @@ def sync_gpu_(
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option("--since", help="the vllm-omni release the NPU runners port (X or folder); default the series'"),
+        typer.Option(
+            "--since", help="the vllm-omni release the delta starts from (X or folder); default the last taken"
+        ),
+    ] = None,
+    apply: Annotated[str | None, typer.Option("--apply", help="apply these proposals too: ID[,ID...], or all")] = None,
+    decline: Annotated[
+        str | None, typer.Option("--decline", help="decline these proposals: ID[,ID...] (patches/gpu-sync-rules.toml)")
+    ] = None,
+    backlog: Annotated[
+        bool, typer.Option("--backlog", help="also the unported GPU omni code older than the release (as proposals)")
+    ] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="write the JSON report here (- for stdout)")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="write the report as a pull-request body here (- for stdout)")
     ] = None,
     upstream: UpstreamOpt = None,
 ) -> int:
-    """Port the omni changes of the GPU runners the NPU runners lack, one patch each at the end of the series."""
+    """Port the omni changes of the GPU runners since the series' release: the sure ones applied (one patch per NPU
+    method), the rest proposed with an id (--apply ID, --decline ID)."""
     from patch_queue.commands import sync_gpu
+    from patch_queue.fsutil import SYNC_JSON, SYNC_MARKDOWN, check_output, json_bytes, write_output
 
+    check_output(report, SYNC_JSON)
+    check_output(markdown, SYNC_MARKDOWN)
+    chosen = None if (apply or "").strip() == "all" else _ids(apply)
     with locked("sync-gpu") as ws:
-        outcome = sync_gpu.do_sync_gpu(ws, omni=omni, since=since, upstream_git=upstream, progress=say)
+        outcome = sync_gpu.do_sync_gpu(
+            ws,
+            omni=omni,
+            since=since,
+            upstream_git=upstream,
+            apply=chosen,
+            decline=_ids(decline),
+            backlog=backlog,
+            progress=say,
+        )
+
+    def shown(npu_file: str) -> str:
+        return ws.rel(ws.out / npu_file)
+
+    if report is not None:
+        write_output(report, json_bytes(sync_gpu.report_json(outcome, shown)), SYNC_JSON)
+    if markdown is not None:
+        write_output(markdown, sync_gpu.report_markdown(outcome, shown).encode("utf-8"), SYNC_MARKDOWN)
     _print_sync(ws, outcome)
     return EXIT_OK
 

@@ -305,24 +305,10 @@ def do_delete(
     return gone, dropped, declined
 
 
-_RULES_HEAD = "pq sync-gpu: this project's translation rules, and the GPU changes it does not port"
-
-
 def _declined(ws: Workspace, name: str, message: str) -> tuple[list[translation.Decline], dict[Path, bytes]]:
     """The GPU changes the ``sync-gpu-*`` patch ``name`` ported that the project does not decline yet, and the
     rules file that declines them too ({} when there are none)."""
-    entries = translation.declines_of(name, message)
-    if not entries:
-        return [], {}
-    path = ws.queue_dir.root / translation.USER_RULES
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    have = translation.load_rules(ws.queue_dir.root).declined  # a broken rules file stops the delete here
-    known = {h.key for h in have}
-    new = [d for d in dict.fromkeys(entries) if d.key not in known]
-    if not new:
-        return [], {}
-    head = text.rstrip("\n") + "\n\n" if text.strip() else f"# {_RULES_HEAD}\n\n"
-    return new, {path: (head + "\n".join(d.toml() for d in new)).encode("utf-8")}
+    return translation.with_declines(ws.queue_dir.root, translation.declines_of(name, message))
 
 
 def do_rename(

@@ -14,7 +14,9 @@ that could not be placed a ``gpu-unplaced`` flag with the GPU hunk and the reaso
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -23,9 +25,11 @@ from packaging.version import InvalidVersion, Version
 from patch_queue.checks import gpu_audit, gpu_needs, imports
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
+from patch_queue.commands.merge import last_taken
 from patch_queue.commands.write import module_files, refuse_out_edits, require_all_applied, sync_stack
 from patch_queue.errors import QueueError
 from patch_queue.git.repo import Person
+from patch_queue.merge import symbols
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.progress import Progress, say
 from patch_queue.project.operation import refuse_pending
@@ -34,10 +38,11 @@ from patch_queue.series import adopt, stack
 from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.vllm_release import vllm_release
-from patch_queue.sync import changed_since, helper_methods, module_functions, placement, translation
-from patch_queue.sync.ports import Port, Since, Unplaced
+from patch_queue.sync import changed_since, helper_methods, module_functions, placement, removals, translation
+from patch_queue.sync.ports import Port, Since, Unplaced, method_at
 
 SYNCED = ConflictKind.GPU_SYNCED
+PROPOSED = ConflictKind.GPU_PROPOSED
 UNPLACED = ConflictKind.GPU_UNPLACED
 _RUNNER = re.compile(r"gpu_\w*model_runner\.py")
 # at most this many rounds of ports (each on the NPU modules the one before left)
@@ -60,10 +65,100 @@ class SyncOutcome:
     unplaced: list[Unplaced] = field(default_factory=list)
     declined: list[gpu_audit.GpuChange] = field(default_factory=list)  # left out by the project's [[decline]]s
     pin: tuple[str, str] | None = None  # the downstream release before and after, when the ports moved it
+    since: str = ""  # the release whose GPU runners the delta starts from ("" with none: the backlog)
+    proposals: list[Proposal] = field(default_factory=list)  # placed, not applied: `--apply ID` applies one
+    newly_declined: list[translation.Decline] = field(default_factory=list)  # by this run's --decline
 
     @property
     def flags(self) -> list[Conflict]:
-        return [_synced_flag(s) for s in self.synced] + [_unplaced_flag(u) for u in self.unplaced]
+        return (
+            [_synced_flag(s) for s in self.synced]
+            + [_proposed_flag(p) for p in self.proposals]
+            + [_unplaced_flag(u) for u in self.unplaced]
+        )
+
+
+def _gpu(changes: tuple[gpu_audit.GpuChange, ...]) -> list[dict[str, object]]:
+    return [{"file": c.gpu_file, "line": c.gpu_line, "method": c.method, "first": c.first} for c in changes]
+
+
+def report_json(outcome: SyncOutcome, shown: Callable[[str], str]) -> dict[str, object]:
+    """The sync as JSON: what was applied (by patch), the proposals (with their ids), what was not placed and
+    why, what is declined; ``shown``: an NPU module's path as the user sees it."""
+    return {
+        "format": 1,
+        "source": outcome.source,
+        "since": outcome.since,
+        "applied": [
+            {
+                "patch": s.patch,
+                "file": shown(s.port.npu_file),
+                "line": s.line,
+                "symbol": s.port.symbol,
+                "how": s.port.how,
+                "gpu": _gpu(s.port.changes),
+                "gpu_hunk": s.port.gpu_hunk,
+                "replaced": s.port.replaced,
+                "result": s.port.result,
+            }
+            for s in outcome.synced
+        ],
+        "proposals": [
+            {
+                "id": p.id,
+                "file": shown(p.port.npu_file),
+                "line": p.line,
+                "symbol": p.port.symbol,
+                "how": p.port.how,
+                "gpu": _gpu(p.port.changes),
+                "gpu_hunk": p.port.gpu_hunk,
+                "replaced": p.port.replaced,
+                "result": p.port.result,
+                "missing_names": list(p.port.missing_names),
+            }
+            for p in outcome.proposals
+        ],
+        "unplaced": [
+            {"gpu": _gpu(u.changes), "symbol": u.symbol, "reason": u.reason, "gpu_hunk": u.gpu_hunk}
+            for u in outcome.unplaced
+        ],
+        "declined": _gpu(tuple(outcome.declined)),
+    }
+
+
+def _diff(replaced: str, result: str) -> list[str]:
+    return [f"-{line}" for line in replaced.splitlines()] + [f"+{line}" for line in result.splitlines()]
+
+
+def report_markdown(outcome: SyncOutcome, shown: Callable[[str], str]) -> str:
+    """The sync as a pull-request body: what was applied, then every proposal with its GPU hunk and its port."""
+    since = f" since {outcome.since}" if outcome.since else " (the backlog)"
+    out = [
+        f"## GPU-side sync: {outcome.source}{since}",
+        "",
+        f"{len(outcome.synced)} port(s) applied, {len(outcome.proposals)} proposed, "
+        f"{len(outcome.unplaced)} not placed.",
+    ]
+    if outcome.synced:
+        out += ["", "### Applied", ""]
+        out += [
+            f"- `{shown(s.port.npu_file)}:{s.line}` {s.port.symbol}: from {where(s.port.changes)}"
+            f" ({s.patch}{'; ' + s.port.how if s.port.how else ''})"
+            for s in outcome.synced
+        ]
+    if outcome.proposals:
+        out += ["", "### Proposed (apply: `pq sync-gpu --apply ID[,ID...]`, decline: `pq sync-gpu --decline ID`)"]
+        for p in outcome.proposals:
+            port = p.port
+            out += ["", f"#### `{p.id}`: {port.symbol} at `{shown(port.npu_file)}:{p.line}`", ""]
+            out += [f"GPU change: {where(port.changes)}" + (f"; placed {port.how}" if port.how else "")]
+            if port.missing_names:
+                out += [f"The NPU module does not import {', '.join(port.missing_names)}."]
+            out += ["", "```diff", *_diff(port.replaced, port.result), "```"]
+    if outcome.unplaced:
+        out += ["", "### Not placed", ""]
+        out += [f"- {where(u.changes)}{' in ' + u.symbol if u.symbol else ''}: {u.reason}" for u in outcome.unplaced]
+    return "\n".join(out) + "\n"
 
 
 def is_helper(result: Port | Unplaced) -> bool:
@@ -97,6 +192,16 @@ def _synced_flag(s: Synced) -> Conflict:
     flag = _flag(SYNCED, port.changes, f"{what} {port.symbol}{note}", port.gpu_hunk, port.npu_file, port.symbol)
     length = len(port.result.splitlines())
     return replace(flag, base=port.replaced, line=s.line, length=length, resolution=port.result, patch=s.patch)
+
+
+def _proposed_flag(p: Proposal) -> Conflict:
+    port = p.port
+    note = f"; placed {port.how}" if port.how else ""
+    note += f"; the NPU module does not import {', '.join(port.missing_names)}" if port.missing_names else ""
+    what = f"proposed for {port.symbol}{note} (apply: `pq sync-gpu --apply {p.id}`, decline: `--decline {p.id}`)"
+    flag = _flag(PROPOSED, port.changes, what, port.gpu_hunk, port.npu_file, port.symbol)
+    length = len(port.result.splitlines())
+    return replace(flag, base=port.replaced, line=p.line, length=length, resolution=port.result, patch=p.id)
 
 
 def _unplaced_flag(u: Unplaced) -> Conflict:
@@ -172,12 +277,98 @@ def _tree(name: str, version: str) -> imports.SourceTree:
     return imports.tree_from_release(name, version, name.replace("-", "_") + "/")
 
 
+@dataclass(frozen=True)
+class Proposal:
+    """A port not applied on its own: listed for review with its id, applied by ``pq sync-gpu --apply ID``."""
+
+    id: str
+    port: Port  # as it would be written onto the modules the applied ports leave
+    line: int  # 1-based: where it would go in that module
+
+
+def proposal_id(port: Port) -> str:
+    """A port's stable id: its GPU file, method and hunk (the same in every run on the same releases)."""
+    change = port.changes[0]
+    key = f"{change.gpu_file}\n{change.method}\n{port.gpu_hunk}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:8]
+
+
+def is_sure(port: Port) -> bool:
+    """Applied without asking: a removal of code both sides held the same way, or a change replacing omni code the
+    NPU method holds as the release the series ports had it (no name it uses left unbound)."""
+    if removals.is_removal(port):
+        return True
+    return bool(port.replaced.strip()) and port.how.startswith(UPDATING) and not port.missing_names
+
+
+UPDATING = "updating the omni code of"
+
+
+def _keys(port: Port) -> set[tuple[str, int]]:
+    return {(c.gpu_file, c.gpu_line) for c in port.changes}
+
+
+def _new_since(before: Since, change: gpu_audit.GpuChange) -> bool:
+    """Whether the GPU change holds a line its method lacked at ``before`` (the release the series ports)."""
+    old = [
+        sym
+        for name, sym in symbols_of(before, change.gpu_file).items()
+        if sym.is_method and name.rsplit(".", 1)[-1] == change.method
+    ]
+    had = {s for sym in old for line in sym.text.splitlines() if (s := line.strip())}
+    wanted = change.meaningful or tuple(s for line in change.lines if (s := line.strip()))
+    return any(line.strip() not in had for line in wanted)
+
+
+def symbols_of(before: Since, gpu_file: str) -> dict[str, symbols.Symbol]:
+    text = before.files.get(gpu_file)
+    return {} if text is None else symbols.symbols_ast(text, path=gpu_file)
+
+
+def _by_method(
+    changes: list[gpu_audit.GpuChange], files: dict[str, str]
+) -> list[tuple[str, list[gpu_audit.GpuChange]]]:
+    """The changes grouped by the NPU method they go into (its name, "" for none), in file and method order."""
+    groups: dict[tuple[str, int, str], list[gpu_audit.GpuChange]] = {}
+    for c in changes:
+        sym = method_at(files[c.npu_file], c.npu_file, line=c.npu_line) if c.npu_file in files and c.npu_line else None
+        key = (c.npu_file, sym.start if sym else 0, sym.name if sym else "")
+        groups.setdefault(key, []).append(c)
+    return [(k[2], groups[k]) for k in sorted(groups)]
+
+
+def _at_method(change: gpu_audit.GpuChange, name: str, files: dict[str, str]) -> gpu_audit.GpuChange:
+    """The change with its NPU method's line as the method stands in ``files`` (earlier ports moved it)."""
+    sym = method_at(files[change.npu_file], change.npu_file, name=name) if name else None
+    return replace(change, npu_line=sym.start) if sym is not None else change
+
+
+@dataclass
+class _Run:
+    ports: list[Port]
+    results: list[Port | Unplaced]
+    files: dict[str, str]
+    unported: int
+    declined: dict[tuple[str, int], gpu_audit.GpuChange]
+
+
 def plan_sync(
-    ws: Workspace, loaded: LoadedStack, omni: str | None, since: str | None = None, *, progress: Progress | None = None
+    ws: Workspace,
+    loaded: LoadedStack,
+    omni: str | None,
+    since: str | None = None,
+    *,
+    apply: frozenset[str] | None = frozenset(),
+    backlog: bool = False,
+    declined: Sequence[translation.Decline] = (),
+    progress: Progress | None = None,
 ) -> tuple[SyncOutcome, list[tuple[str, str]]]:
-    """The ports of the unported GPU changes, as commits on top of ``loaded`` (nothing written)."""
+    """The ports of the omni GPU changes since the release the series ports (``since``, default the release it last
+    took in; with ``backlog`` every unported one), as commits on top of ``loaded`` (nothing written): the sure ones
+    and the proposals ``apply`` names (None: every proposal); the other proposals listed."""
     gpu_files, source, version = gpu_runners(loaded.queue, omni, progress=progress)
-    before = since_runners(loaded.queue, since, source, progress=progress)
+    from_spec = since or last_taken(loaded.queue)[1] or loaded.queue.downstream_release
+    before = since_runners(loaded.queue, from_spec, source, progress=progress)
     omni_name = loaded.queue.downstream_name if Path(source).is_dir() else source.partition("==")[0]
     vllm = vllm_release(omni_name, version, progress)
     say(progress, f"Reading the GPUModelRunner of {vllm.describe()} ...")
@@ -188,43 +379,84 @@ def plan_sync(
     if vendored is None:
         raise QueueError(f"the stack's base vendors no {adopt.UPSTREAM_FILE}")
     ascend = vendored.decode("utf-8", errors="replace")
-    files = module_texts(module_files(ws, top))
+    start_files = module_texts(module_files(ws, top))
     rules = translation.load_rules(ws.queue_dir.root)
-    ports: list[Port] = []
-    unported = -1
-    declined: dict[tuple[str, int], gpu_audit.GpuChange] = {}
+    rules = replace(rules, declined=rules.declined + tuple(declined))
+    if before is None and not backlog:  # nothing changed on the GPU side since the release the series ports
+        outcome = SyncOutcome(source, 0)
+        return outcome, list(loaded.patches)
 
-    def kept(found: list[gpu_audit.GpuChange]) -> list[gpu_audit.GpuChange]:
-        for c in found:
-            if not c.ported and rules.decline_of(c.gpu_file, c.method, c.first) is not None:
-                declined.setdefault((c.gpu_file, c.gpu_line), c)
-        return [c for c in found if (c.gpu_file, c.gpu_line) not in declined]
-
-    for _pass in range(_PASSES):  # a port can make another placeable: again until a pass ports nothing
-        changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
-        partly: list[gpu_audit.GpuChange] = []
+    def run(chosen: set[tuple[str, int]] | None) -> _Run:
+        """Removals, then the ports in NPU method order, pass after pass; only the ``chosen`` changes (by GPU file
+        and line) when given."""
+        files = dict(start_files)
+        ports: list[Port] = []
+        results: list[Port | Unplaced] = []
+        declined: dict[tuple[str, int], gpu_audit.GpuChange] = {}
         if before is not None:
-            partly = kept(changed_since.partly_ported(before, changes, gpu_files))
-            changes += changed_since.changes_since(before, gpu_files, files, vllm_runner, rules)
-        changes = sorted(kept(changes), key=lambda c: (c.gpu_file, c.gpu_line))
-        unported = sum(1 for c in [*changes, *partly] if not c.ported) + len(declined) if unported < 0 else unported
-        results, files = placement.sync(changes, gpu_files, vllm_runner, files, rules, before)
-        # the rest of the partial ports, each on its own after the others: grouped with an unported neighbour, the
-        # code it replaces would be the NPU's rewrite
-        more, files = placement.sync(partly, gpu_files, vllm_runner, files, rules, before)
-        results += more
-        ports += [r for r in results if isinstance(r, Port)]
-        if not any(isinstance(r, Port) for r in results):
-            break
-    helpers, files = helper_methods.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
-    results += helpers
-    ports += [r for r in helpers if isinstance(r, Port)]
-    outcome = SyncOutcome(source, unported, declined=[declined[k] for k in sorted(declined)])
-    outcome.unplaced = [r for r in results if isinstance(r, Unplaced)]
-    # the module functions the changes left unplaced call, which their hand ports will need
-    functions, files, refused = module_functions.copy_functions(outcome.unplaced, files, gpu_files, rules)
-    ports += functions
-    outcome.declined += refused
+            gone, files = removals.removals(before, gpu_files, files, ascend, rules, only=chosen)
+            results += gone
+            ports += [r for r in gone if isinstance(r, Port)]
+
+        def kept(found: list[gpu_audit.GpuChange]) -> list[gpu_audit.GpuChange]:
+            for c in found:
+                if not c.ported and rules.decline_of(c.gpu_file, c.method, c.first) is not None:
+                    declined.setdefault((c.gpu_file, c.gpu_line), c)
+            return [c for c in found if (c.gpu_file, c.gpu_line) not in declined]
+
+        unported = -1
+        placed: list[Port | Unplaced] = []
+        for _pass in range(_PASSES):  # a port can make another placeable: again until a pass ports nothing
+            changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
+            partly: list[gpu_audit.GpuChange] = []
+            if before is not None:
+                partly = kept(changed_since.partly_ported(before, changes, gpu_files))
+                if not backlog:
+                    changes = [c for c in changes if not c.ported and _new_since(before, c)]
+                changes += changed_since.changes_since(before, gpu_files, files, vllm_runner, rules)
+            changes = sorted(kept(changes), key=lambda c: (c.gpu_file, c.gpu_line))
+            if unported < 0:
+                unported = sum(1 for c in [*changes, *partly] if not c.ported) + len(declined)
+            if chosen is not None:
+                changes = [c for c in changes if (c.gpu_file, c.gpu_line) in chosen]
+                partly = [c for c in partly if (c.gpu_file, c.gpu_line) in chosen]
+            placed = []
+            for todo in (changes, partly):  # the partial ports after the others, each on its own
+                for name, group in _by_method([c for c in todo if not c.ported], files):
+                    group = [_at_method(c, name, files) for c in group]
+                    found, files = placement.sync(group, gpu_files, vllm_runner, files, rules, before)
+                    placed += found
+            ports += [r for r in placed if isinstance(r, Port)]
+            if not any(isinstance(r, Port) for r in placed):
+                break
+        results += [r for r in placed if isinstance(r, Unplaced)]  # what the last pass left
+        return _Run(ports, results, files, max(unported, 0), declined)
+
+    first = run(None)
+    proposals = [p for p in first.ports if not is_sure(p)]
+    ids = {proposal_id(p): p for p in proposals}
+    wanted = set(ids) if apply is None else set(apply)
+    unknown = sorted(wanted - set(ids))
+    if unknown:
+        raise QueueError(f"no proposal {unknown[0]} in this sync (`pq sync-gpu` lists them)")
+    chosen = {k for p in first.ports if is_sure(p) or proposal_id(p) in wanted for k in _keys(p)}
+    done = first if all(is_sure(p) or proposal_id(p) in wanted for p in first.ports) else run(chosen)
+    ports = list(done.ports)
+    results = [r for r in first.results if isinstance(r, Unplaced)]
+    files = done.files
+    if any(not removals.is_removal(p) for p in ports):  # the GPU helper methods the applied ports call
+        helpers, files = helper_methods.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
+        results += [h for h in helpers if isinstance(h, Unplaced)]
+        ports += [h for h in helpers if isinstance(h, Port)]
+    outcome = SyncOutcome(source, first.unported, declined=[first.declined[k] for k in sorted(first.declined)])
+    outcome.since = before.label if before is not None else ""
+    outcome.unplaced = results
+    if backlog:  # the module functions the changes left unplaced call, which their hand ports will need
+        functions, files, refused = module_functions.copy_functions(outcome.unplaced, files, gpu_files, rules)
+        ports += functions
+        outcome.declined += refused
+    left = [p for p in proposals if proposal_id(p) not in wanted]
+    outcome.proposals = [Proposal(proposal_id(p), p, p.line) for p in left]
     # what a port reads from self that only a base of the GPU class provides, which the NPU class lacks
     name, sep, version = source.partition("==")
 
@@ -237,17 +469,36 @@ def plan_sync(
         replace(port, needs=tuple(n.message(port.symbol.partition(".")[0]) for n in needs)) if needs else port
         for port, needs in zip(ports, needed, strict=True)
     ]
-    settled = sum(len(p.changes) for p in ports if not is_helper(p)) + sum(
+    settled = sum(len(p.changes) for p in first.ports) + sum(
         len(u.changes) for u in outcome.unplaced if not is_helper(u)
     )
-    settled += len(declined)
-    outcome.carried = max(0, unported - settled)
+    settled += len(first.declined)
+    outcome.carried = max(0, first.unported - settled)
+    patches = _commits(ws, loaded, tree, top, ports, source)
+    outcome.synced = patches[1]
+    return outcome, patches[0]
+
+
+def _commits(
+    ws: Workspace, loaded: LoadedStack, tree: dict[str, bytes], top: str, ports: list[Port], source: str
+) -> tuple[list[tuple[str, str]], list[Synced]]:
+    """One commit per NPU method the ports change (consecutive ports of one method together), on top of ``top``."""
     patches = list(loaded.patches)
+    synced: list[Synced] = []
     taken = {n.split("-", 1)[-1] for n, _c in patches}
     info = ws.repo.commit_info(top)
     person = Person("pq sync-gpu", "pq@localhost", info.author.time, 0)
     parent = top
-    for port, line in zip(ports, _final_lines(ports), strict=True):
+    lines = _final_lines(ports)
+    i = 0
+    while i < len(ports):
+        j = i + 1
+        while j < len(ports) and (ports[j].npu_file, ports[j].symbol) == (ports[i].npu_file, ports[i].symbol):
+            if is_helper(ports[j]) or is_helper(ports[i]):
+                break
+            j += 1
+        group = ports[i:j]
+        port = group[0]
         method = port.changes[0].method
         n = 1
         while f"sync-gpu-{_slug(method)}-{n}.patch" in taken:
@@ -255,8 +506,11 @@ def plan_sync(
         slug = f"sync-gpu-{_slug(method)}-{n}"
         taken.add(slug + ".patch")
         name = f"{len(patches) + 1:04d}-{slug}.patch"
-        tree[port.npu_file] = port.text.encode("utf-8")
-        lines = "".join(translation.ported_line(c.gpu_file, c.gpu_line, c.method, c.first) for c in port.changes)
+        for p in group:
+            tree[p.npu_file] = p.text.encode("utf-8")
+        listed = "".join(
+            translation.ported_line(c.gpu_file, c.gpu_line, c.method, c.first) for p in group for c in p.changes
+        )
         what = (
             "copy the GPU module function"
             if is_function(port)
@@ -264,30 +518,60 @@ def plan_sync(
             if is_helper(port)
             else "port the omni GPU change(s) into"
         )
-        message = f"{slug}: {what} {port.symbol}\n\nFrom the GPU runners of {source}:\n{lines}"
-
+        message = f"{slug}: {what} {port.symbol}\n\nFrom the GPU runners of {source}:\n{listed}"
         parent = ws.repo.commit(ws.repo.write_tree(tree), [parent], message, person, person)
         patches.append((name, parent))
-        outcome.synced.append(Synced(name, port, line))
-    return outcome, patches
+        synced += [Synced(name, p, line) for p, line in zip(group, lines[i:j], strict=True)]
+        i = j
+    return patches, synced
 
 
 def do_sync_gpu(
-    ws: Workspace, *, omni: str | None, since: str | None, upstream_git: str | None, progress: Progress | None = None
+    ws: Workspace,
+    *,
+    omni: str | None,
+    since: str | None,
+    upstream_git: str | None,
+    apply: frozenset[str] | None = frozenset(),
+    decline: frozenset[str] = frozenset(),
+    backlog: bool = False,
+    progress: Progress | None = None,
 ) -> SyncOutcome:
-    """Port every unported omni GPU change that can be placed, one patch each at the end of the series."""
+    """Apply the sure ports of the omni GPU changes since the series' release (and the proposals ``apply`` names,
+    None: all) at the end of the series, one patch per NPU method; ``decline``: proposals to decline first (their
+    ``[[decline]]`` tables written to the project's rules file, with the ports in one step)."""
     refuse_pending(ws)
     refuse_out_edits(ws, discard=False)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     require_all_applied(ws, loaded, "the ports go at the end of the series")
-    outcome, patches = plan_sync(ws, loaded, omni, since, progress=progress)
+    both = sorted(decline & (apply or frozenset()))
+    if both:
+        raise QueueError(f"proposal {both[0]} is both applied and declined")
+    files: dict[Path, bytes] = {}
+    declined: list[translation.Decline] = []
+    if decline:
+        listed, _patches = plan_sync(ws, loaded, omni, since, backlog=backlog, progress=progress)
+        found = {p.id: p for p in listed.proposals}
+        unknown = sorted(decline - set(found))
+        if unknown:
+            raise QueueError(f"no proposal {unknown[0]} in this sync (`pq sync-gpu` lists them)")
+        entries = [
+            translation.Decline(c.gpu_file, c.method, c.first, f"pq sync-gpu --decline {i}")
+            for i in sorted(decline)
+            for c in found[i].port.changes
+        ]
+        declined, files = translation.with_declines(ws.queue_dir.root, entries)
+    outcome, patches = plan_sync(
+        ws, loaded, omni, since, apply=apply, backlog=backlog, declined=declined, progress=progress
+    )
+    outcome.newly_declined = declined
     queue, moved = loaded.queue, newer_release(loaded.queue, outcome.source)
     if moved is not None:  # also with nothing left to port: the series holds that release's GPU side
         outcome.pin = (queue.downstream_release, moved)
         queue = replace(queue, downstream_release=moved)
-    if outcome.synced or moved is not None:
+    if outcome.synced or moved is not None or files:
         new = LoadedStack(queue, loaded.base, patches)
-        write_edit(ws, loaded, new, len(patches), "sync-gpu", downstream=outcome.source if moved else "")
+        write_edit(ws, loaded, new, len(patches), "sync-gpu", files, downstream=outcome.source if moved else "")
     return outcome
 
 

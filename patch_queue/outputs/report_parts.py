@@ -44,6 +44,7 @@ KIND_ORDER = (
     ConflictKind.IMPORT_REMOVED,
     ConflictKind.API_REPLACED,
     ConflictKind.GPU_SYNCED,
+    ConflictKind.GPU_PROPOSED,
     ConflictKind.GPU_UNPLACED,
 )
 

@@ -14,7 +14,7 @@ change's ``first`` meaningful line, an optional ``note``): ``pq sync-gpu`` lists
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -190,3 +190,19 @@ def load_rules(project_patches: Path | None = None) -> Rules:
         declined += user_declined
     assert fence is not None, "the built-in rules set the fence"
     return Rules(tuple(rules.values()), fence.strip(), tuple(declined))
+
+
+RULES_HEAD = "pq sync-gpu: this project's translation rules, and the GPU changes it does not port"
+
+
+def with_declines(project_patches: Path, entries: Sequence[Decline]) -> tuple[list[Decline], dict[Path, bytes]]:
+    """The ``entries`` the project's rules file does not decline yet, and that file with them added ({} when there
+    are none); a broken rules file stops here."""
+    path = project_patches / USER_RULES
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    known = {d.key for d in load_rules(project_patches).declined}
+    new = [d for d in dict.fromkeys(entries) if d.key not in known]
+    if not new:
+        return [], {}
+    head = text.rstrip("\n") + "\n\n" if text.strip() else f"# {RULES_HEAD}\n\n"
+    return new, {path: (head + "\n".join(d.toml() for d in new)).encode("utf-8")}
