@@ -51,7 +51,7 @@ FOREIGN = (
     [
         ("0017-foo.patch", ("new", "foo")),
         ("0016-bar.patch", ("rename", "bar")),
-        ("0017-sync-gpu-execute-model-1.patch", ("sync-gpu", "--omni", "0.30.0", "--since", "0.30.0")),
+        ("0017-sync-gpu-execute-model-1.patch", ("sync-gpu", "--omni", "0.30.0", "--backlog", "--apply", "all")),
     ],
     ids=["new", "rename", "sync-gpu"],
 )
@@ -178,7 +178,7 @@ COMMANDS = [
     ("check", "--no-sources"),
     ("refresh", "--to", CLEAN_TARGET, "--no-check"),
     ("reproduce",),
-    ("sync-gpu", "--omni", "0.30.0", "--since", "0.30.0"),
+    ("sync-gpu", "--omni", "0.30.0", "--backlog", "--apply", "all"),
     ("abort",),
 ]
 

@@ -168,7 +168,7 @@ def test_sync_gpu_of_a_pre_release_series_reads_the_vllm_it_goes_with(
     adopted_032: Path, vllm_versions: list[str], tmp_path: Path
 ) -> None:
     proj = copy_project(adopted_032, tmp_path / "p")
-    proc = pq(proj, "sync-gpu")
+    proc = pq(proj, "sync-gpu", "--backlog", "--apply", "all")
     assert "unknown release" not in proc.stdout + proc.stderr
     assert f"Reading the GPUModelRunner of {_expected_line(vllm_versions)} ...\n" in proc.stderr
     assert "unported omni GPU change(s) in vllm-omni==0.32.0rc1" in proc.stdout
