@@ -4,19 +4,22 @@ docs/reference.md is generated from pq's --help by scripts/reference.py and must
 now (a changed command, option or help text fails here: rerun `python scripts/reference.py`); every
 relative link of README.md and docs/*.md names a file that exists and, with `#anchor`, a heading of it;
 the README stays short, holds the two commands for a fresh machine exactly, and lists the exit codes
-`pq --help` lists; docs/commands.md has a section for every command.
+`pq --help` lists; docs/commands.md has a section for every command; and what the README says of the stack
+holds on this repository's series: `git am` (and `quilt push -a`) of patches/ on refs/pq/base give refs/pq/top.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import typer.main
+from conftest import corpus_dir, git, new_project, pq
 
 from patch_queue.cli import app
 
@@ -184,3 +187,51 @@ def test_readme_lists_the_exit_codes() -> None:
 @pytest.mark.parametrize("doc", ["commands", "conflicts", "state", "measurement", "architecture", "reference"])
 def test_readme_links_each_doc(doc: str) -> None:
     assert f"](docs/{doc}.md" in README.read_text(encoding="utf-8")
+
+
+def test_git_am_and_quilt_rebuild_the_stack(tmp_path: Path) -> None:
+    """README, "How the stack looks": this repository's series, reproduced from its lineage, is rebuilt
+    without pq by `git am` on refs/pq/base (the very commit ids with the committer set to the author), and
+    `quilt push -a` on a copy of refs/pq/base's files gives the files of refs/pq/top."""
+    if corpus_dir() is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    proj = new_project(tmp_path / "p")
+    shutil.copytree(ROOT / "patches", proj / "patches", ignore=shutil.ignore_patterns("*.patch"))
+    pq(proj, "reproduce")
+    series = [line for line in (proj / "patches" / "series").read_text().splitlines() if not line.startswith("#")]
+    assert len(series) > 10
+    stack = tmp_path / "stack"
+    git(proj, "worktree", "add", "-q", "--detach", str(stack), "refs/pq/base")
+    bodies = [str(proj / "patches" / name) for name in series]
+    git(stack, "am", "-q", *bodies)  # the tests' own committer and date
+    top = git(proj, "rev-parse", "refs/pq/top", "refs/pq/top^{tree}").split()
+    assert git(stack, "rev-parse", "HEAD^{tree}").strip() == top[1]
+    assert git(stack, "rev-parse", "HEAD").strip() != top[0]
+    git(stack, "reset", "-q", "--hard", "refs/pq/base")
+    author = subprocess.run(
+        ["git", "log", "-1", "--format=%an%n%ae", "refs/pq/top"], cwd=proj, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    subprocess.run(
+        ["git", "am", "-q", "--committer-date-is-author-date", *bodies],
+        cwd=stack,
+        env={**os.environ, "GIT_COMMITTER_NAME": author[0], "GIT_COMMITTER_EMAIL": author[1]},
+        check=True,
+        capture_output=True,
+    )
+    assert git(stack, "rev-parse", "HEAD").strip() == top[0]
+    if shutil.which("quilt") is None:
+        return  # quilt is not installed here: git am alone is checked
+    files = tmp_path / "quilt"
+    files.mkdir()
+    archive = subprocess.run(["git", "archive", "refs/pq/base"], cwd=proj, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(files)], input=archive, check=True)
+    shutil.copytree(proj / "patches", files / "patches")
+    subprocess.run(["quilt", "push", "-a", "-q"], cwd=files, capture_output=True, check=True)
+    shutil.rmtree(files / "patches")
+    shutil.rmtree(files / ".pc")
+    listed = git(proj, "ls-tree", "-r", "--name-only", "refs/pq/top").splitlines()
+    assert sorted(p.relative_to(files).as_posix() for p in files.rglob("*") if p.is_file()) == sorted(listed)
+    for name in listed:
+        assert (files / name).read_bytes() == subprocess.run(
+            ["git", "show", f"refs/pq/top:{name}"], cwd=proj, capture_output=True, check=True
+        ).stdout, name
