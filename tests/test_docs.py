@@ -4,8 +4,9 @@ docs/reference.md is generated from pq's --help by scripts/reference.py and must
 now (a changed command, option or help text fails here: rerun `python scripts/reference.py`); every
 relative link of README.md and docs/*.md names a file that exists and, with `#anchor`, a heading of it;
 the README stays short, holds the two commands for a fresh machine exactly, and lists the exit codes
-`pq --help` lists; docs/commands.md has a section for every command; and what the README says of the stack
-holds on this repository's series: `git am` (and `quilt push -a`) of patches/ on refs/pq/base give refs/pq/top.
+`pq --help` lists; docs/commands.md has a section for every command. On the real corpus, what the README shows
+holds on this repository's series: its worked conflict and `pq merge` print what it quotes, and `git am` (and
+`quilt push -a`) of patches/ on refs/pq/base give refs/pq/top.
 """
 
 from __future__ import annotations
@@ -235,3 +236,48 @@ def test_git_am_and_quilt_rebuild_the_stack(tmp_path: Path) -> None:
         assert (files / name).read_bytes() == subprocess.run(
             ["git", "show", f"refs/pq/top:{name}"], cwd=proj, capture_output=True, check=True
         ).stdout, name
+
+
+def transcript(section: str, *, until: str | None = None) -> list[tuple[list[str], list[str]]]:
+    """The `$ pq ...` commands of the README's console blocks under the heading ``section``, each with the
+    output lines the README shows for it (``...`` marks lines cut, and is skipped), up to the command
+    ``until``."""
+    text = README.read_text(encoding="utf-8")
+    body = re.split(r"^#+ ", text.split(f"\n{section}\n", 1)[1], maxsplit=1, flags=re.M)[0]
+    out: list[tuple[list[str], list[str]]] = []
+    for block in re.findall(r"^```console\n(.*?)^```", body, re.S | re.M):
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                command = line[2:].split("  #")[0].split()
+                if command[0] != "pq":
+                    return out  # a git command: the transcript pq can replay ends here
+                if until is not None and command[:2] == ["pq", until]:
+                    return out
+                out.append((command[1:], []))
+            elif line != "..." and out:
+                out[-1][1].append(line)
+    return out
+
+
+def test_the_readme_transcripts_are_real(tmp_path: Path) -> None:
+    """The README's worked conflict and `pq merge` show pq's real output: replayed on this repository's
+    series (reproduced from its lineage, as a fresh clone does), each line they show is a line pq prints.
+    A changed message fails here: run the commands as the README says and paste their output there."""
+    if corpus_dir() is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    proj = new_project(tmp_path / "p")
+    shutil.copytree(ROOT / "patches", proj / "patches", ignore=shutil.ignore_patterns("*.patch"))
+    pq(proj, "reproduce")
+    merge = transcript("## A newer vllm-omni release")
+    worked = transcript("### A worked conflict", until="continue")
+    assert [c[0] for c, _ in merge] == ["merge"] and [c[0] for c, _ in worked] == ["refresh", "status", "resolve"]
+    section = README.read_text(encoding="utf-8").split("\n### A worked conflict\n")[1]
+    (region,) = re.findall(r"^```text\n(.*?)^```", section.split("\n## ")[0], re.S | re.M)
+    for command, shown in merge + worked:
+        proc = pq(proj, *command, check=None)
+        printed = (proc.stdout + proc.stderr).splitlines()
+        missing = [line for line in shown if line not in printed]
+        assert not missing, f"pq {' '.join(command)} no longer prints these README lines: {missing}"
+        if command[0] == "refresh":  # the region the README shows, as the file holds it
+            assert proc.returncode == 3
+            assert region in (proj / "npu_worker" / "npu_ar_model_runner.py").read_text(encoding="utf-8")
