@@ -1,4 +1,4 @@
-"""The layout of patch_queue/ (README, "Layout"): imports go down the layers only, and the pure core
+"""The layout of patch_queue/ (docs/architecture.md, "Layout"): imports go down the layers only, and the pure core
 (merge/ and the report) uses neither the repository nor the command line."""
 
 from __future__ import annotations

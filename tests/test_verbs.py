@@ -1,6 +1,6 @@
 """The StGit verbs (issue 15, part 4): goto, push/pop NAME, show, diff, delete, rename, record --patch, an
 empty pq new, undo/redo; each against what StGit documents for the same case (its t/ tests), on the real
-corpus with real git.  Where pq differs from StGit it says why in the README ("StGit parity")."""
+corpus with real git.  Where pq differs from StGit it says why in docs/commands.md ("StGit parity")."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_goto_pushes_or_pops_to_the_patch(proj: Path) -> None:
 
 def test_push_and_pop_a_named_patch(proj: Path) -> None:
     # t1208-push-and-pop.sh: pushing an applied patch fails ("is already applied"), an unknown one "does not
-    # exist"; pq pops NAME with every patch above it (StGit 2 reorders to pop NAME alone: see the README)
+    # exist"; pq pops NAME with every patch above it (StGit 2 reorders to pop NAME alone: see docs/commands.md)
     series = names(proj)
     pq(proj, "pop", series[5])
     assert applied(proj) == series[:5]

