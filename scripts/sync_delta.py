@@ -13,7 +13,8 @@ rest proposed) and measures again, then ``pq check``.  Per pair it prints:
 
 - work saved before and after the sync;
 - applied: ports, the lines they add and remove, and their precision: added lines that occur in the maintainers'
-  NEW or any later release's NPU runners, removed lines the maintainers' NEW runners hold fewer times than OLD's;
+  NEW or any later release's NPU runners, removed lines NEW's or a later release's runners hold fewer times than
+  OLD's;
 - proposals and their precision alike (lines a proposal adds that occur in NEW or later);
 - unplaced changes;
 - recall of proposals: of the omni lines the maintainers added in NEW (in neither OLD's NPU runners nor the new
@@ -104,14 +105,15 @@ def measure(old: str, new: str, corpus: Path, work: Path, location: str, refresh
     theirs = cm.pooled({f"{i}/{n}": t for i, d in enumerate(later) for n, t in read_folder(d / "npu").items()})
     added = [line for a in data["applied"] for line in code(a["result"])]
     removed = [(Path(a["file"]).name, line) for a in data["applied"] for line in code(a["replaced"])]
+    row["applied_removals"] = sum(1 for a in data["applied"] if not a["result"])
     row["applied"] = len(data["applied"])
     row["applied_patches"] = len({a["patch"] for a in data["applied"]})
     row["applied_added"] = [sum(1 for line in added if line in theirs), len(added)]
     gone = 0
-    for name, line in removed:
+    later_npu = [read_folder(d / "npu") for d in later]
+    for name, line in removed:  # the maintainers removed it too: in NEW or a later release it is there fewer times
         before = Counter(code(old_npu.get(name, "")))[line]
-        after = Counter(code(new_npu.get(name, "")))[line]
-        gone += after < before
+        gone += any(Counter(code(folder.get(name, "")))[line] < before for folder in later_npu)
     row["applied_removed"] = [gone, len(removed)]
     proposed = [line for p in data["proposals"] for line in code(p["result"])]
     row["proposals"] = len(data["proposals"])

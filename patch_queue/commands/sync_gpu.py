@@ -294,14 +294,11 @@ def proposal_id(port: Port) -> str:
 
 
 def is_sure(port: Port) -> bool:
-    """Applied without asking: a removal of code both sides held the same way, or a change replacing omni code the
-    NPU method holds as the release the series ports had it (no name it uses left unbound)."""
-    if removals.is_removal(port):
-        return True
-    return bool(port.replaced.strip()) and port.how.startswith(UPDATING) and not port.missing_names
-
-
-UPDATING = "updating the omni code of"
+    """Applied without asking: the removal of omni code both sides held the same way that the GPU side dropped
+    (a name it uses is in no GPU runner any more: a feature gone, not code moved).  Measured on every pair of
+    releases (scripts/sync_delta.py), replacements of shared omni code and removals of code the GPU side moved
+    elsewhere are what the maintainers did not do half the time or more: those are proposals."""
+    return removals.is_dropped_feature(port)
 
 
 def _keys(port: Port) -> set[tuple[str, int]]:
@@ -444,8 +441,10 @@ def plan_sync(
     ports = list(done.ports)
     results = [r for r in first.results if isinstance(r, Unplaced)]
     files = done.files
-    if any(not removals.is_removal(p) for p in ports):  # the GPU helper methods the applied ports call
-        helpers, files = helper_methods.copy_helpers(files, gpu_files, vllm_runner, ascend, rules)
+    written = "".join(p.result for p in ports)
+    if written.strip():  # the GPU helper methods the applied ports call (the backlog: every one the NPU lacks)
+        called = None if backlog else set(re.findall(r"\bself\.(\w+)\s*\(", written))
+        helpers, files = helper_methods.copy_helpers(files, gpu_files, vllm_runner, ascend, rules, only=called)
         results += [h for h in helpers if isinstance(h, Unplaced)]
         ports += [h for h in helpers if isinstance(h, Port)]
     outcome = SyncOutcome(source, first.unported, declined=[first.declined[k] for k in sorted(first.declined)])

@@ -13,7 +13,7 @@ import ast
 import functools
 import re
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.gpu_audit import GpuChange
@@ -126,11 +126,13 @@ def copy_helpers(
     vllm_runner: str,
     ascend_runner: str,
     rules: Rules,
+    only: Set[str] | None = None,
 ) -> tuple[list[Port | Unplaced], dict[str, str]]:
     """Copy every omni helper method of a GPU runner class that its NPU counterpart (a class that does not
     inherit the GPU class) calls and lacks: the whole method, translated, fenced at class-body indentation,
     after the NPU method calling it (else at the class end), with the imports it needs.  A helper that calls
-    ``super()`` or reads an attribute the NPU class never sets comes back as :class:`Unplaced`."""
+    ``super()`` or reads an attribute the NPU class never sets comes back as :class:`Unplaced`.  ``only``: just
+    the helpers of these names (and what they call in turn), no overrides: the ones new ports call."""
     out_files = dict(files)
     out: list[Port | Unplaced] = []
     refused: set[tuple[str, str]] = set()
@@ -150,7 +152,10 @@ def copy_helpers(
                 ]
                 todo = [(attr, caller) for _l, attr, caller in calls if ctx.wanted(attr)]
                 todo = [t for t in dict.fromkeys(todo) if (ctx.npu_cls, t[0]) not in refused]
-                todo += [(n, "") for n in _overrides(ctx) if (ctx.npu_cls, n) not in refused]
+                if only is not None:
+                    todo = [t for t in todo if t[0] in only]
+                else:
+                    todo += [(n, "") for n in _overrides(ctx) if (ctx.npu_cls, n) not in refused]
                 if not todo:
                     break
                 name, caller = todo[0]

@@ -27,11 +27,26 @@ from patch_queue.sync.ports import Port, Since, Unplaced, joined
 from patch_queue.sync.translation import Rules
 
 REMOVED = "removed on the GPU side"
+GONE = "its names gone from the GPU runners"
+_WORD = re.compile(r"[A-Za-z_]\w*")
+_COMMON = frozenset({"self", "None", "True", "False", "not", "and", "or", "is", "in", "if", "else", "elif", "for"})
 _FENCE = "Omni-new"
 
 
 def is_removal(result: Port | Unplaced) -> bool:
     return result.changes[0].reason.startswith(REMOVED)
+
+
+def is_dropped_feature(result: Port | Unplaced) -> bool:
+    """A removal whose code the GPU side dropped, not moved: a name it uses occurs in no GPU runner any more."""
+    return is_removal(result) and GONE in result.changes[0].reason
+
+
+def gone_names(lines: Sequence[str], gpu_files: Mapping[str, str]) -> list[str]:
+    """The names the lines use that no GPU runner module uses any more."""
+    used = {w for line in lines for w in _WORD.findall(line.split("#", 1)[0])} - _COMMON
+    everywhere = {w for text in gpu_files.values() for w in _WORD.findall(text)}
+    return sorted(used - everywhere)
 
 
 def removals(
@@ -64,7 +79,7 @@ def removals(
             for run in _deleted_runs(old, new, rules):
                 if only is not None and (gpu_file, old.start + run[0].first) not in only:
                     continue
-                result = _remove(gpu_file, name, old, run, files, npu_file, since.label, held)
+                result = _remove(gpu_file, name, old, run, files, npu_file, since.label, held, gpu_files)
                 if isinstance(result, Port):
                     files[npu_file] = result.text
                 if result is not None:
@@ -96,12 +111,14 @@ def _remove(
     npu_file: str,
     label: str,
     upstream: set[str],
+    gpu_files: Mapping[str, str],
 ) -> Port | Unplaced | None:
     """The removal of ``run`` from the NPU method, why not, or None when the NPU method holds none of it."""
     old_lines = old.text.splitlines()
     gpu_lines = tuple(old_lines[run[0].first : run[-1].last + 1])
     method = name.rsplit(".", 1)[-1]
-    reason = f"{REMOVED} since {label}"
+    gone = gone_names(gpu_lines, gpu_files)
+    reason = f"{REMOVED} since {label}" + (f"; {GONE}: {', '.join(gone)}" if gone else "")
     change = GpuChange(gpu_file, method, old.start + run[0].first, gpu_lines, False, reason, npu_file)
     hunk = joined(old_lines[run[0].first : _block_end(old_lines, run[-1]) + 1])
     text = files[npu_file]
