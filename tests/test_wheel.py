@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 import zipfile
@@ -291,3 +293,57 @@ def test_notice_names_the_copyright_lines_of_the_sources(adopted_030: Path, tmp_
     assert "    Copyright (c) 2025 Huawei Technologies Co., Ltd. All Rights Reserved.\n" in ascend_part
     assert "Huawei" not in omni_part
     twine_check(whl)
+
+
+# -- docs/using-npu-worker.md against the built package -------------------------------------------
+
+DOC = ROOT / "docs" / "using-npu-worker.md"
+
+
+def classes_defined(files: dict[str, bytes], package: str) -> set[str]:
+    """``package.module.Class`` for every top-level class of the package's modules."""
+    found = set()
+    for path, data in files.items():
+        if path.endswith(".py"):
+            module = f"{package}.{path[: -len('.py')].replace('/', '.')}".removesuffix(".__init__")
+            tree = ast.parse(data, filename=path)
+            found |= {f"{module}.{node.name}" for node in tree.body if isinstance(node, ast.ClassDef)}
+    return found
+
+
+def test_the_doc_names_classes_the_built_package_defines(adopted_030: Path, tmp_path: Path) -> None:
+    """Every worker or runner class docs/using-npu-worker.md names (its `worker_cls` values, the model runners, the
+    platform's default classes of the in-tree form) is a class of the built package; the package's modules import
+    each other through `npu_worker`, never through vllm_omni.platforms.npu.worker."""
+    files = package_files(build_wheel(copy_project(adopted_030, tmp_path / "p"), tmp_path / "d"))
+    own = {p[: -len(".py")] for p in files if p.endswith(".py")}
+    sibling_imports = 0
+    for path, data in files.items():
+        for node in ast.walk(ast.parse(data, filename=path)):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                assert not name.startswith("vllm_omni.platforms.npu.worker"), f"{path}:{node.lineno}: {name}"
+                if name.startswith(f"{PACKAGE}."):
+                    assert name.split(".")[1] in own, f"{path}:{node.lineno}: {name}"
+                    sibling_imports += 1
+    assert sibling_imports >= 5
+    defined = classes_defined(files, PACKAGE)
+    doc = DOC.read_text(encoding="utf-8")
+    worker_cls = re.findall(r"^\s*worker_cls: (\S+)$", doc, re.M)
+    assert worker_cls == [
+        "npu_worker.npu_ar_worker.NPUARWorker",
+        "npu_worker.npu_generation_worker.NPUGenerationWorker",
+    ]
+    named = set(re.findall(r"`(npu_worker(?:\.\w+)+)`", doc)) | set(worker_cls)
+    assert len(named) >= 4
+    for qualname in sorted(named):
+        assert qualname in defined, f"{DOC.name} names {qualname}, which the built package does not define"
+    # the in-tree form: the platform's defaults that the doc names are the same classes under vllm-omni's name
+    in_tree = set(re.findall(r"`vllm_omni\.platforms\.npu\.worker((?:\.\w+)+)`", doc))
+    assert in_tree and {f"{PACKAGE}{rest}" for rest in in_tree} <= defined
