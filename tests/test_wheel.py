@@ -254,14 +254,20 @@ def test_pins_read_from_a_release_metadata_or_requirements(tmp_path: Path) -> No
     assert wheel.upstream_requirements(None) == ("torch-npu", "torch")
     (tree / "requirements.txt").write_text(
         "# the build\n-r requirements-dev.txt\n--extra-index-url https://example.invalid/simple\n"
-        "Torch_NPU == 2.9.0.post1  # the Ascend adapter\ntorch>=2.9; python_version < '3.0'\ntorch==2.9.0\nnumpy\n"
+        "Torch_NPU == 2.9.0.post1  # the Ascend adapter\ntorch==2.9.0 --hash=sha256:00\n"
+        "torch==2.8.0; platform_machine == 'aarch64'\nnumpy\n"
     )
-    # names canonicalised, comments and options skipped, a requirement with a marker is not the pin
-    assert wheel.upstream_requirements(dir_snapshot(tree)) == ("torch-npu==2.9.0.post1", "torch==2.9.0")
-    # a release's metadata comes first: its Requires-Dist headers, none of its description
+    # names canonicalised, comments and options skipped; a requirement with a marker is one too, with its marker
+    assert wheel.upstream_requirements(dir_snapshot(tree)) == (
+        "torch-npu==2.9.0.post1",
+        "torch==2.9.0",
+        'torch==2.8.0; platform_machine == "aarch64"',
+    )
+    # a release's metadata comes first: its Requires-Dist headers (none of an extra), none of its description
     (tree / "PKG-INFO").write_text(
         "Metadata-Version: 2.1\nName: vllm-ascend\nRequires-Dist: torch==2.10.0\n"
-        "Requires-Dist: torch-npu==2.10.0.post4\n\nRequires-Dist: torch==0.1\n"
+        "Requires-Dist: torch-npu==2.10.0.post4\nRequires-Dist: torch-npu==9; extra == 'dev'\n"
+        "\nRequires-Dist: torch==0.1\n"
     )
     assert wheel.upstream_requirements(dir_snapshot(tree)) == ("torch-npu==2.10.0.post4", "torch==2.10.0")
     (tree / "PKG-INFO").write_text("Name: vllm-ascend\nRequires-Dist: torch ==\n")

@@ -150,15 +150,17 @@ def _requirement_lines(snap: Snapshot) -> tuple[str, list[tuple[int, str]]]:
             if sep and key.strip().lower() == "requires-dist":
                 found.append((number, value.strip()))
             continue
-        text = re.sub(r"(^|\s)#.*", "", line).strip()
+        # a comment, and a requirement's own options (--hash=...), are no part of it
+        text = re.split(r"(?:^|\s)(?:#|--)", line, maxsplit=1)[0].strip()
         if text and not text.startswith("-"):  # options (-r, --index-url, ...) name no requirement
             found.append((number, text))
     return path, found
 
 
 def upstream_requirements(snap: Snapshot | None) -> tuple[str, ...]:
-    """``torch-npu`` and ``torch`` as the upstream tree pins them (each unpinned where it names none)."""
-    found: dict[str, str] = {}
+    """``torch-npu`` and ``torch`` as the upstream tree requires them: each of its requirements of them (one
+    with an environment marker too; none of an extra), in its order; a bare name where it requires none."""
+    found: dict[str, list[str]] = {name: [] for name in PINNED_FROM_UPSTREAM}
     where, lines = _requirement_lines(snap) if snap is not None else ("", [])
     for number, line in lines:
         try:
@@ -167,10 +169,10 @@ def upstream_requirements(snap: Snapshot | None) -> tuple[str, ...]:
             shown = f"{snap.spec if snap else ''}:{where}"
             raise SourceError(f"{line!r} is not a PEP 508 requirement: {exc}", path=shown, line=number) from None
         name = canonicalize_name(req.name)
-        if name in PINNED_FROM_UPSTREAM and name not in found and req.marker is None:
+        if name in found and "extra" not in str(req.marker or ""):
             req.name = name  # as pip lists it
-            found[name] = str(req)
-    return tuple(found.get(name, name) for name in PINNED_FROM_UPSTREAM)
+            found[name].append(str(req))
+    return tuple(req for name, reqs in found.items() for req in reqs or [name])
 
 
 def upstream_text(queue: Queue) -> str:
