@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Create .venv and install pq with its pinned dependencies (and the development tools with --dev).
+# Create .venv and install pq with its dependencies at the exact versions of constraints.txt (and the
+# development tools with --dev).
 # Quiet unless it fails: then the output of the step that failed is printed.
-# A .venv this script made from the same pyproject.toml, script, Python and option is kept as it is
+# A .venv this script made from the same pyproject.toml, constraints.txt, script, Python and option is kept as it is
 # (a second run of scripts/main.sh sets nothing up again); pq itself is installed editable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stamp="$( (cat pyproject.toml scripts/setup.sh; python3 --version; echo "${1:-}") | cksum)"
+stamp="$( (cat pyproject.toml constraints.txt scripts/setup.sh; python3 --version; echo "${1:-}") | cksum)"
 if [ -x .venv/bin/pq ] && .venv/bin/python -c '' 2>/dev/null && [ "$(cat .venv/pq-setup 2>/dev/null)" = "$stamp" ]; then
   exit 0
 fi
@@ -24,7 +25,7 @@ extra=""
 # One pip run, with nothing byte-compiled ahead (Python compiles what pq imports on first use): the
 # system's pip installs into a venv made without its own (that would be a second pip run, ~3 s), pip
 # included; a python3 without pip (or one older than 22.3, without --python) makes the venv with its own.
-install=(install --quiet --disable-pip-version-check --no-compile -e ".$extra")
+install=(install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e ".$extra")
 if [ -x .venv/bin/python ]; then # a venv made before (or by hand): installed into as it is
   quietly .venv/bin/python -m pip "${install[@]}"
 elif ! { python3 -m venv --without-pip .venv && python3 -m pip --python .venv/bin/python "${install[@]}" pip; } >"$log" 2>&1; then

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
+from email.parser import HeaderParser
 from pathlib import Path
+
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from patch_queue.errors import SourceError
+from patch_queue.sources import archives
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,7 +82,8 @@ def test_main_sh_records_each_step_for_pq_timings(tmp_path: Path) -> None:
 def test_setup_sh_keeps_an_up_to_date_venv(tmp_path: Path) -> None:
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copy(ROOT / name, tmp_path / name)
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     # a venv whose python logs how it is called (a pip install would show) and a pq
@@ -78,17 +92,170 @@ def test_setup_sh_keeps_an_up_to_date_venv(tmp_path: Path) -> None:
     (bin_dir / "pq").write_text("#!/bin/sh\n")
     for tool in ("python", "pq"):
         (bin_dir / tool).chmod(0o755)
-    stamp = subprocess.run(
-        ["bash", "-c", '(cat pyproject.toml scripts/setup.sh; python3 --version; echo "") | cksum'],
-        cwd=tmp_path,
+
+    def stamp() -> str:
+        command = '(cat pyproject.toml constraints.txt scripts/setup.sh; python3 --version; echo "") | cksum'
+        return subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+
+    def setup(*args: str) -> None:
+        proc = subprocess.run(["bash", "scripts/setup.sh", *args], cwd=tmp_path, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+
+    (tmp_path / ".venv" / "pq-setup").write_text(stamp())
+    setup()
+    assert log.read_text() == "-c \n"  # asked whether it runs, and nothing installed
+    # another option (--dev) is another set-up: pip is run, with the constraints
+    setup("--dev")
+    assert "-m pip install" in log.read_text() and "-c constraints.txt -e .[dev,bench]" in log.read_text()
+    # a change of constraints.txt alone installs again
+    (tmp_path / ".venv" / "pq-setup").write_text(stamp())
+    log.write_text("")
+    setup()
+    assert log.read_text() == "-c \n"
+    with (tmp_path / "constraints.txt").open("a") as fh:
+        fh.write("# changed\n")
+    setup()
+    assert "-m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e ." in log.read_text()
+
+
+# -- pq's own packaging -----------------------------------------------------------------------------
+
+EXACT = {"pygit2", "ruff"}  # pq's output depends on their versions (the diffs, the generated code's layout)
+
+
+def project() -> dict[str, object]:
+    with (ROOT / "pyproject.toml").open("rb") as fh:
+        return dict(tomllib.load(fh)["project"])
+
+
+def requirements(group: str = "") -> list[Requirement]:
+    data = project()
+    extras = data["optional-dependencies"]
+    assert isinstance(extras, dict)
+    listed = extras[group] if group else data["dependencies"]
+    assert isinstance(listed, list)
+    return [Requirement(line) for line in listed]
+
+
+def constraints() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for number, line in enumerate((ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines(), 1):
+        if line and not line.startswith("#"):
+            found = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)", line)
+            assert found, f"constraints.txt:{number}: not NAME==VERSION: {line!r}"
+            pins[canonicalize_name(found.group(1))] = found.group(2)
+    return pins
+
+
+def test_runtime_requirements_are_ranges_but_where_output_depends_on_the_version() -> None:
+    reqs = {canonicalize_name(r.name): r for r in requirements()}
+    assert "setuptools" not in reqs  # the wheel is written by pq itself
+    assert {"rich", "typer", "gitpython", "packaging", "regex"} <= set(reqs)  # imported by pq (rich: progress.py)
+    for name, req in reqs.items():
+        exact = [s for s in req.specifier if s.operator in ("==", "===")]
+        assert bool(exact) == (name in EXACT), f"{name}: {req}"
+        assert len(req.specifier) >= 1, f"{name}: no version bound at all"
+    assert str(reqs["typer"].specifier) == "<0.29,>=0.28"
+    # the reason for typer's upper bound is kept beside it
+    assert "TypeAdapter per parameter" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+def test_constraints_pin_every_requirement_within_its_range() -> None:
+    pins = constraints()
+    for group in ("", "dev", "bench"):
+        for req in requirements(group):
+            name = canonicalize_name(req.name)
+            assert name in pins, f"constraints.txt pins no {name} ({group or 'runtime'})"
+            assert req.specifier.contains(pins[name], prereleases=True), f"{name}=={pins[name]} is not in {req}"
+    # the file is what a --dev venv holds: this one's packages (pq itself aside) at these versions
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "list", "--format=json", "--disable-pip-version-check", "--exclude-editable"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    (tmp_path / ".venv" / "pq-setup").write_text(stamp)
-    proc = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert log.read_text() == "-c \n"  # asked whether it runs, and nothing installed
-    # another option (--dev) is another set-up: pip is run
-    proc = subprocess.run(["bash", "scripts/setup.sh", "--dev"], cwd=tmp_path, capture_output=True, text=True)
-    assert "-m pip install" in log.read_text()
+    installed = {canonicalize_name(p["name"]): p["version"] for p in json.loads(listed)}
+    for name in ("ruff", "pygit2", "typer", "mypy", "twine", "pre-commit"):
+        assert installed.get(name) == pins[name], name
+
+
+def test_package_data_license_and_typed_marker() -> None:
+    with (ROOT / "pyproject.toml").open("rb") as fh:
+        data = tomllib.load(fh)
+    package_data = data["tool"]["setuptools"]["package-data"]
+    for package, files in package_data.items():
+        for name in files:
+            assert (ROOT / package.replace(".", "/") / name).is_file(), f"{package}: {name}"
+    assert package_data["patch_queue"] == ["py.typed"]
+    assert data["project"]["license"] == "Apache-2.0"
+    text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
+    assert (ROOT / "LICENSE").read_bytes() == (ROOT / "patch_queue" / "outputs" / "apache-2.0.txt").read_bytes()
+
+
+def test_pre_commit_hooks_are_the_checks_of_test_sh() -> None:
+    """.pre-commit-config.yaml runs the commands scripts/test.sh runs before pytest, with .venv's tools."""
+    test_sh = [
+        line.strip()
+        for line in (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8").splitlines()
+        if line.startswith(".venv/bin/") and "pytest" not in line
+    ]
+    config = (ROOT / ".pre-commit-config.yaml").read_text(encoding="utf-8")
+    entries = re.findall(r"^\s+entry: (.+)$", config, re.M)
+    assert entries == test_sh and len(entries) == 3, (entries, test_sh)
+    assert config.count("language: unsupported") == 3 and config.count("pass_filenames: false") == 3
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "pre-commit"), "validate-config", str(ROOT / ".pre-commit-config.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# vLLM's requirements that are compiled kernels, CUDA or torch builds (hundreds of MB each): none of them pins a
+# package pq needs beyond what the others do (torch: typing-extensions>=4.10; flashinfer-python: packaging>=24.2,
+# click), and with them the resolution downloads some 1.4 GB, so it is given the others only (torch still comes
+# in as a dependency of some of those; with this list the run downloads some 220 MB)
+HEAVY = re.compile(
+    r"torch.*|triton.*|nvidia-.*|cuda-.*|flashinfer-.*|tilelang|quack-kernels|humming-kernels|"
+    r"pynvvideocodec|tokenspeed-.*|numba|apache-tvm-ffi|xgrammar|llguidance|opencv-.*|fastsafetensors|"
+    r"instanttensor|nvtx"
+)
+
+
+def test_pq_installs_next_to_vllm_0_30_0(tmp_path: Path) -> None:
+    """`pip install --dry-run` of this repository with vLLM 0.30.0's own requirements (from its sdist's PKG-INFO,
+    as its wheel's METADATA holds them), into a fresh venv, resolves: pq's ranges admit vLLM's pins."""
+    try:
+        pinned = archives.fetch_release("vllm", "0.30.0", None)
+    except SourceError as exc:
+        pytest.skip(f"package registry unreachable: {exc}")
+    headers = HeaderParser().parsestr(archives.archive_members(pinned, "PKG-INFO")["PKG-INFO"].decode("utf-8"))
+    env = default_environment()
+    vllm = [
+        Requirement(line)
+        for line in headers.get_all("Requires-Dist") or []
+        if "extra ==" not in line and (Requirement(line).marker is None or Requirement(line).marker.evaluate(env))
+    ]
+    assert {"regex", "transformers", "typing-extensions"} <= {canonicalize_name(r.name) for r in vllm}
+    kept = [str(r) for r in vllm if not HEAVY.fullmatch(canonicalize_name(r.name))]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--dry-run"]
+    command += ["--quiet", "--disable-pip-version-check", "--ignore-installed", "--report", str(report)]
+    command += [str(ROOT), *kept]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0 and re.search(
+        r"No matching distribution|Could not fetch URL|NewConnectionError", proc.stderr
+    ):
+        if "ResolutionImpossible" not in proc.stderr:
+            pytest.skip(f"package registry unreachable: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, shlex.join(command) + "\n" + proc.stderr[-3000:]
+    chosen = {
+        canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    assert chosen["patch-queue"] == "0.1.0" and "transformers" in chosen
+    for req in requirements():
+        assert req.specifier.contains(chosen[canonicalize_name(req.name)], prereleases=True), req

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 import zipfile
@@ -12,12 +14,16 @@ from pathlib import Path
 import pytest
 from conftest import BASE_030, copy_project, new_project, pq
 
-from patch_queue.errors import QueueError
+from patch_queue.errors import QueueError, SourceError
 from patch_queue.fsutil import read_folder
 from patch_queue.outputs import wheel
 from patch_queue.series.queue import Queue, UpstreamPin
+from patch_queue.sources import archives
+from patch_queue.sources.snapshot import dir_snapshot, release_snapshot
 
 PUBLIC_030 = "cf0baa38dfb2aef4faf6baaaa97beb4ac974ae35"  # the public commit of BASE_030
+GIT_REQUIREMENT = f"vllm-ascend @ git+https://github.com/vllm-project/vllm-ascend.git@{PUBLIC_030}"
+ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "npu_worker"
 
 
@@ -43,6 +49,13 @@ def standalone_build(proj: Path, tmp: Path) -> dict[str, bytes]:
     out = tmp / "standalone" / PACKAGE  # the package is named after the output folder
     pq(proj, "build", "--standalone", "--out", str(out))
     return {k: v for k, v in read_folder(out).items() if k != ".pq-build"}
+
+
+def twine_check(whl: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(whl)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "PASSED" in proc.stdout, proc.stdout + proc.stderr
 
 
 def pip_install(whl: Path, target: Path) -> None:
@@ -81,9 +94,10 @@ def test_wheel_of_the_folder_adopt(adopted_030: Path, tmp_path: Path) -> None:
     assert meta["Name"] == "vllm-omni-npu-worker"
     assert meta["Version"] == "0+ascend.gcf0baa38dfb2"
     assert meta["Requires-Python"] == ">=3.10"
-    # a git pin: no vllm-ascend requirement (no release holds the commit); the commit is recorded instead
-    assert meta.get_all("Requires-Dist") == ["torch-npu", 'vllm-omni; extra == "omni"']
-    assert meta.get_all("Provides-Extra") == ["omni"]
+    # a git pin: vllm-ascend by a direct reference to the public commit; the corpus' mirror of vllm-ascend holds
+    # vllm_ascend/ only (no requirements.txt), so torch-npu and torch are unpinned; vllm-omni itself is required
+    assert meta.get_all("Requires-Dist") == ["torch-npu", "torch", GIT_REQUIREMENT, "vllm-omni"]
+    assert meta.get_all("Provides-Extra") is None
     assert meta.get_all("Project-URL") == [
         f"vllm-ascend commit, https://github.com/vllm-project/vllm-ascend/commit/{PUBLIC_030}"
     ]
@@ -116,8 +130,8 @@ def test_wheel_of_the_registry_adopt(corpus: Path, tmp_path: Path) -> None:
     whl = proj / printed
     meta = metadata(whl)
     assert meta["Version"] == "0.30.0+ascend.gcf0baa38dfb2"
-    assert meta.get_all("Requires-Dist") == ["torch-npu", 'vllm-omni==0.30.0; extra == "omni"']
-    assert meta.get_all("Provides-Extra") == ["omni"]
+    assert meta.get_all("Requires-Dist") == ["torch-npu", "torch", GIT_REQUIREMENT, "vllm-omni==0.30.0"]
+    assert meta.get_all("Provides-Extra") is None
     assert package_files(whl) == standalone_build(proj, tmp_path)
     target = tmp_path / "site"
     pip_install(whl, target)
@@ -182,28 +196,160 @@ def test_versions() -> None:
 def test_release_pin_wheel_requires_the_release(tmp_path: Path) -> None:
     """A registry-release upstream: the wheel pins vllm-ascend to it; built twice, byte-identical."""
     queue = make_queue("release", "vllm-ascend==0.30.0rc2")
-    meta = wheel.wheel_meta(queue, package=PACKAGE, patches=["0001-init.patch"])
+    pinned = ("torch-npu==2.10.0.post4", "torch==2.10.0")
+    meta = wheel.wheel_meta(queue, package=PACKAGE, patches=["0001-init.patch"], pinned=pinned)
     assert meta.version == "0.30.0+ascend.0.30.0rc2"
-    assert meta.requires == ("vllm-ascend==0.30.0rc2", "torch-npu") and meta.urls == ()
+    assert meta.requires == (*pinned, "vllm-ascend==0.30.0rc2", "vllm-omni==0.30.0") and meta.urls == ()
     files = {"__init__.py": b"", "runner.py": b"from npu_worker import base\n", "base.py": b"X = 1\n"}
-    project = wheel.project_files(meta, PACKAGE, files)
-    name, data = wheel.build_wheel_bytes(project, epoch=1_700_000_000)
+    name, data = wheel.build_wheel_bytes(meta, PACKAGE, files, notice_text="N\n", epoch=1_700_000_000)
     assert name == "vllm_omni_npu_worker-0.30.0+ascend.0.30.0rc2-py3-none-any.whl"
-    assert wheel.build_wheel_bytes(project, epoch=1_700_000_000) == (name, data)
+    assert wheel.build_wheel_bytes(meta, PACKAGE, files, notice_text="N\n", epoch=1_700_000_000) == (name, data)
     whl = tmp_path / name
     whl.write_bytes(data)
     meta_file = metadata(whl)
-    assert meta_file.get_all("Requires-Dist") == [
-        "vllm-ascend==0.30.0rc2",
-        "torch-npu",
-        'vllm-omni==0.30.0; extra == "omni"',
-    ]
-    assert meta_file.get_all("Provides-Extra") == ["omni"] and meta_file.get_all("Project-URL") is None
+    assert meta_file.get_all("Requires-Dist") == [*pinned, "vllm-ascend==0.30.0rc2", "vllm-omni==0.30.0"]
+    assert meta_file.get_all("Provides-Extra") is None and meta_file.get_all("Project-URL") is None
+    assert (
+        meta_file.get_all("License-File") == ["LICENSE", "NOTICE"] and meta_file["License-Expression"] == "Apache-2.0"
+    )
     assert package_files(whl) == files
+    info = "vllm_omni_npu_worker-0.30.0+ascend.0.30.0rc2.dist-info"
     with zipfile.ZipFile(whl) as zf:
         infos = zf.infolist()
         assert {i.date_time for i in infos} == {(2023, 11, 14, 22, 13, 20)}
         assert {i.external_attr >> 16 for i in infos} == {0o100644}
-        assert infos[-1].filename.endswith(".dist-info/RECORD")
+        assert [i.filename for i in infos] == [
+            *(f"{PACKAGE}/{n}" for n in sorted(files)),
+            f"{info}/METADATA",
+            f"{info}/WHEEL",
+            f"{info}/licenses/LICENSE",
+            f"{info}/licenses/NOTICE",
+            f"{info}/RECORD",
+        ]
+        assert zf.read(f"{info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+        assert zf.read(f"{info}/licenses/NOTICE") == b"N\n"
+        record = zf.read(f"{info}/RECORD").decode().splitlines()
+    assert len(record) == len(infos) and record[-1] == f"{info}/RECORD,,"
+    twine_check(whl)
     pip_install(whl, tmp_path / "site")
     assert (tmp_path / "site" / PACKAGE / "runner.py").read_bytes() == files["runner.py"]
+    # the installed distribution's RECORD is what pip checked each file against
+    assert (tmp_path / "site" / info / "licenses" / "NOTICE").read_bytes() == b"N\n"
+
+
+def test_apache_license_is_vllm_omnis(corpus: Path, pq_cache: Path) -> None:
+    """The LICENSE pq puts into the wheel (and its own, at the root) is the text vllm-omni's release ships."""
+    pinned = archives.fetch_release("vllm-omni", "0.30.0", None)
+    shipped = archives.archive_members(pinned, "vllm_omni-0.30.0.dist-info/licenses/LICENSE")
+    assert list(shipped.values()) == [(ROOT / "LICENSE").read_bytes()] == [wheel.license_text()]
+
+
+# -- the requirements the upstream pins -----------------------------------------------------------
+
+
+def test_pins_read_from_a_release_metadata_or_requirements(tmp_path: Path) -> None:
+    tree = tmp_path / "up"
+    (tree / "vllm_ascend").mkdir(parents=True)
+    assert wheel.upstream_requirements(dir_snapshot(tree)) == ("torch-npu", "torch")  # nothing states them
+    assert wheel.upstream_requirements(None) == ("torch-npu", "torch")
+    (tree / "requirements.txt").write_text(
+        "# the build\n-r requirements-dev.txt\n--extra-index-url https://example.invalid/simple\n"
+        "Torch_NPU == 2.9.0.post1  # the Ascend adapter\ntorch==2.9.0 --hash=sha256:00\n"
+        "torch==2.8.0; platform_machine == 'aarch64'\nnumpy\n"
+    )
+    # names canonicalised, comments and options skipped; a requirement with a marker is one too, with its marker
+    assert wheel.upstream_requirements(dir_snapshot(tree)) == (
+        "torch-npu==2.9.0.post1",
+        "torch==2.9.0",
+        'torch==2.8.0; platform_machine == "aarch64"',
+    )
+    # a release's metadata comes first: its Requires-Dist headers (none of an extra), none of its description
+    (tree / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: vllm-ascend\nRequires-Dist: torch==2.10.0\n"
+        "Requires-Dist: torch-npu==2.10.0.post4\nRequires-Dist: torch-npu==9; extra == 'dev'\n"
+        "\nRequires-Dist: torch==0.1\n"
+    )
+    assert wheel.upstream_requirements(dir_snapshot(tree)) == ("torch-npu==2.10.0.post4", "torch==2.10.0")
+    (tree / "PKG-INFO").write_text("Name: vllm-ascend\nRequires-Dist: torch ==\n")
+    with pytest.raises(SourceError) as err:
+        wheel.upstream_requirements(dir_snapshot(tree))
+    assert str(err.value).startswith(f"dir:{tree.resolve()}:PKG-INFO:2: 'torch ==' is not a PEP 508 requirement")
+
+
+def test_pins_of_vllm_ascend_0_30_0rc2(pq_cache: Path) -> None:
+    """The real release: its sdist's PKG-INFO pins torch and torch-npu (a 20 MB download when not cached)."""
+    try:
+        snap = release_snapshot("vllm-ascend", "0.30.0rc2")
+    except SourceError as exc:
+        pytest.skip(f"package registry unreachable: {exc}")
+    assert wheel.upstream_requirements(snap) == ("torch-npu==2.10.0.post4", "torch==2.10.0")
+
+
+def test_notice_names_the_copyright_lines_of_the_sources(adopted_030: Path, tmp_path: Path) -> None:
+    """NOTICE: the copyright lines of the real vllm-omni modules and of the vendored vllm-ascend file."""
+    proj = copy_project(adopted_030, tmp_path / "p")
+    whl = build_wheel(proj, tmp_path / "d")
+    with zipfile.ZipFile(whl) as zf:
+        info = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA")).rsplit("/", 1)[0]
+        notice = zf.read(f"{info}/licenses/NOTICE").decode()
+        assert zf.read(f"{info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+    omni_part, _, ascend_part = notice.partition(f"\nvllm-ascend commit {PUBLIC_030}, vllm_ascend/worker/")
+    assert "    Copyright contributors to the vLLM-Omni project\n" in omni_part
+    assert ascend_part.startswith("model_runner_v1.py:\n"), notice  # the vendored file
+    assert "    Copyright (c) 2025 Huawei Technologies Co., Ltd. All Rights Reserved.\n" in ascend_part
+    assert "Huawei" not in omni_part
+    twine_check(whl)
+
+
+# -- docs/using-npu-worker.md against the built package -------------------------------------------
+
+DOC = ROOT / "docs" / "using-npu-worker.md"
+
+
+def classes_defined(files: dict[str, bytes], package: str) -> set[str]:
+    """``package.module.Class`` for every top-level class of the package's modules."""
+    found = set()
+    for path, data in files.items():
+        if path.endswith(".py"):
+            module = f"{package}.{path[: -len('.py')].replace('/', '.')}".removesuffix(".__init__")
+            tree = ast.parse(data, filename=path)
+            found |= {f"{module}.{node.name}" for node in tree.body if isinstance(node, ast.ClassDef)}
+    return found
+
+
+def test_the_doc_names_classes_the_built_package_defines(adopted_030: Path, tmp_path: Path) -> None:
+    """Every worker or runner class docs/using-npu-worker.md names (its `worker_cls` values, the model runners, the
+    platform's default classes of the in-tree form) is a class of the built package; the package's modules import
+    each other through `npu_worker`, never through vllm_omni.platforms.npu.worker."""
+    files = package_files(build_wheel(copy_project(adopted_030, tmp_path / "p"), tmp_path / "d"))
+    own = {p[: -len(".py")] for p in files if p.endswith(".py")}
+    sibling_imports = 0
+    for path, data in files.items():
+        for node in ast.walk(ast.parse(data, filename=path)):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else []
+            )
+            for name in names:
+                assert not name.startswith("vllm_omni.platforms.npu.worker"), f"{path}:{node.lineno}: {name}"
+                if name.startswith(f"{PACKAGE}."):
+                    assert name.split(".")[1] in own, f"{path}:{node.lineno}: {name}"
+                    sibling_imports += 1
+    assert sibling_imports >= 5
+    defined = classes_defined(files, PACKAGE)
+    doc = DOC.read_text(encoding="utf-8")
+    worker_cls = re.findall(r"^\s*worker_cls: (\S+)$", doc, re.M)
+    assert worker_cls == [
+        "npu_worker.npu_ar_worker.NPUARWorker",
+        "npu_worker.npu_generation_worker.NPUGenerationWorker",
+    ]
+    named = set(re.findall(r"`(npu_worker(?:\.\w+)+)`", doc)) | set(worker_cls)
+    assert len(named) >= 4
+    for qualname in sorted(named):
+        assert qualname in defined, f"{DOC.name} names {qualname}, which the built package does not define"
+    # the in-tree form: the platform's defaults that the doc names are the same classes under vllm-omni's name
+    in_tree = set(re.findall(r"`vllm_omni\.platforms\.npu\.worker((?:\.\w+)+)`", doc))
+    assert in_tree and {f"{PACKAGE}{rest}" for rest in in_tree} <= defined

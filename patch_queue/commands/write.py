@@ -13,7 +13,14 @@ from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
 from patch_queue.project import operation
 from patch_queue.project.journal import Writes
-from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, load_stack, stack_ref_updates
+from patch_queue.project.workspace import (
+    LoadedStack,
+    Workspace,
+    applied_count,
+    load_stack,
+    stack_ref_updates,
+    upstream_snapshot,
+)
 from patch_queue.series import lineage, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue, render_series
 
@@ -246,20 +253,23 @@ def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progr
         )
     top = loaded.top(applied)
     package = ws.out.name
-    files = standalone(module_files(ws, top), package)
+    tree = ws.repo.read_tree(ws.repo.commit_info(top).tree)
+    files = standalone({k: v for k, v in tree.items() if not k.startswith(stack.VENDOR)}, package)
     if not any(p.endswith(".py") for p in files):
         raise QueueError("nothing built: the top of the stack holds no module", path=str(ws.queue_dir.series_path))
-    meta = wheel.wheel_meta(loaded.queue, package=package, patches=loaded.names)
+    queue = loaded.queue
+    # torch-npu and torch as the upstream pins them: a release's metadata, a commit's requirements.txt (a
+    # folder may be gone since: its pins are not read)
+    snap = (
+        None if queue.upstream.kind == "dir" else upstream_snapshot(queue, upstream_git=upstream_git, progress=progress)
+    )
+    meta = wheel.wheel_meta(queue, package=package, patches=loaded.names, pinned=wheel.upstream_requirements(snap))
     if progress is not None:
         progress(f"Building {meta.name} {meta.version} ({len(files)} modules in {package}/) ...")
+    vendored = {k[len(stack.VENDOR) :]: v for k, v in tree.items() if k.startswith(stack.VENDOR)}
+    notice = wheel.notice(queue, meta, package, files, vendored)
     epoch = ws.repo.commit_info(top).author.time  # the top patch's Date: fixed by the series
-    name, data = wheel.build_wheel_bytes(wheel.project_files(meta, package, files), epoch=epoch)
-    packed = wheel.wheel_package_files(data, package)
-    if packed != files:
-        raise RuntimeError(
-            f"the wheel's {package}/ differs from the standalone build: "
-            f"{sorted(set(packed) ^ set(files)) or 'contents'}"
-        )
+    name, data = wheel.build_wheel_bytes(meta, package, files, notice_text=notice, epoch=epoch)
     target = (out or ws.root / "dist").resolve() / name
     atomic_write(target, data)
     os.chmod(target, wheel.WHEEL_MODE)

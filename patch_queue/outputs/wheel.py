@@ -6,72 +6,63 @@ itself).  Its version encodes both pins, ``<vllm-omni release>+ascend.<vllm-asce
 
 * a registry release upstream (``vllm-ascend==0.30.0rc2``): ``0.30.0+ascend.0.30.0rc2``, and the
   wheel requires exactly that vllm-ascend release;
-* a git upstream: ``0.30.0+ascend.g<first 12 of the public commit>``; no release can express a
-  commit, so the wheel requires no vllm-ascend and records the commit in its description and a
-  ``Project-URL`` instead;
-* a folder upstream: ``+ascend.d<first 12 of the sha256 of the vendored files' digests>``.
+* a git upstream: ``0.30.0+ascend.g<first 12 of the public commit>``, and the wheel requires
+  vllm-ascend by a direct reference to that public commit (``vllm-ascend @ git+https://…@<sha>``);
+* a folder upstream: ``+ascend.d<first 12 of the sha256 of the vendored files' digests>``; it requires
+  no vllm-ascend (none can be named).
 
 A queue adopted from a folder has no downstream release: its public version is ``0``.
 
-The wheel is built by setuptools' PEP 517 backend (``build_wheel``) in a subprocess of the
-current Python, from a generated project in a temporary folder, without network.  Then it is
-rewritten deterministically (sorted entries, one fixed timestamp derived from the series, fixed
-file modes, RECORD regenerated), so two builds of the same series are byte-identical whatever
-the umask, the build folder or the clock.
+It requires ``vllm-omni==<release>`` (``vllm-omni`` when there is none) and ``torch-npu`` and ``torch``
+as the upstream it was built on pins them: a release's own metadata (an sdist's ``PKG-INFO``, a wheel's
+``METADATA``), a git commit's ``requirements.txt`` (when the tree holds one); unpinned otherwise.
+
+The wheel is written here, without a build backend: METADATA, WHEEL, the Apache-2.0 LICENSE and a NOTICE
+naming the copyright lines of the files the package is made from, RECORD; entries sorted (package files,
+then .dist-info, RECORD last), one fixed timestamp derived from the series, fixed file modes, so two builds
+of the same series are byte-identical whatever the umask, the build folder or the clock.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.metadata
 import io
-import json
-import os
 import re
 import stat
-import subprocess
-import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from importlib import resources
 
-from patch_queue.errors import PqError, QueueError
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+import patch_queue
+from patch_queue.errors import QueueError, SourceError
 from patch_queue.series.queue import QUEUE_FILE, Queue
 from patch_queue.sources.registry import parse_version
+from patch_queue.sources.snapshot import UPSTREAM_GIT_URL, Snapshot
 
 DIST_NAME = "vllm-omni-npu-worker"
 PYTHON_REQUIRES = ">=3.10"
 LICENSE = "Apache-2.0"  # vllm-omni's and vllm-ascend's licence
 UPSTREAM_COMMIT_URL = "https://github.com/vllm-project/vllm-ascend/commit/"
-# `license = "<SPDX>"` in [project] needs setuptools 77; setuptools writes wheels itself since 70.1
-MIN_SETUPTOOLS = (77, 0)
-BUILD_REQUIRES = "setuptools>=77"
+PINNED_FROM_UPSTREAM = ("torch-npu", "torch")  # required as the upstream pins them
 MIN_EPOCH = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 WHEEL_MODE = 0o644
-# (setuptools' backend rewrites sys.argv, so the arguments are read first)
-_BUILD_SCRIPT = (
-    "import sys\n"
-    "dist, result = sys.argv[1:3]\n"
-    "from setuptools import build_meta\n"
-    "name = build_meta.build_wheel(dist)\n"
-    "with open(result, 'w', encoding='utf-8') as fh:\n"
-    "    fh.write(name)\n"
-)
+TAG = "py3-none-any"
 
 
 @dataclass(frozen=True)
 class WheelMeta:
-    """Everything the wheel says about itself, derived from ``queue.toml`` and the series."""
+    """Everything the wheel says about itself, derived from ``queue.toml``, the series and the upstream."""
 
     name: str
     version: str
     summary: str
     requires: tuple[str, ...]  # Requires-Dist, in order
-    omni: str  # the one requirement of the extra "omni"
     urls: tuple[tuple[str, str], ...]  # Project-URL (label, url)
     readme: str
 
@@ -140,28 +131,79 @@ def wheel_version(queue: Queue) -> str:
     return f"{downstream_version(queue)}+ascend.{upstream_target(queue)}"
 
 
-def wheel_meta(queue: Queue, *, package: str, patches: list[str]) -> WheelMeta:
+# -- requirements --------------------------------------------------------------------------------
+
+
+def _requirement_lines(snap: Snapshot) -> tuple[str, list[tuple[int, str]]]:
+    """(file, [(line number, requirement)]) the upstream tree states: a release's metadata (its
+    ``Requires-Dist`` headers) or ``requirements.txt``; ("", []) when it has neither."""
+    metadata = [p for p in snap.list_files("") if p == "PKG-INFO" or re.fullmatch(r"[^/]+\.dist-info/METADATA", p)]
+    path = sorted(metadata)[0] if metadata else "requirements.txt" if snap.exists("requirements.txt") else ""
+    if not path:
+        return "", []
+    found: list[tuple[int, str]] = []
+    for number, line in enumerate(snap.read(path).decode("utf-8", errors="replace").splitlines(), 1):
+        if path != "requirements.txt":
+            if not line.strip():
+                break  # the headers end at the first empty line
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() == "requires-dist":
+                found.append((number, value.strip()))
+            continue
+        # a comment, and a requirement's own options (--hash=...), are no part of it
+        text = re.split(r"(?:^|\s)(?:#|--)", line, maxsplit=1)[0].strip()
+        if text and not text.startswith("-"):  # options (-r, --index-url, ...) name no requirement
+            found.append((number, text))
+    return path, found
+
+
+def upstream_requirements(snap: Snapshot | None) -> tuple[str, ...]:
+    """``torch-npu`` and ``torch`` as the upstream tree requires them: each of its requirements of them (one
+    with an environment marker too; none of an extra), in its order; a bare name where it requires none."""
+    found: dict[str, list[str]] = {name: [] for name in PINNED_FROM_UPSTREAM}
+    where, lines = _requirement_lines(snap) if snap is not None else ("", [])
+    for number, line in lines:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            shown = f"{snap.spec if snap else ''}:{where}"
+            raise SourceError(f"{line!r} is not a PEP 508 requirement: {exc}", path=shown, line=number) from None
+        name = canonicalize_name(req.name)
+        if name in found and "extra" not in str(req.marker or ""):
+            req.name = name  # as pip lists it
+            found[name].append(str(req))
+    return tuple(req for name, reqs in found.items() for req in reqs or [name])
+
+
+def upstream_text(queue: Queue) -> str:
+    """The upstream the series is built on, in words: ``vllm-ascend 0.30.0rc2``, ``... commit <sha>``."""
+    name = queue.upstream.name or "vllm-ascend"
+    release, commit = upstream_release(queue), upstream_commit(queue)
+    return f"{name} {release}" if release else f"{name} commit {commit}" if commit else f"{name} from a folder"
+
+
+def wheel_meta(
+    queue: Queue, *, package: str, patches: list[str], pinned: Iterable[str] = PINNED_FROM_UPSTREAM
+) -> WheelMeta:
+    """The wheel's metadata; ``pinned``: the requirements :func:`upstream_requirements` read."""
     version = wheel_version(queue)
     up_name = queue.upstream.name or "vllm-ascend"
     down_name = queue.downstream_name or "vllm-omni"
     release = upstream_release(queue)
     commit = upstream_commit(queue)
-    requires: list[str] = []
+    requires = list(pinned)
     urls: list[tuple[str, str]] = []
     if release is not None:
         requires.append(f"{up_name}=={release}")
-        upstream_line = f"{up_name} release {release} (required by this wheel)"
+        upstream_line = f"{up_name} release {release}"
     elif commit is not None:
+        requires.append(f"{up_name} @ git+{UPSTREAM_GIT_URL}@{commit}")
         urls.append((f"{up_name} commit", UPSTREAM_COMMIT_URL + commit))
-        upstream_line = (
-            f"{up_name} git commit {commit} (no release holds it, so this wheel does not require "
-            f"{up_name}: install it from that commit)"
-        )
+        upstream_line = f"{up_name} git commit {commit} (a direct reference: no release holds it)"
     else:
         upstream_line = f"{up_name} from a folder (vendored files {upstream_target(queue)[1:]}; not required)"
-    requires.append("torch-npu")
     down_release = queue.downstream_release.strip()
-    omni = f"{down_name}=={downstream_version(queue)}" if down_release else down_name
+    requires.append(f"{down_name}=={downstream_version(queue)}" if down_release else down_name)
     summary = (
         f"{down_name}'s Ascend NPU model runners as the standalone package {package}, "
         f"replayed onto {up_name} {release or (commit[:12] if commit else 'from a folder')}"
@@ -174,147 +216,136 @@ def wheel_meta(queue: Queue, *, package: str, patches: list[str]) -> WheelMeta:
             f"(its `{queue.package.replace('/', '.')}` imports point into `{package}`), built by `pq build --wheel`",
             "from the patch series below.",
             "",
-            f"- {down_name}: {down_release or '(adopted from a folder: no release)'}"
-            + (f"; `pip install '{DIST_NAME}[omni]'` installs {omni}" if down_release else ""),
+            f"- {down_name}: {down_release or '(adopted from a folder: no release)'}",
             f"- {upstream_line}",
+            "- requires: " + ", ".join(f"`{r}`" for r in requires),
             f"- series: {len(patches)} patches",
             "",
             *(f"  - `{name}`" for name in patches),
             "",
         ]
     )
-    return WheelMeta(DIST_NAME, version, summary, tuple(requires), omni, tuple(urls), readme)
+    return WheelMeta(DIST_NAME, version, summary, tuple(requires), tuple(urls), readme)
 
 
-def _toml(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic string
+# -- licence and notice --------------------------------------------------------------------------
+
+_COPYRIGHT = re.compile(r"#\s*(?:SPDX-FileCopyrightText:\s*)?(Copyright\b.*?)\s*")
 
 
-def _toml_list(values: Iterable[str]) -> str:
-    return "[" + ", ".join(map(_toml, values)) + "]"
+def copyright_lines(files: dict[str, bytes]) -> list[str]:
+    """The copyright lines of the files' leading comment blocks, each once, in the order of the sorted paths."""
+    seen: dict[str, None] = {}
+    for path in sorted(files):
+        for line in files[path].decode("utf-8", errors="replace").splitlines():
+            text = line.strip()
+            if text and not text.startswith("#"):
+                break
+            found = _COPYRIGHT.fullmatch(text)
+            if found:
+                seen.setdefault(found.group(1))
+    return list(seen)
 
 
-def pyproject(meta: WheelMeta, package: str, *, data_files: list[str]) -> str:
+def notice(queue: Queue, meta: WheelMeta, package: str, modules: dict[str, bytes], vendored: dict[str, bytes]) -> str:
+    """NOTICE: what the package is made of, and the copyright lines its sources carry."""
+    down = f"{queue.downstream_name or 'vllm-omni'} {queue.downstream_release.strip() or '(from a folder)'}"
+    up = upstream_text(queue)
     lines = [
-        "[build-system]",
-        f"requires = {_toml_list([BUILD_REQUIRES])}",
-        'build-backend = "setuptools.build_meta"',
+        f"{meta.name} {meta.version}",
         "",
-        "[project]",
-        f"name = {_toml(meta.name)}",
-        f"version = {_toml(meta.version)}",
-        f"description = {_toml(meta.summary)}",
-        'readme = {file = "README.md", content-type = "text/markdown"}',
-        f"requires-python = {_toml(PYTHON_REQUIRES)}",
-        f"license = {_toml(LICENSE)}",
-        f"dependencies = {_toml_list(meta.requires)}",
-        "",
-        "[project.optional-dependencies]",
-        f"omni = {_toml_list([meta.omni])}",
+        f"The package {package} is {queue.package}/ of {down}",
+        f"with methods of {up} in it, replayed by the patch series of pq.",
+        "Both projects are licensed under the Apache License, Version 2.0 (LICENSE).",
     ]
-    if meta.urls:
-        lines += ["", "[project.urls]", *(f"{_toml(label)} = {_toml(url)}" for label, url in meta.urls)]
-    lines += [
-        "",
-        "[tool.setuptools]",
-        f"packages = {_toml_list([package])}",
-        "include-package-data = false",
-        "zip-safe = false",
-    ]
-    if data_files:
-        lines += ["", "[tool.setuptools.package-data]", f"{package} = {_toml_list(data_files)}"]
+    for what, files in ((f"{down}, {queue.package}/", modules), (f"{up}, " + ", ".join(sorted(vendored)), vendored)):
+        held = copyright_lines(files)
+        lines += ["", f"{what}:", *(f"    {line}" for line in held or ["(its file headers name no copyright holder)"])]
     return "\n".join(lines) + "\n"
 
 
-def project_files(meta: WheelMeta, package: str, files: dict[str, bytes]) -> dict[str, bytes]:
-    """The generated project: pyproject.toml, README.md and the package."""
-    for path in files:
-        if path.startswith("/") or ".." in path.split("/") or not path:
-            raise QueueError(f"module path {path!r} cannot go into a wheel", path=QUEUE_FILE)
-    data_files = sorted(p for p in files if not p.endswith(".py"))
-    out = {
-        "pyproject.toml": pyproject(meta, package, data_files=data_files).encode("utf-8"),
-        "README.md": meta.readme.encode("utf-8"),
-    }
-    out.update({f"{package}/{path}": data for path, data in files.items()})
-    return out
+def license_text() -> bytes:
+    return resources.files("patch_queue.outputs").joinpath("apache-2.0.txt").read_bytes()
 
 
-# -- building -------------------------------------------------------------------------------------
-
-
-def check_backend() -> None:
-    """A one-line error when the setuptools the build will use cannot build the wheel."""
-    try:
-        have = importlib.metadata.version("setuptools")
-    except importlib.metadata.PackageNotFoundError:
-        raise PqError(
-            f"setuptools is not installed in {sys.executable}; `pip install '{BUILD_REQUIRES}'` to build wheels"
-        ) from None
-    numbers = tuple(int(p) for p in re.findall(r"\d+", have)[:2])
-    if numbers < MIN_SETUPTOOLS:
-        raise PqError(
-            f"setuptools {have} in {sys.executable} cannot build this wheel; `pip install '{BUILD_REQUIRES}'`"
-        )
-
-
-def build_wheel_bytes(project: dict[str, bytes], *, epoch: int) -> tuple[str, bytes]:
-    """Build the generated ``project`` with setuptools' PEP 517 backend: (file name, normalised wheel)."""
-    check_backend()
-    epoch = max(epoch, MIN_EPOCH)
-    with tempfile.TemporaryDirectory(prefix="pq-wheel-") as tmp:
-        root = Path(tmp) / "project"
-        for rel, data in sorted(project.items()):
-            target = root / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        dist = Path(tmp) / "dist"
-        dist.mkdir()
-        result = Path(tmp) / "wheel-name"
-        env = {k: v for k, v in os.environ.items() if k not in ("DIST_EXTRA_CONFIG", "SETUPTOOLS_USE_DISTUTILS")}
-        # HOME: no ~/.pydistutils.cfg of the user's
-        env.update(SOURCE_DATE_EPOCH=str(epoch), PYTHONDONTWRITEBYTECODE="1", HOME=tmp, PYTHONHASHSEED="0")
-        command = [sys.executable, "-c", _BUILD_SCRIPT, str(dist), str(result)]
-        proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True)
-        if proc.returncode != 0 or not result.is_file():
-            lines = [line.strip() for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
-            raise PqError(f"setuptools could not build the wheel: {lines[-1] if lines else f'exit {proc.returncode}'}")
-        name = result.read_text(encoding="utf-8").strip()
-        data = (dist / name).read_bytes()
-    return name, normalise_wheel(data, epoch=epoch)
+# -- writing ------------------------------------------------------------------------------------
 
 
 def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
 
 
-def normalise_wheel(data: bytes, *, epoch: int) -> bytes:
-    """Rewrite a wheel deterministically: package files then .dist-info, each sorted; one timestamp;
-    mode 0644; deflate level 9; RECORD regenerated (and last)."""
-    with zipfile.ZipFile(io.BytesIO(data)) as zin:
-        entries = {info.filename: zin.read(info) for info in zin.infolist() if not info.is_dir()}
-    records = [n for n in entries if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)]
-    if len(records) != 1:
-        raise PqError(f"the built wheel has {len(records)} RECORD files, expected 1")
-    record = records[0]
-    dist_info = record.rsplit("/", 1)[0] + "/"
-    del entries[record]
-    order = sorted(entries, key=lambda n: (n.startswith(dist_info), n))
+def dist_info(meta: WheelMeta) -> str:
+    return f"{re.sub(r'[-_.]+', '_', meta.name).lower()}-{meta.version}.dist-info"
+
+
+def wheel_name(meta: WheelMeta) -> str:
+    return f"{re.sub(r'[-_.]+', '_', meta.name).lower()}-{meta.version}-{TAG}.whl"
+
+
+def metadata_file(meta: WheelMeta) -> str:
+    """METADATA (core metadata 2.4)."""
+    headers = [
+        ("Metadata-Version", "2.4"),
+        ("Name", meta.name),
+        ("Version", meta.version),
+        ("Summary", meta.summary),
+        *(("Project-URL", f"{label}, {url}") for label, url in meta.urls),
+        ("License-Expression", LICENSE),
+        ("License-File", "LICENSE"),
+        ("License-File", "NOTICE"),
+        ("Requires-Python", PYTHON_REQUIRES),
+        ("Description-Content-Type", "text/markdown"),
+        *(("Requires-Dist", req) for req in meta.requires),
+    ]
+    for key, value in headers:
+        if "\n" in value or "\r" in value:
+            raise QueueError(f"the wheel's {key} {value!r} holds a line break", path=QUEUE_FILE)
+    return "".join(f"{key}: {value}\n" for key, value in headers) + "\n" + meta.readme
+
+
+def wheel_file() -> str:
+    return f"Wheel-Version: 1.0\nGenerator: pq {patch_queue.__version__}\nRoot-Is-Purelib: true\nTag: {TAG}\n"
+
+
+def wheel_entries(meta: WheelMeta, package: str, files: dict[str, bytes], notice_text: str) -> dict[str, bytes]:
+    """Every file of the wheel but RECORD, by its name in the zip."""
+    for path in files:
+        if path.startswith("/") or ".." in path.split("/") or not path:
+            raise QueueError(f"module path {path!r} cannot go into a wheel", path=QUEUE_FILE)
+    info = dist_info(meta)
+    entries = {f"{package}/{path}": data for path, data in files.items()}
+    entries[f"{info}/METADATA"] = metadata_file(meta).encode("utf-8")
+    entries[f"{info}/WHEEL"] = wheel_file().encode("utf-8")
+    entries[f"{info}/licenses/LICENSE"] = license_text()
+    entries[f"{info}/licenses/NOTICE"] = notice_text.encode("utf-8")
+    return entries
+
+
+def write_wheel(entries: dict[str, bytes], info: str, *, epoch: int) -> bytes:
+    """The zip: package files then ``info``/ (.dist-info), each sorted, RECORD last; one timestamp; mode 0644;
+    deflate level 9."""
+    record = f"{info}/RECORD"
+    order = sorted(entries, key=lambda n: (n.startswith(info + "/"), n))
     lines = [f"{name},{_record_hash(entries[name])},{len(entries[name])}" for name in order] + [f"{record},,"]
-    entries[record] = ("\n".join(lines) + "\n").encode("utf-8")
+    entries = {**entries, record: ("\n".join(lines) + "\n").encode("utf-8")}
     order.append(record)
     stamp = time.gmtime(max(epoch, MIN_EPOCH))[:6]
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zout:
         for name in order:
-            info = zipfile.ZipInfo(name, date_time=stamp)
-            info.create_system = 3  # unix, so the mode below is read
-            info.external_attr = (stat.S_IFREG | WHEEL_MODE) << 16
-            zout.writestr(info, entries[name], compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
+            zinfo = zipfile.ZipInfo(name, date_time=stamp)
+            zinfo.create_system = 3  # unix, so the mode below is read
+            zinfo.external_attr = (stat.S_IFREG | WHEEL_MODE) << 16
+            zout.writestr(zinfo, entries[name], compress_type=zipfile.ZIP_DEFLATED, compresslevel=9)
     return buf.getvalue()
 
 
-# -- the command ----------------------------------------------------------------------------------
+def build_wheel_bytes(
+    meta: WheelMeta, package: str, files: dict[str, bytes], *, notice_text: str, epoch: int
+) -> tuple[str, bytes]:
+    """(file name, bytes) of the wheel of ``files`` (the package's, by their path inside it)."""
+    return wheel_name(meta), write_wheel(wheel_entries(meta, package, files, notice_text), dist_info(meta), epoch=epoch)
 
 
 def wheel_package_files(data: bytes, package: str) -> dict[str, bytes]:

@@ -235,6 +235,24 @@ def check_no_journal(ws: Workspace) -> None:
     )
 
 
+def upstream_snapshot(queue: Queue, *, upstream_git: str | None, progress: Progress | None = None) -> Snapshot:
+    """The pinned upstream tree (a git pin found by its mirror commit, else by its public commit)."""
+    up = queue.upstream
+    if up.kind != "git":
+        return resolve_upstream(up.spec, progress=progress)
+    location = upstream_git_location(upstream_git)
+    git = open_git(location, progress=progress)
+    commit = up.pin if _has_commit(git, up.pin) else None
+    if commit is None and up.public_commit:
+        commit = git.find_public(up.public_commit)
+    if commit is None:
+        raise SourceError(
+            f"pinned upstream commit {up.public_commit or up.pin} is not in {location}; "
+            "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
+        )
+    return resolve_upstream(commit, upstream_git=location, progress=progress)
+
+
 def upstream_reader(
     queue: Queue, *, upstream_git: str | None, progress: Progress | None = None
 ) -> Callable[[str], bytes]:
@@ -243,19 +261,7 @@ def upstream_reader(
 
     @functools.cache  # opened on the first read (a failed open is tried again on the next)
     def snap() -> Snapshot:
-        if up.kind != "git":
-            return resolve_upstream(up.spec, progress=progress)
-        location = upstream_git_location(upstream_git)
-        git = open_git(location, progress=progress)
-        commit = up.pin if _has_commit(git, up.pin) else None
-        if commit is None and up.public_commit:
-            commit = git.find_public(up.public_commit)
-        if commit is None:
-            raise SourceError(
-                f"pinned upstream commit {up.public_commit or up.pin} is not in {location}; "
-                "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
-            )
-        return resolve_upstream(commit, upstream_git=location, progress=progress)
+        return upstream_snapshot(queue, upstream_git=upstream_git, progress=progress)
 
     def read(path: str) -> bytes:
         data = snap().read(path)
