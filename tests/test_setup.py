@@ -212,20 +212,29 @@ def test_pre_commit_hooks_are_the_checks_of_test_sh() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-# vLLM's requirements that are compiled kernels, CUDA or torch builds (hundreds of MB each): none of them pins a
-# package pq needs beyond what the others do (torch: typing-extensions>=4.10; flashinfer-python: packaging>=24.2,
-# click), and with them the resolution downloads some 1.4 GB, so it is given the others only (torch still comes
-# in as a dependency of some of those; with this list the run downloads some 220 MB)
-HEAVY = re.compile(
-    r"torch.*|triton.*|nvidia-.*|cuda-.*|flashinfer-.*|tilelang|quack-kernels|humming-kernels|"
-    r"pynvvideocodec|tokenspeed-.*|numba|apache-tvm-ffi|xgrammar|llguidance|opencv-.*|fastsafetensors|"
-    r"instanttensor|nvtx"
-)
+def _dry_run(venv: Path, report: Path, *specs: str) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+    """``pip install --dry-run --report`` of ``specs`` into the fresh ``venv``: the process and what pip chose."""
+    command = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--dry-run"]
+    command += ["--quiet", "--disable-pip-version-check", "--ignore-installed", "--report", str(report), *specs]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0 and "ResolutionImpossible" not in proc.stderr:
+        if re.search(r"No matching distribution|Could not fetch URL|NewConnectionError", proc.stderr):
+            pytest.skip(f"package registry unreachable: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, shlex.join(command) + "\n" + proc.stderr[-3000:]
+    chosen = {
+        canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    return proc, chosen
 
 
 def test_pq_installs_next_to_vllm_0_30_0(tmp_path: Path) -> None:
-    """`pip install --dry-run` of this repository with vLLM 0.30.0's own requirements (from its sdist's PKG-INFO,
-    as its wheel's METADATA holds them), into a fresh venv, resolves: pq's ranges admit vLLM's pins."""
+    """`pip install --dry-run` of this repository into a fresh venv with vLLM 0.30.0's own requirements (from its
+    sdist's PKG-INFO, as its wheel's METADATA holds them) on every package of pq's own closure resolves: pq's
+    ranges admit vLLM's pins (0.30.0 needs setuptools<81, which pq's exact pins once refused).  Only those of
+    vLLM's requirements take part that name a package a --dev venv of pq holds (constraints.txt), or setuptools:
+    a direct requirement on anything else cannot conflict with pq's, and the whole set (CUDA and torch builds)
+    downloads some 1.4 GB."""
     try:
         pinned = archives.fetch_release("vllm", "0.30.0", None)
     except SourceError as exc:
@@ -238,24 +247,15 @@ def test_pq_installs_next_to_vllm_0_30_0(tmp_path: Path) -> None:
         if "extra ==" not in line and (Requirement(line).marker is None or Requirement(line).marker.evaluate(env))
     ]
     assert {"regex", "transformers", "typing-extensions"} <= {canonicalize_name(r.name) for r in vllm}
-    kept = [str(r) for r in vllm if not HEAVY.fullmatch(canonicalize_name(r.name))]
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    report = tmp_path / "report.json"
-    command = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--dry-run"]
-    command += ["--quiet", "--disable-pip-version-check", "--ignore-installed", "--report", str(report)]
-    command += [str(ROOT), *kept]
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0 and re.search(
-        r"No matching distribution|Could not fetch URL|NewConnectionError", proc.stderr
-    ):
-        if "ResolutionImpossible" not in proc.stderr:
-            pytest.skip(f"package registry unreachable: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, shlex.join(command) + "\n" + proc.stderr[-3000:]
-    chosen = {
-        canonicalize_name(item["metadata"]["name"]): item["metadata"]["version"]
-        for item in json.loads(report.read_text())["install"]
-    }
-    assert chosen["patch-queue"] == "0.1.0" and "transformers" in chosen
-    for req in requirements():
+    # the packages a --dev venv of pq holds (constraints.txt): pq's closure and more
+    shared = [str(r) for r in vllm if canonicalize_name(r.name) in {*constraints(), "setuptools"}]
+    assert any(canonicalize_name(Requirement(r).name) == "regex" for r in shared), shared
+    _proc, chosen = _dry_run(venv, tmp_path / "both.json", str(ROOT), *shared)
+    assert chosen["patch-queue"] == "0.1.0"
+    for line in shared:  # vLLM's pins hold
+        req = Requirement(line)
+        assert req.specifier.contains(chosen[canonicalize_name(req.name)], prereleases=True), req
+    for req in requirements():  # and so do pq's ranges
         assert req.specifier.contains(chosen[canonicalize_name(req.name)], prereleases=True), req
