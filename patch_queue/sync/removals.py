@@ -43,10 +43,17 @@ def is_dropped_feature(result: Port | Unplaced) -> bool:
 
 
 def gone_names(lines: Sequence[str], gpu_files: Mapping[str, str]) -> list[str]:
-    """The names the lines use that no GPU runner module uses any more."""
+    """The names the lines use from outside them (not the locals they bind themselves) that no GPU runner module
+    uses any more: what the removed code worked with is gone, not moved."""
     used = {w for line in lines for w in _WORD.findall(line.split("#", 1)[0])} - _COMMON
+    try:
+        tree = ast.parse(textwrap.dedent(joined(lines)))
+    except SyntaxError:
+        return []  # not whole statements: nothing to judge by
+    own = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and _stores(n)}
+    own |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
     everywhere = {w for text in gpu_files.values() for w in _WORD.findall(text)}
-    return sorted(used - everywhere)
+    return sorted(used - own - everywhere)
 
 
 def removals(
