@@ -1,7 +1,8 @@
 """``pq undo`` and ``pq redo``: put back what the last series-editing command wrote (``stg undo`` / ``stg redo``).
 
 pq keeps one command: ``.git/pq/undo.json`` holds the old and new value of every file and ref the
-last undoable command (new, record, push, pop, goto, delete, rename, accept, resolutions drop) wrote, in the same
+last undoable command (new, record, push, pop, goto, delete, rename, edit, squash, float, sink,
+import, accept, resolutions drop) wrote, in the same
 journaled step (see :mod:`patch_queue.project.journal`).  ``pq undo`` writes the old values back
 when every one of them still holds its new value (anything changed since: one line naming it,
 nothing written), as a journaled command of its own; ``pq redo`` takes an undo back.  A refresh
