@@ -102,7 +102,8 @@ def record(
     ] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
+    """Put the edits of npu_worker/ into the patches that own the lines they touch (all into an empty top patch, or
+    into --patch)."""
     from patch_queue.commands import edit
 
     with locked("record") as ws:
