@@ -1,5 +1,5 @@
 """Peak memory of pq on a huge patch: the real 0.30.0 runners adopted, ``N`` MB of comment lines appended
-to one of them and made a patch with ``pq new``, then ``pq check --no-sources`` (and ``pq check`` with the
+to one of them and made a patch with ``pq new --record``, then ``pq check --no-sources`` (and ``pq check`` with the
 upstream sources) on it.
 
 Usage::
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     run(proj, "adopt", str(corpus_dir() / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
     with (proj / "npu_worker" / "npu_model_runner.py").open("a") as f:
         f.write(LINE * (args.mb * 1_000_000 // len(LINE)))
-    rows = [("pq new big", *run(proj, "new", "big"))]
+    rows = [("pq new --record big", *run(proj, "new", "--record", "big"))]
     patch = next((proj / "patches").glob("*-big.patch"))
     size = patch.stat().st_size / (1 << 20)
     rows.append(("pq check --no-sources", *run(proj, "check", "--no-sources")))

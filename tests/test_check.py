@@ -306,7 +306,7 @@ def test_a_module_over_the_size_limit_is_compiled_and_named(corpus: Path, tmp_pa
     runner = proj / "npu_worker" / "npu_model_runner.py"
     filler = "# " + "x" * 97 + "\n"
     runner.write_text(runner.read_text() + filler * (LARGE // len(filler) + 1))
-    pq(proj, "new", "big")
+    pq(proj, "new", "--record", "big")
     out = tmp_path / "check.json"
     pq(proj, "check", "--no-sources", "--json", str(out))
     data = json.loads(out.read_text())

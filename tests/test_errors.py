@@ -176,7 +176,7 @@ def test_record_puts_edits_into_the_patch_that_owns_the_lines(proj: Path) -> Non
     assert "created patches/0017-to-fill.patch" in pq(proj, "new", "to-fill").stdout  # no edits: an empty patch
     pq(proj, "delete", "to-fill")
     target.write_text(target.read_text() + "# another edit\n")
-    out = pq(proj, "new", "extra-fix", "-m", "npu: an extra fix").stdout
+    out = pq(proj, "new", "--record", "extra-fix", "-m", "npu: an extra fix").stdout
     assert "extra-fix.patch" in out
     series = pq(proj, "series").stdout
     assert (

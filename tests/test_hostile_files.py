@@ -422,7 +422,7 @@ def test_the_registry_authenticates_as_pip_does(
 
 
 @pytest.mark.parametrize(("bad", "what"), [(b"\xff", "byte 0xff is not UTF-8"), (b"\0", "a NUL byte (0x00)")])
-@pytest.mark.parametrize("args", [("record",), ("new", "mine")], ids=["record", "new"])
+@pytest.mark.parametrize("args", [("record",), ("new", "--record", "mine")], ids=["record", "new"])
 def test_a_module_that_is_no_text_is_not_recorded(
     proj: Path,  # noqa: F811
     bad: bytes,

@@ -87,7 +87,7 @@ def record_and_push(proj: Path, line: int, tag: str) -> None:
 def own_patch(proj: Path, tag: str) -> None:
     """`pq new` of a patch with an edit: its recorded edit is of a patch only this clone has (no clash)."""
     hand_fix(proj, 9, tag, "npu_generation_worker.py")
-    pq(proj, "new", f"{tag}-fix", "-m", f"{tag}: a fix of its own")
+    pq(proj, "new", "--record", f"{tag}-fix", "-m", f"{tag}: a fix of its own")
 
 
 def take_origins_branch(proj: Path) -> None:

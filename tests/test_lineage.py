@@ -312,7 +312,7 @@ def maintained(origin: Path, tmp_path: Path) -> Path:
     assert "into patches/0013-npu-model-runner.patch" in placed, placed  # the skeleton: not edited by the continue
     worker = mine / "npu_worker" / "npu_ar_worker.py"
     worker.write_text(worker.read_text() + NOTE)
-    assert "created patches/0019-maintainer-note.patch" in pq(mine, "new", "maintainer-note").stdout
+    assert "created patches/0019-maintainer-note.patch" in pq(mine, "new", "--record", "maintainer-note").stdout
     assert step_kinds(mine) == [
         ("adopt", "adopt"),
         ("merge", "merge"),

@@ -35,7 +35,7 @@ EXIT_CODES = (
     " 141 the reader of stdout went away."
 )
 app = typer.Typer(
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases.",
@@ -90,9 +90,35 @@ AcceptErrorsOpt = Annotated[
         help="finish over the errors `pq check` finds in the result (recorded in the lineage step and the report)",
     ),
 ]
+
+
+def complete_patch(incomplete: str) -> list[str]:
+    """The patches of the series in ``patches/series`` of the cwd's project (or a folder above it) whose name
+    starts with ``incomplete``: each by its name without number (``foo``) and its file name without ``.patch``
+    (``0005-foo``).  Reads one small file; [] for anything amiss (shell completion must never fail)."""
+    try:
+        from patch_queue.series.queue import parse_series
+
+        here = Path.cwd()
+        series = next(d / "patches" / "series" for d in (here, *here.parents) if (d / "patches" / "series").is_file())
+        out: list[str] = []
+        for name in parse_series(series.read_text(encoding="utf-8", errors="replace")):
+            stem = name.removesuffix(".patch")
+            for shown in (re.sub(r"^\d+-", "", stem), stem):
+                if shown.startswith(incomplete) and shown not in out:
+                    out.append(shown)
+        return out
+    except Exception:  # no series here, an unreadable one: nothing to offer
+        return []
+
+
 _PATCH_HELP = "patch: its file name, with or without .patch, or without its number"
-PatchArg = Annotated[str, typer.Argument(help=_PATCH_HELP)]
-OptPatchArg = Annotated[str | None, typer.Argument(help=_PATCH_HELP)]
+PatchArg = Annotated[str, typer.Argument(help=_PATCH_HELP, autocompletion=complete_patch)]
+OptPatchArg = Annotated[str | None, typer.Argument(help=_PATCH_HELP, autocompletion=complete_patch)]
+PatchesArg = Annotated[list[str], typer.Argument(help="patches (" + _PATCH_HELP + ")", autocompletion=complete_patch)]
+OptPatchesArg = Annotated[
+    list[str] | None, typer.Argument(help="patches (" + _PATCH_HELP + ")", autocompletion=complete_patch)
+]
 
 
 def err(message: str) -> None:

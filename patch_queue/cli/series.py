@@ -1,9 +1,10 @@
-"""The series verbs: series, new, record, goto, delete, rename, show, diff, undo, redo, reproduce, accept, push,
-pop."""
+"""The series verbs: series, new, record, goto, delete, rename, edit, squash, float, sink, import, show, diff, undo,
+redo, reproduce, accept, push, pop."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -12,9 +13,12 @@ from patch_queue.cli.app import (
     AllOpt,
     DiscardOpt,
     OptPatchArg,
+    OptPatchesArg,
     PatchArg,
+    PatchesArg,
     UpstreamOpt,
     command,
+    complete_patch,
     echo,
     err,
     locked,
@@ -22,7 +26,7 @@ from patch_queue.cli.app import (
     workspace,
 )
 from patch_queue.cli.refresh import print_placements
-from patch_queue.errors import EXIT_ERROR, EXIT_OK
+from patch_queue.errors import EXIT_ERROR, EXIT_OK, PqError
 
 
 @command()
@@ -70,23 +74,36 @@ def series(
 @command()
 def new(
     name: Annotated[str, typer.Argument(help="patch name")],
-    message: Annotated[str | None, typer.Option("-m", "--message", help="subject line")] = None,
+    message: Annotated[str | None, typer.Option("-m", "--message", help="the message (first line: subject)")] = None,
+    take: Annotated[
+        bool, typer.Option("--record", "-r", help="take the unrecorded edits of npu_worker/ into it (as git commit)")
+    ] = False,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Make a new patch above the applied ones of the edits in npu_worker/ (an empty one without edits)."""
+    """Make a new, empty patch above the applied ones (as stg new; --record: of the edits in npu_worker/)."""
     from patch_queue.commands import edit
 
     with locked("new") as ws:
-        filename = edit.do_new(ws, name, message=message, upstream_git=upstream)
-    typer.echo(f"created patches/{filename}; edit {ws.rel(ws.out)}/ then `pq record`")
+        filename, taken, left = edit.do_new(ws, name, message=message, upstream_git=upstream, take_edits=take)
+    out = ws.rel(ws.out)
+    if taken:
+        typer.echo(f"created patches/{filename} of the edits of {taken} file(s) in {out}/")
+    elif left:
+        typer.echo(f"created patches/{filename} (empty); `pq record` puts the unrecorded edits of {out}/ into it")
+    else:
+        typer.echo(f"created patches/{filename} (empty); edit {out}/ then `pq record`")
 
 
 @command()
 def record(
-    patch: Annotated[str | None, typer.Option("--patch", "-p", help="put every edit into this applied patch")] = None,
+    patch: Annotated[
+        str | None,
+        typer.Option("--patch", "-p", help="put every edit into this applied patch", autocompletion=complete_patch),
+    ] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Put the edits of npu_worker/ into the patches that own the lines they touch (or into --patch)."""
+    """Put the edits of npu_worker/ into the patches that own the lines they touch (all into an empty top patch, or
+    into --patch)."""
     from patch_queue.commands import edit
 
     with locked("record") as ws:
@@ -132,7 +149,12 @@ def delete(
 
 @command()
 def rename(
-    names: Annotated[list[str], typer.Argument(help="[OLD] NEW: the patch (default the top one) and its new name")],
+    names: Annotated[
+        list[str],
+        typer.Argument(
+            help="[OLD] NEW: the patch (default the top one) and its new name", autocompletion=complete_patch
+        ),
+    ],
     upstream: UpstreamOpt = None,
     discard: DiscardOpt = False,
 ) -> int:
@@ -147,6 +169,111 @@ def rename(
         before, after, dropped = edit.do_rename(ws, old, new, upstream_git=upstream, discard=discard)
     echo(dropped, f"renamed patches/{before} to patches/{after}")
     return EXIT_OK
+
+
+MessageOpt = Annotated[str | None, typer.Option("-m", "--message", help="the message (first line: subject)")]
+FileOpt = Annotated[Path | None, typer.Option("--file", "-f", help="read the message from this file (- for stdin)")]
+
+
+def _message(message: str | None, file: Path | None) -> str | None:
+    """The message of -m or --file (not both); None for neither."""
+    if message is not None and file is not None:
+        raise PqError("pass -m MESSAGE or --file FILE, not both")
+    if file is None:
+        return message
+    if str(file) == "-":
+        return sys.stdin.read()
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PqError(f"{file}: cannot be read as UTF-8 text ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+@command()
+def edit(
+    name: OptPatchArg = None, message: MessageOpt = None, file: FileOpt = None, upstream: UpstreamOpt = None
+) -> int:
+    """Give a patch (default the top one) another message (-m MESSAGE or --file FILE), as stg edit."""
+    from patch_queue.commands import edit as edit_mod
+
+    text = _message(message, file)
+    if text is None:
+        err("error: pass the new message: -m MESSAGE or --file FILE")
+        return EXIT_ERROR
+    with locked("edit") as ws:
+        filename, changed = edit_mod.do_edit(ws, name, text, upstream_git=upstream)
+    typer.echo(f"{'reworded' if changed else 'unchanged (the same message)'}: patches/{filename}")
+    return EXIT_OK
+
+
+@command()
+def squash(
+    names: PatchesArg,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="name of the squashed patch")] = None,
+    message: MessageOpt = None,
+    file: FileOpt = None,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> None:
+    """Squash two or more patches into one, where the lowest of them stands (their changes in the order given)."""
+    from patch_queue.commands import edit
+
+    text = _message(message, file)
+    with locked("squash") as ws:
+        filename, gone, dropped = edit.do_squash(
+            ws, names, name=name, message=text, upstream_git=upstream, discard=discard
+        )
+    echo(dropped, f"squashed {', '.join(gone)} into patches/{filename}")
+
+
+@command(name="float")
+def float_(names: PatchesArg, upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None:
+    """Move patches (in the order given) to the top of the applied ones, applying them, as stg float."""
+    _move_to(names, True, None, upstream, discard)
+
+
+@command()
+def sink(
+    names: OptPatchesArg = None,
+    to: Annotated[
+        str | None, typer.Option("--to", "-t", help="sink below this applied patch", autocompletion=complete_patch)
+    ] = None,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> None:
+    """Move patches (default the top one) to the bottom of the series (or below --to), applied, as stg sink."""
+    _move_to(names or [], False, to, upstream, discard)
+
+
+def _move_to(names: list[str], top: bool, below: str | None, upstream: str | None, discard: bool) -> None:
+    from patch_queue.commands import edit
+
+    with locked("float" if top else "sink") as ws:
+        moved, applied, dropped = edit.do_move(
+            ws, names, to_top=top, below=below, upstream_git=upstream, discard=discard
+        )
+    where = "the top" if top else f"below {below}" if below else "the bottom"
+    echo(dropped, f"moved {', '.join(moved)} to {where}; applied {applied} of the series")
+
+
+@command(name="import")
+def import_(
+    file: Annotated[Path, typer.Argument(help="a patch file of git format-patch, or a git diff")],
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="the patch name (default: from the file name)")
+    ] = None,
+    message: MessageOpt = None,
+    upstream: UpstreamOpt = None,
+    discard: DiscardOpt = False,
+) -> None:
+    """Make an external patch file or git diff a new patch above the applied ones, as stg import."""
+    from patch_queue.commands import edit
+
+    with locked("import") as ws:
+        filename, touched, dropped = edit.do_import(
+            ws, file, name=name, message=message, upstream_git=upstream, discard=discard
+        )
+    echo(dropped, f"imported {file} as patches/{filename} ({', '.join(touched)})")
 
 
 @command()

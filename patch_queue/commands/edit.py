@@ -1,4 +1,5 @@
-"""Editing the series: pq new, record, push, pop, goto, delete, rename, show, diff, accept."""
+"""Editing the series: pq new, record, push, pop, goto, delete, rename, edit, squash, float, sink, import, show,
+diff, accept."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from patch_queue.commands.write import (
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.git.diff import line_hunks
-from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.git.repo import ProjectRepo
 from patch_queue.outputs import folder as output
 from patch_queue.project.journal import Writes
 from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, base_for_queue, load_stack
-from patch_queue.series import absorb, lineage, patchfile, replay, rerere, stack
+from patch_queue.series import absorb, diffs, lineage, patchfile, replay, rerere, stack
 from patch_queue.series.queue import render_queue
 from patch_queue.sync import translation
 
@@ -58,29 +59,49 @@ def do_accept(ws: Workspace, *, upstream_git: str | None, discard: bool = False)
     return changed
 
 
-def do_new(ws: Workspace, name: str, *, message: str | None, upstream_git: str | None) -> str:
-    """A new patch above the applied ones holding the edits of the output folder that no patch holds.
-
-    Like ``git commit``: edit ``npu_worker/`` first, then ``pq new NAME``; ``pq record`` folds
-    later edits into it.  With no edits it is an empty patch (as ``stg new`` makes): its body is the
-    mail header and the message without a diff, the form ``git format-patch --always`` writes.
-    """
+def do_new(
+    ws: Workspace, name: str, *, message: str | None, upstream_git: str | None, take_edits: bool = False
+) -> tuple[str, int, int]:
+    """A new, empty patch right above the applied ones (``stg new``); ``take_edits`` (``pq new --record``): holding
+    the edits of the output folder that no patch holds (as ``git commit -a``).  Its author and date are git's
+    (``git var GIT_AUTHOR_IDENT``: user.name/user.email, GIT_AUTHOR_*).  Without edits its body is the mail header
+    and the message without a diff, the form ``git format-patch --always`` writes; the edits stay in the output
+    folder for ``pq record``, which puts them into an empty top patch.  Returns (the file name, the files it
+    took, the files of unrecorded edits left)."""
     refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     slug = _new_slug(loaded, name)
-    numbers = [int(n.split("-", 1)[0]) for n in loaded.names if n.split("-", 1)[0].isdigit()]
-    filename = f"{max(numbers, default=0) + 1:04d}-{slug}.patch"  # after a delete too, no number twice
     parent = loaded.top(applied)
     info = ws.repo.commit_info(parent)
     work = _work_edits(ws, loaded, parent)
-    files = {**ws.repo.read_tree(info.tree), **work}
-    person = Person("pq user", "pq@localhost", info.author.time, 0)
-    commit = ws.repo.commit(ws.repo.write_tree(files), [parent], (message or slug) + "\n", person, person)
-    # the new patch goes right above the applied ones; unapplied ones stay after it
+    taken = work if take_edits else {}
+    person = ws.repo.author()
+    text = (message or slug).strip()
+    if not text:
+        raise QueueError("the message is empty: pass -m MESSAGE (its first line is the subject)")
+    tree = ws.repo.write_tree({**ws.repo.read_tree(info.tree), **taken})
+    commit = ws.repo.commit(tree, [parent], text + "\n", person, person)
+    filename = _insert(ws, loaded, applied, slug, commit, "new", build=bool(taken))
+    return filename, len(taken), len(work) - len(taken)
+
+
+def next_name(loaded: LoadedStack, slug: str) -> str:
+    """The file name of a new patch: the next number (after a delete too, no number twice) and its slug."""
+    numbers = [int(n.split("-", 1)[0]) for n in loaded.names if n.split("-", 1)[0].isdigit()]
+    return f"{max(numbers, default=0) + 1:04d}-{slug}.patch"
+
+
+def _insert(
+    ws: Workspace, loaded: LoadedStack, applied: int, slug: str, commit: str, command: str, *, build: bool = True
+) -> str:
+    """Write the series with ``commit`` (on the top applied patch) as a new patch right above the applied ones,
+    applied; the unapplied ones stay after it (each must still apply).  ``build``: write the output folder (not
+    for a patch that changes nothing: the maintainer's unrecorded edits stay as they are)."""
+    filename = next_name(loaded, slug)
     names = loaded.patches[:applied] + [(filename, commit)] + loaded.patches[applied:]
     rebuilt = _rechain(ws, loaded, names, applied + 1)
-    write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied + 1, "new")
+    write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied + 1, command, build=build)
     return filename
 
 
@@ -131,8 +152,11 @@ def write_edit(
     command: str,
     files: dict[Path, bytes] | None = None,
     downstream: str = "",
+    *,
+    build: bool = True,
 ) -> None:
-    """Write an edited series: bodies, refs, the output folder, and a lineage step whose changed bodies
+    """Write an edited series: bodies, refs, the output folder (not without ``build``: for a change that leaves
+    the top's modules as they are, so unrecorded edits stay), and a lineage step whose changed bodies
     are recorded edits (so the step is reproducible without the bodies); ``files``: more files of the series
     folder the command writes with them (undone with them); ``downstream``: the release the step moves
     ``new``'s downstream pin to (``name==version``)."""
@@ -157,7 +181,7 @@ def write_edit(
     bases = tuple((e.name, stack.sha256(e.before)) for e in changes)
     step = StepInfo("edit", command, downstream=downstream, edited=edited, bases=bases)
     write_series(ws, new, writes=writes, step=step)
-    finish(ws, new, writes, applied)
+    finish(ws, new, writes, applied, build=build)
 
 
 def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes]:
@@ -239,6 +263,9 @@ def do_record(ws: Workspace, *, upstream_git: str | None, into: str | None = Non
     work = _work_edits(ws, loaded, loaded.top(applied))
     if not work:
         return []
+    top = ws.repo.commit_info(loaded.patches[applied - 1][1])
+    if into is None and top.tree == ws.repo.commit_info(top.parents[0]).tree:  # `pq new` then `pq record`
+        into = loaded.names[applied - 1]  # as `stg refresh`: an empty top patch takes every edit
     absorbed, placements = absorb.absorb(ws.repo, loaded.base, loaded.patches[:applied], work, into=into)
     rebuilt = _rechain(ws, loaded, absorbed + loaded.patches[applied:], applied)
     write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied, "record")
@@ -369,3 +396,221 @@ def patch_subject(ws: Workspace, name: str) -> str:
         return patchfile.parse((ws.queue_dir.root / name).read_bytes(), path=f"patches/{name}").subject
     except PqError:
         return "?"
+
+
+def _applied_after(patches: list[tuple[str, str]], applied: set[str]) -> int:
+    """How many of ``patches`` are applied: up to the last one named in ``applied``."""
+    return max((i + 1 for i, (name, _c) in enumerate(patches) if name in applied), default=0)
+
+
+def _positions(loaded: LoadedStack, names: list[str]) -> list[int]:
+    """The series position of each patch named, in the order given; one line for a patch named twice."""
+    out: list[int] = []
+    for name in names:
+        at = find_patch(loaded, name)
+        if at in out:
+            raise QueueError(f"patch `{loaded.names[at]}` is named twice", path="patches/series")
+        out.append(at)
+    return out
+
+
+def do_edit(ws: Workspace, name: str | None, message: str, *, upstream_git: str | None) -> tuple[str, bool]:
+    """Give a patch (default the top one) another message (``stg edit -m``/``--file``): its body and the lineage
+    change, its diff and every other patch's file stay.  Returns (its file name, whether the message changed)."""
+    refuse_pending(ws)
+    text = message.strip()
+    if not text:
+        raise QueueError("the message is empty (its first line is the patch's subject)")
+    loaded = sync_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    at = named_or_top(loaded, applied, name)
+    filename, commit = loaded.patches[at]
+    info = ws.repo.commit_info(commit)
+    reworded = ws.repo.commit(info.tree, list(info.parents), text + "\n", info.author, info.author)
+    if reworded == commit:
+        return filename, False
+    patches = [*loaded.patches[:at], (filename, reworded), *loaded.patches[at + 1 :]]
+    rebuilt = _rechain(ws, loaded, patches, at + 1)
+    write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied, "edit", build=False)
+    return filename, True
+
+
+def do_squash(
+    ws: Workspace,
+    names: list[str],
+    *,
+    name: str | None,
+    message: str | None,
+    upstream_git: str | None,
+    discard: bool = False,
+) -> tuple[str, list[str], str]:
+    """Squash two or more patches into one (``stg squash``): their changes applied in the order given, where the
+    lowest of them stood, with the first one's author and message (``message``: another), named as the first
+    one (``name``: another, with the first one's number); the patches above are applied again, each must still
+    apply.  Returns (its file name, the files it replaced, what --discard dropped)."""
+    refuse_pending(ws)
+    if len(names) < 2:
+        raise QueueError("squash needs two or more patches")
+    dropped = output.discarded(refuse_out_edits(ws, discard=discard))
+    loaded = sync_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    at = _positions(loaded, names)
+    low = min(at)
+    gone = [loaded.names[i] for i in at]
+    parent = loaded.patches[low - 1][1] if low else loaded.base
+    labels = (f"base {loaded.queue.upstream.label}", "the patches squashed before it")
+    tip = parent
+    for i in at:
+        res = replay.replay_patch(ws.repo, loaded.names[i], loaded.patches[i][1], tip, labels=labels)
+        if res.conflicts:
+            c = res.conflicts[0]
+            raise QueueError(
+                f"does not apply onto the patches squashed before it (a conflict at {c.file}:{c.line}); "
+                "nothing was changed: squash them in another order",
+                path=f"patches/{loaded.names[i]}",
+            )
+        tip = res.commit
+    first = ws.repo.commit_info(loaded.patches[at[0]][1])
+    if message is None:  # StGit's template holds every message: here, the first one's, then the others'
+        message = "\n\n".join(ws.repo.commit_info(loaded.patches[i][1]).message.strip() for i in at)
+    text = message.strip()
+    if not text:
+        raise QueueError("the message is empty (its first line is the patch's subject)")
+    filename = gone[0]
+    if name is not None and replay.patch_key(name) not in {replay.patch_key(g) for g in gone}:
+        filename = f"{gone[0].split('-', 1)[0]}-{_new_slug(loaded, name)}.patch"
+    elif name is not None:
+        filename = next(g for g in gone if replay.patch_key(g) == replay.patch_key(name))
+    tree = ws.repo.commit_info(tip).tree
+    squashed = ws.repo.commit(tree, [parent], text + "\n", first.author, first.author)
+    rest = [p for i, p in enumerate(loaded.patches) if i > low and i not in at]
+    rebuilt = _rechain(ws, loaded, [*loaded.patches[:low], (filename, squashed), *rest], low + 1)
+    on = set(loaded.names[:applied]) - set(gone) | ({filename} if min(at) < applied else set())
+    write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), _applied_after(rebuilt, on), "squash")
+    return filename, gone, dropped
+
+
+def do_move(
+    ws: Workspace,
+    names: list[str],
+    *,
+    to_top: bool,
+    below: str | None = None,
+    upstream_git: str | None,
+    discard: bool = False,
+) -> tuple[list[str], int, str]:
+    """Move patches, in the order given, to the top of the applied ones (``stg float``, ``to_top``) or to the bottom
+    of the series, or right below the applied patch ``below`` (``stg sink [--to]``); each ends applied, and every
+    patch they pass is applied again, each must still apply.  Returns (the patches moved, how many are applied
+    after it, what --discard dropped)."""
+    refuse_pending(ws)
+    dropped = output.discarded(refuse_out_edits(ws, discard=discard))
+    loaded = sync_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    if not names:
+        names = [loaded.names[named_or_top(loaded, applied, None)]]
+    at = _positions(loaded, names)
+    moving = [loaded.patches[i] for i in at]
+    others = [p for i, p in enumerate(loaded.patches) if i not in at]
+    on = set(loaded.names[:applied]) | {n for n, _c in moving}
+    if to_top:
+        lower = [p for p in others if p[0] in on]
+        order = lower + moving + others[len(lower) :]
+    else:
+        pos = 0
+        if below is not None:
+            target = find_patch(loaded, below)
+            if target in at or target >= applied:
+                why = "is one of the patches to sink" if target in at else "is not applied"
+                raise QueueError(f"patch `{loaded.names[target]}` {why}", path="patches/series")
+            pos = others.index(loaded.patches[target])
+        order = others[:pos] + moving + others[pos:]
+    keep = next((i for i, (a, b) in enumerate(zip(order, loaded.patches, strict=True)) if a != b), len(order))
+    moved = [n for n, _c in moving]
+    if keep == len(order) and _applied_after(order, on) == applied:
+        return moved, applied, dropped
+    rebuilt = _rechain(ws, loaded, order, keep, why=f"once {', '.join(moved)} moved")
+    count = _applied_after(rebuilt, on)
+    write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), count, "float" if to_top else "sink")
+    return moved, count, dropped
+
+
+def _import_name(path: Path) -> str:
+    """The patch name a file gives (``0003-fix-the-thing.patch``: ``fix-the-thing``), as ``stg import`` takes it."""
+    stem = re.sub(r"\.(patch|diff)$", "", path.name)
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", re.sub(r"^\d+-", "", stem)).strip("-.") or "imported"
+
+
+def do_import(
+    ws: Workspace,
+    path: Path,
+    *,
+    name: str | None,
+    message: str | None,
+    upstream_git: str | None,
+    discard: bool = False,
+) -> tuple[str, list[str], str]:
+    """Make a patch file of ``git format-patch`` (its author, date and message) or a git diff (``git diff``,
+    ``pq diff``: git's author, ``message`` or the name) a new patch above the applied ones (``stg import``).  Its
+    paths may be those of the output folder (``npu_worker/x.py``), of the downstream package
+    (``vllm_omni/platforms/npu/worker/x.py``) or the modules' own; it applies exactly (no fuzz) onto the top
+    applied patch.  Returns (its file name, the modules it changes, what --discard dropped)."""
+    refuse_pending(ws)
+    shown = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise QueueError(f"cannot be read ({exc.strerror or exc})", path=shown) from None
+    dropped = output.discarded(refuse_out_edits(ws, discard=discard))
+    loaded = sync_stack(ws, upstream_git=upstream_git)
+    applied = applied_count(ws, loaded)
+    mail: patchfile.PatchFile | None = None
+    if data.startswith(b"From "):
+        mail = patchfile.parse(data, path=shown)
+        diff = mail.parsed(shown)
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise QueueError(f"not UTF-8 text (byte 0x{data[exc.start]:02x})", path=shown, line=line) from None
+        lines = text.splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if line.startswith("diff --git ")), None)
+        if start is None:
+            raise QueueError("holds no git diff (no `diff --git` line) and is no `git format-patch` file", path=shown)
+        diff = diffs.parse_diff("".join(lines[start:]), path=shown, first_line=start + 1)
+    touched = diff.touched()
+    if not touched:
+        raise QueueError("changes nothing (an empty patch is `pq new`)", path=shown)
+    prefixes = [f"{ws.rel(ws.out)}/", f"{loaded.queue.package}/", ""]
+    prefix = next(
+        (p for p in prefixes if all(t.startswith(p) and loaded.queue.module(t[len(p) :]) for t in touched)), None
+    )
+    if prefix is None:
+        fits = [t for t in touched if any(t.startswith(p) and loaded.queue.module(t[len(p) :]) for p in prefixes)]
+        bad = next((t for t in touched if t not in fits), touched[0])
+        raise QueueError(
+            f"changes {bad}, which is not a module of {ws.rel(ws.out)}/ (queue.toml lists the modules)", path=shown
+        )
+    parent = loaded.top(applied)
+    files = ws.repo.read_tree(ws.repo.commit_info(parent).tree)
+    modules = {prefix + k: v for k, v in files.items() if not k.startswith(stack.VENDOR)}
+    for where, after in diff.apply(modules, patch_path=shown).items():
+        rel = where[len(prefix) :]
+        if after is None:
+            files.pop(rel, None)
+        else:
+            output.refuse_binary(after, f"{ws.rel(ws.out)}/{rel}")
+            files[rel] = after
+    slug = _new_slug(loaded, name if name is not None else _import_name(path))
+    if mail is not None:
+        person = stack.parse_person(mail.author, mail.date, path=shown)
+        text = message or stack.message_of(mail)
+    else:
+        person = ws.repo.author()
+        text = message or slug
+    if not text.strip():
+        raise QueueError("the message is empty: pass -m MESSAGE (its first line is the subject)", path=shown)
+    commit = ws.repo.commit(ws.repo.write_tree(files), [parent], text.strip() + "\n", person, person)
+    filename = _insert(ws, loaded, applied, slug, commit, "import")
+    return filename, sorted(t[len(prefix) :] for t in touched), dropped

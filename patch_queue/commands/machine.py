@@ -638,7 +638,9 @@ def edit_lookup(ws: Workspace, store: rerere.Store, queue: Queue) -> replay.Edit
     def edited(name: str, merged: str) -> str | None:
         if name not in patches:  # then no edit is recorded for any body of it: skip writing this one
             return None
-        after = store.lookup_edit(name, stack.export_patch(ws.repo, merged))
+        # an edit recorded in either form of the bodies (see patch_queue.series.queue): one of an older lineage too
+        found = (store.lookup_edit(name, body) for body in stack.body_forms(ws.repo, merged))
+        after = next((body for body in found if body is not None), None)
         if after is None:
             return None
         shown = f"patches/{name}"

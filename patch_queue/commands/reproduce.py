@@ -119,7 +119,7 @@ def do_reproduce(
             )
     final_stack = LoadedStack(queue, loaded.base, loaded.patches)
     writes = Writes(ws, "reproduce")
-    bodies = stack.export_series(ws.repo, final_stack.patches)
+    bodies = stack.export_series(ws.repo, final_stack.patches, bodies=queue.lineage[-1].bodies)
     series = ws.queue_dir.series_path
     listed = parse_series(series.read_text(encoding="utf-8", errors="replace")) if series.is_file() else []
     write.refuse_foreign_patches(ws, bodies, listed, queue)
@@ -259,8 +259,9 @@ class _Run:
         self.steps.append(replace(step, patches=patches, bases=tuple((n, bases[n]) for n in step.edited if n in bases)))
 
 
-def _bodies(ws: Workspace, patches: list[tuple[str, str]]) -> list[tuple[str, bytes]]:
-    return list(stack.export_series(ws.repo, patches).items())
+def _bodies(ws: Workspace, patches: list[tuple[str, str]], step: Step) -> list[tuple[str, bytes]]:
+    """The patch files of ``patches`` in the form ``step`` recorded them in."""
+    return list(stack.export_series(ws.repo, patches, bodies=step.bodies).items())
 
 
 def _same_series(step: Step, where: str, bodies: list[tuple[str, bytes]]) -> None:
@@ -289,7 +290,7 @@ def _adopt(
             f"{where}: the upstream at {at} is not the one recorded (sha256 of its files differs)",
             path="patches/queue.toml",
         )
-    bodies = _bodies(ws, loaded.patches)
+    bodies = _bodies(ws, loaded.patches, step)
     _same_series(step, where, bodies)
     for (name, digest), (_n, data) in zip(step.patches, bodies, strict=True):
         if stack.sha256(data) != digest:
@@ -327,7 +328,7 @@ def _refresh(
         if name not in step.edited:
             return None
         info = ws.repo.commit_info(merged)
-        before = stack.export_patch(ws.repo, merged)
+        before = stack.export_patch(ws.repo, merged, bodies=step.bodies)
         after = run.exact(step, name, before)
         if after is not None:  # the very merge it was made on (the body names its commit, so its parents too)
             run.applied += 1
@@ -357,7 +358,7 @@ def _refresh(
         imports=machine.import_sync(target, loaded.patches),
     )
     patches = [(r.name, r.commit) for r in results]
-    run.done(step, where, _bodies(ws, patches), strict=False)
+    run.done(step, where, _bodies(ws, patches, step), strict=False)
     return LoadedStack(target, new_base, patches)
 
 
@@ -376,7 +377,7 @@ def _merge(run: _Run, loaded: LoadedStack, step: Step, where: str, *, progress: 
             return None
         as_edit = replace(step, edited=(name,), bases=((name, step.resolved),))
         info = ws.repo.commit_info(merged)
-        before = stack.export_patch(ws.repo, merged)
+        before = stack.export_patch(ws.repo, merged, bodies=step.bodies)
         after = run.exact(as_edit, name, before)
         if after is not None:
             run.applied += 1
@@ -396,7 +397,7 @@ def _merge(run: _Run, loaded: LoadedStack, step: Step, where: str, *, progress: 
             f"lineage records no resolution for them (the merge of {name})",
             path=SHOWN,
         )
-    run.done(step, where, _bodies(ws, new.patches), strict=False)
+    run.done(step, where, _bodies(ws, new.patches, step), strict=False)
     return new
 
 
@@ -413,7 +414,7 @@ def _commit_merged(ws: Workspace, parent: str, ours: str, files: dict[str, bytes
 
 def _edit(run: _Run, loaded: LoadedStack, step: Step, where: str) -> LoadedStack:
     ws = run.ws
-    old = dict(_bodies(ws, loaded.patches))
+    old = dict(_bodies(ws, loaded.patches, step))
     old_commits = dict(loaded.patches)
     commits: list[tuple[str, str]] = []
     parent = loaded.base
@@ -442,7 +443,7 @@ def _edit(run: _Run, loaded: LoadedStack, step: Step, where: str) -> LoadedStack
             commit = _commit_merged(ws, parent, was, files, like)
         commits.append((name, commit))
         parent = commit
-    bodies = _bodies(ws, commits)
+    bodies = _bodies(ws, commits, step)
     run.done(step, where, bodies, strict=not run.differ)
     queue = loaded.queue
     if "==" in step.downstream:  # a sync from a newer release moved the pin

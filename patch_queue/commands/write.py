@@ -167,13 +167,13 @@ def build_top(
     return files
 
 
-def finish(ws: Workspace, loaded: LoadedStack, writes: Writes, applied: int) -> dict[str, bytes]:
-    """Move refs/pq/ to ``loaded`` with ``applied`` patches on, build that top into the output folder and
-    apply ``writes``; returns the built files."""
+def finish(ws: Workspace, loaded: LoadedStack, writes: Writes, applied: int, *, build: bool = True) -> None:
+    """Move refs/pq/ to ``loaded`` with ``applied`` patches on, build that top into the output folder (``build``:
+    not for a top whose modules are the ones built there already) and apply ``writes``."""
     writes.move_refs(stack_ref_updates(ws, loaded, applied))
-    built = build_top(ws, loaded, writes=writes, applied=applied)
+    if build:
+        build_top(ws, loaded, writes=writes, applied=applied)
     writes.commit()
-    return built
 
 
 def do_build(

@@ -154,6 +154,23 @@ class ProjectRepo:
         except command.GitFailed:
             return None
 
+    def author(self) -> Person:
+        """Who git would write as the author of a commit made here now (``git var GIT_AUTHOR_IDENT``: user.name
+        and user.email of the configuration, GIT_AUTHOR_NAME/EMAIL/DATE); one line with git's reason when git
+        knows no identity."""
+        try:
+            ident = command.run(self.workdir, "var", "GIT_AUTHOR_IDENT").decode("utf-8", "replace").strip()
+        except command.GitFailed as exc:
+            raise QueueError(
+                f"git knows no author to write ({exc.reason}): `git config user.name NAME` and "
+                "`git config user.email EMAIL`, or set GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL"
+            ) from None
+        m = re.fullmatch(r"(.*) <([^<>]*)> (-?\d+) ([+-])(\d\d)(\d\d)", ident)
+        if m is None:
+            raise QueueError(f"git var GIT_AUTHOR_IDENT gives {ident!r}, not 'Name <email> TIME +ZONE'")
+        offset = (int(m.group(5)) * 60 + int(m.group(6))) * (-1 if m.group(4) == "-" else 1)
+        return Person(m.group(1), m.group(2), int(m.group(3)), offset)
+
     def mergetool(self, folder: Path, path: str, base: bytes, local: bytes, remote: bytes, tool: str | None) -> int:
         """``git mergetool`` on ``folder/path`` as if a merge had left it conflicted with these three sides: a
         scratch index holds them as stages 1-3 and ``folder`` is the work tree (so the repository's ignore

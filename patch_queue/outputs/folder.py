@@ -156,9 +156,12 @@ def edits(out: Path, built: dict[str, bytes]) -> list[Edited]:
     return found
 
 
-def refuse_edits(out: Path, built: dict[str, bytes], *, shown: str, discard: bool) -> list[Edited]:
-    """Refuse (one line naming the first file) when ``out`` holds edits, unless ``discard``; returns them."""
-    found = edits(out, built)
+def refuse_edits(
+    out: Path, built: dict[str, bytes], *, shown: str, discard: bool, found: list[Edited] | None = None
+) -> list[Edited]:
+    """Refuse (one line naming the first file) when ``out`` holds edits (``found``, default all of them), unless
+    ``discard``; returns them."""
+    found = edits(out, built) if found is None else found
     if found and not discard:
         first = found[0]
         more = f", and {len(found) - 1} more file(s)" if len(found) > 1 else ""

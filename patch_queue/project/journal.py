@@ -19,8 +19,8 @@ its old or its new value, and one that holds anything else (changed by someone s
 error naming it, with nothing written.
 
 **Undo.**  The commands that edit the series (``Writes(..., undoable=True)``: new, record, push,
-pop, goto, delete, rename, accept, undo and redo themselves) write, in the same journaled step,
-``.git/pq/undo.json``: the same list of old and new values, without the recorded resolutions
+pop, goto, delete, rename, edit, squash, float, sink, import, accept, undo and redo themselves) write,
+in the same journaled step, ``.git/pq/undo.json``: the same list of old and new values, without the recorded resolutions
 (``refs/pq/resolutions`` only grows: an edit recorded and then undone is kept, unused; only what
 ``pq resolutions drop`` removed is put back).  The
 saved contents stay reachable from ``refs/pq/undo``.  ``pq undo`` (:func:`undo_writes`) writes

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from patch_queue.errors import QueueError
-from patch_queue.series.queue import Queue, QueueDir, Step, UpstreamPin
+from patch_queue.series.queue import BODIES, Queue, QueueDir, Step, UpstreamPin
 from patch_queue.series.stack import sha256
 
 
@@ -36,7 +36,18 @@ def step_of(
     base = dict(bases)
     known = tuple((n, base[n]) for n in names if n in base)
     return Step(
-        kind, command, patches, upstream, downstream, names, tuple(accepted), known, since, tuple(files), resolved
+        kind,
+        command,
+        patches,
+        upstream,
+        downstream,
+        names,
+        tuple(accepted),
+        known,
+        since,
+        tuple(files),
+        resolved,
+        BODIES,  # the bodies are exported in pq's form
     )
 
 

@@ -39,6 +39,7 @@
                                      # sync-gpu: the release it moved the pin to
     since = "vllm-omni==0.24.0"      # merge: the release the series held before (the merge's ancestor)
     resolved = "<sha256>"            # merge: the merge's body its recorded edit (the resolution) was made on
+    bodies = 2                       # how its patch files are written (absent: 1): see below
     edited = []                      # patches whose bodies carry recorded edits (refs/pq/resolutions)
     accepted_errors = []             # refresh: the errors of `pq check` it was finished over (--accept-errors);
                                      # written only when there are some
@@ -66,6 +67,13 @@ both releases again (each module of ``downstream`` checked against ``[lineage.fi
 them into the series as it stands three-way, applies the recorded resolution made on the body
 ``resolved`` names (none when the merge was clean), and puts the result into the patches that own
 its lines (see :mod:`patch_queue.commands.merge`).
+``bodies`` is the form of the step's patch files, which its sha256s are of: 1 (the key absent, every step
+pq wrote before it existed) is ``git format-patch``'s own, whose first line ``From <commit id>`` names the
+patch's commit and so changes with every patch below it; 2 writes that line with a zero id, as
+``git format-patch --zero-commit`` does, so an edit of one patch leaves the files of the others byte for byte
+(unless it moves the lines they change).  pq writes form 2; ``pq reproduce`` exports each step's bodies in the
+step's own form, so a lineage recorded in form 1 still verifies, and the first step pq writes after it is in
+form 2 (every body then has a new sha256, only its From line differs).
 ``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
 ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
 
@@ -124,6 +132,7 @@ class Step:
     since: str = ""  # merge: the release the series held before ("name==version")
     files: tuple[tuple[str, str], ...] = ()  # merge: (module, sha256) of the release it took in
     resolved: str = ""  # merge: sha256 of the merge's body its recorded resolution was made on ("": clean)
+    bodies: int = 1  # the form of its patch files (BODY_FORMS): 1 git's From <commit id> line, 2 a zero id
 
     @property
     def names(self) -> list[str]:
@@ -135,6 +144,8 @@ class Step:
 
 
 STEP_KINDS = ("adopt", "refresh", "merge", "edit", "import")
+BODIES = 2  # the form of the patch files pq writes (``bodies`` of a lineage step: see the module's doc)
+BODY_FORMS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -220,6 +231,7 @@ def render_queue(q: Queue) -> str:
             *(_list("bases", [f"{digest} {name}" for name, digest in step.bases]) if step.bases else []),
             *([f"since = {toml_string(step.since)}"] if step.kind == "merge" else []),
             *([f"resolved = {toml_string(step.resolved)}"] if step.resolved else []),
+            *([f"bodies = {step.bodies}"] if step.bodies != 1 else []),
         ]
         if step.upstream is not None:
             lines += ["", *_pin_lines("lineage.upstream", step.upstream)]
@@ -350,6 +362,11 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                     path=path,
                 )
             files = tuple(sorted((str(k), v) for k, v in raw_files.items()))
+        bodies = item.get("bodies", 1)
+        if type(bodies) is not int or bodies not in BODY_FORMS:
+            raise QueueError(
+                f"{where}.bodies must be one of {', '.join(map(str, BODY_FORMS))} (a newer pq wrote it?)", path=path
+            )
         steps.append(
             Step(
                 kind,
@@ -363,6 +380,7 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                 since,
                 files,
                 resolved,
+                bodies,
             )
         )
     return tuple(steps)

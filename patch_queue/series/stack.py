@@ -25,7 +25,7 @@ from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.merge import symbols
 from patch_queue.series import fmt, patchfile
-from patch_queue.series.queue import Queue
+from patch_queue.series.queue import BODIES, Queue
 from patch_queue.sources import cache
 
 VENDOR = ".pq-upstream/"
@@ -168,11 +168,12 @@ def commit_files(repo: ProjectRepo, parent: str, files: dict[str, bytes], like: 
     return repo.commit(repo.write_tree(files), [parent], like.message, like.author, like.author)
 
 
-def export_patches(repo: ProjectRepo, commits: list[str]) -> list[bytes]:
+def export_patches(repo: ProjectRepo, commits: list[str], *, bodies: int = BODIES) -> list[bytes]:
     """The patch file of each commit (against its first parent), as ``git format-patch`` writes it: one git
     run for them all.  Refuses (PatchError) a commit ``git am`` would not read back as it is.  A commit that
     changes nothing is an empty patch: the mail header and the message, no diff (``format-patch --always``;
-    ``git am --allow-empty`` reads it back)."""
+    ``git am --allow-empty`` reads it back).  ``bodies``: the form (see :mod:`patch_queue.series.queue`): 2 writes
+    the first line with a zero id, as ``--zero-commit`` does, 1 with the commit's."""
     blank = set()
     for commit in commits:
         info = repo.commit_info(commit)
@@ -184,16 +185,29 @@ def export_patches(repo: ProjectRepo, commits: list[str]) -> list[bytes]:
     # For a blank message pq's own writer, before git wrote the patches, put a space after "[PATCH]": kept,
     # since a lineage holds the sha256 of every body it wrote.
     old = b"\nSubject: [PATCH]\n", b"\nSubject: [PATCH] \n"
-    return [texts[c].replace(*old, 1) if c in blank else texts[c] for c in commits]
+    out = [texts[c].replace(*old, 1) if c in blank else texts[c] for c in commits]
+    return out if bodies == 1 else [_zero_from(c, text) for c, text in zip(commits, out, strict=True)]
 
 
-def export_patch(repo: ProjectRepo, commit: str) -> bytes:
-    return export_patches(repo, [commit])[0]
+def _zero_from(commit: str, body: bytes) -> bytes:
+    """``body`` (form 1, its first line ``From <commit>``) in form 2: that id all zeros, as ``--zero-commit``."""
+    return b"From " + b"0" * len(commit) + body[5 + len(commit) :]
 
 
-def export_series(repo: ProjectRepo, patches: list[tuple[str, str]]) -> dict[str, bytes]:
+def body_forms(repo: ProjectRepo, commit: str) -> list[bytes]:
+    """The patch file of ``commit`` in every form (pq's first, see :mod:`patch_queue.series.queue`), one git run."""
+    legacy = export_patch(repo, commit, bodies=1)
+    return [_zero_from(commit, legacy), legacy]
+
+
+def export_patch(repo: ProjectRepo, commit: str, *, bodies: int = BODIES) -> bytes:
+    return export_patches(repo, [commit], bodies=bodies)[0]
+
+
+def export_series(repo: ProjectRepo, patches: list[tuple[str, str]], *, bodies: int = BODIES) -> dict[str, bytes]:
     """The patch file of each (name, commit), by name, from one git run."""
-    return dict(zip([n for n, _c in patches], export_patches(repo, [c for _n, c in patches]), strict=True))
+    commits = [c for _n, c in patches]
+    return dict(zip([n for n, _c in patches], export_patches(repo, commits, bodies=bodies), strict=True))
 
 
 def import_series(
