@@ -17,7 +17,7 @@ from conftest import git, new_project, pq, push_to_bare
 
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
-from patch_queue.sync import helper_methods, placement, translation
+from patch_queue.sync import helper_methods, placement, removals, translation
 from patch_queue.sync import ports as gpu_ports
 
 BASE_030 = "cf0baa38dfb2"
@@ -940,6 +940,71 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
     none, same, refused = module_functions.copy_functions([unplaced], npu, gpu, declining)
     assert (none, same) == ([], npu)
     assert [(c.gpu_file, c.method, c.first) for c in refused] == [decline.key]
+
+
+_FENCE = "        #  ---- Omni-new ----"
+
+
+def _removal_case(gpu_old: str, gpu_new: str, npu_body: str, ascend: str = "class NPUModelRunner:\n    pass\n"):
+    gpu = "class GPUARModelRunner(GPUModelRunner):\n    def execute_model(self, out):\n"
+    npu = "class NPUARModelRunner(NPUModelRunner):\n    def execute_model(self, out):\n"
+    since = gpu_ports.Since("vllm-omni==1.0", {"gpu_ar_model_runner.py": gpu + gpu_old})
+    files = {"npu_ar_model_runner.py": npu + npu_body}
+    rules = translation.load_rules(None)
+    return removals.removals(since, {"gpu_ar_model_runner.py": gpu + gpu_new}, files, ascend, rules)
+
+
+def test_a_dropped_feature_held_under_another_guard_goes_whole_with_its_fences() -> None:
+    gpu_old = "        x = 1\n        if self.capture_on:\n            self.capturer.finish()\n        return x\n"
+    guarded = "        if self.cfg.capture:\n            self.capturer.finish()\n"
+    npu = f"        x = 1\n{_FENCE}\n{guarded}{_FENCE}\n        return x\n"
+    (port,), files = _removal_case(gpu_old, "        x = 1\n        return x\n", npu)
+    assert isinstance(port, gpu_ports.Port) and removals.is_dropped_feature(port)
+    assert "capture_on" in port.changes[0].reason and "capturer" in port.changes[0].reason
+    assert port.how == "the NPU block's header differs: `if self.cfg.capture:`"
+    assert files["npu_ar_model_runner.py"].endswith(
+        "    def execute_model(self, out):\n        x = 1\n        return x\n"
+    )
+
+
+def test_a_removal_of_code_the_gpu_side_moved_is_no_dropped_feature() -> None:
+    """The GPU side took the debug line out of this method but still logs elsewhere: removable, not sure."""
+    gpu_old = "        logger.debug(out)\n        return out\n"
+    gpu_new = "        return out\n\n    def other(self, out):\n        logger.debug(out)\n"
+    (port,), _files = _removal_case(gpu_old, gpu_new, "        logger.debug(out)\n        return out\n")
+    assert isinstance(port, gpu_ports.Port) and removals.is_removal(port) and not removals.is_dropped_feature(port)
+
+
+@pytest.mark.parametrize(
+    ("npu_body", "why"),
+    [
+        ("        y = self.old_thing()\n        return y\n", "leaves y read but no longer bound"),
+        ("        if out:\n            self.old_thing()\n        return out\n", "leaves the method uncompilable"),
+        ("        self.old_thing()\n        return out\n", "vllm-ascend's method holds some of these statements"),
+    ],
+    ids=["local-still-read", "empty-block", "upstream-code"],
+)
+def test_a_removal_that_would_break_the_npu_method_is_not_made(npu_body: str, why: str) -> None:
+    ascend = (
+        "class NPUModelRunner:\n    def execute_model(self, out):\n        self.old_thing()\n"
+        if why.startswith("vllm-ascend")
+        else "class NPUModelRunner:\n    pass\n"
+    )
+    gpu_old = (
+        "        y = self.old_thing()\n        return out\n"
+        if "bound" in why
+        else "        self.old_thing()\n        return out\n"
+    )
+    (result,), files = _removal_case(gpu_old, "        return out\n", npu_body, ascend)
+    assert isinstance(result, gpu_ports.Unplaced) and why in result.reason
+    assert files["npu_ar_model_runner.py"].endswith(npu_body)
+
+
+def test_code_the_npu_never_had_is_nothing_to_remove() -> None:
+    out, _files = _removal_case(
+        "        self.gone()\n        return out\n", "        return out\n", "        return out\n"
+    )
+    assert out == []
 
 
 # -- the real runners ---------------------------------------------------------------------------

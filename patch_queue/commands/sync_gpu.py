@@ -389,7 +389,7 @@ def plan_sync(
         files = dict(start_files)
         ports: list[Port] = []
         results: list[Port | Unplaced] = []
-        declined: dict[tuple[str, int], gpu_audit.GpuChange] = {}
+        refused: dict[tuple[str, int], gpu_audit.GpuChange] = {}
         if before is not None:
             gone, files = removals.removals(before, gpu_files, files, ascend, rules, only=chosen)
             results += gone
@@ -398,8 +398,8 @@ def plan_sync(
         def kept(found: list[gpu_audit.GpuChange]) -> list[gpu_audit.GpuChange]:
             for c in found:
                 if not c.ported and rules.decline_of(c.gpu_file, c.method, c.first) is not None:
-                    declined.setdefault((c.gpu_file, c.gpu_line), c)
-            return [c for c in found if (c.gpu_file, c.gpu_line) not in declined]
+                    refused.setdefault((c.gpu_file, c.gpu_line), c)
+            return [c for c in found if (c.gpu_file, c.gpu_line) not in refused]
 
         unported = -1
         placed: list[Port | Unplaced] = []
@@ -413,7 +413,7 @@ def plan_sync(
                 changes += changed_since.changes_since(before, gpu_files, files, vllm_runner, rules)
             changes = sorted(kept(changes), key=lambda c: (c.gpu_file, c.gpu_line))
             if unported < 0:
-                unported = sum(1 for c in [*changes, *partly] if not c.ported) + len(declined)
+                unported = sum(1 for c in [*changes, *partly] if not c.ported) + len(refused)
             if chosen is not None:
                 changes = [c for c in changes if (c.gpu_file, c.gpu_line) in chosen]
                 partly = [c for c in partly if (c.gpu_file, c.gpu_line) in chosen]
@@ -427,7 +427,7 @@ def plan_sync(
             if not any(isinstance(r, Port) for r in placed):
                 break
         results += [r for r in placed if isinstance(r, Unplaced)]  # what the last pass left
-        return _Run(ports, results, files, max(unported, 0), declined)
+        return _Run(ports, results, files, max(unported, 0), refused)
 
     first = run(None)
     proposals = [p for p in first.ports if not is_sure(p)]

@@ -86,6 +86,9 @@ def removals(
             for run in _deleted_runs(old, new, rules):
                 if only is not None and (gpu_file, old.start + run[0].first) not in only:
                     continue
+                first = old.text.splitlines()[run[0].first].strip()
+                if rules.decline_of(gpu_file, name.rsplit(".", 1)[-1], first) is not None:
+                    continue  # the project declines it (pq sync-gpu --decline)
                 result = _remove(gpu_file, name, old, run, files, npu_file, since.label, held, gpu_files)
                 if isinstance(result, Port):
                     files[npu_file] = result.text
