@@ -76,6 +76,7 @@ PENDING_MERGE = "pending-merge.toml"
 TOKEN_ENV = "PQ_GIT_TOKEN"  # the workflow's token, for git's requests to the remote only
 # the work folder's reports: all of it (the artifact), the job summary (1 MiB), the pull-request body
 FULL, SUMMARY, BODY = "report.md", "summary.md", "body.md"
+SYNC_JSON, SYNC_MD = "sync.json", "sync.md"  # a merge's GPU-side sync (`pq sync-gpu --since` the release before)
 BODY_BUDGET = 60_000  # = patch_queue.outputs.report.BODY_BUDGET (publish does not import pq)
 SHOWN_COMMITS = 10  # maintainers' commits a comment names (and store clashes a body names)
 ACTIONS = ("update", "noop", "comment")
@@ -260,6 +261,44 @@ def full_report_pointer(target: str, *, link: bool = True) -> str:
     if link and server and repo and run_id:
         return f"[the job summary of this run]({server}/{repo}/actions/runs/{run_id}) and {artifact}"
     return artifact
+
+
+def last_taken(root: Path) -> str:
+    """The vllm-omni release (``name==version``) the series last took in (its last adopt or merge step), "" when
+    it names none (adopted from a folder)."""
+    import tomllib
+
+    path = root / "patches" / "queue.toml"
+    data = tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    steps = [s for s in data.get("lineage", []) if isinstance(s, dict) and s.get("kind") in ("adopt", "merge")]
+    return str(steps[-1].get("downstream", "")) if steps else ""
+
+
+def sync_gpu(root: Path, pq: Sequence[str], workdir: Path, since: str) -> None:
+    """Step 7 after a clean merge: ``pq sync-gpu --since`` the release taken in before it, so the pull request
+    lists what changed on the GPU side between the two releases (its sure ports applied, the rest proposed for
+    review); its Markdown goes at the end of the report and of the body (within the budget)."""
+    args = [
+        *pq,
+        "sync-gpu",
+        "--since",
+        since,
+        "--report",
+        str(workdir / SYNC_JSON),
+        "--markdown",
+        str(workdir / SYNC_MD),
+    ]
+    proc = run(args, cwd=root, ok=(0, 1), capture=True)
+    if proc.returncode != 0:
+        said = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        (workdir / SYNC_MD).write_text(f"## GPU-side sync: not run\n\n`pq sync-gpu --since {since}`: {said}\n")
+    sync = (workdir / SYNC_MD).read_text(encoding="utf-8")
+    for name in (FULL, SUMMARY):
+        path = workdir / name
+        path.write_text(path.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + sync, encoding="utf-8")
+    body = workdir / BODY
+    text = body.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + sync
+    body.write_text(fit(text), encoding="utf-8")
 
 
 def render(root: Path, workdir: Path, target: str, *, budget: int = BODY_BUDGET) -> None:
@@ -640,6 +679,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     merging = target == DOWNSTREAM or target.startswith(DOWNSTREAM + "==")
     # a result with errors of pq check is committed, and its pull request is a draft
     reports = ["--accept-errors", "--report", str(workdir / "report.json"), "--annotations"]
+    before = last_taken(root)
     if merging:  # the newest vllm-omni release (or the one named), taken into the series
         args = [*pq, "merge", *reports] + ([target] if "==" in target else [])
     else:
@@ -655,6 +695,8 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
         return decision
     report = json.loads((workdir / "report.json").read_text())
     render(root, workdir, target)
+    if merging and proc.returncode == 0 and before:
+        sync_gpu(root, pq, workdir, before)
     conflicted = proc.returncode == 3
     check: dict[str, object] | None = None
     if not conflicted and isinstance(report.get("check"), dict):

@@ -160,7 +160,13 @@ def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reprod
     decision = refresh_pr.prepare("vllm-omni", tmp_path / "wd", root=work)
     assert decision.action == "update" and decision.branch == "pq/refresh/vllm-omni"
     assert decision.title == f"[NPU] Take in the NPU runners of vllm-omni {NEWEST_OMNI}"
-    assert "merged" in (tmp_path / "wd" / "body.md").read_text()
+    body = (tmp_path / "wd" / "body.md").read_text()
+    assert "merged" in body
+    # step 7: the GPU side's changes between the release taken in before and this one, for review
+    sync = json.loads((tmp_path / "wd" / "sync.json").read_text())
+    assert (sync["source"], sync["since"]) == (f"vllm-omni=={NEWEST_OMNI}", "vllm-omni==0.30.0")
+    assert f"## GPU-side sync: vllm-omni=={NEWEST_OMNI} since vllm-omni==0.30.0\n" in body
+    assert all(f"#### `{p['id']}`" in body for p in sync["proposals"]) and sync["proposals"]
     refresh_pr.publish(tmp_path / "wd", target="vllm-omni", root=work, prs=prs)
     head = remote_head(origin, "pq/refresh/vllm-omni")
     msg = git(origin, "log", "-1", "--format=%B", head)
