@@ -318,3 +318,13 @@ def test_a_module_over_the_size_limit_is_compiled_and_named(corpus: Path, tmp_pa
     proc = pq(proj, "check", "--no-sources", "--json", str(out), check=1)
     lines = runner.read_text().count("\n")
     assert f"npu_worker/npu_model_runner.py:{lines}: error: [parse]" in proc.stdout
+
+
+def test_a_finding_without_a_file_names_pq() -> None:
+    from patch_queue.checks.findings import WARNING, Finding
+
+    assert Finding("", 0, "gpu-audit-skipped", WARNING, "no GPU runners").render() == (
+        "pq: warning: [gpu-audit-skipped] no GPU runners"
+    )
+    assert Finding("a.py", 3, "x", WARNING, "m").render(prefix="npu_worker/") == "npu_worker/a.py:3: warning: [x] m"
+    assert Finding("a.py", 0, "x", WARNING, "m").render() == "a.py: warning: [x] m"

@@ -20,5 +20,7 @@ class Finding:
         return asdict(self)  # pq writes every JSON file with its keys sorted
 
     def render(self, prefix: str = "") -> str:
+        """``FILE:LINE: severity: [rule] message``; a finding about the run itself (no file) names pq, as git's
+        ``git: warning: ...`` lines do."""
         where = f"{prefix}{self.file}:{self.line}" if self.line else f"{prefix}{self.file}"
-        return f"{where}: {self.severity}: [{self.rule}] {self.message}"
+        return f"{where or 'pq'}: {self.severity}: [{self.rule}] {self.message}"
