@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from patch_queue.merge import binding, calls, markers, symbols
+from patch_queue.merge import binding, calls, markers, pieces, symbols
 from patch_queue.merge.conflict import Conflict
 from patch_queue.merge.markers import inside, one_side
 from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
@@ -309,12 +309,13 @@ class _Growth:
         if not conflicts or not self.statements():
             return
         view, where = one_side(text, "ours")
-        try:
-            tree = symbols.parsed(view)
+        region_of = {k: r for r in conflicts for k in range(r.line or 0, (r.line or 0) + r.length)}
+        try:  # only the functions that hold a region line count: the pieces that hold one
+            held = pieces.absolute(view, (v for v, m in enumerate(where, 1) if m in region_of))
         except SyntaxError:
             return
+        tree = ast.Module(body=held, type_ignores=[])
         view_lines = view.splitlines()
-        region_of = {k: r for r in conflicts for k in range(r.line or 0, (r.line or 0) + r.length)}
         base_set = {line.strip() for line in self.base.splitlines()}
         ours_set = {line.strip() for line in ours.splitlines()}
 
