@@ -839,9 +839,15 @@ def machine() -> list[str]:
         )
     except OSError:
         pass
+    try:
+        load = " (load average as the report was written: {:.2f} {:.2f} {:.2f})".format(*os.getloadavg())
+    except OSError:
+        load = ""
     return [
         f"- uname: `{' '.join(platform.uname())}`",
-        f"- CPUs: {os.cpu_count()}" + (f" ({cpu})" if cpu else ""),
+        f"- CPUs: {os.cpu_count()}" + (f" ({cpu})" if cpu else "") + load,
+        "- the machine may be shared with other jobs while the benchmark runs: every timing is paired with its"
+        " baseline in one loop, and only the ratios are meant to be compared",
         f"- Python: {platform.python_version()}",
         f"- git: {git_version}",
         f"- pygit2: {getattr(pygit2, '__version__', '?')} (libgit2 {pygit2.LIBGIT2_VERSION})",
