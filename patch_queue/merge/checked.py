@@ -356,6 +356,10 @@ class _Growth:
             if not here:
                 continue
             statements_ = [n for n in body if isinstance(n, ast.stmt) and n.lineno not in inner]
+            reads_of: dict[str, list[int]] = {}  # the merged lines where the function reads each name
+            for t in body:
+                if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load):
+                    reads_of.setdefault(t.id, []).append(where[t.lineno - 1])
             # the calls of a pair only upstream's side of a region makes, by their partner
             wanted: dict[str, tuple[str, Conflict]] = {}
             for r in here.values():
@@ -384,11 +388,7 @@ class _Growth:
                     if isinstance(t, ast.Name) and not isinstance(t.ctx, ast.Load) and not keyword.iskeyword(t.id)
                 }
                 for name in sorted(bound):
-                    read_at = [
-                        where[t.lineno - 1]
-                        for t in ast.walk(function)
-                        if isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Load)
-                    ]
+                    read_at = reads_of.get(name, [])
                     holders = {id(r): r for m in read_at if (r := region_of.get(m)) is not None}
                     if not read_at or len(holders) == 0 or any(m not in region_of for m in read_at):
                         continue
