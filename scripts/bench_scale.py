@@ -6,12 +6,16 @@ when the series needs more methods than that: the ``lines`` column says), a seri
 block) and M upstream revisions (each edits a few lines of other methods).  Patches and revisions
 never touch the same method, so both replays are clean.
 
-For every (N, M) the same commits are replayed from revision 0 onto revision M by
+For every (N, M) the same commits are replayed from revision 0 onto revision M, in pairs (one loop, the
+order swapped every pair), each pair on its own fresh copies of the fixture (a first replay: no object an
+earlier run wrote is in the store), by
 
-- pq: :func:`patch_queue.series.replay.replay` on a temporary repository, each run in a fresh
-  ``python`` child process that reports its wall time and its peak RSS (``ru_maxrss``), and
+- pq: :func:`patch_queue.series.replay.replay`, in a fresh ``python`` child process that reports its wall
+  time and its peak RSS (``VmHWM``), and
 - git: ``git rebase --merge --onto <rev M> <rev 0> <branch>`` (the merge backend) in a real
   repository with a work tree, same machine, same run.
+
+Each figure is the min, median and max over the pairs; the ratio is git / pq of each pair.
 
 Usage: ``python scripts/bench_scale.py [--sizes 10,30,100,300,1000] [--revisions 10,30,100] [--repeats 3]``.
 :func:`run_scale` returns the rows for other scripts (``scripts/bench.py``).
@@ -32,6 +36,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 MODULE = "model_runner.py"
@@ -206,58 +211,91 @@ def _child_pq(args: dict[str, object]) -> dict[str, float]:
     return {"seconds": seconds, "peak_mib": peak / 1024, "start_mib": before / 1024}
 
 
-def time_pq(fixture: Fixture, repeats: int = 3) -> tuple[float, float, float]:
-    """(median seconds, peak MiB, MiB before the replay) of pq's replay, each run in a fresh child process."""
+def time_pq(fixture: Fixture) -> dict[str, float]:
+    """One first replay by pq in a fresh child process: seconds, peak MiB and MiB before the replay."""
     payload = json.dumps({"path": str(fixture.path), "patches": fixture.patches, "new_base": fixture.new_base})
     code = (
         "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_scale; "
         "print(json.dumps(bench_scale._child_pq(json.loads(sys.stdin.read()))))"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in [str(ROOT), os.environ.get("PYTHONPATH", "")] if p)}
-    runs = []
-    for _ in range(repeats):
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(Path(__file__).resolve().parent)],
-            input=payload,
-            capture_output=True,
-            text=True,
-            check=True,
-            env=env,
-        )
-        runs.append(json.loads(done.stdout))
-    return (
-        statistics.median(r["seconds"] for r in runs),
-        max(r["peak_mib"] for r in runs),
-        min(r["start_mib"] for r in runs),
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(Path(__file__).resolve().parent)],
+        input=payload,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
+    run: dict[str, float] = json.loads(done.stdout)
+    return run
 
 
-def time_rebase(fixture: Fixture, repeats: int = 3) -> float:
-    """Median seconds of ``git rebase --merge --onto <new base> <old base>`` of the series branch."""
+def time_rebase(fixture: Fixture) -> float:
+    """Seconds of one ``git rebase --merge --onto <new base> <old base>`` of the series branch."""
     tip = _git(fixture.path, "rev-parse", "series")
-    runs = []
+    _git(fixture.path, "checkout", "-q", "-B", "bench", tip)
+    start = time.perf_counter()
+    _git(
+        fixture.path,
+        "-c",
+        "rebase.backend=merge",
+        "rebase",
+        "-q",
+        "--merge",
+        "--no-autosquash",
+        "--no-update-refs",
+        "--onto",
+        fixture.new_base,
+        fixture.old_base,
+        "bench",
+    )
+    seconds = time.perf_counter() - start
+    if _git(fixture.path, "rev-list", "--count", f"{fixture.new_base}..HEAD") != str(len(fixture.patches)):
+        raise RuntimeError("git rebase did not replay every commit")
+    return seconds
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """min, median and max of ``values`` and how many there are."""
+    return {"min": min(values), "median": statistics.median(values), "max": max(values), "n": len(values)}
+
+
+def paired(fixture: Fixture, work: Path, repeats: int) -> dict[str, Any]:
+    """``repeats`` pairs of a first replay, each on fresh copies of ``fixture`` (no object of an earlier run in
+    the store): pq and git rebase one after the other in one loop, the order swapped every pair.  The spread of
+    pq's seconds, git's and of git / pq per pair; pq's peak memory (the highest) and its memory before the
+    replay (the lowest)."""
+    pq_s: list[float] = []
+    git_s: list[float] = []
+    peaks: list[float] = []
+    starts: list[float] = []
     for r in range(repeats):
-        branch = f"bench-{r}"
-        _git(fixture.path, "checkout", "-q", "-B", branch, tip)
-        start = time.perf_counter()
-        _git(
-            fixture.path,
-            "-c",
-            "rebase.backend=merge",
-            "rebase",
-            "-q",
-            "--merge",
-            "--no-autosquash",
-            "--no-update-refs",
-            "--onto",
-            fixture.new_base,
-            fixture.old_base,
-            branch,
-        )
-        runs.append(time.perf_counter() - start)
-        if _git(fixture.path, "rev-list", "--count", f"{fixture.new_base}..HEAD") != str(len(fixture.patches)):
-            raise RuntimeError("git rebase did not replay every commit")
-    return statistics.median(runs)
+        pq_dir, git_dir = work / f"pq-{r}", work / f"git-{r}"
+        shutil.copytree(fixture.path, pq_dir, symlinks=True)
+        shutil.copytree(fixture.path, git_dir, symlinks=True)
+        runs = [("pq", Fixture(pq_dir, *_rest(fixture))), ("git", Fixture(git_dir, *_rest(fixture)))]
+        for who, fx in runs if r % 2 == 0 else runs[::-1]:
+            if who == "pq":
+                got = time_pq(fx)
+                pq_s.append(got["seconds"])
+                peaks.append(got["peak_mib"])
+                starts.append(got["start_mib"])
+            else:
+                git_s.append(time_rebase(fx))
+        shutil.rmtree(pq_dir)
+        shutil.rmtree(git_dir)
+    return {
+        "pq": spread(pq_s),
+        "git": spread(git_s),
+        "ratio": spread([g / p for g, p in zip(git_s, pq_s, strict=True)]),
+        "peak_mib": max(peaks),
+        "start_mib": min(starts),
+    }
+
+
+def _rest(fixture: Fixture) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    return fixture.old_base, fixture.new_base, fixture.patches
 
 
 def replay_once(patches: int, revisions: int) -> None:
@@ -277,49 +315,46 @@ def run_scale(
     revisions: Sequence[int] = (10, 30, 100),
     repeats: int = 3,
 ) -> list[dict[str, float | int]]:
-    """One row per (patches, revisions): times and pq's peak memory, on a 10,000-line file (or longer, see
-    :func:`generate`).
+    """One row per (patches, revisions) on a 10,000-line file (or longer, see :func:`generate`), from
+    :func:`paired` runs.
 
-    Keys: patches, revisions, lines, pq_seconds (median), pq_peak_mib (peak RSS of the child
-    process, interpreter and imports included), pq_start_mib (its RSS before the replay),
-    rebase_seconds (median), ratio (rebase_seconds / pq_seconds).
+    Keys: patches, revisions, lines, n (pairs), pq_seconds / rebase_seconds / ratio (rebase / pq per pair)
+    with their _min and _max, pq_peak_mib (peak RSS of the child process, interpreter and imports included),
+    pq_start_mib (its RSS before the replay).
     """
     rows: list[dict[str, float | int]] = []
     with tempfile.TemporaryDirectory(prefix="pq-bench-scale-") as tmp:
         for n in sizes:
             for m in revisions:
                 series = generate(n, m)
-                pq_dir, git_dir = Path(tmp) / f"pq-{n}-{m}", Path(tmp) / f"git-{n}-{m}"
-                fixture = build_fixture(pq_dir, series)
-                shutil.copytree(pq_dir, git_dir)
-                git_fixture = Fixture(git_dir, fixture.old_base, fixture.new_base, fixture.patches)
-                pq_s, pq_mib, start_mib = time_pq(fixture, repeats)
-                rebase_s = time_rebase(git_fixture, repeats)
-                rows.append(
-                    {
-                        "patches": n,
-                        "revisions": m,
-                        "lines": series.lines,
-                        "pq_seconds": round(pq_s, 4),
-                        "pq_peak_mib": round(pq_mib, 1),
-                        "pq_start_mib": round(start_mib, 1),
-                        "rebase_seconds": round(rebase_s, 4),
-                        "ratio": round(rebase_s / pq_s, 2) if pq_s else 0.0,
-                    }
-                )
-                shutil.rmtree(pq_dir)
-                shutil.rmtree(git_dir)
+                pristine = build_fixture(Path(tmp) / f"fixture-{n}-{m}", series)
+                got = paired(pristine, Path(tmp), repeats)
+                row: dict[str, float | int] = {"patches": n, "revisions": m, "lines": series.lines}
+                for key, name in (("pq", "pq_seconds"), ("git", "rebase_seconds"), ("ratio", "ratio")):
+                    figures = got[key]
+                    row[name] = round(figures["median"], 4)
+                    row[f"{name}_min"] = round(figures["min"], 4)
+                    row[f"{name}_max"] = round(figures["max"], 4)
+                    row["n"] = int(figures["n"])
+                row["pq_peak_mib"] = round(got["peak_mib"], 1)
+                row["pq_start_mib"] = round(got["start_mib"], 1)
+                rows.append(row)
+                shutil.rmtree(pristine.path)
     return rows
 
 
 def format_table(rows: Sequence[dict[str, float | int]]) -> str:
-    head = "| patches | revisions | lines | pq s | pq peak MiB (start) | git rebase s | rebase / pq |"
-    out = [head, "|---:|---:|---:|---:|---:|---:|---:|"]
+    head = (
+        "| patches | revisions | lines | pairs | pq s (min–max) | pq peak MiB (start) | git rebase s (min–max) "
+        "| rebase / pq, median (min–max) |"
+    )
+    out = [head, "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         out.append(
-            f"| {r['patches']} | {r['revisions']} | {r['lines']} | {r['pq_seconds']:.3f} | "
-            f"{r['pq_peak_mib']:.1f} ({r['pq_start_mib']:.1f}) | {r['rebase_seconds']:.3f} | "
-            f"{r['ratio']:.1f}x |"
+            f"| {r['patches']} | {r['revisions']} | {r['lines']} | {r['n']} | {r['pq_seconds']:.3f} "
+            f"({r['pq_seconds_min']:.3f}–{r['pq_seconds_max']:.3f}) | {r['pq_peak_mib']:.1f} ({r['pq_start_mib']:.1f}) "
+            f"| {r['rebase_seconds']:.3f} ({r['rebase_seconds_min']:.3f}–{r['rebase_seconds_max']:.3f}) "
+            f"| {r['ratio']:.2f}x ({r['ratio_min']:.2f}–{r['ratio_max']:.2f}) |"
         )
     return "\n".join(out)
 

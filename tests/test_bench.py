@@ -42,9 +42,9 @@ def _number(cell: str) -> float:
 
 
 def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
-    out = tmp_path / "docs"
+    out, keep = tmp_path / "docs", tmp_path / "work"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--out", str(out)],
+        [sys.executable, str(SCRIPT), "--quick", "--out", str(out), "--keep", str(keep)],
         capture_output=True,
         text=True,
         env={**os.environ, "PQ_CORPUS": str(corpus)},
@@ -66,7 +66,11 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
     [quality] = _table(text, "upgrade")
     assert quality[0] == "0.18.0 → 0.20.0"
     patches, conflicts, flags = (int(quality[i]) for i in (3, 4, 5))
-    assert patches > 0 and conflicts >= 0 and flags >= 0
+    # the conflict regions the report lists are the regions marked in the refreshed project's modules
+    marked = sum(
+        cm.count_regions(p.read_text(encoding="utf-8")) for p in (keep / "u0" / "old" / "npu_worker").glob("*.py")
+    )
+    assert patches > 0 and conflicts == marked > 0 and flags >= 0
     before, after = (int(x) for x in quality[6].split("→"))
     assert before > 0 and after >= 0
     got, added = (int(x) for x in quality[7].split("/"))
@@ -79,12 +83,29 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
 
     [speed] = _table(text, "upgrade | pq refresh s")
     assert all(_number(cell) > 0 for cell in speed[1:])
+    pq_s, rebase_s, fair_s, cold_s = (_number(speed[i]) for i in (1, 2, 3, 5))
+    assert fair_s > rebase_s  # the fair baseline is git rebase and the checks after it
+    for seconds, cell in ((pq_s, speed[4]), (cold_s, speed[6])):
+        # each ratio is of one pair: of two pairs, the ratio of the medians lies between the two ratios
+        spread = re.fullmatch(r"([\d.]+) \(([\d.]+)–([\d.]+), n=(\d+)\)", cell)
+        assert spread, cell
+        median_, low, high, n = (float(x) for x in spread.groups())
+        assert n == 2 and low <= median_ <= high and 0.97 * low <= seconds / fair_s <= 1.03 * high  # (rounded)
     goals = _table(text, "measure")
     assert len(goals) == 7 and all(g[3] in ("yes", "**no**") for g in goals)
     assert _number(goals[0][1]) > 0 and _number(goals[1][1]) > 0  # refresh ratios, warm and cold
     assert _number(goals[2][1]) > 0 and _number(goals[3][1]) > 0  # adopt seconds, warm and cold
-    assert _number(goals[4][1]) > 0  # start-up seconds
+    startup = re.fullmatch(r"([\d.]+) s / ([\d.]+) s \(([\d.]+)x / ([\d.]+)x\)", goals[4][1])
+    assert startup, goals[4][1]
+    assert all(float(x) > 1 for x in startup.groups()[2:])  # a pq process does more than `python -c pass`
     assert _number(goals[5][1].rstrip("x")) > 0  # scale speed-up
+    scale = _table(text, "patches | revisions")
+    assert [int(r[0]) for r in scale] == [10, 30]
+    for row in scale:  # one pair each (--quick): the speed-up is that pair's git rebase s / pq s
+        pairs, pq_s, rebase_s = int(row[3]), _number(row[4]), _number(row[6])
+        ratio, low, high = (float(x) for x in re.findall(r"[\d.]+", row[7]))
+        assert pairs == 1 and low == ratio == high
+        assert abs(ratio - rebase_s / pq_s) <= 0.04 * ratio + 0.01  # the seconds are rounded
     culprits = _table(text, "upgrade | candidates")
     for row in culprits:
         assert int(row[1]) >= 0 and _number(row[5]) >= 0

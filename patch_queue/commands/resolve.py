@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patch_queue.commands.machine import on_disk_lines
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write
@@ -17,9 +16,9 @@ from patch_queue.outputs import folder as output
 from patch_queue.project import operation
 from patch_queue.project.operation import OperationKind
 from patch_queue.project.workspace import Workspace, applied_count, check_no_journal, load_stack
-from patch_queue.series import replay, stack
+from patch_queue.series import stack
 from patch_queue.series.queue import Queue
-from patch_queue.series.replay import PatchStatus
+from patch_queue.series.status import PatchStatus
 
 
 @dataclass(frozen=True)
@@ -61,6 +60,8 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
             for was, now in zip(state.conflicts, conflicts, strict=True)
             if now in open_ and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts)) is not None
         }
+        from patch_queue.commands.machine import on_disk_lines  # (the replay's machinery: only while one is pending)
+
         written = module_files(ws, state.done[-1][1])
         lines = on_disk_lines(ws, written, [(file, line) for file, line, _r, _m in state.check_errors])
         errors = [(f, n, r, m) for (f, _l, r, m), n in zip(state.check_errors, lines, strict=True)]
@@ -88,6 +89,8 @@ def _downstream(queue: Queue) -> str:
 def on_disk(ws: Workspace, top: str, findings: list[Conflict]) -> list[Conflict]:
     """``findings`` (lines of the stack commit ``top``, as pq wrote the output folder) at their lines in the
     output folder now, after the maintainer's edits."""
+    from patch_queue.series import replay
+
     written = module_files(ws, top)
     hunks = {}
     for path in sorted({f.file for f in findings}):
@@ -217,6 +220,8 @@ def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> explain.Su
 def _taken(ws: Workspace, state: operation.Operation) -> dict[int, str]:
     """For each conflict of the refresh (by its index in ``state.conflicts``) that the maintainer resolved on
     disk, the text now in its place."""
+    from patch_queue.series import replay
+
     written = module_files(ws, state.done[-1][1])
     out: dict[int, str] = {}
     for path in sorted({c.file for c in state.conflicts}):

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from patch_queue.git.diff import line_hunks
-from patch_queue.merge import markers, symbols
+from patch_queue.merge import markers, pieces
 
 _BUILTINS = frozenset(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__", "__path__", "__builtins__"}
 
@@ -78,51 +78,57 @@ def read_first(text: str, functions: frozenset[str]) -> frozenset[tuple[str, str
     line of it binds the name, as ruff's F821 takes it (``print(x)`` then ``x = 1``).  The functions, classes,
     lambdas and comprehensions inside are left out (their names are their own, or read later); the name a
     nested def or class binds is not."""
-    found: set[tuple[str, str]] = set()
-    tree = symbols.parsed(text)
     declares = _DECLARES.search(text) is not None
+    found: set[tuple[str, str]] = set()
     for scope in sorted(functions):
-        function = _function(tree, scope)
-        if function is None:
-            continue
-        declared = (
-            {n for g in ast.walk(function) if isinstance(g, ast.Global | ast.Nonlocal) for n in g.names}
-            if declares
-            else set()
-        )
-        bound: dict[str, tuple[int, int]] = {}  # name -> where it is first bound
-        read: dict[str, tuple[int, int]] = {}  # name -> where it is first read
-        stack: list[ast.AST] = list(function.body)
-        while stack:
-            node = stack.pop()
-            if isinstance(node, ast.Name):
-                at = (node.lineno, node.col_offset)
-                seen = bound if isinstance(node.ctx, ast.Store) else read
-                if node.id not in seen or at < seen[node.id]:
-                    seen[node.id] = at
-                continue
-            name = getattr(node, "name", None) if isinstance(node, _BINDS) else None
-            if isinstance(node, ast.alias):
-                name = node.asname or node.name.split(".")[0]
-            if isinstance(name, str):
-                at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-                if name not in bound or at < bound[name]:
-                    bound[name] = at
-            if isinstance(node, _SCOPED) or isinstance(
-                node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp
-            ):
-                continue
-            for field in node._fields:
-                value = getattr(node, field, None)
-                if isinstance(value, list):
-                    stack += [v for v in value if isinstance(v, ast.AST)]
-                elif isinstance(value, ast.AST):
-                    stack.append(value)
-        args = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
-        for name, at in read.items():
-            if name not in args and name not in declared and name in bound and at < bound[name]:
-                found.add((scope, name))
+        held = pieces.function(text, scope)
+        if held is not None:
+            found.update((scope, name) for name in _read_first_in(held[0], declares))
     return frozenset(found)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_first_in(function: ast.FunctionDef | ast.AsyncFunctionDef, declares: bool) -> frozenset[str]:
+    """:func:`read_first` of one function (of a piece, kept: the texts a merge checks share their pieces; its
+    lines counted from its piece, only their order counts), ``declares`` when its text holds a ``global`` or
+    ``nonlocal`` statement."""
+    declared = (
+        {n for g in ast.walk(function) if isinstance(g, ast.Global | ast.Nonlocal) for n in g.names}
+        if declares
+        else set()
+    )
+    bound: dict[str, tuple[int, int]] = {}  # name -> where it is first bound
+    read: dict[str, tuple[int, int]] = {}  # name -> where it is first read
+    stack: list[ast.AST] = list(function.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Name):
+            at = (node.lineno, node.col_offset)
+            seen = bound if isinstance(node.ctx, ast.Store) else read
+            if node.id not in seen or at < seen[node.id]:
+                seen[node.id] = at
+            continue
+        name = getattr(node, "name", None) if isinstance(node, _BINDS) else None
+        if isinstance(node, ast.alias):
+            name = node.asname or node.name.split(".")[0]
+        if isinstance(name, str):
+            at = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+            if name not in bound or at < bound[name]:
+                bound[name] = at
+        if isinstance(node, _SCOPED) or isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+            continue
+        for field in node._fields:
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                stack += [v for v in value if isinstance(v, ast.AST)]
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+    args = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    return frozenset(
+        name
+        for name, at in read.items()
+        if name not in args and name not in declared and name in bound and at < bound[name]
+    )
 
 
 def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
@@ -131,12 +137,9 @@ def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
     marked = markers.inside(text)
     lines = [k for k, m in enumerate(where, 1) if m in marked]
     out: set[str] = set()
-    for node in symbols.parsed(view).body:
-        prefix, members = (f"{node.name}.", node.body) if isinstance(node, ast.ClassDef) else ("", [node])
-        for f in members:
-            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.end_lineno is not None:
-                if any(f.lineno <= k <= f.end_lineno for k in lines):
-                    out.add(prefix + f.name)
+    for scope, f, shift in pieces.defs(view):
+        if f.end_lineno is not None and any(f.lineno + shift <= k <= f.end_lineno + shift for k in lines):
+            out.add(scope)
     return frozenset(out)
 
 
@@ -187,36 +190,15 @@ def _enclosing(scope: str) -> list[str]:
     return [".".join(parts[:k]) for k in range(len(parts), 0, -1)]
 
 
-def _function(tree: ast.Module, scope: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-    """The function of ``tree`` that ``scope`` (Class.method) names: its first two parts."""
-    parts = scope.split(".")
-    body: list[ast.stmt] = tree.body
-    node: ast.stmt | None = None
-    for part in parts:
-        node = next(
-            (
-                n
-                for n in body
-                if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and n.name == part
-            ),
-            None,
-        )
-        if node is None:
-            return None
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            return node
-        body = node.body
-    return None
-
-
 def reads(text: str, scope: str, name: str) -> list[int]:
     """The 1-based lines where the function ``scope`` of ``text`` reads ``name``."""
-    function = _function(symbols.parsed(text), scope)
-    if function is None:
+    held = pieces.function(text, scope)
+    if held is None:
         return []
+    function, shift = held
     return sorted(
         {
-            n.lineno
+            n.lineno + shift
             for n in ast.walk(function)
             if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
         }
@@ -225,8 +207,8 @@ def reads(text: str, scope: str, name: str) -> list[int]:
 
 def binds(text: str, scope: str, name: str) -> list[int]:
     """The 1-based lines where the function ``scope`` of ``text`` (which must compile) binds ``name``."""
-    function = _function(symbols.parsed(text), scope)
-    return [] if function is None else _binding_lines(function, name)
+    held = pieces.function(text, scope)
+    return [] if held is None else [k + held[1] for k in _binding_lines(held[0], name)]
 
 
 def _binding_lines(tree: ast.AST, name: str) -> list[int]:

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from patch_queue.merge import markers, symbols
+from patch_queue.merge import markers, pieces, symbols
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -38,6 +38,21 @@ def methods(text: str) -> dict[str, Function]:
                 if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
                     out[f"{node.name}.{item.name}"] = item
     return out
+
+
+def _methods(text: str) -> dict[str, tuple[Function, int]]:
+    """:func:`methods` read from the text's pieces (:mod:`patch_queue.merge.pieces`): each node with the shift
+    that gives the text's lines."""
+    try:
+        return {scope: (node, shift) for scope, node, shift in pieces.defs(text)}
+    except SyntaxError:
+        return {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _calls_of(method: Function) -> tuple[tuple[str, int], ...]:
+    """:func:`calls` of a method of a piece, kept: the pieces of the texts a merge checks are shared."""
+    return tuple(calls(method))
 
 
 def calls(method: Function) -> Iterator[tuple[str, int]]:
@@ -104,14 +119,16 @@ def made_twice(merged: str, ours: str, theirs: str) -> list[Twice]:
     texts = [*markers.sides(ours).values(), theirs]
     if not _may_repeat(merged, texts):
         return []
-    inputs = [methods(text) for text in texts]
+    inputs = [_methods(text) for text in texts]
     out: list[Twice] = []
     for side, view in markers.sides(merged).items():
         where = markers.one_side(merged, side)[1]
-        for scope, method in methods(view).items():
-            found = list(calls(method))
+        for scope, (method, shift) in _methods(view).items():
+            found = [(code, line + shift) for code, line in _calls_of(method)]
             made = Counter(code for code, _line in found)
-            before = [counts(m.get(scope)) for m in inputs]
+            before = [
+                Counter(code for code, _line in _calls_of(m[scope][0])) if scope in m else Counter() for m in inputs
+            ]
             for code, n in sorted(made.items()):
                 if n > 1 and before[-1][code] and any(b[code] for b in before[:-1]):
                     if n > max(b[code] for b in before):

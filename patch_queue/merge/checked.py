@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from patch_queue.merge import binding, calls, markers, symbols
+from patch_queue.merge import binding, calls, markers, pieces, symbols
 from patch_queue.merge.conflict import Conflict
 from patch_queue.merge.markers import inside, one_side
 from patch_queue.merge.statements import Folding, Statement, close, statements, whole_class, widen
@@ -309,12 +309,13 @@ class _Growth:
         if not conflicts or not self.statements():
             return
         view, where = one_side(text, "ours")
-        try:
-            tree = symbols.parsed(view)
+        region_of = {k: r for r in conflicts for k in range(r.line or 0, (r.line or 0) + r.length)}
+        try:  # only the functions that hold a region line count: the pieces that hold one
+            held = pieces.absolute(view, (v for v, m in enumerate(where, 1) if m in region_of))
         except SyntaxError:
             return
+        tree = ast.Module(body=held, type_ignores=[])
         view_lines = view.splitlines()
-        region_of = {k: r for r in conflicts for k in range(r.line or 0, (r.line or 0) + r.length)}
         base_set = {line.strip() for line in self.base.splitlines()}
         ours_set = {line.strip() for line in ours.splitlines()}
 
@@ -355,6 +356,10 @@ class _Growth:
             if not here:
                 continue
             statements_ = [n for n in body if isinstance(n, ast.stmt) and n.lineno not in inner]
+            reads_of: dict[str, list[int]] = {}  # the merged lines where the function reads each name
+            for t in body:
+                if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load):
+                    reads_of.setdefault(t.id, []).append(where[t.lineno - 1])
             # the calls of a pair only upstream's side of a region makes, by their partner
             wanted: dict[str, tuple[str, Conflict]] = {}
             for r in here.values():
@@ -383,11 +388,7 @@ class _Growth:
                     if isinstance(t, ast.Name) and not isinstance(t.ctx, ast.Load) and not keyword.iskeyword(t.id)
                 }
                 for name in sorted(bound):
-                    read_at = [
-                        where[t.lineno - 1]
-                        for t in ast.walk(function)
-                        if isinstance(t, ast.Name) and t.id == name and isinstance(t.ctx, ast.Load)
-                    ]
+                    read_at = reads_of.get(name, [])
                     holders = {id(r): r for m in read_at if (r := region_of.get(m)) is not None}
                     if not read_at or len(holders) == 0 or any(m not in region_of for m in read_at):
                         continue

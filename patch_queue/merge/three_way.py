@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import hashlib
 import itertools
 import re
@@ -115,6 +116,12 @@ def _code(lines: Sequence[str]) -> str:
         if not line.lstrip().startswith("#") or line.startswith(TOKEN)
     ]
     return _squash(kept)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _line_code(line: str) -> str:
+    """:func:`_code` of one line, kept: a refresh's merges read the same module lines again and again."""
+    return _code([line])
 
 
 def _word_merge(base: Sequence[str], ours: Sequence[str], theirs: Sequence[str]) -> list[str] | None:
@@ -377,8 +384,8 @@ def _lossy(upstream: dict[int, list[str]], merged: Sequence[str]) -> frozenset[i
     and comments aside, that no line of the ``merged`` text has."""
     if not upstream:
         return frozenset()
-    have = {_code([line]) for line in merged}
-    return frozenset(g for g, lines in upstream.items() if any((c := _code([x])) and c not in have for x in lines))
+    have = {_line_code(line) for line in merged}
+    return frozenset(g for g, lines in upstream.items() if any((c := _line_code(x)) and c not in have for x in lines))
 
 
 def _grown(groups: list[list[Hunk]], grow: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, list[Hunk], bool]]:
@@ -526,7 +533,7 @@ def _holds_edit(b: list[str], o: list[str], t: list[str]) -> bool:
     carried part of this very upstream change already).  Taking upstream's lines then loses nothing of the
     patch; an omni block the patch added is a line upstream never has.  A patch that only removed lines is
     not taken for one: it may have moved them, and upstream's side would bring them back."""
-    codes = [{c for line in x if (c := _code([line]))} for x in (b, o, t)]
+    codes = [{c for line in x if (c := _line_code(line))} for x in (b, o, t)]
     wrote, removed = codes[2] - codes[0], codes[0] - codes[2]
     return bool(wrote) and wrote <= codes[1] and not removed & codes[1]
 

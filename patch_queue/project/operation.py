@@ -20,7 +20,7 @@ from patch_queue.merge.conflict import Conflict
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import Workspace
 from patch_queue.series.queue import Queue, parse_queue
-from patch_queue.series.replay import PatchStatus
+from patch_queue.series.status import PatchStatus
 
 STATE_FILE = "refresh.json"
 

@@ -19,7 +19,6 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +28,10 @@ from patch_queue.merge import checked, markers, window
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind, Culprit
 from patch_queue.series import reimport, stack
+from patch_queue.series.status import PatchStatus as PatchStatus  # (what a replay did to a patch: its own module)
 from patch_queue.sources import cache
 
 MARKER_ANY = re.compile(rb"^(?:<{7}|\|{7}|={7}|>{7})(?: |$)", re.MULTILINE)
-
-
-class PatchStatus(StrEnum):
-    """What a replay did to a patch (its text is the report's and the terminal's), and where `pq status` shows
-    one stands."""
-
-    UNCHANGED = "unchanged"  # its parent did not change: the same patch
-    MODIFIED = "modified"
-    CONFLICT = "conflict"  # conflict regions left in its commit
-    EMPTY = "empty"  # upstream holds it all: it changes nothing
-    PENDING = "pending"  # a refresh stopped before it
-    APPLIED = "applied"
-    UNAPPLIED = "unapplied"
 
 
 @dataclass
