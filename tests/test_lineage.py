@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, git, main_sh, new_project, pq, push_to_bare, seeded, state
+from conftest import BASE_030, copy_project, git, main_sh, new_project, pq, push_to_bare, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -49,9 +49,9 @@ def modules(proj: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def origin(corpus: Path, tmp_path: Path) -> Path:
+def origin(seeded_once: Path, tmp_path: Path) -> Path:
     """A project as this repository is: queue.toml, series and main.sh committed, no patch bodies."""
-    return push_to_bare(seeded(tmp_path / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
+    return push_to_bare(copy_project(seeded_once, tmp_path / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
 
 
 def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_path: Path) -> None:
