@@ -11,4 +11,5 @@ export PQ_CACHE="${PQ_CACHE:-$PWD/.venv/pq-cache}"
 .venv/bin/ruff format --check --quiet patch_queue tests scripts
 .venv/bin/ruff check --quiet patch_queue tests scripts
 .venv/bin/mypy patch_queue
-.venv/bin/python -m pytest -q "$@"
+# one worker per core (pytest-xdist), each taking a whole test file at a time: a module's fixtures are built once
+.venv/bin/python -m pytest -q -n auto --dist loadfile "$@"

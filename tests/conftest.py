@@ -28,8 +28,6 @@ def corpus() -> Path:
     found = corpus_dir()
     if found is None:
         pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    # module-scoped fixtures that need the corpus run before the function-scoped `sealed`: git reads the bundle
-    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
     return found
 
 
@@ -136,14 +134,14 @@ def main_sh(proj: Path, *, check: int | None) -> subprocess.CompletedProcess[str
 NEWEST_OMNI = "0.32.0rc1"  # the newest vllm-omni release on the registry, which this repository's series holds
 
 
-def seeded(path: Path) -> Path:
-    """A project as this repository is: main.sh committed with queue.toml and series (adopted from vllm-omni
-    0.30.0 at its base, then vllm-omni 0.32.0rc1 merged: the same upstream base), no patch bodies once pushed
-    (they are gitignored)."""
-    proj = new_project(path)
+@pytest.fixture(scope="session")
+def seeded_once(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project as this repository is once `push_to_bare` commits it: main.sh with queue.toml and series (adopted
+    from vllm-omni 0.30.0 at its base, then vllm-omni 0.32.0rc1 merged: the same upstream base), no patch bodies
+    once pushed (they are gitignored). Built once per session: copy it (`copy_project`), never change it."""
+    proj = copy_project(released_030_once, tmp_path_factory.mktemp("seeded-once") / "p")
     (proj / "scripts").mkdir()
     shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "main.sh", proj / "scripts" / "main.sh")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
     pq(proj, "merge", NEWEST_OMNI, "--no-check")
     return proj
 
@@ -167,12 +165,79 @@ def state(path: Path) -> dict[str, object]:
     }
 
 
-@pytest.fixture(scope="module")
-def adopted_030(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="session")
+def adopted_030_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """vllm-omni 0.30.0's series adopted from the corpus folder at its base, once per session (inside the session's
+    seal). Nothing uses it but `adopted_030`, which copies it."""
     found = corpus_dir()
     if found is None:
         pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
-    proj = new_project(tmp_path_factory.mktemp("adopted") / "p")
+    proj = new_project(tmp_path_factory.mktemp("adopted-once") / "p")
     pq(proj, "adopt", str(found / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
+    return proj
+
+
+@pytest.fixture(scope="session")
+def released_030_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pq adopt vllm-omni==0.30.0 --at BASE_030` (the registry release) in a new project, once per session, left
+    as the adopt left it (nothing committed): copy it, never change it."""
+    if corpus_dir() is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+    proj = new_project(tmp_path_factory.mktemp("released-once") / "p")
+    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    return proj
+
+
+@pytest.fixture(scope="module")
+def adopted_030(adopted_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A module's own copy of the adopted 0.30.0 series (tests copy it again before they change anything)."""
+    return copy_project(adopted_030_once, tmp_path_factory.mktemp("adopted") / "p")
+
+
+RC2 = "vllm-ascend==0.30.0rc2"
+
+
+@pytest.fixture(scope="session")
+def refreshed_030_once(adopted_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The adopted 0.30.0 series refreshed onto vllm-ascend 0.30.0rc2 with `pq refresh --no-stop` (exit 3: the
+    refresh pending over its conflicts), once per session: (the project, what the refresh printed). Copy it."""
+    proj = copy_project(adopted_030_once, tmp_path_factory.mktemp("refreshed-once") / "p")
+    return proj, pq(proj, "refresh", "--no-stop", "--to", RC2, check=3).stdout
+
+
+@pytest.fixture
+def refreshed_030(refreshed_030_once: tuple[Path, str], tmp_path: Path) -> Path:
+    """A test's own copy of the pending refresh of `refreshed_030_once`."""
+    return copy_project(refreshed_030_once[0], tmp_path / "refreshed")
+
+
+def resolve_all(proj: Path, side: str) -> int:
+    """Resolve every conflict region of npu_worker/ to ``side`` with `pq resolve SIDE --alone`, first region
+    first; how many there were."""
+    done = 0
+    while True:
+        hits = [
+            (f, n)
+            for f in sorted((proj / "npu_worker").glob("*.py"))
+            for n, line in enumerate(f.read_text().splitlines(), 1)
+            if line.startswith("<<<<<<< ")
+        ]
+        if not hits:
+            return done
+        f, n = hits[0]
+        pq(proj, "resolve", side, "--alone", f"{f}:{n}")
+        done += 1
+
+
+@pytest.fixture(scope="session")
+def upstream_resolved_once(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The registry adoption of 0.30.0 refreshed onto vllm-ascend 0.30.0rc2 as this repository's series was: `pq
+    refresh` stopping at each conflicted patch, every region resolved to upstream's side, `pq continue
+    --accept-errors` over the errors of pq check that leaves; nothing committed. Once per session: copy it."""
+    proj = copy_project(released_030_once, tmp_path_factory.mktemp("upstream-resolved-once") / "p")
+    code = pq(proj, "refresh", "--to", RC2, check=None).returncode
+    while code == 3:
+        resolve_all(proj, "--keep-upstream")
+        code = pq(proj, "continue", "--accept-errors", check=None).returncode
+    assert code == 0
     return proj

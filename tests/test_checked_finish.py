@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import BASE_030, copy_project, git, new_project, pq, push_to_bare, state
+from conftest import copy_project, git, pq, push_to_bare, state
 
 from patch_queue.series import fmt
 
@@ -36,10 +36,9 @@ ERROR_LINE = re.compile(
 
 
 @pytest.fixture(scope="module")
-def adopted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def adopted(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The series as this repository keeps it: adopted from the registry release (a fresh clone can reproduce it)."""
-    proj = new_project(tmp_path_factory.mktemp("released") / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    proj = copy_project(released_030_once, tmp_path_factory.mktemp("released") / "p")
     git(proj, "add", "-A")
     git(proj, "commit", "-qm", "adopt vllm-omni 0.30.0")
     return proj

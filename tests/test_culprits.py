@@ -13,7 +13,6 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -35,10 +34,8 @@ RANGES = {
 
 
 @pytest.fixture(scope="module")
-def upstream(corpus: Path, pq_cache: Path) -> Iterator[UpstreamGit]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PQ_CACHE", str(pq_cache))
-        yield open_git(str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+def upstream(corpus: Path) -> UpstreamGit:
+    return open_git(str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)  # the session's cache (conftest)
 
 
 def _text(git: UpstreamGit, commit: str) -> str:

@@ -179,10 +179,11 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     assert f"culprits: {reason}" in proc.stdout and reason in body
 
 
-def test_abort_restores_everything(adopted_030: Path, tmp_path: Path) -> None:
-    proj = copy_project(adopted_030, tmp_path / "p")
-    before = state(proj)
-    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", check=3)
+def test_abort_restores_everything(adopted_030: Path, refreshed_030: Path) -> None:
+    """The session's refresh of a copy of the adopted series (`pq refresh --no-stop`, pending), aborted: every file
+    and ref as in the adopted series (conftest.state is relative to the project folder)."""
+    before = state(adopted_030)
+    proj = refreshed_030
     assert state(proj) != before
     pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=1)  # one refresh at a time
     pq(proj, "abort")
@@ -261,11 +262,10 @@ def _code_after_imports(text: str) -> tuple[str, set[str]]:
     return "".join(lines[first - 1 :]), bound
 
 
-def test_no_stop_then_continue_carries_resolutions_back(adopted_030: Path, tmp_path: Path) -> None:
+def test_no_stop_then_continue_carries_resolutions_back(refreshed_030: Path, tmp_path: Path) -> None:
     """After --no-stop, resolving the whole output once and continuing folds each fix into its own patch; the
     imports the resolved code does not use go (each said by an import-removed flag), the code stays as written."""
-    proj = copy_project(adopted_030, tmp_path / "p")
-    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", check=3)
+    proj = refreshed_030
     resolved = {}
     for f in (proj / "npu_worker").glob("*.py"):
         text = f.read_text()

@@ -346,19 +346,17 @@ class RealRun:
 
 
 @pytest.fixture(scope="module")
-def real(corpus: Path, pq_cache: Path) -> Iterator[RealRun]:
+def real(corpus: Path) -> Iterator[RealRun]:
     omni = corpus / f"vllm-omni-{RELEASE}"
     if not omni.is_dir():
         pytest.skip(f"no vllm-omni {RELEASE} in the corpus")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PQ_CACHE", str(pq_cache))
-        try:
-            vllm = gpu_audit.load_vllm_runner(RELEASE)
-        except SourceError as exc:
-            pytest.skip(f"vLLM {RELEASE} not available from the registry: {exc}")
-        pin = json.loads((cache_dir() / "dist" / f"vllm=={RELEASE}.json").read_text())
-        snap = resolve_upstream(ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
-        ascend = snap.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8")
+    try:
+        vllm = gpu_audit.load_vllm_runner(RELEASE)
+    except SourceError as exc:
+        pytest.skip(f"vLLM {RELEASE} not available from the registry: {exc}")
+    pin = json.loads((cache_dir() / "dist" / f"vllm=={RELEASE}.json").read_text())
+    snap = resolve_upstream(ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+    ascend = snap.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8")
     gpu = {name: (omni / "gpu" / name).read_text() for name in RUNNERS}
     npu = {name.replace("gpu_", "npu_"): (omni / "npu" / name.replace("gpu_", "npu_")).read_text() for name in RUNNERS}
     start = time.perf_counter()

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import git, new_project, pq, push_to_bare
+from conftest import copy_project, git, new_project, pq, push_to_bare
 
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
@@ -1015,12 +1015,8 @@ def _adopt_and_sync(folder: Path, release: str, at: str, *sync: str) -> tuple[Pa
     (project, what pq sync-gpu printed)."""
     from conftest import corpus_dir
 
-    found = corpus_dir()
-    if found is None:
+    if corpus_dir() is None:
         pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    import os
-
-    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
     proj = new_project(folder / "p")
     pq(proj, "adopt", f"vllm-omni=={release}", "--at", at)
     return proj, pq(proj, "sync-gpu", *sync).stdout
@@ -1042,10 +1038,11 @@ def _reproduced(work: Path, tmp_path: Path, message: str) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def synced(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def synced(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A project adopted from vllm-omni 0.30.0, its own GPU runners' backlog synced once, every port applied:
     (project, what pq sync-gpu printed)."""
-    return _adopt_and_sync(tmp_path_factory.mktemp("sync"), "0.30.0", BASE_030, "--backlog", "--apply", "all")
+    proj = copy_project(released_030_once, tmp_path_factory.mktemp("sync") / "p")
+    return proj, pq(proj, "sync-gpu", "--backlog", "--apply", "all").stdout
 
 
 def _block(text: str, line: int) -> list[str]:
@@ -1161,7 +1158,7 @@ def test_real_ports_are_placed_fenced_and_compile(synced: tuple[Path, str]) -> N
                       "gpu_ar_model_runner.py:1035", "gpu_ar_model_runner.py:1113"]  # fmt: skip
 
 
-def test_real_helpers_are_copied_whole_once_fenced(synced: tuple[Path, str], tmp_path: Path) -> None:
+def test_real_helpers_are_copied_whole_once_fenced(synced: tuple[Path, str]) -> None:
     """The VoxCPM2 request port calls two helpers only GPUARModelRunner defines: each copied once, fenced, at
     class-body indentation, after the method calling it, with the imports it needs; a second sync copies nothing."""
     proj, out = synced
@@ -1182,11 +1179,7 @@ def test_real_helpers_are_copied_whole_once_fenced(synced: tuple[Path, str], tmp
     assert names.index("execute_model") < names.index("_get_runner_assisted_full_attention_metadata_request")
     assert "from vllm_omni.worker.runner_assisted_metadata import RunnerAssistedFullAttentionMetadataRequest" in text
     assert out.count("note: placed helper method copied (as a whole method after NPUARModelRunner.execute_model)") == 2
-    import shutil
-
-    again = shutil.copytree(proj, tmp_path / "again", symlinks=True)
-    second = pq(again, "sync-gpu", "--backlog", "--apply", "all").stdout
-    assert "synced:" not in second and "helper method(s) copied" not in second
+    # a second sync copies them no more: test_second_sync_ports_nothing_and_check_agrees
 
 
 def test_real_unplaced_changes_say_why(synced: tuple[Path, str]) -> None:
@@ -1214,7 +1207,7 @@ def test_second_sync_ports_nothing_and_check_agrees(synced: tuple[Path, str], tm
     again = shutil.copytree(proj, tmp_path / "again", symlinks=True)
     out = pq(again, "sync-gpu", "--backlog", "--apply", "all").stdout
     assert "ported in" in out and " 0 ported in 0 patch(es)" in out
-    assert "synced:" not in out
+    assert "synced:" not in out and "helper method(s) copied" not in out  # the helpers are copied once
     assert (again / "patches" / "series").read_text() == (proj / "patches" / "series").read_text()
 
 
@@ -1234,22 +1227,20 @@ def test_synced_series_is_reproduced_from_a_fresh_clone(synced: tuple[Path, str]
         assert (fresh / "npu_worker" / module.name).read_bytes() == module.read_bytes()
 
 
-def test_sync_is_deterministic(synced: tuple[Path, str], tmp_path: Path) -> None:
+def test_sync_is_deterministic(synced: tuple[Path, str], released_030_once: Path, tmp_path: Path) -> None:
     """A second project synced from the same inputs writes byte-identical patches."""
     proj, _out = synced
-    other = new_project(tmp_path / "other")
-    pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    other = copy_project(released_030_once, tmp_path / "other")
     pq(other, "sync-gpu", "--backlog", "--apply", "all")
     for name in (proj / "patches" / "series").read_text().split():
         if name.endswith(".patch"):
             assert (other / "patches" / name).read_bytes() == (proj / "patches" / name).read_bytes(), name
 
 
-def test_refresh_sync_gpu_takes_the_delta_since_the_series_release(tmp_path: Path) -> None:
+def test_refresh_sync_gpu_takes_the_delta_since_the_series_release(released_030_once: Path, tmp_path: Path) -> None:
     """`pq refresh --sync-gpu` after a clean refresh syncs the default delta: from the release the series last took
     in to its pinned one, here both 0.30.0, so nothing (the backlog is `pq check`'s to list, not the sync's)."""
-    other = new_project(tmp_path / "other")
-    pq(other, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    other = copy_project(released_030_once, tmp_path / "other")
     series = (other / "patches" / "series").read_text()
     out = pq(other, "refresh", "--to", BASE_030, "--sync-gpu", "--no-check").stdout
     assert "no conflicts" in out
@@ -1258,13 +1249,12 @@ def test_refresh_sync_gpu_takes_the_delta_since_the_series_release(tmp_path: Pat
 
 
 @pytest.fixture(scope="module")
-def delta(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def delta(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A project adopted from vllm-omni 0.30.0, synced by default from 0.31.0rc1 (the GPU delta of that release),
     with its JSON and Markdown reports: (project, what pq sync-gpu printed)."""
-    return _adopt_and_sync(
-        tmp_path_factory.mktemp("delta"), "0.30.0", BASE_030, "--omni", "0.31.0rc1", "--report", "r.json",
-        "--markdown", "r.md",
-    )  # fmt: skip
+    proj = copy_project(released_030_once, tmp_path_factory.mktemp("delta") / "p")
+    sync = ("--omni", "0.31.0rc1", "--report", "r.json", "--markdown", "r.md")
+    return proj, pq(proj, "sync-gpu", *sync).stdout
 
 
 def test_the_delta_removes_what_both_sides_held_and_proposes_the_rest(delta: tuple[Path, str]) -> None:

@@ -18,7 +18,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import git, main_sh, pq, push_to_bare, seeded, state
+from conftest import copy_project, git, main_sh, pq, push_to_bare, state
 from test_errors import one_error_line
 
 REF = "refs/pq/resolutions"
@@ -52,9 +52,9 @@ def take_patch_side(out: Path) -> None:
 
 
 @pytest.fixture
-def origin(corpus: Path, tmp_path: Path) -> Path:
+def origin(seeded_once: Path, tmp_path: Path) -> Path:
     """A bare origin as this repository is (queue.toml, series, main.sh; no bodies) with a store of one record."""
-    proj = seeded(tmp_path / "seed")
+    proj = copy_project(seeded_once, tmp_path / "seed")
     hand_fix(proj, 4, "seed")
     pq(proj, "record")
     bare = push_to_bare(proj, "adopt vllm-omni 0.30.0, one record")

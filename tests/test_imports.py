@@ -323,28 +323,24 @@ TIMINGS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def real_trees(corpus: Path, pq_cache: Path) -> Iterator[dict[str, SourceTree]]:
+def real_trees(corpus: Path) -> Iterator[dict[str, SourceTree]]:
     """vllm-ascend at the declared commit (from the corpus bundle), vllm and vllm-omni 0.30.0 (registry)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PQ_CACHE", str(pq_cache))
+    start = time.perf_counter()
+    snapshot = resolve_upstream(ASCEND_COMMIT, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+    ascend = tree_from_snapshot(snapshot)
+    TIMINGS["vllm_ascend"] = time.perf_counter() - start
+    try:
         start = time.perf_counter()
-        snapshot = resolve_upstream(
-            ASCEND_COMMIT, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None
-        )
-        ascend = tree_from_snapshot(snapshot)
-        TIMINGS["vllm_ascend"] = time.perf_counter() - start
-        try:
-            start = time.perf_counter()
-            vllm = tree_from_release("vllm", "0.30.0", "vllm/")
-            TIMINGS["vllm"] = time.perf_counter() - start
-            start = time.perf_counter()
-            omni = tree_from_release("vllm-omni", "0.30.0", "vllm_omni/")
-            TIMINGS["vllm_omni"] = time.perf_counter() - start
-        except SourceError as exc:
-            if "cannot read package index" in str(exc) or "cannot download" in str(exc):
-                pytest.skip(f"package registry unreachable: {exc}")
-            raise
-        yield {"vllm_ascend": ascend, "vllm": vllm, "vllm_omni": omni}
+        vllm = tree_from_release("vllm", "0.30.0", "vllm/")
+        TIMINGS["vllm"] = time.perf_counter() - start
+        start = time.perf_counter()
+        omni = tree_from_release("vllm-omni", "0.30.0", "vllm_omni/")
+        TIMINGS["vllm_omni"] = time.perf_counter() - start
+    except SourceError as exc:
+        if "cannot read package index" in str(exc) or "cannot download" in str(exc):
+            pytest.skip(f"package registry unreachable: {exc}")
+        raise
+    yield {"vllm_ascend": ascend, "vllm": vllm, "vllm_omni": omni}
 
 
 def _check_runners(

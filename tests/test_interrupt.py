@@ -276,11 +276,21 @@ def test_recovery_refuses_a_file_changed_since(synthetic: dict[str, Path], tmp_p
 # the real corpus: vllm-omni 0.30.0's series onto vllm-ascend 0.30.0rc2 (stops on conflicts)
 
 STOP_POINTS = ["after-download", "between-patches", "after-journal", "after-refs", "mid-write-out", "mid-write-state"]
+NO_STOP = ["refresh", "--no-stop", "--to", RC2, "--no-sources"]
 
 
-def test_kill_a_refresh_that_stops_on_conflicts(adopted_030: Path, tmp_path: Path) -> None:
-    args = ["refresh", "--no-stop", "--to", RC2, "--no-sources"]
-    before, after = uninterrupted(adopted_030, tmp_path, args, 3)
+@pytest.fixture(scope="module")
+def refreshed_030(adopted_030: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """adopted_030 after `pq refresh` NO_STOP ran to the end (exit 3, pending), once for the module: the state an
+    interrupted NO_STOP must reach. Tests copy it."""
+    proj = copy_project(adopted_030, tmp_path_factory.mktemp("uninterrupted") / "p")
+    expect(run(proj, *NO_STOP), 3)
+    return proj
+
+
+def test_kill_a_refresh_that_stops_on_conflicts(adopted_030: Path, refreshed_030: Path, tmp_path: Path) -> None:
+    args = NO_STOP
+    before, after = snap(adopted_030), snap(refreshed_030)
     assert "refresh.json" in after["pq"]  # type: ignore[operator]
     how = {
         p: killed(adopted_030, tmp_path, p, args, command="refresh", before=before, after=after, after_code=3)
@@ -297,10 +307,9 @@ def test_kill_a_refresh_that_stops_on_conflicts(adopted_030: Path, tmp_path: Pat
 
 
 @pytest.fixture(scope="module")
-def resolved_030(adopted_030: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def resolved_030(refreshed_030: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """0.30.0 refreshed onto 0.30.0rc2 with --no-stop, every conflict resolved in npu_worker/ (patch side)."""
-    proj = copy_project(adopted_030, tmp_path_factory.mktemp("resolved") / "p")
-    expect(run(proj, "refresh", "--no-stop", "--to", RC2, "--no-sources"), 3)
+    proj = copy_project(refreshed_030, tmp_path_factory.mktemp("resolved") / "p")
     for f in (proj / "npu_worker").glob("*.py"):
         text = f.read_text()
         if "<<<<<<< " in text:
@@ -386,6 +395,7 @@ def stalling_server(pq_cache: Path) -> Iterator[tuple[str, threading.Event, list
 
 def test_kill_during_the_download(
     adopted_030: Path,
+    refreshed_030: Path,
     tmp_path: Path,
     pq_cache: Path,
     stalling_server: tuple[str, threading.Event, list[int]],
@@ -397,8 +407,8 @@ def test_kill_during_the_download(
     (cache / "dist" / f"{RC2}.json").write_text(json.dumps({**pin, "url": url}))
     for part in ("git",):  # the upstream history clone is not what this test is about: share it
         (cache / part).symlink_to(pq_cache / part)
-    args = ["refresh", "--no-stop", "--to", RC2, "--no-sources"]
-    before, after = uninterrupted(adopted_030, tmp_path, args, 3)
+    args = NO_STOP
+    before, after = snap(adopted_030), snap(refreshed_030)
     proj = copy_project(adopted_030, tmp_path / "p")
     environ = dict(os.environ, PQ_CACHE=str(cache))
     environ.pop("PQ_TEST_KILL_AT", None)
@@ -434,6 +444,7 @@ def test_kill_during_the_download(
 
 def test_two_refreshes_at_once(
     adopted_030: Path,
+    refreshed_030: Path,
     tmp_path: Path,
     pq_cache: Path,
     stalling_server: tuple[str, threading.Event, list[int]],
@@ -445,8 +456,8 @@ def test_two_refreshes_at_once(
     (cache / "dist").mkdir(parents=True)
     (cache / "dist" / f"{RC2}.json").write_text(json.dumps({**pin, "url": url}))
     (cache / "git").symlink_to(pq_cache / "git")
-    args = ["refresh", "--no-stop", "--to", RC2, "--no-sources"]
-    _before, after = uninterrupted(adopted_030, tmp_path, args, 3)
+    args = NO_STOP
+    after = snap(refreshed_030)
     proj = copy_project(adopted_030, tmp_path / "p")
     environ = dict(os.environ, PQ_CACHE=str(cache))
     environ.pop("PQ_TEST_KILL_AT", None)

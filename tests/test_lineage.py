@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, git, main_sh, new_project, pq, push_to_bare, seeded, state
+from conftest import BASE_030, copy_project, git, main_sh, new_project, pq, push_to_bare, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -49,9 +49,9 @@ def modules(proj: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def origin(corpus: Path, tmp_path: Path) -> Path:
+def origin(seeded_once: Path, tmp_path: Path) -> Path:
     """A project as this repository is: queue.toml, series and main.sh committed, no patch bodies."""
-    return push_to_bare(seeded(tmp_path / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
+    return push_to_bare(copy_project(seeded_once, tmp_path / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
 
 
 def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_path: Path) -> None:
@@ -292,12 +292,15 @@ def step_kinds(proj: Path) -> list[tuple[str, str]]:
     return [(s["kind"], s["command"]) for s in steps]
 
 
-@pytest.fixture
-def maintained(origin: Path, tmp_path: Path) -> Path:
-    """The maintainer's clone, pushed with refs/pq/resolutions: main.sh stops on conflicts, every region resolved
-    to the patch side with `pq resolve`, `pq continue`; then, by hand: a fix in a patch the continue edited and an
-    import in a module skeleton it did not edit, `pq record`; a comment in an omni-only module, `pq new`."""
-    mine = checkout(origin, tmp_path / "maintainer")
+@pytest.fixture(scope="module")
+def maintained_and_origin(seeded_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(The maintainer's clone, its origin), pushed with refs/pq/resolutions: main.sh stops on conflicts, every
+    region resolved to the patch side with `pq resolve`, `pq continue`; then, by hand: a fix in a patch the continue
+    edited and an import in a module skeleton it did not edit, `pq record`; a comment in an omni-only module, `pq
+    new`. Built once for the module: the tests only read both (and clone the origin)."""
+    tmp = tmp_path_factory.mktemp("maintained")
+    origin = push_to_bare(copy_project(seeded_once, tmp / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
+    mine = checkout(origin, tmp / "maintainer")
     main_sh(mine, check=3)
     resolve_with_pq(mine / "npu_worker")
     pq(mine, "continue")
@@ -323,12 +326,13 @@ def maintained(origin: Path, tmp_path: Path) -> Path:
     git(mine, "add", "-A", "patches")
     git(mine, "commit", "-qm", "[NPU] upgrade to vllm-ascend 0.30.0rc2, with fixes after continue")
     git(mine, "push", "-q", "origin", "main", "refs/pq/resolutions")
-    return mine
+    return mine, origin
 
 
 def test_record_and_new_after_continue_are_reproduced_from_a_fresh_clone(
-    maintained: Path, origin: Path, tmp_path: Path
+    maintained_and_origin: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    maintained, origin = maintained_and_origin
     wanted = modules(maintained)
     assert FIX.strip() in wanted["npu_model_runner.py"].decode() and NOTE in wanted["npu_ar_worker.py"].decode()
     fresh = checkout(origin, tmp_path / "fresh")
@@ -397,8 +401,9 @@ def spliced(origin: Path, dst: Path, change: tuple[str, str, str, bool]) -> Path
 
 
 def test_an_edit_is_merged_onto_a_merge_result_one_line_unlike_its_base(
-    maintained: Path, origin: Path, tmp_path: Path
+    maintained_and_origin: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    maintained, origin = maintained_and_origin
     wanted = modules(maintained)
     # the line that differs is far from every recorded edit of the patch: the first statement of a long method
     change = ("npu_model_runner.py", "OmniNPUModelRunner", "_dummy_run", False)
@@ -429,8 +434,9 @@ def test_an_edit_is_merged_onto_a_merge_result_one_line_unlike_its_base(
 
 
 def test_an_edit_that_conflicts_with_another_merge_stops_reproduce(
-    maintained: Path, origin: Path, tmp_path: Path
+    maintained_and_origin: tuple[Path, Path], tmp_path: Path
 ) -> None:
+    maintained, origin = maintained_and_origin
     # the line that differs is the patch side of the conflict the continue resolved (the method's last line,
     # which upstream rewrote): both changed it
     change = ("npu_model_runner.py", "OmniNPUModelRunner", "_update_states", True)

@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, copy_project, git, new_project, pq, push_to_bare, state
+from conftest import BASE_030, copy_project, git, new_project, pq, push_to_bare, resolve_all, state
 
 from patch_queue.commands.adopt import read_downstream
 
@@ -20,45 +20,22 @@ RC1, RC2 = "0.31.0rc1", "0.32.0rc1"
 
 
 @pytest.fixture(scope="module")
-def adopted(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def adopted(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """vllm-omni 0.30.0 adopted from the release at its upstream base, committed."""
-    proj = new_project(tmp_path_factory.mktemp("merge") / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    proj = copy_project(released_030_once, tmp_path_factory.mktemp("merge") / "p")
     git(proj, "add", "-A")
     git(proj, "commit", "-qm", "adopted")
     return proj
 
 
 @pytest.fixture(scope="module")
-def refreshed(adopted: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def refreshed(upstream_resolved_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The series refreshed onto vllm-ascend 0.30.0rc2, every conflict resolved to upstream's side, finished over
-    the errors of pq check that leaves: a series a merge cannot simply replace."""
-    proj = copy_project(adopted, tmp_path_factory.mktemp("refreshed") / "p")
-    code = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=None).returncode
-    while code == 3:
-        resolve_all(proj, "--keep-upstream")
-        code = pq(proj, "continue", "--accept-errors", check=None).returncode
-    assert code == 0
+    the errors of pq check that leaves (conftest), committed: a series a merge cannot simply replace."""
+    proj = copy_project(upstream_resolved_once, tmp_path_factory.mktemp("refreshed") / "p")
     git(proj, "add", "-A")
     git(proj, "commit", "-qm", "refreshed")
     return proj
-
-
-def resolve_all(proj: Path, side: str) -> int:
-    """Resolve every conflict region of npu_worker/ to ``side``, first region first; how many there were."""
-    done = 0
-    while True:
-        hits = [
-            (f, n)
-            for f in sorted((proj / "npu_worker").glob("*.py"))
-            for n, line in enumerate(f.read_text().splitlines(), 1)
-            if line.startswith("<<<<<<< ")
-        ]
-        if not hits:
-            return done
-        f, n = hits[0]
-        pq(proj, "resolve", side, "--alone", f"{f}:{n}")
-        done += 1
 
 
 def release(version: str) -> dict[str, bytes]:

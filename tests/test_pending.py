@@ -31,10 +31,11 @@ def _refresh_refs(proj: Path) -> str:
     return git(proj, "for-each-ref", "--format=%(refname) %(objectname)", "refs/pq/")
 
 
-def test_every_command_between_refresh_and_continue_leaves_the_refresh_alone(adopted_030: Path, tmp_path: Path) -> None:
-    proj = copy_project(adopted_030, tmp_path / "p")
-    before_refresh = state(proj)
-    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", check=3)
+def test_every_command_between_refresh_and_continue_leaves_the_refresh_alone(
+    adopted_030: Path, refreshed_030: Path, tmp_path: Path
+) -> None:
+    before_refresh = state(adopted_030)
+    proj = refreshed_030  # pq refresh --no-stop onto vllm-ascend 0.30.0rc2, pending
     refs = _refresh_refs(proj)
     assert "refs/pq/refresh/top" in refs
     pending = (proj / ".git" / "pq" / "refresh.json").read_bytes()

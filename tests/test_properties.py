@@ -29,19 +29,10 @@ PATH = "patches/fuzz.patch"
 
 
 @pytest.fixture(scope="module")
-def real_patches(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
-    """The series pq adopt makes of vllm-omni 0.30.0 (real omni code and real upstream context)."""
-    from conftest import corpus_dir, new_project, pq
-
-    found = corpus_dir()
-    if found is None:
-        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    import os
-
-    os.environ.setdefault("PQ_UPSTREAM_GIT", str(found / "vllm-ascend.bundle"))
-    proj = new_project(tmp_path_factory.mktemp("real-patches") / "p")
-    pq(proj, "adopt", str(found / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
-    out = [p.read_bytes() for p in sorted((proj / "patches").glob("*.patch"))]
+def real_patches(adopted_030_once: Path) -> list[bytes]:
+    """The series pq adopt makes of vllm-omni 0.30.0 (real omni code and real upstream context): the session's
+    adoption, read only."""
+    out = [p.read_bytes() for p in sorted((adopted_030_once / "patches").glob("*.patch"))]
     assert len(out) > 10
     for data in out:  # the seeds themselves parse
         assert parse_or_one_line_error(data, PATH) is not None

@@ -17,7 +17,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from conftest import BASE_030, NEWEST_OMNI, git, new_project, pq, push_to_bare
+from conftest import BASE_030, NEWEST_OMNI, copy_project, git, new_project, pq, push_to_bare
 from test_report import named, well_formed
 
 from patch_queue.commands.adopt import read_downstream
@@ -190,22 +190,13 @@ def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reprod
     assert prs.calls == [("create", 1)]
 
 
-def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(corpus: Path, tmp_path: Path) -> None:
+def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(
+    upstream_resolved_once: Path, tmp_path: Path
+) -> None:
     """The bot's round trip with a merge in it: prepare (conflicts: pending-merge.toml, a draft), publish, a
     maintainer merges and resolves on the branch and pushes with the store, a fresh clone reproduces it."""
-    proj = new_project(tmp_path / "seed")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
-    code = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=None).returncode
-    while code == 3:  # this repository's refresh, resolved: every region to upstream's side
-        for f in sorted((proj / "npu_worker").glob("*.py")):
-            lines = f.read_text().splitlines()
-            at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
-            while at is not None:
-                pq(proj, "resolve", "--keep-upstream", "--alone", f"{f}:{at}")
-                lines = f.read_text().splitlines()
-                at = next((n for n, line in enumerate(lines, 1) if line.startswith("<<<<<<< ")), None)
-        code = pq(proj, "continue", "--accept-errors", check=None).returncode
-    assert code == 0
+    # this repository's refresh onto vllm-ascend 0.30.0rc2, resolved: every region to upstream's side (conftest)
+    proj = copy_project(upstream_resolved_once, tmp_path / "seed")
     origin = push_to_bare(proj, "refreshed onto 0.30.0rc2")
     git(proj, "push", "-q", str(origin), "refs/pq/resolutions")
     prs = Recorder()

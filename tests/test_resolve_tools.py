@@ -9,6 +9,7 @@ import re
 import stat
 from pathlib import Path
 
+import pytest
 from conftest import copy_project, git, pq
 
 from patch_queue.merge import markers
@@ -18,14 +19,16 @@ RC2 = "vllm-ascend==0.30.0rc2"
 CONFLICT = re.compile(r"^conflict: (npu_worker/\w+\.py):(\d+) ", re.MULTILINE)
 
 
-def refreshed(adopted: Path, dst: Path) -> Path:
-    proj = copy_project(adopted, dst)
+@pytest.fixture(scope="module")
+def reported(adopted_030: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's refresh onto 0.30.0rc2 with --no-stop and a report (r.json), pending: tests copy it."""
+    proj = copy_project(adopted_030, tmp_path_factory.mktemp("refreshed") / "p")
     pq(proj, "refresh", "--no-stop", "--to", RC2, "--report", "r.json", check=3)
     return proj
 
 
-def test_resolve_one_region_by_side(adopted_030: Path, tmp_path: Path) -> None:
-    proj = refreshed(adopted_030, tmp_path / "p")
+def test_resolve_one_region_by_side(reported: Path, tmp_path: Path) -> None:
+    proj = copy_project(reported, tmp_path / "p")
     report = json.loads((proj / "r.json").read_text())
     first = next(c for c in report["conflicts"] if not c["links"])  # a region that goes with no other
     path = proj / "npu_worker" / first["file"]
@@ -63,12 +66,12 @@ def _undefined(folder: Path) -> list[str]:
     ]
 
 
-def test_regions_that_go_together_are_resolved_together(adopted_030: Path, tmp_path: Path) -> None:
+def test_regions_that_go_together_are_resolved_together(reported: Path, tmp_path: Path) -> None:
     """Regions of one patch's merge where one binds a name on one side only and another reads it (or where each
     may make one call) go together: `pq resolve --upstream|--patch` takes the same side in each and says where
     they are; `--alone` takes only the one.  Every conflict resolved so, the two sides taken in turn, leaves no
     undefined name, whichever side comes first (taking the sides region by region does not)."""
-    proj = refreshed(adopted_030, tmp_path / "p")
+    proj = copy_project(reported, tmp_path / "p")
     conflicts = json.loads((proj / "r.json").read_text())["conflicts"]
     first = next(c for c in conflicts if c["links"])
     partners = [
@@ -135,8 +138,8 @@ def test_resolve_by_the_suggestion(adopted_030: Path, tmp_path: Path) -> None:
     assert pq(proj, "status", check=3).stdout.count("conflict: ") == conflicts - 1
 
 
-def test_mergetool_runs_the_configured_tool(adopted_030: Path, tmp_path: Path) -> None:
-    proj = refreshed(adopted_030, tmp_path / "p")
+def test_mergetool_runs_the_configured_tool(reported: Path, tmp_path: Path) -> None:
+    proj = copy_project(reported, tmp_path / "p")
     err = pq(proj, "mergetool", check=1).stderr
     assert err.count("\n") == 1 and "git config merge.tool" in err
     tool = tmp_path / "take-remote.sh"
