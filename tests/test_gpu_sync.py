@@ -942,7 +942,7 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
     assert [(c.gpu_file, c.method, c.first) for c in refused] == [decline.key]
 
 
-_FENCE = "        #  ---- Omni-new ----"
+_REMOVAL_FENCE = "        #  ---- Omni-new ----"
 
 
 def _removal_case(gpu_old: str, gpu_new: str, npu_body: str, ascend: str = "class NPUModelRunner:\n    pass\n"):
@@ -957,7 +957,7 @@ def _removal_case(gpu_old: str, gpu_new: str, npu_body: str, ascend: str = "clas
 def test_a_dropped_feature_held_under_another_guard_goes_whole_with_its_fences() -> None:
     gpu_old = "        x = 1\n        if self.capture_on:\n            self.capturer.finish()\n        return x\n"
     guarded = "        if self.cfg.capture:\n            self.capturer.finish()\n"
-    npu = f"        x = 1\n{_FENCE}\n{guarded}{_FENCE}\n        return x\n"
+    npu = f"        x = 1\n{_REMOVAL_FENCE}\n{guarded}{_REMOVAL_FENCE}\n        return x\n"
     (port,), files = _removal_case(gpu_old, "        x = 1\n        return x\n", npu)
     assert isinstance(port, gpu_ports.Port) and removals.is_dropped_feature(port)
     assert "capture_on" in port.changes[0].reason and "capturer" in port.changes[0].reason
