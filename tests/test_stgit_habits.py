@@ -13,25 +13,28 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, copy_project, git, new_project, pq, push_to_bare, state
+from conftest import BASE_030, git, new_project, pq, push_to_bare, state
+from test_verbs import RUNNER, names, proj  # noqa: F401  (proj: a copy of adopted_030)
 
 REPO = Path(__file__).resolve().parents[1]
-RUNNER = "npu_worker/npu_model_runner.py"
 ZERO = "From " + "0" * 40 + " Mon Sep 17 00:00:00 2001\n"
-
-
-@pytest.fixture
-def proj(adopted_030: Path, tmp_path: Path) -> Path:
-    return copy_project(adopted_030, tmp_path / "p")
-
-
-def names(p: Path) -> list[str]:
-    return [n for n in (p / "patches" / "series").read_text().split() if n.endswith(".patch")]
 
 
 def series(p: Path) -> list[str]:
     """`pq series` as (mark, name) lines: `> 0001-x.patch`."""
     return [" ".join(line.split()[:2]) for line in pq(p, "series").stdout.splitlines()]
+
+
+def reproduced(mine: Path, tmp_path: Path, message: str) -> Path:
+    """``mine`` committed and pushed with refs/pq/resolutions, cloned afresh and reproduced (checked against every
+    recorded sha256): the clone."""
+    origin = push_to_bare(mine, message)
+    git(mine, "push", "-q", str(origin), "refs/pq/resolutions")
+    fresh = tmp_path / "fresh"
+    git(tmp_path, "clone", "-q", str(origin), str(fresh))
+    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
+    assert "every sha256 as queue.toml records" in pq(fresh, "reproduce").stdout
+    return fresh
 
 
 def bodies(p: Path) -> dict[str, bytes]:
@@ -124,12 +127,7 @@ def test_a_lineage_of_the_older_form_reproduces_and_goes_on_in_the_new_one(tmp_p
     for name in old:  # every other file differs only in its first line
         if name != "0007-npu-ar-worker.patch":
             assert new[name].split(b"\n", 1)[1] == old[name].split(b"\n", 1)[1], name
-    origin = push_to_bare(mine, "record after a form-1 lineage")
-    git(mine, "push", "-q", str(origin), "refs/pq/resolutions")
-    fresh = tmp_path / "fresh"
-    git(tmp_path, "clone", "-q", str(origin), str(fresh))
-    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
-    assert "every sha256 as queue.toml records" in pq(fresh, "reproduce").stdout
+    fresh = reproduced(mine, tmp_path, "record after a form-1 lineage")
     assert bodies(fresh) == new and modules(fresh) == modules(mine)
 
 
@@ -262,12 +260,7 @@ def test_a_fresh_clone_reproduces_the_new_verbs(corpus: Path, tmp_path: Path) ->
         line for line in (mine / "patches" / "queue.toml").read_text().splitlines() if line.startswith("command = ")
     ]
     assert kinds[-6:] == [f'command = "{c}"' for c in ("new", "edit", "squash", "float", "sink", "import")]
-    origin = push_to_bare(mine, "verbs")
-    git(mine, "push", "-q", str(origin), "refs/pq/resolutions")
-    fresh = tmp_path / "fresh"
-    git(tmp_path, "clone", "-q", str(origin), str(fresh))
-    git(fresh, "fetch", "-q", "origin", "refs/pq/resolutions:refs/pq/resolutions")
-    assert "every sha256 as queue.toml records" in pq(fresh, "reproduce").stdout
+    fresh = reproduced(mine, tmp_path, "verbs")
     assert bodies(fresh) == bodies(mine) and modules(fresh) == modules(mine)
 
 

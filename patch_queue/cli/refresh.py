@@ -491,10 +491,8 @@ def sync_gpu_(
     backlog: Annotated[
         bool, typer.Option("--backlog", help="also the unported GPU omni code older than the release (as proposals)")
     ] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="write the JSON report here (- for stdout)")] = None,
-    markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="write the report as a pull-request body here (- for stdout)")
-    ] = None,
+    report: ReportOpt = None,
+    markdown: MarkdownOpt = None,
     upstream: UpstreamOpt = None,
 ) -> int:
     """Port the omni changes of the GPU runners since the series' release: the sure ones applied (one patch per NPU

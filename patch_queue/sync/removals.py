@@ -201,7 +201,7 @@ def _held(lines: Sequence[str], keys: Sequence[str]) -> tuple[int, int, str] | N
             found.append((units[i].first, _block_end(lines, units[i + n - 1]), ""))
         elif keys[0].endswith(":") and window[1:] == list(keys[1:]) and _same_kind(window[0], keys[0]):
             end = _past(lines, units[i].last) - 1  # the NPU block: exactly the run's body, nothing more
-            if n > 1 and end == _block_end(lines, units[i + n - 1]) and _inside(units, i, n, lines, end):
+            if n > 1 and end == _block_end(lines, units[i + n - 1]) and _inside(units, i, n, end):
                 how = f"the NPU block's header differs: `{lines[units[i].first].strip()}`"
                 found.append((units[i].first, end, how))
     if len(found) != 1:
@@ -209,7 +209,7 @@ def _held(lines: Sequence[str], keys: Sequence[str]) -> tuple[int, int, str] | N
     return found[0]
 
 
-def _inside(units: Sequence[statements.Unit], i: int, n: int, lines: Sequence[str], end: int) -> bool:
+def _inside(units: Sequence[statements.Unit], i: int, n: int, end: int) -> bool:
     """Whether the units after the header at ``i`` up to the block's end ``end`` are exactly the run's."""
     inner = [u for u in units if units[i].last < u.first <= end]
     return len(inner) == n - 1
