@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,9 +84,103 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 
+SUBPROCESS_ENV = "PQ_TEST_SUBPROCESS"  # =1: every pq() runs `python -m patch_queue` in a subprocess
+
+
+def pq_subprocess(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real command line in a subprocess, as a maintainer runs it."""
+    return subprocess.run([sys.executable, "-m", "patch_queue", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def _fresh_process_state() -> None:
+    """Forget what an earlier in-process command kept, as a new process would: every functools cache of
+    patch_queue's modules, the upstream repositories opened once per process, and libgit2's global and XDG config
+    search paths (libgit2 reads them from $HOME when it starts: each test has its own HOME)."""
+    import pygit2
+    from pygit2.enums import ConfigLevel
+
+    for name, module in list(sys.modules.items()):
+        if name == "patch_queue" or name.startswith("patch_queue."):
+            for value in list(vars(module).values()):
+                clear = getattr(value, "cache_clear", None)
+                if callable(clear) and getattr(value, "__module__", None) == name:
+                    clear()
+    snapshot = sys.modules.get("patch_queue.sources.snapshot")
+    if snapshot is not None:
+        snapshot._open_repos.clear()
+    home = os.environ.get("HOME", "")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    pygit2.settings.search_path[ConfigLevel.GLOBAL] = home
+    pygit2.settings.search_path[ConfigLevel.XDG] = os.path.join(xdg, "git")
+
+
+def _universal_newlines(data: bytes, errors: str) -> str:
+    """What ``subprocess.run(..., text=True)`` makes of a stream's bytes."""
+    return data.decode("utf-8", errors).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def pq_in_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The same command line run in this process: argv, cwd, stdin from /dev/null, file descriptors 1 and 2 on
+    files of their own (so what a git child writes is captured too), the exit code of the SystemExit; stdout and
+    stderr as a piped `python -m patch_queue` writes them (UTF-8, not a terminal)."""
+    from patch_queue.cli import main
+
+    _fresh_process_state()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fds = os.dup(0), os.dup(1), os.dup(2)
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    saved_argv, saved_cwd = sys.argv, os.getcwd()
+    code: object = 0
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as errs, open(os.devnull, "rb") as null:
+        os.dup2(null.fileno(), 0)
+        os.dup2(out.fileno(), 1)
+        os.dup2(errs.fileno(), 2)
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="strict")
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        )
+        sys.argv = [str(Path(__file__).resolve().parents[1] / "patch_queue" / "__main__.py"), *args]
+        try:
+            os.chdir(cwd)
+            main()
+        except SystemExit as done:
+            code = done.code
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            sys.stdin, sys.stdout, sys.stderr = saved_streams
+            sys.argv = saved_argv
+            os.chdir(saved_cwd)
+            for fd, saved in enumerate(saved_fds):
+                os.dup2(saved, fd)
+                os.close(saved)
+        out.seek(0)
+        errs.seek(0)
+        stdout, stderr = out.read(), errs.read()
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): the message on stderr, exit 1
+        stderr += f"{code}\n".encode()
+        code = 1
+    return subprocess.CompletedProcess(
+        ["pq", *args], code, _universal_newlines(stdout, "strict"), _universal_newlines(stderr, "backslashreplace")
+    )
+
+
 def pq(cwd: Path, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-    """Run the real command line in a subprocess, as a maintainer would."""
-    proc = subprocess.run([sys.executable, "-m", "patch_queue", *args], cwd=cwd, capture_output=True, text=True)
+    """Run the real command line, as a maintainer would: in this process (the same app, argv, cwd, streams and
+    exit code as `python -m patch_queue`, without ~0.3 s of interpreter start and imports per command), or in a
+    subprocess with PQ_TEST_SUBPROCESS=1 or when a kill point would SIGKILL the process."""
+    kill = os.environ.get("PQ_TEST_KILL_AT", "")
+    if os.environ.get(SUBPROCESS_ENV) == "1" or (kill and not kill.startswith("bug:")):
+        proc = pq_subprocess(cwd, *args)
+    else:
+        proc = pq_in_process(cwd, *args)
     if check is not None and proc.returncode != check:
         raise AssertionError(
             f"pq {' '.join(args)} exited {proc.returncode}, expected {check}\n"
