@@ -14,25 +14,29 @@ Invariants:
   moving a ref still fails, with one line.
 - Every object written is checked to be in the store (on a full disk libgit2 reports a small one as
   written): one that is not, or a write that fails, is one line naming ``.git/objects``.
+- Inside :meth:`ProjectRepo.batched` (a replay) the trees, commits and module texts written go to one pack file
+  (:mod:`patch_queue.git.pack`), written before anything else reads the store and when the batch ends; the
+  same objects, with the same ids, as loose ones.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import pygit2
 from pygit2 import ffi
 from pygit2.enums import FileMode
 
 from patch_queue.errors import PqError, QueueError
-from patch_queue.git import command
+from patch_queue.git import command, pack
 
 REF_PREFIX = "refs/pq/"
 # objects are read as git reads them: inflated, not hashed again (libgit2 checks every object read against its
@@ -90,6 +94,9 @@ class ProjectRepo:
         self._commits: dict[str, CommitInfo] = {}
         self._trees: dict[str, list[tuple[str, pygit2.Oid]]] = {}
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        # inside batched(): the objects to write as one pack, and each path's last text in it (a delta's base)
+        self._pack: pack.Pack | None = None
+        self._bases: dict[str, tuple[bytes, bytes]] = {}
         if not os.access((self.main_gitdir or self.gitdir) / "objects", os.W_OK):
             # written first (the highest priority): computed objects never need the real store
             self._scratch = tempfile.TemporaryDirectory(prefix="pq-objects-")
@@ -131,6 +138,9 @@ class ProjectRepo:
             if oid in self._repo.odb:
                 return oid
             why = f"{oid} was not kept"
+        self._unwritten(why)
+
+    def _unwritten(self, why: str) -> NoReturn:
         objects = (self.main_gitdir or self.gitdir) / "objects"
         shown = objects.relative_to(self.workdir).as_posix() if objects.is_relative_to(self.workdir) else str(objects)
         raise QueueError(
@@ -142,12 +152,131 @@ class ProjectRepo:
     def _blob_data(self, oid: pygit2.Oid) -> bytes:
         data = self._blobs.get(oid)
         if data is None:
+            if self._pack is not None and oid.raw in self._pack.where:
+                self._flush()
             # the object database's raw read (as git reads it): one inflate, no Blob object in between;
             # anything else than a blob is peeled as before (and refused there)
             kind, raw = self._repo.odb.read(oid)
             data = raw if kind == pygit2.enums.ObjectType.BLOB else self._repo[oid].peel(pygit2.Blob).data
             self._keep(self._blobs, oid, data, len(data))
         return data
+
+    # ---- a batch of objects written as one pack ------------------------------------------------
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Trees, commits and texts written inside go to one pack file (:mod:`patch_queue.git.pack`), each text
+        a delta of the one written before it at its path: written before any other use of the store reads them
+        (:meth:`_flush`) and at the end.  A read-only store (objects in a scratch folder) writes as before."""
+        if self._pack is not None or self._scratch is not None:
+            yield
+            return
+        self._pack = pack.Pack()
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(QueueError):  # the first error is the one to show
+                self._flush()
+            raise
+        else:
+            self._flush()
+        finally:
+            self._pack = None
+            self._bases.clear()
+
+    def _flush(self) -> None:
+        """The objects of the batch written (one pack) and checked to be in the store; the batch goes on."""
+        if self._pack is None or not len(self._pack):
+            return
+        written, self._pack = self._pack, pack.Pack()
+        self._bases.clear()
+        folder = (self.main_gitdir or self.gitdir) / "objects" / "pack"
+        try:
+            written.write(folder)
+        except OSError as exc:
+            self._unwritten(f"failed to write out file: {exc.strerror or exc}")
+        for raw in written.where:
+            if pygit2.Oid(raw=raw) not in self._repo.odb:
+                self._unwritten(f"{pygit2.Oid(raw=raw)} was not kept")
+
+    def _pending(self, kind: str, data: bytes, base: tuple[bytes, bytes] | None = None) -> bytes:
+        """The raw id of ``data`` as an object of ``kind``, added to the batch unless the store has it."""
+        assert self._pack is not None
+        raw = pack.object_id(kind, data)
+        if raw not in self._pack.where and pygit2.Oid(raw=raw) not in self._repo.odb:
+            self._pack.add(kind, raw, data, base)
+        return raw
+
+    def _batched_tree(self, files: dict[str, bytes]) -> str | None:
+        """:meth:`write_tree` inside a batch: the trees built here, as libgit2 builds them from an index; None
+        when a path is not a plain one (then libgit2 decides)."""
+        root: dict[str, object] = {}
+        for path in files:
+            *folders, name = parts = path.split("/")
+            node = root
+            for folder in folders:
+                child = node.setdefault(folder, {})
+                if not isinstance(child, dict):
+                    return None
+                node = child
+            if "" in parts or "." in parts or ".." in parts or name in node or "\0" in path:
+                return None
+            node[name] = path
+        entries: list[tuple[str, pygit2.Oid]] = []
+        for path in sorted(files):  # an index's order (paths by their UTF-8 bytes)
+            data = files[path]
+            known = self._oids.get(data)  # written (to the store or the batch) a moment ago
+            oid = known if known is not None else pygit2.Oid(raw=self._pending("blob", data, self._bases.get(path)))
+            if len(data) <= self._BLOB_LARGE:
+                self._bases[path] = (oid.raw, data)
+            self._keep(self._blobs, oid, data, len(data))
+            if known is None:
+                self._keep(self._oids, data, oid, len(data))
+            entries.append((path, oid))
+        ids = dict(entries)
+
+        def tree(node: dict[str, object]) -> bytes:
+            items = []
+            for name, value in node.items():
+                key = name.encode()
+                if isinstance(value, dict):
+                    items.append((key + b"/", b"40000 " + key + b"\0" + tree(value)))
+                else:
+                    items.append((key, b"100644 " + key + b"\0" + ids[str(value)].raw))
+            items.sort()  # git's order: a folder's name as if it ended with a slash
+            return self._pending("tree", b"".join(entry for _key, entry in items))
+
+        made = str(pygit2.Oid(raw=tree(root)))
+        self._trees[made] = entries
+        return made
+
+    def _batched_commit(
+        self, tree: str, parents: list[str], message: str, author: pygit2.Signature, committer: pygit2.Signature
+    ) -> str:
+        """:meth:`commit` inside a batch: the object libgit2's ``git_commit_create`` writes, built here."""
+
+        def person(sig: pygit2.Signature) -> bytes:
+            offset = sig.offset
+            sign = "-" if offset < 0 else "+"
+            return b"%s <%s> %d %s%02d%02d" % (
+                sig.raw_name,
+                sig.raw_email,
+                sig.time,
+                sign.encode(),
+                abs(offset) // 60,
+                abs(offset) % 60,
+            )
+
+        head = [b"tree %s\n" % tree.encode(), *(b"parent %s\n" % p.encode() for p in parents)]
+        head += [b"author " + person(author) + b"\n", b"committer " + person(committer) + b"\n", b"\n"]
+        oid = str(pygit2.Oid(raw=self._pending("commit", b"".join(head) + message.encode("utf-8"))))
+        self._commits[oid] = CommitInfo(
+            id=oid,
+            tree=tree,
+            parents=tuple(parents),
+            message=message,
+            author=Person(author.name, author.email, author.time, author.offset),
+        )
+        return oid
 
     # ---- the user's tools ------------------------------------------------------------------
     def config(self, key: str) -> str | None:
@@ -180,6 +309,7 @@ class ProjectRepo:
         rules and index stay out of it), and git's own mergetool runs the user's tool (``merge.tool`` or
         ``tool``; built-in or ``mergetool.<name>.cmd``) with its usual BASE, LOCAL, REMOTE and MERGED files.
         Returns git's exit code."""
+        self._flush()  # git and libgit2 read the store
         sides = ((1, base), (2, local), (3, remote))
         stages = "".join(f"100644 {self.write_blob(data)} {n}\t{path}\n" for n, data in sides)
         with tempfile.TemporaryDirectory(dir=self.gitdir, prefix="pq-mergetool-") as scratch:
@@ -191,6 +321,7 @@ class ProjectRepo:
 
     # ---- objects -------------------------------------------------------------------------
     def write_blob(self, data: bytes) -> str:
+        self._flush()  # git and libgit2 read the store
         return str(self._write_blob(data))
 
     def read_blob(self, oid: str) -> bytes:
@@ -198,6 +329,7 @@ class ProjectRepo:
 
     def tree_of_blobs(self, blobs: list[str]) -> str:
         """A flat tree whose entries are the given blobs (named by their ids): keeps them reachable."""
+        self._flush()  # git and libgit2 read the store
         tb = self._repo.TreeBuilder()
         for oid in sorted(set(blobs)):
             tb.insert(oid, pygit2.Oid(hex=oid), FileMode.BLOB)
@@ -205,12 +337,14 @@ class ProjectRepo:
 
     def kind_of(self, oid: str) -> str | None:
         """The type of object ``oid`` ("commit", "tree", "blob", "tag"), None when the repository lacks it."""
+        self._flush()  # git and libgit2 read the store
         try:
             return str(self._repo[oid].type_str)
         except (KeyError, ValueError):
             return None
 
     def has_object(self, oid: str) -> bool:
+        self._flush()  # git and libgit2 read the store
         try:
             self._repo[oid]
         except (KeyError, ValueError):
@@ -219,6 +353,9 @@ class ProjectRepo:
 
     def write_tree(self, files: dict[str, bytes]) -> str:
         """A tree holding exactly ``files`` (slash-separated paths), as regular files."""
+        if self._pack is not None and (made := self._batched_tree(files)) is not None:
+            return made
+        self._flush()
         index = pygit2.Index()
         for path, data in files.items():
             oid = self._write_blob(data)
@@ -236,12 +373,14 @@ class ProjectRepo:
 
     def tree_ids(self, oid: str) -> dict[str, str]:
         """The blob id of every file of tree ``oid`` (slash-separated paths), without reading the blobs."""
+        self._flush()  # git and libgit2 read the store
         index = pygit2.Index()
         index.read_tree(self._repo[oid].peel(pygit2.Tree))
         return {entry.path: str(entry.id) for entry in index}
 
     def write_tree_ids(self, ids: dict[str, str]) -> str:
         """A tree holding exactly the blobs ``ids`` (slash-separated path -> blob id), as regular files."""
+        self._flush()  # git and libgit2 read the store
         index = pygit2.Index()
         for path, oid in ids.items():
             index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=oid), FileMode.BLOB))
@@ -249,10 +388,13 @@ class ProjectRepo:
 
     def is_ancestor(self, older: str, newer: str) -> bool:
         """Whether commit ``older`` is ``newer`` or one of its ancestors."""
+        self._flush()  # git and libgit2 read the store
         return older == newer or bool(self._repo.descendant_of(newer, older))
 
     def commit(self, tree: str, parents: list[str], message: str, author: Person, committer: Person) -> str:
         signatures = author.signature(), committer.signature()  # a bad name is its own error, not the store's
+        if self._pack is not None:
+            return self._batched_commit(tree, parents, message, *signatures)
         oid = self._stored(
             lambda: self._repo.create_commit(
                 None,
@@ -302,6 +444,7 @@ class ProjectRepo:
         the expected old one while the locks are held, and only then are all of them written; a
         ref that changed underneath is an error and nothing moves.
         """
+        self._flush()  # git and libgit2 read the store
         for name in updates:
             if not name.startswith(REF_PREFIX):
                 raise PqError(f"refusing to move {name}: pq only owns {REF_PREFIX}")
@@ -348,6 +491,7 @@ class ProjectRepo:
         alone.  The ``index`` lines of text files carry 7-digit ids: git would lengthen one that is
         ambiguous among the objects of this clone, and a patch must read the same in every clone.
         """
+        self._flush()  # git and libgit2 read the store
         ids = list(dict.fromkeys(commits))
         if not ids:
             return {}
@@ -397,6 +541,7 @@ class ProjectRepo:
         ``labels`` are (base, ours, theirs).  pygit2 does not expose the merge options, so the
         libgit2 call is made through pygit2's own cffi binding.
         """
+        self._flush()  # git and libgit2 read the store
         # each C entry lives as long as its companion in the pair
         converted = [pygit2.IndexEntry(path, self._write_blob(d), FileMode.BLOB)._to_c() for d in (base, ours, theirs)]
         opts = ffi.new("git_merge_file_options *")

@@ -376,8 +376,25 @@ def replay(
 
     ``edited`` gives the maintainer's recorded edits of a patch's merge result (see
     :meth:`patch_queue.series.rerere.Store.lookup_edit`); they are looked up on the plain merge, before
-    the recorded regions (``recorded``), so the same inputs always meet the same record.
+    the recorded regions (``recorded``), so the same inputs always meet the same record.  The objects a replay
+    writes go to one pack (:meth:`~patch_queue.git.repo.ProjectRepo.batched`), written when it ends.
     """
+    with repo.batched():
+        return _replay(repo, patches, new_base, labels, stop, progress, normalize, recorded, edited, imports)
+
+
+def _replay(
+    repo: ProjectRepo,
+    patches: list[tuple[str, str]],
+    new_base: str,
+    labels: tuple[str, str],
+    stop: bool,
+    progress: Callable[[PatchResult], None] | None,
+    normalize: Normalize | None,
+    recorded: Recorded | None,
+    edited: Edited | None,
+    imports: Imports | None,
+) -> list[PatchResult]:
     results: list[PatchResult] = []
     parent = new_base
     windows: dict[str, window.Window] = {}
