@@ -105,7 +105,7 @@ def test_an_edit_of_one_patch_leaves_the_other_files_byte_for_byte(proj: Path) -
     assert [n for n in after if after[n] != before[n]] == ["0007-npu-ar-worker.patch"]
 
 
-def test_a_lineage_of_the_older_form_reproduces_and_goes_on_in_the_new_one(tmp_path: Path) -> None:
+def test_a_lineage_of_the_older_form_reproduces_and_goes_on_in_the_new_one(corpus: Path, tmp_path: Path) -> None:
     """This repository's own queue.toml (every step in form 1: From <commit id>) reproduces byte for byte; a `pq
     record` after it writes form 2 (only the edited patch is a recorded edit), and a fresh clone reproduces both."""
     mine = new_project(tmp_path / "mine")
