@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,29 @@ def corpus() -> Path:
 def pq_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = os.environ.get("PQ_CACHE")
     return Path(env) if env else tmp_path_factory.mktemp("pq-cache")
+
+
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder ``name``, filled by ``build(folder)`` once for the whole run. Under pytest-xdist every worker
+    shares it: the first to ask builds it in the run's common temporary folder under a file lock (as pytest-xdist's
+    documentation shows), the others wait for it and take it as built; a build that failed is built again by the
+    next worker to ask (and fails there too). Run alone, it is built in the session's temporary folder. The folder
+    is everyone's: copy what it holds (`copy_project`), never change it."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        folder = tmp_path_factory.mktemp(f"once-{name}", numbered=False)
+        build(folder)
+        return folder
+    root = tmp_path_factory.getbasetemp().parent / "built-once"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, however the build ends
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
 
 
 SEAL = {
@@ -234,12 +258,15 @@ NEWEST_OMNI = "0.32.0rc1"  # the newest vllm-omni release on the registry, which
 def seeded_once(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project as this repository is once `push_to_bare` commits it: main.sh with queue.toml and series (adopted
     from vllm-omni 0.30.0 at its base, then vllm-omni 0.32.0rc1 merged: the same upstream base), no patch bodies
-    once pushed (they are gitignored). Built once per session: copy it (`copy_project`), never change it."""
-    proj = copy_project(released_030_once, tmp_path_factory.mktemp("seeded-once") / "p")
-    (proj / "scripts").mkdir()
-    shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "main.sh", proj / "scripts" / "main.sh")
-    pq(proj, "merge", NEWEST_OMNI, "--no-check")
-    return proj
+    once pushed (they are gitignored). Built once per run (`built_once`): copy it (`copy_project`), never change it."""
+
+    def build(folder: Path) -> None:
+        proj = copy_project(released_030_once, folder / "p")
+        (proj / "scripts").mkdir()
+        shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "main.sh", proj / "scripts" / "main.sh")
+        pq(proj, "merge", NEWEST_OMNI, "--no-check")
+
+    return built_once(tmp_path_factory, "seeded", build) / "p"
 
 
 def copy_project(src: Path, dst: Path) -> Path:
@@ -263,25 +290,29 @@ def state(path: Path) -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def adopted_030_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """vllm-omni 0.30.0's series adopted from the corpus folder at its base, once per session (inside the session's
-    seal). Nothing uses it but `adopted_030`, which copies it."""
+    """vllm-omni 0.30.0's series adopted from the corpus folder at its base, once per run (`built_once`, inside the
+    session's seal): copy it, never change it."""
     found = corpus_dir()
     if found is None:
         pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    proj = new_project(tmp_path_factory.mktemp("adopted-once") / "p")
-    pq(proj, "adopt", str(found / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
-    return proj
+
+    def build(folder: Path) -> None:
+        pq(new_project(folder / "p"), "adopt", str(found / "vllm-omni-0.30.0" / "npu"), "--at", BASE_030)
+
+    return built_once(tmp_path_factory, "adopted", build) / "p"
 
 
 @pytest.fixture(scope="session")
 def released_030_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`pq adopt vllm-omni==0.30.0 --at BASE_030` (the registry release) in a new project, once per session, left
-    as the adopt left it (nothing committed): copy it, never change it."""
+    """`pq adopt vllm-omni==0.30.0 --at BASE_030` (the registry release) in a new project, once per run
+    (`built_once`), left as the adopt left it (nothing committed): copy it, never change it."""
     if corpus_dir() is None:
         pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-    proj = new_project(tmp_path_factory.mktemp("released-once") / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
-    return proj
+
+    def build(folder: Path) -> None:
+        pq(new_project(folder / "p"), "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+
+    return built_once(tmp_path_factory, "released", build) / "p"
 
 
 @pytest.fixture(scope="module")
@@ -296,9 +327,15 @@ RC2 = "vllm-ascend==0.30.0rc2"
 @pytest.fixture(scope="session")
 def refreshed_030_once(adopted_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The adopted 0.30.0 series refreshed onto vllm-ascend 0.30.0rc2 with `pq refresh --no-stop` (exit 3: the
-    refresh pending over its conflicts), once per session: (the project, what the refresh printed). Copy it."""
-    proj = copy_project(adopted_030_once, tmp_path_factory.mktemp("refreshed-once") / "p")
-    return proj, pq(proj, "refresh", "--no-stop", "--to", RC2, check=3).stdout
+    refresh pending over its conflicts), once per run (`built_once`): (the project, what the refresh printed).
+    Copy it."""
+
+    def build(folder: Path) -> None:
+        proj = copy_project(adopted_030_once, folder / "p")
+        (folder / "stdout").write_text(pq(proj, "refresh", "--no-stop", "--to", RC2, check=3).stdout)
+
+    folder = built_once(tmp_path_factory, "refreshed", build)
+    return folder / "p", (folder / "stdout").read_text()
 
 
 @pytest.fixture
@@ -329,11 +366,15 @@ def resolve_all(proj: Path, side: str) -> int:
 def upstream_resolved_once(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The registry adoption of 0.30.0 refreshed onto vllm-ascend 0.30.0rc2 as this repository's series was: `pq
     refresh` stopping at each conflicted patch, every region resolved to upstream's side, `pq continue
-    --accept-errors` over the errors of pq check that leaves; nothing committed. Once per session: copy it."""
-    proj = copy_project(released_030_once, tmp_path_factory.mktemp("upstream-resolved-once") / "p")
-    code = pq(proj, "refresh", "--to", RC2, check=None).returncode
-    while code == 3:
-        resolve_all(proj, "--keep-upstream")
-        code = pq(proj, "continue", "--accept-errors", check=None).returncode
-    assert code == 0
-    return proj
+    --accept-errors` over the errors of pq check that leaves; nothing committed. Once per run (`built_once`): copy
+    it."""
+
+    def build(folder: Path) -> None:
+        proj = copy_project(released_030_once, folder / "p")
+        code = pq(proj, "refresh", "--to", RC2, check=None).returncode
+        while code == 3:
+            resolve_all(proj, "--keep-upstream")
+            code = pq(proj, "continue", "--accept-errors", check=None).returncode
+        assert code == 0
+
+    return built_once(tmp_path_factory, "upstream-resolved", build) / "p"
