@@ -338,6 +338,26 @@ def refreshed_030_once(adopted_030_once: Path, tmp_path_factory: pytest.TempPath
     return folder / "p", (folder / "stdout").read_text()
 
 
+REPORTED = ("--report", "reports/refresh.json", "--markdown", "reports/refresh.md", "--annotations")
+
+
+@pytest.fixture(scope="session")
+def reported_030_once(adopted_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The adopted 0.30.0 series refreshed onto vllm-ascend 0.30.0rc2 with `pq refresh --no-stop` and its reports
+    (REPORTED: the JSON and Markdown reports in the project's git-ignored reports/, the annotations on stdout), exit
+    3, once per run (`built_once`): (the project, what the refresh printed). The pending refresh keeps the report
+    paths relative to the project, so a copy's `pq continue` rewrites the copy's own reports. Copy it, or only read
+    it."""
+
+    def build(folder: Path) -> None:
+        proj = copy_project(adopted_030_once, folder / "p")
+        (proj / "reports").mkdir()
+        (folder / "stdout").write_text(pq(proj, "refresh", "--no-stop", "--to", RC2, *REPORTED, check=3).stdout)
+
+    folder = built_once(tmp_path_factory, "reported", build)
+    return folder / "p", (folder / "stdout").read_text()
+
+
 @pytest.fixture
 def refreshed_030(refreshed_030_once: tuple[Path, str], tmp_path: Path) -> Path:
     """A test's own copy of the pending refresh of `refreshed_030_once`."""

@@ -86,25 +86,15 @@ def test_git_am_reads_the_patches(adopted_030: Path, tmp_path: Path) -> None:
     assert git(work, "rev-parse", "HEAD^{tree}").strip() == top
 
 
-def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus: Path) -> None:
-    """0.30.0's series onto vllm-ascend 0.30.0rc2 (sdist only): exit 3, report, every Omni-new line kept."""
-    proj = copy_project(adopted_030, tmp_path / "p")
-    report = tmp_path / "report.json"
-    md = tmp_path / "report.md"
-    old_base = git(proj, "rev-parse", "refs/pq/base").strip()
-    proc = pq(
-        proj,
-        "refresh",
-        "--no-stop",
-        "--to",
-        "vllm-ascend==0.30.0rc2",
-        "--report",
-        str(report),
-        "--markdown",
-        str(md),
-        "--annotations",
-        check=3,
-    )
+def test_refresh_real_upgrade_no_stop(
+    adopted_030: Path, reported_030_once: tuple[Path, str], tmp_path: Path, corpus: Path
+) -> None:
+    """0.30.0's series onto vllm-ascend 0.30.0rc2 (sdist only; a copy of the session's `pq refresh --no-stop
+    --report --markdown --annotations`): exit 3, report, every Omni-new line kept."""
+    proj = copy_project(reported_030_once[0], tmp_path / "p")
+    report, md = proj / "reports" / "refresh.json", proj / "reports" / "refresh.md"
+    old_base = git(adopted_030, "rev-parse", "refs/pq/base").strip()
+    stdout = reported_030_once[1]  # the refresh exited 3
     data = json.loads(report.read_text())
     # no statement the new upstream adds is dropped outside a conflict region (17 were: the kept replacements
     # of the KV prefetch's complete_forward, the device-metadata release, the dummy run's positions reset, ...)
@@ -161,11 +151,11 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     assert body.startswith("## NPU runners: ") and body.count("<details>") == len(data["conflicts"]) + len(
         data["flags"]
     )
-    notes = [line for line in proc.stdout.splitlines() if line.startswith("::")]
+    notes = [line for line in stdout.splitlines() if line.startswith("::")]
     assert len([n for n in notes if n.startswith("::error file=npu_worker/")]) == len(data["conflicts"])
     assert len([n for n in notes if n.startswith("::warning file=npu_worker/")]) == len(data["flags"])
     per_file = Counter(c["file"] for c in data["conflicts"])
-    assert f"{len(data['conflicts'])} conflict region(s)" in proc.stdout
+    assert f"{len(data['conflicts'])} conflict region(s)" in stdout
     assert set(per_file) <= {"npu_model_runner.py", "npu_ar_model_runner.py", "npu_generation_model_runner.py"}
     for f in (corpus / "vllm-omni-0.30.0" / "npu").glob("*.py"):
         have = omni_lines((proj / "npu_worker" / f.name).read_text())
@@ -176,7 +166,7 @@ def test_refresh_real_upgrade_no_stop(adopted_030: Path, tmp_path: Path, corpus:
     # the history ends before 0.30.0rc2: no culprits, and the reason, once in each output
     reason = "no upstream commits named: vllm-ascend 0.30.0rc2 has no tag v0.30.0rc2 in the upstream history"
     assert data["upstream"]["culprits"].startswith(reason) and not any(c["culprits"] for c in data["conflicts"])
-    assert f"culprits: {reason}" in proc.stdout and reason in body
+    assert f"culprits: {reason}" in stdout and reason in body
 
 
 def test_abort_restores_everything(adopted_030: Path, refreshed_030: Path) -> None:

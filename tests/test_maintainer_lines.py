@@ -103,22 +103,20 @@ def test_every_line_is_right_after_refresh_and_each_continue(adopted_030: Path, 
     assert len(named) == 9 and all(line.endswith(" at vllm-ascend 0.30.0rc2.") for line in named), named
 
 
-def test_no_stop_then_continue_lines(adopted_030: Path, tmp_path: Path) -> None:
-    """The flags of a --no-stop refresh, after one `pq continue`, point into the resolved files."""
-    proj = copy_project(adopted_030, tmp_path / "p")
-    (proj / "reports").mkdir()
-    proc = pq(proj, "refresh", "--no-stop", "--to", RC2, "--report", "reports/refresh.json", check=3)
+def test_no_stop_then_continue_lines(reported_030_once: tuple[Path, str], tmp_path: Path) -> None:
+    """The flags of a --no-stop refresh, after one `pq continue`, point into the resolved files (a copy of the
+    session's `pq refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md`)."""
+    proj, stdout = copy_project(reported_030_once[0], tmp_path / "p"), reported_030_once[1]
     # the terminal lists the flags to read, each with its why, and counts the others
     report = json.loads((proj / "reports" / "refresh.json").read_text())
     to_read = [f for f in report["flags"] if to_read_flag(Conflict.from_json(f, "flag", conflict=False))]
-    listed = re.findall(r"^review: npu_worker/(\w+\.py):(\d+) ([\w-]+) ", proc.stdout, re.MULTILINE)
+    listed = re.findall(r"^review: npu_worker/(\w+\.py):(\d+) ([\w-]+) ", stdout, re.MULTILINE)
     assert listed == [(f["file"], str(f["line"]), f["kind"]) for f in to_read] and to_read
-    rows = proc.stdout.splitlines()
+    rows = stdout.splitlines()
     assert all(rows[i + 1].startswith("  why: ") for i, row in enumerate(rows) if row.startswith("review: "))
-    assert f"{len(to_read)} review flag(s) to read (listed above): " in proc.stdout
-    others = re.search(r"^(\d+) other review flag\(s\): .*\b\d+ near-block", proc.stdout, re.MULTILINE)
+    assert f"{len(to_read)} review flag(s) to read (listed above): " in stdout
+    others = re.search(r"^(\d+) other review flag\(s\): .*\b\d+ near-block", stdout, re.MULTILINE)
     assert others and int(others.group(1)) == len(report["flags"]) - len(to_read)
-    (proj / "reports" / "refresh.md").write_text("")  # no Markdown asked for
     only = pq(proj, "status", "--flags", "near-block,kept-replacement", check=3).stdout
     assert {r.split()[2] for r in only.splitlines() if r.startswith("review: ")} == {"near-block", "kept-replacement"}
     for f in (proj / "npu_worker").glob("*.py"):

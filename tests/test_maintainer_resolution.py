@@ -231,11 +231,10 @@ def apply(
     return decisions, rows
 
 
-def test_maintainer_resolution_of_rc2(adopted_030: Path, tmp_path: Path, corpus: Path) -> None:
-    proj = copy_project(adopted_030, tmp_path / "p")
-    report_path = tmp_path / "refresh.json"
-    pq(proj, "refresh", "--no-stop", "--to", TARGET, "--report", str(report_path), check=3)
-    report = json.loads(report_path.read_text())  # `pq continue` writes it again, without these flags
+def test_maintainer_resolution_of_rc2(reported_030_once: tuple[Path, str], tmp_path: Path, corpus: Path) -> None:
+    # the session's `pq refresh --no-stop --to vllm-ascend==0.30.0rc2 --report reports/refresh.json`, copied
+    proj = copy_project(reported_030_once[0], tmp_path / "p")
+    report = json.loads((proj / "reports" / "refresh.json").read_text())  # `pq continue` writes it again
     conflicts = report["conflicts"]
     entries = load_fixture()
 

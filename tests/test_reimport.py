@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, git, new_project, pq
+from conftest import git, new_project, pq
 
 from patch_queue.checks.names import check_names
 from patch_queue.series import fmt, reimport
@@ -312,13 +312,13 @@ def _undefined(folder: Path) -> list[str]:
     return out
 
 
-def test_refresh_onto_a_real_release_imports_what_upstream_code_needs(adopted_030: Path, tmp_path: Path) -> None:
-    """0.30.0 onto vllm-ascend 0.30.0rc2: the imports the merged upstream code needs are added to the
-    skeleton patches and flagged; no name is left undefined on either side of a conflict: neither one upstream
-    binds nor a local (conflict regions grow until each side binds what it reads)."""
-    proj = copy_project(adopted_030, tmp_path / "p")
-    report = tmp_path / "r.json"
-    pq(proj, "refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(report), check=3)
+def test_refresh_onto_a_real_release_imports_what_upstream_code_needs(reported_030_once: tuple[Path, str]) -> None:
+    """0.30.0 onto vllm-ascend 0.30.0rc2 (the session's `pq refresh --no-stop --report`, only read): the imports the
+    merged upstream code needs are added to the skeleton patches and flagged; no name is left undefined on either
+    side of a conflict: neither one upstream binds nor a local (conflict regions grow until each side binds what it
+    reads)."""
+    proj, _stdout = reported_030_once
+    report = proj / "reports" / "refresh.json"
     flags = [f for f in json.loads(report.read_text())["flags"] if f["kind"] == "import-added"]
     assert {f["file"] for f in flags} == {
         "npu_ar_model_runner.py",

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, pq
 
 from patch_queue.outputs import report
 from patch_queue.outputs.report import (
@@ -529,12 +528,11 @@ def test_astral_characters_and_the_utf8_budget() -> None:
         text.encode("utf-8")  # no half of a character anywhere
 
 
-def test_real_refresh_body(adopted_030: Path, tmp_path: Path) -> None:
-    """0.30.0's series onto vllm-ascend 0.30.0rc2: a report over the budget gives a body under it."""
-    proj = copy_project(adopted_030, tmp_path / "p")
-    out, md = tmp_path / "report.json", tmp_path / "body.md"
-    args = ["refresh", "--no-stop", "--to", "vllm-ascend==0.30.0rc2", "--report", str(out), "--markdown", str(md)]
-    pq(proj, *args, check=3)
+def test_real_refresh_body(reported_030_once: tuple[Path, str]) -> None:
+    """0.30.0's series onto vllm-ascend 0.30.0rc2 (the session's `pq refresh --no-stop --report --markdown`, only
+    read): a report over the budget gives a body under it."""
+    proj, _stdout = reported_030_once
+    out, md = proj / "reports" / "refresh.json", proj / "reports" / "refresh.md"
     data = json.loads(out.read_text())
     full, body = markdown(data, limit=None), md.read_text(encoding="utf-8")
     assert body == markdown(data)  # pq refresh --markdown writes the budgeted body

@@ -19,17 +19,16 @@ RC2 = "vllm-ascend==0.30.0rc2"
 CONFLICT = re.compile(r"^conflict: (npu_worker/\w+\.py):(\d+) ", re.MULTILINE)
 
 
-@pytest.fixture(scope="module")
-def reported(adopted_030: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The module's refresh onto 0.30.0rc2 with --no-stop and a report (r.json), pending: tests copy it."""
-    proj = copy_project(adopted_030, tmp_path_factory.mktemp("refreshed") / "p")
-    pq(proj, "refresh", "--no-stop", "--to", RC2, "--report", "r.json", check=3)
-    return proj
+@pytest.fixture
+def reported(reported_030_once: tuple[Path, str]) -> Path:
+    """The session's refresh onto 0.30.0rc2 with --no-stop and its reports (reports/refresh.json), pending: tests
+    copy it."""
+    return reported_030_once[0]
 
 
 def test_resolve_one_region_by_side(reported: Path, tmp_path: Path) -> None:
     proj = copy_project(reported, tmp_path / "p")
-    report = json.loads((proj / "r.json").read_text())
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
     first = next(c for c in report["conflicts"] if not c["links"])  # a region that goes with no other
     path = proj / "npu_worker" / first["file"]
     before = path.read_text()
@@ -72,7 +71,7 @@ def test_regions_that_go_together_are_resolved_together(reported: Path, tmp_path
     they are; `--alone` takes only the one.  Every conflict resolved so, the two sides taken in turn, leaves no
     undefined name, whichever side comes first (taking the sides region by region does not)."""
     proj = copy_project(reported, tmp_path / "p")
-    conflicts = json.loads((proj / "r.json").read_text())["conflicts"]
+    conflicts = json.loads((proj / "reports" / "refresh.json").read_text())["conflicts"]
     first = next(c for c in conflicts if c["links"])
     partners = [
         c
