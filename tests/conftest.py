@@ -322,6 +322,37 @@ def adopted_030(adopted_030_once: Path, tmp_path_factory: pytest.TempPathFactory
 
 
 RC2 = "vllm-ascend==0.30.0rc2"
+BASE_018 = "5df2ddd8dbb8"  # what pq adopt finds for vllm-omni 0.18.0
+
+
+@pytest.fixture(scope="session")
+def released_018_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`pq adopt vllm-omni==0.18.0 --at BASE_018` (the registry release) in a new project, as this repository
+    keeps its series (queue.toml and series committed, the bodies git-ignored), nothing committed yet; once per run
+    (`built_once`): copy it, never change it."""
+    if corpus_dir() is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+
+    def build(folder: Path) -> None:
+        pq(new_project(folder / "p"), "adopt", "vllm-omni==0.18.0", "--at", BASE_018)
+
+    return built_once(tmp_path_factory, "released-018", build) / "p"
+
+
+@pytest.fixture(scope="session")
+def forked_018_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fork's project (it owns its series: the patch bodies are not git-ignored) with vllm-omni 0.18.0's folder
+    adopted at BASE_018, nothing committed yet; once per run (`built_once`): copy it, never change it."""
+    found = corpus_dir()
+    if found is None:
+        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
+
+    def build(folder: Path) -> None:
+        proj = new_project(folder / "p")
+        (proj / ".gitignore").write_text("/npu_worker/\n/reports/\n")
+        pq(proj, "adopt", str(found / "vllm-omni-0.18.0" / "npu"), "--at", BASE_018)
+
+    return built_once(tmp_path_factory, "forked-018", build) / "p"
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,10 +55,28 @@ def origin(seeded_once: Path, tmp_path: Path) -> Path:
     return push_to_bare(copy_project(seeded_once, tmp_path / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
 
 
-def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(origin: Path, tmp_path: Path) -> None:
-    # the maintainer: main.sh stops on conflicts; resolve, add imports, continue, commit, push with the edits
-    mine = checkout(origin, tmp_path / "maintainer")
-    out = main_sh(mine, check=3).stdout
+@pytest.fixture(scope="module")
+def stopped(seeded_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A folder holding origin.git (a project as this repository is: queue.toml, series and main.sh committed, no
+    patch bodies) and maintainer/, its clone, after main.sh stopped there on the refresh's conflicts (exit 3):
+    (the folder, what main.sh printed). Built once for the module: tests take their own copy (`stopped_copy`)."""
+    tmp = tmp_path_factory.mktemp("stopped")
+    origin = push_to_bare(copy_project(seeded_once, tmp / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
+    return tmp, main_sh(checkout(origin, tmp / "maintainer"), check=3).stdout
+
+
+def stopped_copy(stopped: tuple[Path, str], dst: Path) -> tuple[Path, Path]:
+    """(origin, the maintainer's clone): a copy of both in ``dst``, the clone's origin the copied one."""
+    shutil.copytree(stopped[0], dst, symlinks=True)
+    git(dst / "maintainer", "remote", "set-url", "origin", str(dst / "origin.git"))
+    return dst / "origin.git", dst / "maintainer"
+
+
+def test_a_committed_upgrade_is_reproduced_from_a_fresh_clone(stopped: tuple[Path, str], tmp_path: Path) -> None:
+    # the maintainer: main.sh stops on conflicts (the module's run, copied); resolve, add imports, continue, commit,
+    # push with the edits
+    origin, mine = stopped_copy(stopped, tmp_path / "maintained")
+    out = stopped[1]
     assert "== reproducing the series" in out and "conflict region(s)" in out
     resolve(mine / "npu_worker")
     done = pq(mine, "continue").stdout
@@ -117,8 +136,10 @@ def test_an_old_queue_without_lineage_is_refused_not_readopted(origin: Path, tmp
     assert state(work) == before
 
 
-def test_the_bots_branch_resolved_by_a_maintainer_is_reproduced_by_anyone(corpus: Path, tmp_path: Path) -> None:
-    origin = seed(tmp_path, corpus, fork=False)
+def test_the_bots_branch_resolved_by_a_maintainer_is_reproduced_by_anyone(
+    released_018_once: Path, tmp_path: Path
+) -> None:
+    origin = seed(tmp_path, released_018_once)
     bot = checkout(origin, tmp_path / "bot")
     decision = refresh_pr.prepare(CONFLICTED, tmp_path / "wd", root=bot)
     assert decision.draft
@@ -147,10 +168,10 @@ def test_the_bots_branch_resolved_by_a_maintainer_is_reproduced_by_anyone(corpus
     assert decision.action == "comment"
 
 
-def test_a_clean_bot_refresh_pushes_a_reproducible_lineage(corpus: Path, tmp_path: Path) -> None:
+def test_a_clean_bot_refresh_pushes_a_reproducible_lineage(released_018_once: Path, tmp_path: Path) -> None:
     from test_refresh_pr import CLEAN
 
-    origin = seed(tmp_path, corpus, fork=False)
+    origin = seed(tmp_path, released_018_once)
     bot = checkout(origin, tmp_path / "bot")
     refresh_pr.prepare(CLEAN, tmp_path / "wd", root=bot)
     refresh_pr.publish(tmp_path / "wd", target=CLEAN, root=bot, prs=Recorder())
@@ -205,8 +226,8 @@ def test_discard_says_what_it_dropped(edited: Path) -> None:
     assert "# unrecorded" not in (edited / "npu_worker" / "npu_model_runner.py").read_text()
 
 
-def test_a_fork_catches_a_hand_edited_patch_body(corpus: Path, tmp_path: Path) -> None:
-    origin = seed(tmp_path, corpus, fork=True)
+def test_a_fork_catches_a_hand_edited_patch_body(forked_018_once: Path, tmp_path: Path) -> None:
+    origin = seed(tmp_path, forked_018_once)
     fork = checkout(origin, tmp_path / "fork")
     name = [n for n in (fork / "patches" / "series").read_text().split() if n.endswith(".patch")][4]
     body = fork / "patches" / name
@@ -293,15 +314,13 @@ def step_kinds(proj: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def maintained_and_origin(seeded_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(The maintainer's clone, its origin), pushed with refs/pq/resolutions: main.sh stops on conflicts, every
-    region resolved to the patch side with `pq resolve`, `pq continue`; then, by hand: a fix in a patch the continue
-    edited and an import in a module skeleton it did not edit, `pq record`; a comment in an omni-only module, `pq
-    new`. Built once for the module: the tests only read both (and clone the origin)."""
-    tmp = tmp_path_factory.mktemp("maintained")
-    origin = push_to_bare(copy_project(seeded_once, tmp / "seed"), "adopt vllm-omni 0.30.0, merge 0.32.0rc1")
-    mine = checkout(origin, tmp / "maintainer")
-    main_sh(mine, check=3)
+def maintained_and_origin(stopped: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(The maintainer's clone, its origin), pushed with refs/pq/resolutions: main.sh stops on conflicts (a copy of
+    the module's `stopped`), every region resolved to the patch side with `pq resolve`, `pq continue`; then, by
+    hand: a fix in a patch the continue edited and an import in a module skeleton it did not edit, `pq record`; a
+    comment in an omni-only module, `pq new`. Built once for the module: the tests only read both (and clone the
+    origin)."""
+    origin, mine = stopped_copy(stopped, tmp_path_factory.mktemp("maintained") / "m")
     resolve_with_pq(mine / "npu_worker")
     pq(mine, "continue")
     runner = mine / "npu_worker" / "npu_model_runner.py"

@@ -17,7 +17,7 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-from conftest import BASE_030, NEWEST_OMNI, copy_project, git, new_project, pq, push_to_bare
+from conftest import NEWEST_OMNI, copy_project, git, new_project, pq, push_to_bare
 from test_report import named, well_formed
 
 from patch_queue.commands.adopt import read_downstream
@@ -26,7 +26,6 @@ from patch_queue.outputs.report import BODY_BUDGET, github_chars, markdown
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
 
-BASE_018 = "5df2ddd8dbb8"  # what pq adopt finds for vllm-omni 0.18.0
 CONFLICTED = "3e1b977b05c1"  # the base of 0.20.0: conflicts from 0.18.0's series
 CLEAN = "2db12ed935da"  # the first upstream commit after BASE_018 that touched the runner: replays cleanly
 
@@ -67,15 +66,11 @@ class Recorder:
             self.calls.append(("comment", number))
 
 
-def seed(tmp: Path, corpus: Path, *, fork: bool) -> Path:
-    """A project repository with the 0.18.0 series on main, pushed to a bare origin."""
-    proj = new_project(tmp / "seed")
-    if fork:  # a fork owns its series: patch bodies are committed
-        (proj / ".gitignore").write_text("/npu_worker/\n/reports/\n")
-        pq(proj, "adopt", str(corpus / "vllm-omni-0.18.0" / "npu"), "--at", BASE_018)
-    else:  # as this repository: queue.toml and series only, the bodies come back from the registry release
-        pq(proj, "adopt", "vllm-omni==0.18.0", "--at", BASE_018)
-    return push_to_bare(proj, "adopt vllm-omni 0.18.0")
+def seed(tmp: Path, adopted: Path) -> Path:
+    """A project repository with the 0.18.0 series on main, pushed to a bare origin: a copy of ``adopted``, the
+    session's adoption of 0.18.0 as this repository keeps it (`released_018_once`: queue.toml and series only, the
+    bodies come back from the registry release) or as a fork does (`forked_018_once`: the bodies committed)."""
+    return push_to_bare(copy_project(adopted, tmp / "seed"), "adopt vllm-omni 0.18.0")
 
 
 def checkout(origin: Path, dst: Path) -> Path:
@@ -88,8 +83,10 @@ def remote_head(origin: Path, branch: str) -> str:
     return out
 
 
-def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(corpus: Path, tmp_path: Path) -> None:
-    origin = seed(tmp_path, corpus, fork=False)
+def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(
+    released_018_once: Path, tmp_path: Path
+) -> None:
+    origin = seed(tmp_path, released_018_once)
     prs = Recorder()
     branch = refresh_pr.branch_of(CONFLICTED)
     assert branch == f"pq/refresh/{CONFLICTED}"
@@ -150,10 +147,9 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(c
 
 
 def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reproduces_it(
-    corpus: Path, tmp_path: Path
+    released_030_once: Path, tmp_path: Path
 ) -> None:
-    proj = new_project(tmp_path / "seed")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+    proj = copy_project(released_030_once, tmp_path / "seed")  # `pq adopt vllm-omni==0.30.0 --at BASE_030`
     origin = push_to_bare(proj, "adopt vllm-omni 0.30.0")
     prs = Recorder()
     work = checkout(origin, tmp_path / "run")
@@ -237,8 +233,8 @@ def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(
     assert (fresh / "npu_worker" / "talker_multiframe.py").read_bytes() == talker
 
 
-def test_a_clean_target_commits_the_refreshed_series(corpus: Path, tmp_path: Path) -> None:
-    origin = seed(tmp_path, corpus, fork=True)
+def test_a_clean_target_commits_the_refreshed_series(forked_018_once: Path, tmp_path: Path) -> None:
+    origin = seed(tmp_path, forked_018_once)
     prs = Recorder()
     work = checkout(origin, tmp_path / "run")
     decision = refresh_pr.prepare(CLEAN, tmp_path / "wd", root=work)
@@ -260,10 +256,10 @@ def test_a_clean_target_commits_the_refreshed_series(corpus: Path, tmp_path: Pat
         assert (built / "npu_worker" / f.name).read_bytes() == f.read_bytes(), f.name
 
 
-def test_a_result_with_check_errors_is_committed_as_a_draft(corpus: Path, tmp_path: Path) -> None:
+def test_a_result_with_check_errors_is_committed_as_a_draft(forked_018_once: Path, tmp_path: Path) -> None:
     """The bot refreshes with --accept-errors: a clean result that pq check finds errors in is committed (its
     lineage step lists them) and its pull request is a draft labelled check-errors, the errors in its body."""
-    origin = seed(tmp_path, corpus, fork=True)
+    origin = seed(tmp_path, forked_018_once)
     rules = checkout(origin, tmp_path / "rules")
     (rules / "patches" / "check-rules.toml").write_text(
         '[[rule]]\nid = "no-execute-model"\nkind = "regex"\nseverity = "error"\n'
