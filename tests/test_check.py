@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import new_project, pq
+from conftest import copy_project, pq
 
 from patch_queue.checks import rules as check
 from patch_queue.errors import QueueError
@@ -203,9 +203,8 @@ def test_signature_drift_fires_on_a_changed_parameter(upstream_030: str) -> None
 # -- the commands ---------------------------------------------------------------------------------
 
 
-def test_pq_check_and_pq_blocks_on_the_adopted_030(corpus: Path, tmp_path: Path) -> None:
-    proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
+def test_pq_check_and_pq_blocks_on_the_adopted_030(adopted_030_once: Path, tmp_path: Path) -> None:
+    proj = copy_project(adopted_030_once, tmp_path / "p")  # the corpus folder of 0.30.0 adopted at cf0baa38dfb2
     out = tmp_path / "check.json"
     proc = pq(proj, "check", "--no-sources", "--json", str(out))
     data = json.loads(out.read_text())
@@ -230,10 +229,9 @@ def test_pq_check_and_pq_blocks_on_the_adopted_030(corpus: Path, tmp_path: Path)
     assert body.startswith("# Omni blocks: vllm-omni ") and body.count("| fenced |") == 24
 
 
-def test_planted_import_and_missing_block_are_both_reported(corpus: Path, tmp_path: Path) -> None:
+def test_planted_import_and_missing_block_are_both_reported(released_030_once: Path, tmp_path: Path) -> None:
     """The full check (with the upstream source trees) on a real runner with two planted faults."""
-    proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", "cf0baa38dfb2")
+    proj = copy_project(released_030_once, tmp_path / "p")  # `pq adopt vllm-omni==0.30.0 --at cf0baa38dfb2`
     out = tmp_path / "check.json"
     pq(proj, "check", "--json", str(out))
     clean = json.loads(out.read_text())
@@ -257,7 +255,9 @@ def test_planted_import_and_missing_block_are_both_reported(corpus: Path, tmp_pa
 # -- statements run twice ---------------------------------------------------------------------------
 
 
-def test_a_planted_duplicate_statement_is_an_error(corpus: Path, upstream_030: str, tmp_path: Path) -> None:
+def test_a_planted_duplicate_statement_is_an_error(
+    corpus: Path, upstream_030: str, adopted_030_once: Path, tmp_path: Path
+) -> None:
     """A call both inputs make once (the omni method and upstream's) written twice in the output: an error at
     the second copy, through pq check as well; the real runners have none."""
     from patch_queue.checks.duplicates import check_duplicates
@@ -277,8 +277,7 @@ def test_a_planted_duplicate_statement_is_an_error(corpus: Path, upstream_030: s
     assert "OmniNPUModelRunner._dummy_run runs" in found[0].message and "2 times" in found[0].message
     # a statement only one side has is new code, however often it is written
     assert check_duplicates({**ref, "npu_model_runner.py": doubled}, {}, upstream_030) == []
-    proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
+    proj = copy_project(adopted_030_once, tmp_path / "p")  # the corpus folder of 0.30.0 adopted at cf0baa38dfb2
     (proj / "npu_worker" / "npu_model_runner.py").write_text(doubled)
     proc = pq(proj, "check", "--no-sources", check=1)
     assert f"npu_worker/npu_model_runner.py:{at + 2}: error: [statement-duplicated]" in proc.stdout
@@ -295,14 +294,13 @@ def test_a_block_whose_code_upstream_has_now_is_a_warning(corpus: Path) -> None:
     assert [f.rule for f in check.check_blocks(ref, {**ref, RUNNER_030: gone}, what="0.30.0")] == ["omni-block-missing"]
 
 
-def test_a_module_over_the_size_limit_is_compiled_and_named(corpus: Path, tmp_path: Path) -> None:
+def test_a_module_over_the_size_limit_is_compiled_and_named(adopted_030_once: Path, tmp_path: Path) -> None:
     """A runner grown past pq check's size limit by a patch of comment lines: the patch is read and applied
     (the streaming applier), the module still gets the compile check, and the warning names it; the other
     modules get every check."""
     from patch_queue.commands.check import LARGE
 
-    proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", str(corpus / "vllm-omni-0.30.0" / "npu"), "--at", "cf0baa38dfb2")
+    proj = copy_project(adopted_030_once, tmp_path / "p")  # the corpus folder of 0.30.0 adopted at cf0baa38dfb2
     runner = proj / "npu_worker" / "npu_model_runner.py"
     filler = "# " + "x" * 97 + "\n"
     runner.write_text(runner.read_text() + filler * (LARGE // len(filler) + 1))

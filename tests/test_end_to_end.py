@@ -57,10 +57,10 @@ def test_round_trip(corpus: Path, tmp_path: Path, release: str) -> None:
     assert len(log.splitlines()) == len(series) + 1  # the patches and the base
 
 
-def test_adopt_from_registry_matches_directory(adopted_030: Path, tmp_path: Path) -> None:
-    """The registry wheel of vllm-omni 0.30.0 gives the same series, byte for byte, as its unpacked files."""
-    proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+def test_adopt_from_registry_matches_directory(adopted_030: Path, released_030_once: Path) -> None:
+    """The registry wheel of vllm-omni 0.30.0 gives the same series, byte for byte, as its unpacked files (the
+    session's `pq adopt vllm-omni==0.30.0 --at BASE_030` in a new project, only read)."""
+    proj = released_030_once
     names = (adopted_030 / "patches" / "series").read_text()
     assert (proj / "patches" / "series").read_text() == names
     for name in names.split():

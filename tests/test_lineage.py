@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, copy_project, git, main_sh, new_project, pq, push_to_bare, state
+from conftest import BASE_030, copy_project, git, main_sh, pq, push_to_bare, state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import refresh_pr  # noqa: E402
@@ -188,9 +188,8 @@ def test_a_clean_bot_refresh_pushes_a_reproducible_lineage(released_018_once: Pa
 
 
 @pytest.fixture
-def edited(corpus: Path, tmp_path: Path) -> Path:
-    proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+def edited(released_030_once: Path, tmp_path: Path) -> Path:
+    proj = copy_project(released_030_once, tmp_path / "p")  # `pq adopt vllm-omni==0.30.0 --at BASE_030`
     runner = proj / "npu_worker" / "npu_model_runner.py"
     runner.write_text(runner.read_text().replace("import ", "import  ", 1) + "# unrecorded\n")
     return proj

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, git, new_project, pq, push_to_bare, state
+from conftest import copy_project, git, new_project, pq, push_to_bare, state
 from test_verbs import RUNNER, names, proj  # noqa: F401  (proj: a copy of adopted_030)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -242,9 +242,8 @@ def test_import_a_diff_and_a_format_patch_file(proj: Path, tmp_path: Path) -> No
     assert state(proj) == snap
 
 
-def test_a_fresh_clone_reproduces_the_new_verbs(corpus: Path, tmp_path: Path) -> None:
-    mine = new_project(tmp_path / "mine")
-    pq(mine, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+def test_a_fresh_clone_reproduces_the_new_verbs(released_030_once: Path, tmp_path: Path) -> None:
+    mine = copy_project(released_030_once, tmp_path / "mine")  # `pq adopt vllm-omni==0.30.0 --at BASE_030`
     s = names(mine)
     pq(mine, "new", "placeholder", "-m", "npu: a placeholder")
     pq(mine, "edit", s[6], "-m", "npu_ar_worker: reworded")

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import copy_project, git, new_project, pq, push_to_bare, state
+from conftest import copy_project, git, pq, push_to_bare, state
 
 BASE_030 = "cf0baa38dfb2"
 RUNNER = "npu_worker/npu_model_runner.py"
@@ -214,9 +214,8 @@ def test_verbs_refuse_unrecorded_edits_and_a_pending_refresh(proj: Path) -> None
     assert "# unrecorded" not in runner.read_text()
 
 
-def test_a_fresh_clone_reproduces_delete_rename_and_an_empty_patch(corpus: Path, tmp_path: Path) -> None:
-    mine = new_project(tmp_path / "mine")
-    pq(mine, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+def test_a_fresh_clone_reproduces_delete_rename_and_an_empty_patch(released_030_once: Path, tmp_path: Path) -> None:
+    mine = copy_project(released_030_once, tmp_path / "mine")  # `pq adopt vllm-omni==0.30.0 --at BASE_030`
     series = names(mine)
     pq(mine, "delete", series[6])  # re-applies 0008..0016 without it
     pq(mine, "rename", series[10], "generation-dummy-run")

@@ -12,7 +12,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from conftest import BASE_030, copy_project, new_project, pq
+from conftest import copy_project, new_project, pq
 
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.fsutil import read_folder
@@ -120,10 +120,10 @@ def test_wheel_of_the_folder_adopt(adopted_030: Path, tmp_path: Path) -> None:
     assert again.name == whl.name and again.read_bytes() == whl.read_bytes()
 
 
-def test_wheel_of_the_registry_adopt(corpus: Path, tmp_path: Path) -> None:
-    """`pq adopt vllm-omni==0.30.0`: the release is recorded, so it is the public version and the omni pin."""
-    proj = new_project(tmp_path / "p")
-    pq(proj, "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+def test_wheel_of_the_registry_adopt(released_030_once: Path, tmp_path: Path) -> None:
+    """`pq adopt vllm-omni==0.30.0` (the session's, copied): the release is recorded, so it is the public version
+    and the omni pin."""
+    proj = copy_project(released_030_once, tmp_path / "p")
     assert 'release = "0.30.0"' in (proj / "patches" / "queue.toml").read_text()
     printed = pq(proj, "build", "--wheel").stdout.strip()
     assert printed == "dist/vllm_omni_npu_worker-0.30.0+ascend.gcf0baa38dfb2-py3-none-any.whl"  # default dist/
