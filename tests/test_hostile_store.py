@@ -51,22 +51,35 @@ def take_patch_side(out: Path) -> None:
         f.write_text("".join(kept))
 
 
-@pytest.fixture
-def origin(seeded_once: Path, tmp_path: Path) -> Path:
-    """A bare origin as this repository is (queue.toml, series, main.sh; no bodies) with a store of one record."""
-    proj = copy_project(seeded_once, tmp_path / "seed")
+@pytest.fixture(scope="module")
+def cloned(seeded_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding origin.git, a bare origin as this repository is (queue.toml, series, main.sh; no bodies)
+    with a store of one record, and clone/, a maintainer's clone of it (the branch, origin's store, the bodies
+    reproduced). Built once for the module: each test takes its own copy (`origin`, then `clone`)."""
+    root = tmp_path_factory.mktemp("hostile-store")
+    proj = copy_project(seeded_once, root / "seed")
     hand_fix(proj, 4, "seed")
     pq(proj, "record")
     bare = push_to_bare(proj, "adopt vllm-omni 0.30.0, one record")
     git(proj, "push", "-q", str(bare), REF)
-    return bare
+    git(root, "clone", "-q", str(bare), "clone")
+    git(root / "clone", "fetch", "-q", "origin", f"{REF}:{REF}")
+    pq(root / "clone", "reproduce")
+    return root
+
+
+@pytest.fixture
+def origin(cloned: Path, tmp_path: Path) -> Path:
+    """The test's own copy of the module's origin (and, beside it, of its clone, which `clone` copies)."""
+    shutil.copytree(cloned, tmp_path / "shared", symlinks=True)
+    return tmp_path / "shared" / "origin.git"
 
 
 def clone(origin: Path, dst: Path) -> Path:
-    """A maintainer's clone: the branch, origin's store, the bodies reproduced."""
-    git(dst.parent, "clone", "-q", str(origin), dst.name)
-    git(dst, "fetch", "-q", "origin", f"{REF}:{REF}")
-    pq(dst, "reproduce")
+    """A maintainer's clone: the branch, origin's store, the bodies reproduced: a copy of the module's clone of an
+    origin equal to ``origin`` (see `cloned`), its remote ``origin``."""
+    shutil.copytree(origin.parent / "clone", dst, symlinks=True)
+    git(dst, "remote", "set-url", "origin", str(origin))
     return dst
 
 
