@@ -173,18 +173,25 @@ def introduced(proj: Path) -> tuple[list[str], list[str]]:
     return unused, undefined
 
 
+@pytest.fixture(scope="module")
+def refreshed_rc2(adopted: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`adopted` after `pq refresh --no-stop --no-sources --to vllm-ascend==0.30.0rc2 --report reports/r.json`
+    (exit 3, pending; the report path kept relative to the project), once for the module: tests copy it."""
+    proj = copy_project(adopted, tmp_path_factory.mktemp("refreshed-rc2") / "p")
+    (proj / "reports").mkdir()
+    pq(proj, "refresh", "--no-stop", "--no-sources", "--to", RC2, "--report", "reports/r.json", check=3)
+    return proj
+
+
 @pytest.mark.parametrize("side", ["upstream", "patch"])
 def test_rc2_resolved_to_one_side_imports_follow_and_errors_hold_the_continue(
-    adopted: Path, tmp_path: Path, side: str
+    refreshed_rc2: Path, tmp_path: Path, side: str
 ) -> None:
     """0.30.0 -> 0.30.0rc2 with every region taken to one side: no unused import the previous build did not have,
     no undefined name; upstream's side loses omni blocks, so `pq continue` first refuses (exit 1, nothing
     written), then finishes with --accept-errors; the import edits are recorded and a fresh clone reproduces
     them."""
-    proj = copy_project(adopted, tmp_path / "p")
-    (proj / "reports").mkdir()
-    reports = ("--report", "reports/r.json")
-    pq(proj, "refresh", "--no-stop", "--no-sources", "--to", RC2, *reports, check=3)
+    proj = copy_project(refreshed_rc2, tmp_path / "p")  # the module's refresh, with its report in reports/r.json
     added = [f for f in json.loads((proj / "reports" / "r.json").read_text())["flags"] if f["kind"] == "import-added"]
     assert added
     for f in (proj / "npu_worker").glob("*.py"):
