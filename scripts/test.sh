@@ -11,5 +11,6 @@ export PQ_CACHE="${PQ_CACHE:-$PWD/.venv/pq-cache}"
 .venv/bin/ruff format --check --quiet patch_queue tests scripts
 .venv/bin/ruff check --quiet patch_queue tests scripts
 .venv/bin/mypy patch_queue
-# one worker per core (pytest-xdist), each taking a whole test file at a time: a module's fixtures are built once
-.venv/bin/python -m pytest -q -n auto --dist loadfile "$@"
+# one worker per core (pytest-xdist), each taking a whole test file at a time: a module's fixtures are built once;
+# the files in the order tests/conftest.py gives (the slowest first, so the workers end together), not by test count
+.venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder "$@"
