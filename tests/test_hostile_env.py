@@ -11,6 +11,7 @@ reason, only where this machine cannot make it (CI runs as root, where all three
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -151,6 +152,14 @@ def test_a_catastrophic_rule_stops_inside_refresh_and_pq_abort_puts_everything_b
 # -- 3. a disk that fills, a file size limit ------------------------------------------------------------
 
 
+def unmount(where: Path) -> None:
+    """Unmount ``where``, or fail: a mount left behind outlives the run (and pytest cannot remove its folder). pq
+    ran in this process, so the repositories it opened (libgit2 keeps their files open) are collected first."""
+    gc.collect()
+    gone = sh("umount", str(where))
+    assert gone.returncode == 0, gone.stderr
+
+
 @contextmanager
 def small_disk(src: Path, where: Path) -> Iterator[tuple[Path, int]]:
     """A copy of ``src`` on a tmpfs of its own (mounted at ``where``), with its used size in KiB."""
@@ -163,7 +172,7 @@ def small_disk(src: Path, where: Path) -> Iterator[tuple[Path, int]]:
         used = shutil.disk_usage(where).used // 1024
         yield where / "p", used
     finally:
-        sh("umount", str(where))
+        unmount(where)
 
 
 def test_a_disk_that_fills_during_refresh_is_one_line_and_changes_nothing(proj: Path, tmp_path: Path) -> None:
@@ -233,7 +242,7 @@ def read_only(src: Path, where: Path) -> Iterator[Path]:
             pytest.skip(f"cannot make a bind mount read-only here: {ro.stderr.strip()}")
         yield where
     finally:
-        sh("umount", str(where))
+        unmount(where)
 
 
 READING = [("status",), ("series",), ("show",), ("diff",), ("check", "--no-sources"), ("blocks",)]
