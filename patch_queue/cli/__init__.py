@@ -10,9 +10,32 @@ the order of ``pq --help``.
 
 from __future__ import annotations
 
+import copy
+import sys
+
+import typer
+from typer.main import get_command_name
+
 from patch_queue.cli import refresh, resolutions, series  # noqa: F401  (importing them registers their commands)
 from patch_queue.cli.app import app
 
 
 def main() -> None:
-    app(prog_name="pq")
+    only(sys.argv[1:2])(prog_name="pq")
+
+
+def only(first: list[str]) -> typer.Typer:
+    """The app with just the command (or verb family) that ``first``, the first word of the command line, names:
+    Typer makes a click command of every registered one, reading each signature and its type hints, before it
+    parses a word, and a run needs one.  The whole app when ``first`` names none (no word, an option such as
+    ``--help``, a typo: the help and the suggestions list them all)."""
+    word = first[0] if first else ""
+    commands = [
+        c for c in app.registered_commands if word == (c.name or get_command_name(getattr(c.callback, "__name__", "")))
+    ]
+    groups = [g for g in app.registered_groups if word == g.name]
+    if not commands and not groups:
+        return app
+    one = copy.copy(app)
+    one.registered_commands, one.registered_groups = commands, groups
+    return one

@@ -188,13 +188,14 @@ def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -
     """A conflict and, indented, why it is one, what upstream changed there (and which commits), its omni block,
     a suggestion (``tip``, else the one a rule is sure of)."""
     from patch_queue.merge import explain
+    from patch_queue.outputs import report_parts
 
     where = f"{ws.rel(ws.out / c.file)}:{c.line}"
     typer.echo(f"conflict: {where} {c.kind} in {c.symbol or '<module>'} (patch {c.patch})")
     typer.echo(f"  why: {c.message}")
     by = ", ".join(f"{u.commit[:12]}" + (f" (#{u.pr})" if u.pr is not None else "") for u in c.culprits)
     side = "series" if c.patch and not c.patch.endswith(".patch") else "upstream"  # a merge's one patch: the release
-    typer.echo(f"  {side}: {explain.upstream_change(c)}" + (f" [{by}]" if by else ""))
+    typer.echo(f"  {side}: {report_parts.upstream_change(c)}" + (f" [{by}]" if by else ""))
     typer.echo(f"  omni: {explain.omni_block(c)}")
     tip = tip or explain.suggest(c)
     if tip is not None:  # this region's alone: the regions that go with it have suggestions of their own

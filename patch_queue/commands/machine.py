@@ -24,6 +24,7 @@ from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, explain, markers
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
+from patch_queue.outputs import report_parts
 from patch_queue.progress import Bar, Progress, say, timed
 from patch_queue.project import journal as journal_mod
 from patch_queue.project import operation
@@ -706,7 +707,7 @@ def explained(conflict: Conflict) -> dict[str, object]:
     data = conflict.as_json(report=True)
     tip = explain.suggest(conflict)
     data["explanation"] = {
-        "upstream": explain.upstream_change(conflict),
+        "upstream": report_parts.upstream_change(conflict),
         "block": explain.omni_block(conflict),
         "suggestion": None if tip is None else {"side": tip.side, "reason": tip.reason, "text": tip.text},
     }

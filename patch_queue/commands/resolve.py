@@ -270,7 +270,10 @@ def suggestion(
 
 
 def _forwarded(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
-    """:func:`explain.forwarded` against the new upstream module the conflict's module carries code of."""
+    """:func:`explain.forwarded` (through the derived cache: :func:`report_parts.forwarded`) against the new
+    upstream module the conflict's module carries code of."""
+    from patch_queue.outputs import report_parts  # (a pending refresh's: only when one is)
+
     if not explain.renames(conflict.base or "", conflict.ours or ""):  # the rule is about renamed calls only
         return None
     state = operation.require(ws)
@@ -278,7 +281,7 @@ def _forwarded(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
     if module is None:
         return None
     vendored = ws.repo.read_tree(ws.repo.commit_info(state.new_base).tree).get(stack.VENDOR + module.upstream)
-    return explain.forwarded(conflict, vendored.decode("utf-8", "replace")) if vendored is not None else None
+    return report_parts.forwarded(conflict, vendored.decode("utf-8", "replace")) if vendored is not None else None
 
 
 def do_mergetool(ws: Workspace, *, tool: str | None, names: list[str]) -> list[tuple[str, int]]:

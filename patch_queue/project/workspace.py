@@ -17,14 +17,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patch_queue.errors import QueueError, SourceError
-from patch_queue.git.remote import UpstreamGit
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.progress import Progress
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, QueueDir
-from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
+
+if TYPE_CHECKING:  # the upstream is opened only when refs/pq/base does not hold the pinned files
+    from patch_queue.git.remote import UpstreamGit
+    from patch_queue.sources.snapshot import Snapshot
 
 OUT_DIR = "npu_worker"
 
@@ -237,6 +240,8 @@ def check_no_journal(ws: Workspace) -> None:
 
 def upstream_snapshot(queue: Queue, *, upstream_git: str | None, progress: Progress | None = None) -> Snapshot:
     """The pinned upstream tree (a git pin found by its mirror commit, else by its public commit)."""
+    from patch_queue.sources.snapshot import open_git, resolve_upstream, upstream_git_location
+
     up = queue.upstream
     if up.kind != "git":
         return resolve_upstream(up.spec, progress=progress)

@@ -24,7 +24,7 @@ from typing import Any
 
 from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import checked, markers, window
+from patch_queue.merge import markers, window
 from patch_queue.merge import three_way as merge
 from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind, Culprit
 from patch_queue.series import reimport, stack
@@ -330,6 +330,8 @@ def _merged(
     def ask(k: str) -> str | None:
         asked[k] = recorded(k) if recorded is not None else None
         return asked[k]
+
+    from patch_queue.merge import checked  # (parsing and binding every side: only when the cache has no answer)
 
     do_merge = checked.merge3_checked if python else merge.merge3
     result = do_merge(*texts, labels=labels, key_prefix=key_prefix, recorded=ask if recorded is not None else None)

@@ -14,6 +14,7 @@ times taken from the patch's Date header).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -213,11 +214,30 @@ def export_series(repo: ProjectRepo, patches: list[tuple[str, str]], *, bodies: 
 def import_series(
     repo: ProjectRepo, queue: Queue, base: str, patches: list[tuple[str, bytes]]
 ) -> list[tuple[str, str]]:
-    """Commit every patch in order on ``base``; returns (name, commit) pairs."""
+    """Commit every patch in order on ``base``; returns (name, commit) pairs.
+
+    Every command loads the stack this way, and parsing and applying the bodies was most of ``pq status``'s
+    own work: a patch's commit is kept in the download cache by its inputs (the parent commit, the body, the
+    queue's modules and pq's code) and reused while the repository holds it.
+    """
+    modules = [m.path for m in queue.modules]
     out: list[tuple[str, str]] = []
     parent = base
     for name, data in patches:
-        p = patchfile.parse(data, path=f"patches/{name}")
-        parent = commit_patch(repo, parent, p, queue, path=f"patches/{name}")
+        key = cache.derived_key(_import_code(), parent, data, *modules)
+        kept = (cache.derived_get("commit", key) or b"").decode("ascii", "replace")
+        if kept and repo.kind_of(kept) == "commit":
+            parent = kept
+        else:
+            p = patchfile.parse(data, path=f"patches/{name}")
+            parent = commit_patch(repo, parent, p, queue, path=f"patches/{name}")
+            cache.derived_put("commit", key, parent.encode("ascii"))
         out.append((name, parent))
     return out
+
+
+@functools.cache
+def _import_code() -> str:
+    """The stamp of the code a patch's commit comes from (:func:`import_series`): the parser, the exact apply,
+    this module and the object writer."""
+    return cache.code_stamp("series/stack.py", "series/patchfile.py", "series/diffs.py", "git/repo.py", "git/pack.py")

@@ -6,9 +6,11 @@ variables), with pip's own default index when none is set; no index host is name
 needs Ascend's toolkit), so this small PEP 691 / PEP 503 client reads the index, and
 :mod:`.archives` opens the downloaded archives as plain zip / tar.gz files, never built.
 
-Versions, names and file names are read by ``packaging`` (PEP 440, PEP 503, wheel and sdist file
-names).  It is imported where it is used: it costs ~25 ms, and most commands never read the index;
-so are urllib's HTTP client and the HTML parser (~10 ms): a pinned release resolves without them.
+Versions and file names are read by ``packaging`` (PEP 440, wheel and sdist file names); a name is
+normalized by PEP 503's own rule, as ``packaging.utils`` does it (that module brings the platform tags,
+~15 ms, into every command that names a release).  ``packaging`` is imported where it is used: it costs
+~25 ms, and most commands never read the index; so are urllib's HTTP client and the HTML parser (~10 ms):
+a pinned release resolves without them.
 
 Credentials are pip's: an index URL's user information (``https://user:token@host/simple``) and
 ``~/.netrc`` (or ``$NETRC``) authenticate every request to that host with HTTP Basic, sent with the
@@ -25,6 +27,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import ssl
 import subprocess
 import sys
@@ -74,9 +77,7 @@ def parse_version(text: str) -> Version | None:
 
 def normalize_name(name: str) -> str:
     """PEP 503 name normalization: the index URL path and the spec use this spelling."""
-    from packaging.utils import canonicalize_name
-
-    return str(canonicalize_name(name.strip()))
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
 # -- pip's configuration -------------------------------------------------------------------

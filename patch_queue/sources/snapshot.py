@@ -10,6 +10,7 @@ objects gone) is cloned again once, with a line saying so (:func:`heal_mirror`).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import re
@@ -211,6 +212,9 @@ def heal_mirror(location: str, path: Path, why: str, progress: Progress | None =
     _healed.add(path)
     say(progress, f"warning: the cached mirror {path} is damaged ({why}); cloning {location} again")
     shutil.rmtree(path, ignore_errors=True)
+    # libgit2 keeps a pack open by its path while a repository that read it lives: the damaged mirror's are
+    # garbage by now, some in reference cycles, and must be gone before the clone at that path is read
+    gc.collect()
     with timed("download"):
         repo = UpstreamGit(location, path, progress=progress)
     _open_repos[(location, path)] = repo
