@@ -43,7 +43,7 @@ class Split:
 @dataclass(frozen=True)
 class Outline:
     """The top-level statements of a text, each (node, shift), a cut class as a :class:`Split`; and the pieces
-    as (first line, last line, 1-based and inclusive, the source parsed, shift) for :func:`absolute`."""
+    as (first line, last line, 1-based and inclusive, the source parsed, shift) for :func:`holding`."""
 
     top: tuple[tuple[ast.stmt | Split, int], ...]
     pieces: tuple[tuple[int, int, str, int], ...]
@@ -212,17 +212,19 @@ def function(text: str, scope: str) -> tuple[Function, int] | None:
     return None
 
 
-def absolute(text: str, lines: Iterable[int]) -> list[ast.stmt]:
-    """The statements of the pieces of ``text`` that hold one of ``lines`` (1-based), numbering their lines as
-    ``text`` does: parsed again at their place (the members of a cut class inside a stand-in class), or the
-    statements of the whole tree."""
+def holding(text: str, lines: Iterable[int]) -> list[tuple[ast.stmt, int]]:
+    """The statements of the pieces of ``text`` that hold one of ``lines`` (1-based), each with its shift: the
+    trees kept by their text (the members of a cut class inside a stand-in class), or the statements of the
+    whole tree.  Read them, never change them."""
     wanted = sorted(set(lines))
     found = outline(text)
     if found.whole:
         nodes = [n for n, _at in found.top if isinstance(n, ast.stmt)]
-        return [n for n in nodes if any(n.lineno <= k <= (n.end_lineno or n.lineno) for k in wanted)]
-    out: list[ast.stmt] = []
+        return [(n, 0) for n in nodes if any(n.lineno <= k <= (n.end_lineno or n.lineno) for k in wanted)]
+    out: list[tuple[ast.stmt, int]] = []
     for first, last, source, shift in found.pieces:
         if any(first <= k <= last for k in wanted):
-            out += ast.parse("\n" * shift + source).body
+            tree = _parse(source)
+            assert tree is not None  # (the outline was cut from pieces that parse)
+            out += [(n, shift) for n in tree.body]
     return out
