@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+from collections import deque
 from dataclasses import dataclass
 
 from patch_queue.merge.folded import fold
@@ -26,9 +27,25 @@ def _first_line(node: ast.stmt) -> int:
     return min([node.lineno, *(d.lineno for d in decorators)])
 
 
+def _bodies(node: ast.AST) -> list[ast.AST]:
+    """The statements right inside ``node`` and its ``except`` handlers and ``case`` clauses, in the order of
+    :func:`ast.iter_child_nodes` (the nodes that hold a statement: nothing inside an expression does)."""
+    out: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            out += [v for v in value if isinstance(v, ast.stmt | ast.excepthandler | ast.match_case)]
+    return out
+
+
 def statements(tree: ast.Module, lines: list[str]) -> list[Statement]:
+    """Every statement of ``tree`` (of the text whose ``lines`` these are), in the order of :func:`ast.walk`."""
+    code = [bool(line.strip()) and not line.lstrip().startswith("#") for line in lines]
     found: list[Statement] = []
-    for node in ast.walk(tree):
+    todo: deque[ast.AST] = deque(_bodies(tree))
+    while todo:
+        node = todo.popleft()
+        todo.extend(_bodies(node))
         if not isinstance(node, ast.stmt) or node.end_lineno is None:
             continue
         start = _first_line(node) - 1
@@ -39,15 +56,15 @@ def statements(tree: ast.Module, lines: list[str]) -> list[Statement]:
                 children += [c for c in value if isinstance(c, ast.stmt)]
         for part in [*getattr(node, "handlers", []), *getattr(node, "cases", [])]:
             children += part.body
-        held = {k for c in children for k in range(_first_line(c) - 1, c.end_lineno or c.lineno)}
-        own = frozenset(
-            k
-            for k in range(start, node.end_lineno)
-            if k not in held and lines[k].strip() and not lines[k].lstrip().startswith("#")
-        )
+        own: set[int] = set()
+        k = start
+        for first, last in sorted((_first_line(c) - 1, c.end_lineno or c.lineno) for c in children):
+            own.update(j for j in range(k, min(first, node.end_lineno)) if code[j])
+            k = max(k, last)
+        own.update(j for j in range(k, node.end_lineno) if code[j])
         function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         klass = isinstance(node, ast.ClassDef)
-        found.append(Statement(start, node.end_lineno, own, bool(children), function, klass))
+        found.append(Statement(start, node.end_lineno, frozenset(own), bool(children), function, klass))
     return found
 
 
