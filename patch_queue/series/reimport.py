@@ -583,14 +583,16 @@ def _statements(view: str, text: str) -> list[_Stmt]:
     return out
 
 
-def _uses(omni: str, old_upstream: str) -> set[str]:
-    """The words of the omni lines of ``omni`` (not lines of the old upstream, not imports)."""
+@functools.lru_cache(maxsize=4)
+def _uses(omni: str, old_upstream: str) -> frozenset[str]:
+    """The words of the omni lines of ``omni`` (not lines of the old upstream, not imports); kept for the last
+    few texts: every reconciliation of a runner module along a replay asks with the same two."""
     upstream_lines = {line.strip() for line in old_upstream.splitlines()}
     words: set[str] = set()
     for line in omni.splitlines():
         if line.strip() not in upstream_lines and not re.match(r"\s*(from|import)\s", line):
             words.update(re.findall(r"[A-Za-z_]\w*", line))
-    return words
+    return frozenset(words)
 
 
 def _stale(own: list[_Stmt], old: str, new: Mapping[str, _Binding], upstream_module: str) -> list[tuple[int, str, str]]:
