@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from patch_queue.errors import PqError
 from patch_queue.merge import symbols
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -34,9 +35,10 @@ _WRAP = "class _:\n"
 
 @dataclass(frozen=True)
 class Split:
-    """A top-level class cut into its members: each (node, shift), in order."""
+    """A top-level class cut into its members: each (node, shift), in order; ``line`` its header (0-based)."""
 
     name: str
+    line: int
     members: tuple[tuple[ast.stmt, int], ...]
 
 
@@ -138,7 +140,7 @@ def _cut(text: str) -> Outline | None:
                 return None
             split += [(node, a - 1) for node in tree.body[0].body]
             pieces.append((a + 1, b, source, a - 1))
-        top.append((Split(head[1], tuple(split)), 0))
+        top.append((Split(head[1], first, tuple(split)), 0))
     return Outline(tuple(top), tuple(pieces))
 
 
@@ -172,6 +174,16 @@ def outline(text: str) -> Outline:
         return found
     tree = symbols.parsed(text)
     return Outline(tuple((node, 0) for node in tree.body), ((1, len(_lines(text)), text, 0),), whole=True)
+
+
+def symbols_of(text: str, *, path: str = "<source>") -> dict[str, symbols.Symbol]:
+    """:func:`symbols.symbols_ast` of ``text`` read from its pieces (the same symbols; a piece is parsed once for
+    every text that holds it: the module texts of a series differ in a few methods each)."""
+    try:
+        found = outline(text)
+    except SyntaxError as exc:
+        raise PqError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
+    return symbols.collect(text, found.top)
 
 
 def defs(text: str) -> Iterator[tuple[str, Function, int]]:
