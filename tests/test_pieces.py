@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_queue.merge import pieces
+from patch_queue.merge import pieces, symbols
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,6 +124,7 @@ def _dump(node: ast.AST, shift: int = 0) -> str:
 
 def _same_as_whole(text: str) -> None:
     tree = ast.parse(text)
+    assert pieces.symbols_of(text) == symbols.symbols_ast(text)
     found = list(pieces.defs(text))
     reference = list(_reference(tree))
     assert [(scope, _dump(node, shift)) for scope, node, shift in found] == [(s, _dump(n)) for s, n in reference]
