@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_queue.merge import pieces, symbols
+from patch_queue.merge import pieces, statements, symbols
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,6 +125,9 @@ def _dump(node: ast.AST, shift: int = 0) -> str:
 def _same_as_whole(text: str) -> None:
     tree = ast.parse(text)
     assert pieces.symbols_of(text) == symbols.symbols_ast(text)
+    rows = text.splitlines()
+    whole = statements.statements([(node, 0) for node in tree.body], rows)
+    assert statements.statements(pieces.outline(text).top, rows) == whole
     found = list(pieces.defs(text))
     reference = list(_reference(tree))
     assert [(scope, _dump(node, shift)) for scope, node, shift in found] == [(s, _dump(n)) for s, n in reference]

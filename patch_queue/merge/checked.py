@@ -160,7 +160,7 @@ def _base_statements(base: str) -> tuple[Statement, ...]:
     """The statements of ``base`` (none when it does not parse); kept for the last few texts: the patches of
     one module along a replay often merge on the same base."""
     try:
-        return tuple(statements(symbols.parsed(base), base.splitlines()))
+        return tuple(statements(pieces.outline(base).top, base.splitlines()))
     except SyntaxError:
         return ()
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import ast
 import bisect
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from patch_queue.merge.folded import fold
+from patch_queue.merge.symbols import CutClass
 
 
 @dataclass(frozen=True)
@@ -38,33 +40,40 @@ def _bodies(node: ast.AST) -> list[ast.AST]:
     return out
 
 
-def statements(tree: ast.Module, lines: list[str]) -> list[Statement]:
-    """Every statement of ``tree`` (of the text whose ``lines`` these are), in the order of :func:`ast.walk`."""
+def statements(top: Iterable[tuple[ast.stmt | CutClass, int]], lines: list[str]) -> list[Statement]:
+    """Every statement of the text whose ``lines`` these are, in the order of :func:`ast.walk` over its tree,
+    from its top-level statements, each with the shift that gives its lines (a class may come cut into its
+    members: :attr:`patch_queue.merge.pieces.Outline.top`)."""
     code = [bool(line.strip()) and not line.lstrip().startswith("#") for line in lines]
     found: list[Statement] = []
-    todo: deque[ast.AST] = deque(_bodies(tree))
+    todo: deque[tuple[ast.AST | CutClass, int]] = deque(top)
     while todo:
-        node = todo.popleft()
-        todo.extend(_bodies(node))
-        if not isinstance(node, ast.stmt) or node.end_lineno is None:
-            continue
-        start = _first_line(node) - 1
-        children: list[ast.stmt] = []
-        for name in ("body", "orelse", "finalbody"):
-            value = getattr(node, name, None)
-            if isinstance(value, list):
-                children += [c for c in value if isinstance(c, ast.stmt)]
-        for part in [*getattr(node, "handlers", []), *getattr(node, "cases", [])]:
-            children += part.body
+        node, shift = todo.popleft()
+        if not isinstance(node, ast.AST):  # a cut class: no decorators, its body its members
+            todo.extend(node.members)
+            children = list(node.members)
+            last, at = children[-1]
+            start, end, function, klass = node.line, (last.end_lineno or last.lineno) + at, False, True
+        else:
+            todo.extend((child, shift) for child in _bodies(node))
+            if not isinstance(node, ast.stmt) or node.end_lineno is None:
+                continue
+            children = []
+            for name in ("body", "orelse", "finalbody"):
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    children += [(c, shift) for c in value if isinstance(c, ast.stmt)]
+            for part in [*getattr(node, "handlers", []), *getattr(node, "cases", [])]:
+                children += [(c, shift) for c in part.body]
+            start, end = _first_line(node) - 1 + shift, node.end_lineno + shift
+            function, klass = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef), isinstance(node, ast.ClassDef)
         own: set[int] = set()
         k = start
-        for first, last in sorted((_first_line(c) - 1, c.end_lineno or c.lineno) for c in children):
-            own.update(j for j in range(k, min(first, node.end_lineno)) if code[j])
-            k = max(k, last)
-        own.update(j for j in range(k, node.end_lineno) if code[j])
-        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        klass = isinstance(node, ast.ClassDef)
-        found.append(Statement(start, node.end_lineno, frozenset(own), bool(children), function, klass))
+        for first, stop in sorted((_first_line(c) - 1 + at, (c.end_lineno or c.lineno) + at) for c, at in children):
+            own.update(j for j in range(k, min(first, end)) if code[j])
+            k = max(k, stop)
+        own.update(j for j in range(k, end) if code[j])
+        found.append(Statement(start, end, frozenset(own), bool(children), function, klass))
     return found
 
 
