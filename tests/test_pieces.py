@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patch_queue.merge import pieces
+from patch_queue.merge import pieces, statements, symbols
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,6 +124,10 @@ def _dump(node: ast.AST, shift: int = 0) -> str:
 
 def _same_as_whole(text: str) -> None:
     tree = ast.parse(text)
+    assert pieces.symbols_of(text) == symbols.symbols_ast(text)
+    rows = text.splitlines()
+    whole = statements.statements([(node, 0) for node in tree.body], rows)
+    assert statements.statements(pieces.outline(text).top, rows) == whole
     found = list(pieces.defs(text))
     reference = list(_reference(tree))
     assert [(scope, _dump(node, shift)) for scope, node, shift in found] == [(s, _dump(n)) for s, n in reference]
@@ -140,13 +144,14 @@ def _same_as_whole(text: str) -> None:
     lines = text.count("\n") + 1
     for line in range(1, lines + 1, max(1, lines // 25)):
         near = [
-            n
-            for s in pieces.absolute(text, [line])
+            _dump(n, shift)
+            for s, shift in pieces.holding(text, [line])
             for n in ast.walk(s)
-            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.lineno <= line <= (n.end_lineno or 0)
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+            and n.lineno + shift <= line <= (n.end_lineno or 0) + shift
         ]
         want = [n for n in functions if n.lineno <= line <= (n.end_lineno or 0)]
-        assert sorted(map(_dump, near)) == sorted(map(_dump, want)), line
+        assert sorted(near) == sorted(map(_dump, want)), line
 
 
 def test_a_tricky_module_reads_as_its_whole_tree() -> None:

@@ -131,10 +131,9 @@ def _read_first_in(function: ast.FunctionDef | ast.AsyncFunctionDef, declares: b
     )
 
 
-def _region_functions(text: str, view: str, where: list[int]) -> frozenset[str]:
-    """The functions (Class.method) of ``view`` (one side of ``text``, ``where`` its line map) that hold a line
-    of a conflict region."""
-    marked = markers.inside(text)
+def _region_functions(marked: set[int], view: str, where: list[int]) -> frozenset[str]:
+    """The functions (Class.method) of ``view`` (one side of a text, ``where`` its line map) that hold a line
+    of a conflict region (``marked``: the text's lines inside regions, :func:`markers.inside`)."""
     lines = [k for k, m in enumerate(where, 1) if m in marked]
     out: set[str] = set()
     for scope, f, shift in pieces.defs(view):
@@ -157,8 +156,9 @@ def made_unbound(merged: str, ours: str, theirs: str) -> list[Unbound] | None:
     missing = {side: set(f[0]) for side, f in found.items() if f is not None}
     functions: frozenset[str] = frozenset()
     if len(views) > 1:
+        marked = markers.inside(merged)
         for side, view in views.items():
-            functions |= _region_functions(merged, view, markers.one_side(merged, side)[1])
+            functions |= _region_functions(marked, view, markers.one_side(merged, side)[1])
         for side, view in views.items():
             missing[side] |= read_first(view, functions)
     if not any(missing.values()):

@@ -91,13 +91,21 @@ def _call_lines(text: str) -> dict[str, Counter[str]]:
     section: Counter[str] = Counter()
     depth = -1
     for line in text.splitlines():
-        if symbols.DEF.match(line) and (depth < 0 or len(line) - len(line.lstrip()) <= depth):
-            section, depth = out.setdefault(line.strip(), Counter()), len(line) - len(line.lstrip())
+        indent, call = _line(line)
+        if indent >= 0 and (depth < 0 or indent <= depth):
+            section, depth = out.setdefault(line.strip(), Counter()), indent
             continue
-        code = "".join(line.split())
-        if _CALL.match(code):
-            section[code] += 1
+        if call:
+            section[call] += 1
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _line(line: str) -> tuple[int, str]:
+    """For :func:`_call_lines`, one line: its indentation when it is a ``def`` line (else -1), and the call it
+    starts, whitespace dropped (else ""); kept: the texts a replay checks share most of their lines."""
+    code = "".join(line.split())
+    return (len(line) - len(line.lstrip()) if symbols.DEF.match(line) else -1), (code if _CALL.match(code) else "")
 
 
 def _may_repeat(merged: str, inputs: list[str]) -> bool:

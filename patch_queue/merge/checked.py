@@ -7,8 +7,8 @@ import ast
 import functools
 import keyword
 import re
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from patch_queue.merge import binding, calls, markers, pieces, symbols
@@ -160,7 +160,7 @@ def _base_statements(base: str) -> tuple[Statement, ...]:
     """The statements of ``base`` (none when it does not parse); kept for the last few texts: the patches of
     one module along a replay often merge on the same base."""
     try:
-        return tuple(statements(symbols.parsed(base), base.splitlines()))
+        return tuple(statements(pieces.outline(base).top, base.splitlines()))
     except SyntaxError:
         return ()
 
@@ -311,16 +311,18 @@ class _Growth:
         view, where = one_side(text, "ours")
         region_of = {k: r for r in conflicts for k in range(r.line or 0, (r.line or 0) + r.length)}
         try:  # only the functions that hold a region line count: the pieces that hold one
-            held = pieces.absolute(view, (v for v, m in enumerate(where, 1) if m in region_of))
+            held = pieces.holding(view, (v for v, m in enumerate(where, 1) if m in region_of))
         except SyntaxError:
             return
-        tree = ast.Module(body=held, type_ignores=[])
         view_lines = view.splitlines()
         base_set = {line.strip() for line in self.base.splitlines()}
         ours_set = {line.strip() for line in ours.splitlines()}
 
-        def new_upstream(node: ast.stmt) -> bool:  # a clean statement whose lines upstream wrote new
-            span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        def span_of(node: ast.stmt | ast.expr, shift: int) -> range:  # its lines in ``view``
+            return range(node.lineno + shift, (node.end_lineno or node.lineno) + shift + 1)
+
+        def new_upstream(node: ast.stmt, shift: int) -> bool:  # a clean statement whose lines upstream wrote new
+            span = span_of(node, shift)
             codes = [view_lines[v - 1].strip() for v in span if view_lines[v - 1].strip()]
             return (
                 all(where[v - 1] not in region_of for v in span)
@@ -332,34 +334,36 @@ class _Growth:
         grown: list[tuple[int, int]] = []
         linked: list[_Linked] = []
 
-        def link(r: Conflict, node: ast.stmt | None, other: Conflict | None, what: str, label: str) -> None:
+        def link(r: Conflict, node: ast.stmt | None, shift: int, other: Conflict | None, what: str, label: str) -> None:
             linked.append(_Linked(*self.result.spans[r.group], what, label, False))
             if other is not None:
                 linked.append(_Linked(*self.result.spans[other.group], what, label, False))
                 return
             assert node is not None
-            span = range(node.lineno, (node.end_lineno or node.lineno) + 1)
+            span = span_of(node, shift)
             lo, hi = close(self.statements(), min(place(v)[0] for v in span), max(place(v)[1] for v in span))
             grown.append((lo, hi))
             linked.append(_Linked(*self.folding().folded(lo, hi), what, label, False))
 
-        for function in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)):
+        for function, shift in _walk(held):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
             body = [n for n in ast.walk(function) if n is not function]
             inner = {
                 k
                 for n in body
                 if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
-                for k in range(n.lineno, (n.end_lineno or n.lineno) + 1)
+                for k in span_of(n, shift)
             }
-            lines = range(function.lineno, (function.end_lineno or function.lineno) + 1)
+            lines = span_of(function, shift)
             here = {id(r): r for v in lines if v not in inner and (r := region_of.get(where[v - 1])) is not None}
             if not here:
                 continue
-            statements_ = [n for n in body if isinstance(n, ast.stmt) and n.lineno not in inner]
+            statements_ = [n for n in body if isinstance(n, ast.stmt) and n.lineno + shift not in inner]
             reads_of: dict[str, list[int]] = {}  # the merged lines where the function reads each name
             for t in body:
                 if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Load):
-                    reads_of.setdefault(t.id, []).append(where[t.lineno - 1])
+                    reads_of.setdefault(t.id, []).append(where[t.lineno + shift - 1])
             # the calls of a pair only upstream's side of a region makes, by their partner
             wanted: dict[str, tuple[str, Conflict]] = {}
             for r in here.values():
@@ -369,18 +373,19 @@ class _Growth:
             for node in statements_:
                 if isinstance(node, _COMPOUND):
                     continue
-                line = "\n".join(view_lines[node.lineno - 1 : node.end_lineno or node.lineno])
+                span = span_of(node, shift)
+                line = "\n".join(view_lines[span.start - 1 : span.stop - 1])
                 for p in sorted(_calls(line) & set(wanted)):
                     c, r = wanted[p]
                     label = " and ".join(f"{x}()" for x in sorted((c, p)))
-                    other = region_of.get(where[node.lineno - 1])
+                    other = region_of.get(where[span.start - 1])
                     if other is not None and other is not r:
-                        link(r, None, other, "pair", label)
-                    elif other is None and new_upstream(node):
-                        link(r, node, None, "pair", label)
+                        link(r, None, shift, other, "pair", label)
+                    elif other is None and new_upstream(node, shift):
+                        link(r, node, shift, None, "pair", label)
             # a name upstream's new clean statement binds and only upstream's side of regions reads
             for node in statements_:
-                if isinstance(node, _COMPOUND) or not new_upstream(node):
+                if isinstance(node, _COMPOUND) or not new_upstream(node, shift):
                     continue
                 bound = {
                     t.id
@@ -395,7 +400,7 @@ class _Growth:
                     if any(name in binding.NAME.findall(r.theirs or "") for r in holders.values()):
                         continue  # the patch's side reads it too: no half left alone
                     for r in holders.values():
-                        link(r, node, None, "name", name)
+                        link(r, node, shift, None, "name", name)
         if not linked:
             return
         if grown:
@@ -462,6 +467,16 @@ class _Growth:
         whole = [close(self.statements(), min(start, lo), max(hi, start + 1))]
         growths = [(binder + apart, named + apart, False), (whole, whole, True)]
         return [(g, n, w) for g, n, w in growths if not any(whole_class(self.statements(), *r) for r in g)]
+
+
+def _walk(held: list[tuple[ast.stmt, int]]) -> Iterator[tuple[ast.AST, int]]:
+    """Every node of the statements ``held`` (each with its shift), in the order of :func:`ast.walk` over a
+    module of them."""
+    todo: deque[tuple[ast.AST, int]] = deque(held)
+    while todo:
+        node, shift = todo.popleft()
+        todo.extend((child, shift) for child in ast.iter_child_nodes(node))
+        yield node, shift
 
 
 _COMPOUND = (

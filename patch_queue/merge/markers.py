@@ -7,6 +7,7 @@ section has no base lines.  Pure functions of the text.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -84,11 +85,14 @@ def inside(text: str) -> set[int]:
 _MARKERS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")
 
 
+@functools.lru_cache(maxsize=16)
 def one_side(text: str, side: str = "ours", *, blank: bool = False) -> tuple[str, list[int]]:
     """``text`` with every diff3 conflict region reduced to one ``side`` ("ours" or "theirs"), and the line map.
 
     The map gives, for each line of the result, its 1-based line in ``text``.  With ``blank``, the
     lines of the other sides and the markers become empty lines, so line numbers stay as they were.
+    Kept for the last few texts (read the map, never change it): a merge's checks read each side of a merged
+    text several times.
     """
     lines = text.splitlines(keepends=True)
     if "<<<<<<< " not in text:  # no region: every line as it is

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from patch_queue.errors import PqError
 from patch_queue.merge import symbols
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
@@ -34,16 +35,17 @@ _WRAP = "class _:\n"
 
 @dataclass(frozen=True)
 class Split:
-    """A top-level class cut into its members: each (node, shift), in order."""
+    """A top-level class cut into its members: each (node, shift), in order; ``line`` its header (0-based)."""
 
     name: str
+    line: int
     members: tuple[tuple[ast.stmt, int], ...]
 
 
 @dataclass(frozen=True)
 class Outline:
     """The top-level statements of a text, each (node, shift), a cut class as a :class:`Split`; and the pieces
-    as (first line, last line, 1-based and inclusive, the source parsed, shift) for :func:`absolute`."""
+    as (first line, last line, 1-based and inclusive, the source parsed, shift) for :func:`holding`."""
 
     top: tuple[tuple[ast.stmt | Split, int], ...]
     pieces: tuple[tuple[int, int, str, int], ...]
@@ -138,7 +140,7 @@ def _cut(text: str) -> Outline | None:
                 return None
             split += [(node, a - 1) for node in tree.body[0].body]
             pieces.append((a + 1, b, source, a - 1))
-        top.append((Split(head[1], tuple(split)), 0))
+        top.append((Split(head[1], first, tuple(split)), 0))
     return Outline(tuple(top), tuple(pieces))
 
 
@@ -172,6 +174,16 @@ def outline(text: str) -> Outline:
         return found
     tree = symbols.parsed(text)
     return Outline(tuple((node, 0) for node in tree.body), ((1, len(_lines(text)), text, 0),), whole=True)
+
+
+def symbols_of(text: str, *, path: str = "<source>") -> dict[str, symbols.Symbol]:
+    """:func:`symbols.symbols_ast` of ``text`` read from its pieces (the same symbols; a piece is parsed once for
+    every text that holds it: the module texts of a series differ in a few methods each)."""
+    try:
+        found = outline(text)
+    except SyntaxError as exc:
+        raise PqError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
+    return symbols.collect(text, found.top)
 
 
 def defs(text: str) -> Iterator[tuple[str, Function, int]]:
@@ -212,17 +224,19 @@ def function(text: str, scope: str) -> tuple[Function, int] | None:
     return None
 
 
-def absolute(text: str, lines: Iterable[int]) -> list[ast.stmt]:
-    """The statements of the pieces of ``text`` that hold one of ``lines`` (1-based), numbering their lines as
-    ``text`` does: parsed again at their place (the members of a cut class inside a stand-in class), or the
-    statements of the whole tree."""
+def holding(text: str, lines: Iterable[int]) -> list[tuple[ast.stmt, int]]:
+    """The statements of the pieces of ``text`` that hold one of ``lines`` (1-based), each with its shift: the
+    trees kept by their text (the members of a cut class inside a stand-in class), or the statements of the
+    whole tree.  Read them, never change them."""
     wanted = sorted(set(lines))
     found = outline(text)
     if found.whole:
         nodes = [n for n, _at in found.top if isinstance(n, ast.stmt)]
-        return [n for n in nodes if any(n.lineno <= k <= (n.end_lineno or n.lineno) for k in wanted)]
-    out: list[ast.stmt] = []
+        return [(n, 0) for n in nodes if any(n.lineno <= k <= (n.end_lineno or n.lineno) for k in wanted)]
+    out: list[tuple[ast.stmt, int]] = []
     for first, last, source, shift in found.pieces:
         if any(first <= k <= last for k in wanted):
-            out += ast.parse("\n" * shift + source).body
+            tree = _parse(source)
+            assert tree is not None  # (the outline was cut from pieces that parse)
+            out += [(n, shift) for n in tree.body]
     return out

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import ast
 import bisect
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from patch_queue.merge.folded import fold
+from patch_queue.merge.symbols import CutClass
 
 
 @dataclass(frozen=True)
@@ -26,28 +29,51 @@ def _first_line(node: ast.stmt) -> int:
     return min([node.lineno, *(d.lineno for d in decorators)])
 
 
-def statements(tree: ast.Module, lines: list[str]) -> list[Statement]:
+def _bodies(node: ast.AST) -> list[ast.AST]:
+    """The statements right inside ``node`` and its ``except`` handlers and ``case`` clauses, in the order of
+    :func:`ast.iter_child_nodes` (the nodes that hold a statement: nothing inside an expression does)."""
+    out: list[ast.AST] = []
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            out += [v for v in value if isinstance(v, ast.stmt | ast.excepthandler | ast.match_case)]
+    return out
+
+
+def statements(top: Iterable[tuple[ast.stmt | CutClass, int]], lines: list[str]) -> list[Statement]:
+    """Every statement of the text whose ``lines`` these are, in the order of :func:`ast.walk` over its tree,
+    from its top-level statements, each with the shift that gives its lines (a class may come cut into its
+    members: :attr:`patch_queue.merge.pieces.Outline.top`)."""
+    code = [bool(line.strip()) and not line.lstrip().startswith("#") for line in lines]
     found: list[Statement] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt) or node.end_lineno is None:
-            continue
-        start = _first_line(node) - 1
-        children: list[ast.stmt] = []
-        for name in ("body", "orelse", "finalbody"):
-            value = getattr(node, name, None)
-            if isinstance(value, list):
-                children += [c for c in value if isinstance(c, ast.stmt)]
-        for part in [*getattr(node, "handlers", []), *getattr(node, "cases", [])]:
-            children += part.body
-        held = {k for c in children for k in range(_first_line(c) - 1, c.end_lineno or c.lineno)}
-        own = frozenset(
-            k
-            for k in range(start, node.end_lineno)
-            if k not in held and lines[k].strip() and not lines[k].lstrip().startswith("#")
-        )
-        function = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        klass = isinstance(node, ast.ClassDef)
-        found.append(Statement(start, node.end_lineno, own, bool(children), function, klass))
+    todo: deque[tuple[ast.AST | CutClass, int]] = deque(top)
+    while todo:
+        node, shift = todo.popleft()
+        if not isinstance(node, ast.AST):  # a cut class: no decorators, its body its members
+            todo.extend(node.members)
+            children = list(node.members)
+            last, at = children[-1]
+            start, end, function, klass = node.line, (last.end_lineno or last.lineno) + at, False, True
+        else:
+            todo.extend((child, shift) for child in _bodies(node))
+            if not isinstance(node, ast.stmt) or node.end_lineno is None:
+                continue
+            children = []
+            for name in ("body", "orelse", "finalbody"):
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    children += [(c, shift) for c in value if isinstance(c, ast.stmt)]
+            for part in [*getattr(node, "handlers", []), *getattr(node, "cases", [])]:
+                children += [(c, shift) for c in part.body]
+            start, end = _first_line(node) - 1 + shift, node.end_lineno + shift
+            function, klass = isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef), isinstance(node, ast.ClassDef)
+        own: set[int] = set()
+        k = start
+        for first, stop in sorted((_first_line(c) - 1 + at, (c.end_lineno or c.lineno) + at) for c, at in children):
+            own.update(j for j in range(k, min(first, end)) if code[j])
+            k = max(k, stop)
+        own.update(j for j in range(k, end) if code[j])
+        found.append(Statement(start, end, frozenset(own), bool(children), function, klass))
     return found
 
 

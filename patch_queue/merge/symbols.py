@@ -20,6 +20,7 @@ import functools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from patch_queue.errors import PqError
 from patch_queue.merge.anchors import indent_of
@@ -78,27 +79,53 @@ def symbols_ast(source: str, *, path: str = "<source>") -> dict[str, Symbol]:
         tree = parsed(source)
     except SyntaxError as exc:
         raise PqError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
+    return collect(source, [(node, 0) for node in tree.body])
+
+
+class CutClass(Protocol):
+    """A top-level class read as its members, each parsed apart (:class:`patch_queue.merge.pieces.Split`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def line(self) -> int: ...  # its header, 0-based
+    @property
+    def members(self) -> tuple[tuple[ast.stmt, int], ...]: ...
+
+
+def collect(source: str, top: Iterable[tuple[ast.stmt | CutClass, int]]) -> dict[str, Symbol]:
+    """:func:`symbols_ast` of ``source`` from its top-level statements, each with the shift that gives its lines
+    in ``source`` (a class may come cut into its members)."""
     lines = source.splitlines(keepends=True)
     found: dict[str, Symbol] = {}
 
-    def collect(body: Iterable[ast.stmt], prefix: str, indent: int, floor: int) -> None:
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
-                last = (node.end_lineno or node.lineno) - 1
-                start, end = _extent(lines, first, last, indent, floor)
-                name = prefix + node.name
-                # First definition wins, as Python's last-wins would hide the copy a human reads first;
-                # duplicates are rare (conditional definitions) and reported by callers if they matter.
-                if name not in found:
-                    found[name] = Symbol(name, start + 1, end + 1, "".join(lines[start : end + 1]), indent)
-                if isinstance(node, ast.ClassDef) and not prefix:
-                    collect(node.body, node.name + ".", indent + 4, first + 1)
-                floor = end + 1
+    def walk(body: Iterable[tuple[ast.stmt | CutClass, int]], prefix: str, indent: int, floor: int) -> None:
+        for node, shift in body:
+            members: list[tuple[ast.stmt | CutClass, int]] | None = None
+            if not isinstance(node, ast.stmt):  # a cut class: no decorators, its body its members
+                first = node.line
+                member, at = node.members[-1]
+                last = (member.end_lineno or member.lineno) - 1 + at
+                members = list(node.members)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1 + shift
+                last = (node.end_lineno or node.lineno) - 1 + shift
+                if isinstance(node, ast.ClassDef):
+                    members = [(m, shift) for m in node.body]
             else:
-                floor = node.end_lineno or node.lineno
+                floor = (node.end_lineno or node.lineno) + shift
+                continue
+            start, end = _extent(lines, first, last, indent, floor)
+            name = prefix + node.name
+            # First definition wins, as Python's last-wins would hide the copy a human reads first;
+            # duplicates are rare (conditional definitions) and reported by callers if they matter.
+            if name not in found:
+                found[name] = Symbol(name, start + 1, end + 1, "".join(lines[start : end + 1]), indent)
+            if members is not None and not prefix:
+                walk(members, node.name + ".", indent + 4, first + 1)
+            floor = end + 1
 
-    collect(tree.body, "", 0, 0)
+    walk(top, "", 0, 0)
     return found
 
 

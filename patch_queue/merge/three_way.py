@@ -244,26 +244,12 @@ def _merge(
 ) -> tuple[MergeResult, frozenset[int]]:
     """:func:`merge3` once, with no ``kept-replacement`` for the groups in ``refused``; and the groups whose
     ``kept-replacement`` loses a line of upstream's code (see :func:`_lossy`)."""
-    sides = [fold(x) for x in (base, ours, theirs)]
-    blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
-    info = {**sides[0].info, **sides[1].info, **sides[2].info}
-    b_lines, o_lines, t_lines = sides[0].lines, sides[1].lines, sides[2].lines
-    hunks = diff_hunks(b_lines, o_lines, "o") + diff_hunks(b_lines, t_lines, "t")
-    theirs_hunks = [h for h in hunks if h.side == "t"]
+    inputs = _prepared(base, ours, theirs)
+    blocks, info, b_lines, expand = inputs.blocks, inputs.info, inputs.base, inputs.expand
+    theirs_hunks = [h for h in inputs.hunks if h.side == "t"]
     out: list[str] = []
     pending: list[tuple[int, Conflict, list[str]]] = []  # (index in out, region, folded text placed)
     pos = 0
-
-    def expand(lines: Sequence[str]) -> list[str]:
-        """The lines with each omni block token replaced by its block's lines."""
-        res: list[str] = []
-        pos = 0
-        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(TOKEN))):
-            res += lines[pos:k]
-            res += blocks.get(lines[k], [lines[k]])
-            pos = k + 1
-        res += lines[pos:]
-        return res
 
     def joined(lines: Sequence[str]) -> str:
         return "".join(expand(lines))
@@ -285,7 +271,7 @@ def _merge(
 
     spans: dict[int, tuple[int, int]] = {}
     upstream_code: dict[int, list[str]] = {}  # group of a kept-replacement -> upstream's lines there
-    for index, start, end, group, widened in _grown(_groups(hunks, expand), grow):
+    for index, start, end, group, widened in _grown(inputs.groups, grow):
         spans[index] = (start, end)
         forced = widened or index in veto
         out += b_lines[pos:start]
@@ -311,7 +297,7 @@ def _merge(
             continue
         eb, eo, et = joined(b), joined(o), joined(t)
         anchor = anchor_of(t, o)
-        decided = None if forced else _decide(b_lines, start, end, mine, pat, expand, keep=index not in refused)
+        decided = None if forced else inputs.decide(start, end, mine, pat, keep=index not in refused)
         if decided is not None and decided[0] == ConflictKind.KEPT_REPLACEMENT:
             upstream_code[index] = expand([line for h in mine for line in h.lines])
         # never drop or duplicate an omni block, but one whose code upstream now has (reported, fence and all)
@@ -377,6 +363,45 @@ def _merge(
         if r.anchor is not None:
             regions[k] = replace(r, anchor=replace(r.anchor, line=placed_at.get(tokens.get(id(r.anchor), ""))))
     return MergeResult("".join(text), regions, spans), _lossy(upstream_code, text)
+
+
+class _Inputs:
+    """What a merge of three texts works out before its regions, the same for every run of it (a checked merge
+    runs it again with groups vetoed, grown or refused their ``kept-replacement``): the folded sides, their
+    hunks and groups, and each group's automatic resolution (:func:`_decide`), worked out once."""
+
+    def __init__(self, base: str, ours: str, theirs: str) -> None:
+        sides = [fold(x) for x in (base, ours, theirs)]
+        self.blocks = {**sides[0].blocks, **sides[1].blocks, **sides[2].blocks}
+        self.info = {**sides[0].info, **sides[1].info, **sides[2].info}
+        self.base = sides[0].lines
+        self.hunks = diff_hunks(self.base, sides[1].lines, "o") + diff_hunks(self.base, sides[2].lines, "t")
+        self.groups = _groups(self.hunks, self.expand)
+        self._decided: dict[tuple[int, int, tuple[Hunk, ...], tuple[Hunk, ...], bool], _Decided] = {}
+
+    def expand(self, lines: Sequence[str]) -> list[str]:
+        """The lines with each omni block token replaced by its block's lines."""
+        res: list[str] = []
+        pos = 0
+        for k in itertools.compress(range(len(lines)), map(str.startswith, lines, itertools.repeat(TOKEN))):
+            res += lines[pos:k]
+            res += self.blocks.get(lines[k], [lines[k]])
+            pos = k + 1
+        res += lines[pos:]
+        return res
+
+    def decide(self, start: int, end: int, mine: list[Hunk], pat: list[Hunk], *, keep: bool) -> _Decided:
+        """:func:`_decide` of the group of base lines [start, end) (read it, never change it)."""
+        key = (start, end, tuple(mine), tuple(pat), keep)
+        if key not in self._decided:
+            self._decided[key] = _decide(self.base, start, end, mine, pat, self.expand, keep=keep)
+        return self._decided[key]
+
+
+@functools.lru_cache(maxsize=2)
+def _prepared(base: str, ours: str, theirs: str) -> _Inputs:
+    """The :class:`_Inputs` of a merge, kept for the runs of the same merge that follow."""
+    return _Inputs(base, ours, theirs)
 
 
 def _lossy(upstream: dict[int, list[str]], merged: Sequence[str]) -> frozenset[int]:
@@ -451,9 +476,12 @@ def _key(prefix: str, anchor: Anchor | None, base: str, ours: str, theirs: str) 
     return h.hexdigest()
 
 
+_Decided = tuple[str, str, list[str]] | None
+
+
 def _decide(
     base: list[str], start: int, end: int, mine: list[Hunk], pat: list[Hunk], expand: _Expand, *, keep: bool = True
-) -> tuple[str, str, list[str]] | None:
+) -> _Decided:
     """(kind, message, lines) of an automatic resolution of a group, or None for a conflict; no
     ``kept-replacement`` unless ``keep``."""
     b, o, t = base[start:end], apply_hunks(base, start, end, mine), apply_hunks(base, start, end, pat)

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from patch_queue.errors import PqError
-from patch_queue.merge.symbols import Symbol, symbols_ast
+from patch_queue.merge import pieces
+from patch_queue.merge.symbols import Symbol
 from patch_queue.sources import cache
 
 RUFF = "ruff"
@@ -170,7 +171,7 @@ def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter
     chosen: list[list[Symbol]] = []
     for (text, carried), hit in zip(items, hits, strict=True):
         try:
-            syms = symbols_ast(text, path="module") if carried and hit is None else {}
+            syms = pieces.symbols_of(text, path="module") if carried and hit is None else {}
         except PqError:
             syms = {}
         chosen.append([syms[n] for n in downstream_names(syms, carried)])
@@ -197,4 +198,4 @@ def tool_stamp() -> str:
         binary = f"{_ruff_bin()} {st.st_size} {st.st_mtime_ns}"
     except (OSError, PqError):
         binary = "no ruff"
-    return binary + " " + cache.code_stamp("series/fmt.py", "merge/symbols.py", "series/stack.py")
+    return binary + " " + cache.code_stamp("series/fmt.py", "merge/symbols.py", "merge/pieces.py", "series/stack.py")

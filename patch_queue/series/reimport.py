@@ -29,7 +29,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from patch_queue.git.diff import Hunk, line_hunks, move_line
-from patch_queue.merge import markers
+from patch_queue.merge import markers, pieces
 from patch_queue.merge.conflict import ConflictKind
 from patch_queue.merge.symbols import parsed
 from patch_queue.series import fmt, replaced
@@ -543,7 +543,7 @@ def _added(
 
 @dataclass(frozen=True)
 class _Stmt:
-    node: ast.Import | ast.ImportFrom
+    node: ast.Import | ast.ImportFrom  # its own line numbers count from its piece: read first and last
     first: int  # 1-based lines in the merged text
     last: int
     source: str
@@ -568,28 +568,31 @@ def _joinable(stmt: _Stmt) -> bool:
 
 def _statements(view: str, text: str) -> list[_Stmt]:
     """The unconditional top-level import statements of ``view`` that stand before the first conflict
-    region of ``text`` (so their lines are the same in both)."""
+    region of ``text`` (so their lines are the same in both).  Read from the pieces of ``view``
+    (:mod:`patch_queue.merge.pieces`), which the merge's checks have parsed already."""
     first_marker = next((i for i, line in enumerate(text.splitlines()) if markers.MARKER.match(line)), None)
     lines = view.splitlines(keepends=True)
     out = []
-    for node in parsed(view).body:
+    for node, shift in pieces.outline(view).top:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        last = node.end_lineno or node.lineno
+        first, last = node.lineno + shift, (node.end_lineno or node.lineno) + shift
         if first_marker is not None and last > first_marker:
             break
-        out.append(_Stmt(node, node.lineno, last, "".join(lines[node.lineno - 1 : last])))
+        out.append(_Stmt(node, first, last, "".join(lines[first - 1 : last])))
     return out
 
 
-def _uses(omni: str, old_upstream: str) -> set[str]:
-    """The words of the omni lines of ``omni`` (not lines of the old upstream, not imports)."""
+@functools.lru_cache(maxsize=4)
+def _uses(omni: str, old_upstream: str) -> frozenset[str]:
+    """The words of the omni lines of ``omni`` (not lines of the old upstream, not imports); kept for the last
+    few texts: every reconciliation of a runner module along a replay asks with the same two."""
     upstream_lines = {line.strip() for line in old_upstream.splitlines()}
     words: set[str] = set()
     for line in omni.splitlines():
         if line.strip() not in upstream_lines and not re.match(r"\s*(from|import)\s", line):
             words.update(re.findall(r"[A-Za-z_]\w*", line))
-    return words
+    return frozenset(words)
 
 
 def _stale(own: list[_Stmt], old: str, new: Mapping[str, _Binding], upstream_module: str) -> list[tuple[int, str, str]]:
