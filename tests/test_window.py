@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from patch_queue.git.repo import ProjectRepo
+from patch_queue.merge import checked
 from patch_queue.merge import window as window_module
 from patch_queue.merge.checked import merge3_checked
 from patch_queue.merge.window import Window
@@ -172,7 +173,7 @@ def test_a_merge_is_kept_by_its_inputs_and_the_recorded_answers_it_read(
         raise AssertionError("merged again")
 
     with monkeypatch.context() as m:
-        m.setattr(replay.checked, "merge3_checked", no_merge)
+        m.setattr(checked, "merge3_checked", no_merge)  # replay imports it on a cache miss
         assert replay._merged(list(texts), labels, "p\0m.py", store.get, True) == first
         store[key] = "    a = 4\n"  # a maintainer's resolution recorded since: the kept merge asked for it
         with pytest.raises(AssertionError, match="merged again"):
