@@ -339,13 +339,18 @@ def adopted_030_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def released_030_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`pq adopt vllm-omni==0.30.0 --at BASE_030` (the registry release) in a new project, once per run
     (`built_once`), left as the adopt left it (nothing committed): copy it, never change it."""
+    return _released_once(tmp_path_factory, "released", "0.30.0", BASE_030)
+
+
+def _released_once(tmp_path_factory: pytest.TempPathFactory, name: str, release: str, base: str) -> Path:
+    """`pq adopt vllm-omni==RELEASE --at BASE` in a new project, once per run (`built_once` under ``name``)."""
     if corpus_dir() is None:
         pytest.skip("the real corpus is not here (set PQ_CORPUS)")
 
     def build(folder: Path) -> None:
-        pq(new_project(folder / "p"), "adopt", "vllm-omni==0.30.0", "--at", BASE_030)
+        pq(new_project(folder / "p"), "adopt", f"vllm-omni=={release}", "--at", base)
 
-    return built_once(tmp_path_factory, "released", build) / "p"
+    return built_once(tmp_path_factory, name, build) / "p"
 
 
 @pytest.fixture(scope="module")
@@ -363,13 +368,7 @@ def released_018_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`pq adopt vllm-omni==0.18.0 --at BASE_018` (the registry release) in a new project, as this repository
     keeps its series (queue.toml and series committed, the bodies git-ignored), nothing committed yet; once per run
     (`built_once`): copy it, never change it."""
-    if corpus_dir() is None:
-        pytest.skip("the real corpus is not here (set PQ_CORPUS)")
-
-    def build(folder: Path) -> None:
-        pq(new_project(folder / "p"), "adopt", "vllm-omni==0.18.0", "--at", BASE_018)
-
-    return built_once(tmp_path_factory, "released-018", build) / "p"
+    return _released_once(tmp_path_factory, "released-018", "0.18.0", BASE_018)
 
 
 @pytest.fixture(scope="session")
