@@ -182,6 +182,7 @@ def code_lines(text: str) -> _Code:
     return _Code(code, {row: frozenset(names.get(row, set())) - _COMMON_NAMES for row in code})
 
 
+@lru_cache(maxsize=512)  # a sync judges the same methods again for every change in them
 def method_code(text: str) -> _Code:
     """:func:`code_lines` of one method, its signature reduced to one line of parameters without
     annotations (so a changed return type is no code change)."""

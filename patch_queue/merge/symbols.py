@@ -74,12 +74,19 @@ def parsed(text: str) -> ast.Module:
 
 
 def symbols_ast(source: str, *, path: str = "<source>") -> dict[str, Symbol]:
-    """All top-level classes and functions and the methods of top-level classes, by name."""
+    """All top-level classes and functions and the methods of top-level classes, by name (a new dict each call:
+    the caller may change it; the symbols are frozen)."""
     try:
-        tree = parsed(source)
+        return dict(_symbols_of(source))
     except SyntaxError as exc:
         raise PqError(f"does not parse: {exc.msg}", path=path, line=exc.lineno) from None
-    return collect(source, [(node, 0) for node in tree.body])
+
+
+@functools.lru_cache(maxsize=64)
+def _symbols_of(source: str) -> dict[str, Symbol]:
+    """:func:`symbols_ast`'s answer, kept for the last few texts: ``pq sync-gpu`` asks for the methods of the
+    same few GPU and NPU modules some 1,300 times."""
+    return collect(source, [(node, 0) for node in parsed(source).body])
 
 
 class CutClass(Protocol):

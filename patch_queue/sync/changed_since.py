@@ -16,6 +16,7 @@ not listed.
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -89,11 +90,9 @@ def _widened(
     reads what they bind); blank lines and comments do not stop it.  A statement the NPU method holds, or holds
     rewritten, does: one as like it as :func:`patch_queue.sync.statements.like`, one binding a local the NPU method
     binds too (its own version of it), and a ``return`` or ``raise`` (the NPU method ends that path its own way)."""
-    try:
-        tree = ast.parse(textwrap.dedent(joined(lines)))
-    except SyntaxError:
+    stmts = _statements_by_row(joined(lines))
+    if stmts is None:
         return j1, j2
-    stmts = {n.lineno - 1: n for n in ast.walk(tree) if isinstance(n, ast.stmt)}
     npu_locals = placement.bound_locals(npu_method)
     indent = anchors.indent_of(lines[units[j1].first])
 
@@ -153,3 +152,14 @@ def partly_ported(since: Since, changes: Sequence[GpuChange], gpu_files: Mapping
             lacking = f"{len(change.missing)} line(s) new since {since.label} lacking"
             out.append(replace(change, ported=False, reason=f"{change.reason}; {lacking}"))
     return out
+
+
+@functools.lru_cache(maxsize=64)  # a method's changes are widened one by one over the same statements
+def _statements_by_row(text: str) -> dict[int, ast.stmt] | None:
+    """The statements of a method's text by their first row (0-based); None when it does not parse. Read, never
+    change."""
+    try:
+        tree = ast.parse(textwrap.dedent(text))
+    except SyntaxError:
+        return None
+    return {n.lineno - 1: n for n in ast.walk(tree) if isinstance(n, ast.stmt)}

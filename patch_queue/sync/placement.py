@@ -220,7 +220,7 @@ def _finish(site: _Site, start: int, end: int, body: list[str], raw: list[str], 
     method = joined([*site.npu_lines[:start], *result, *site.npu_lines[end:]])
     new_text = "".join(lines[: npu.start - 1]) + method + "".join(lines[npu.end :])
     try:
-        ast.parse(new_text)
+        symbols.parsed(new_text)  # kept: _unbound reads the same tree
     except SyntaxError as exc:
         raise NotPlaced(f"the port does not parse ({exc.msg}, line {exc.lineno})") from None
     moved = _moved(site.npu.text, method, (start, end), len(result))
@@ -298,12 +298,13 @@ def _locals(fn: ast.AST) -> set[str]:
     return set(_first_bound(fn))
 
 
-def bound_locals(method: str) -> set[str]:
+@functools.lru_cache(maxsize=256)  # a sync asks for the same few NPU methods' locals again and again
+def bound_locals(method: str) -> frozenset[str]:
     """:func:`_locals` of a method's text (none when it does not parse)."""
     try:
-        return _locals(ast.parse(textwrap.dedent(method)))
+        return frozenset(_locals(ast.parse(textwrap.dedent(method))))
     except SyntaxError:
-        return set()
+        return frozenset()
 
 
 def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
@@ -312,7 +313,7 @@ def _unbound(text: str, rows: range, gpu_method: str) -> list[str]:
     port would raise NameError.  NotPlaced when no function holds them."""
     fns = [
         n
-        for n in ast.walk(ast.parse(text))
+        for n in ast.walk(symbols.parsed(text))
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
         and n.lineno <= rows.start
         and (n.end_lineno or n.lineno) >= rows.stop - 2

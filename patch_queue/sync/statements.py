@@ -110,16 +110,21 @@ class Unit:
 
 def units(lines: Sequence[str]) -> list[Unit]:
     """The units of a method's lines, in order: wrapping does not change their keys."""
-    code = code_rows(lines)
+    return list(_units(joined(lines)))
+
+
+@functools.lru_cache(maxsize=1024)  # a sync reads the units of the same method texts in every placement round
+def _units(text: str) -> tuple[Unit, ...]:
+    code = {r - 1: c for r, c in gpu_audit.code_lines(text).code.items()}
     out: list[Unit] = []
     covered: set[int] = set()
-    for s, header, _end in statements(joined(lines)):
+    for s, header, _end in _statements(text):
         rows = [r for r in range(s, header + 1) if r in code and r not in covered]
         if rows:
             covered.update(rows)
             out.append(Unit(s, header, "".join(code[r] for r in rows)))
     out += [Unit(r, r, c) for r, c in code.items() if r not in covered]
-    return sorted(out, key=lambda u: u.first)
+    return tuple(sorted(out, key=lambda u: u.first))
 
 
 def opcodes(a: Sequence[str], b: Sequence[str]) -> list[tuple[str, int, int, int, int]]:

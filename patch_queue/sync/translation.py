@@ -74,11 +74,17 @@ class Rules:
     rules: tuple[Rule, ...]
     fence: str
     declined: tuple[Decline, ...] = ()
+    # each line's translation, kept: a sync translates the same GPU lines tens of thousands of times
+    _translated: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     def translate(self, line: str) -> str:
-        for rule in self.rules:
-            line = rule.apply(line)
-        return line
+        done = self._translated.get(line)
+        if done is None:
+            done = line
+            for rule in self.rules:
+                done = rule.apply(done)
+            self._translated[line] = done
+        return done
 
     def decline_of(self, gpu_file: str, method: str, first: str) -> Decline | None:
         """The entry that declines the change (``GpuChange.gpu_file``, ``.method``, ``.first``), if any."""
