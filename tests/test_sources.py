@@ -495,6 +495,43 @@ def _file_index(root: Path, project: str, archives: dict[str, bytes], *, yanked:
     (page / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
 
 
+_FIRST_INDEX = (
+    "import sys\nfrom patch_queue.sources import registry\nprint(registry.index_urls()[0], 'pip' in sys.modules)"
+)
+
+
+def test_pip_configuration_is_read_in_pips_order_and_kept_until_a_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip's own configuration class reads the files: a later file of a section overrides an earlier one (the
+    legacy ~/.pip/pip.conf loads before ~/.config/pip/pip.conf), [install] beats [global]. The answer is kept:
+    the next process reads it without importing pip, until a file pip read changes."""
+    for key in [k for k in os.environ if k.startswith(("PIP_", "XDG_"))]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    home = Path(os.environ["HOME"])
+    (home / ".pip").mkdir()
+    (home / ".pip" / "pip.conf").write_text("[global]\nindex-url = file:///legacy\n")
+    (home / ".config" / "pip").mkdir(parents=True)
+    config = home / ".config" / "pip" / "pip.conf"
+    config.write_text("[global]\nindex-url = file:///global\n[install]\nindex-url = file:///install\n")
+
+    def first_index() -> list[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _FIRST_INDEX], capture_output=True, text=True, check=True
+        ).stdout.split()
+
+    assert first_index() == ["file:///install", "True"]  # read by pip
+    assert first_index() == ["file:///install", "False"]  # kept
+    config.write_text("[global]\nindex-url = file:///global\n")
+    assert first_index() == ["file:///global", "True"]  # a file pip read changed: read again
+    (home / ".config" / "pip" / "pip.conf").unlink()
+    assert first_index() == ["file:///legacy", "True"]
+    monkeypatch.setenv("PIP_INDEX_URL", "file:///env")  # the environment beats every file, and is part of the key
+    assert first_index() == ["file:///env", "True"]
+    assert first_index() == ["file:///env", "False"]
+
+
 def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     index = tmp_path / "index"
     module = {"pq_fixture_pkg/__init__.py": b"VALUE = 1\n", "pq_fixture_pkg/sub/mod.py": b"X = 2\n"}

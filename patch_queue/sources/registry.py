@@ -1,7 +1,8 @@
 """The package registry: pip's configuration, a simple-repository client, and downloads.
 
-The registry is whatever pip is configured to use (``pip config list`` and the ``PIP_*``
-variables), with pip's own default index when none is set; no index host is named here.
+The registry is whatever pip is configured to use (its configuration files and the ``PIP_*``
+variables, read by pip's own configuration class), with pip's own default index when none is set;
+no index host is named here.
 ``pip download`` cannot fetch the vllm-ascend sdists (it insists on building their metadata, which
 needs Ascend's toolkit), so this small PEP 691 / PEP 503 client reads the index, and
 :mod:`.archives` opens the downloaded archives as plain zip / tar.gz files, never built.
@@ -83,13 +84,14 @@ def normalize_name(name: str) -> str:
 # -- pip's configuration -------------------------------------------------------------------
 
 # Where pip's sections rank: the PIP_* environment beats any command section of a config file,
-# which beats [global].  Within a rank, later lines of `pip config list` come from files that
-# pip loads later and so override earlier ones.
+# which beats [global]; pip has already merged the files of one section in its own order.
 _SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}
+# What decides which config files pip reads (besides the PIP_* variables): a cached answer is for these only.
+_PIP_PLACES = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA", "PROGRAMDATA")
 
 
 def _pip_settings() -> dict[str, str]:
-    """pip's effective settings for downloads, from ``python -m pip config list``."""
+    """pip's effective settings for downloads: its configuration's ``section.option`` values, ranked."""
     return dict(_pip_settings_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_")))))
 
 
@@ -97,30 +99,82 @@ def _pip_settings() -> dict[str, str]:
 def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """:func:`_pip_settings` once per set of ``PIP_*`` variables."""
     ranked: dict[str, tuple[int, str]] = {}
+    for key, value in _pip_config_items(pip_environment):
+        section, dot, option = key.rpartition(".")
+        if not dot or section not in _SECTION_RANK:
+            continue
+        rank = _SECTION_RANK[section]
+        if option not in ranked or rank >= ranked[option][0]:
+            ranked[option] = (rank, value)
+    settings = {option: value for option, (_, value) in ranked.items()}
+    # Without pip (or if reading its configuration failed) the PIP_* variables still say what the user wants.
+    for option in ("index-url", "extra-index-url", "cert", "timeout", "default-timeout"):
+        if (env_value := os.environ.get("PIP_" + option.upper().replace("-", "_"))) is not None:
+            settings.setdefault(option, env_value)
+    return settings
+
+
+def _stamp(path: str) -> list[int] | None:
+    """What tells a file changed (as git's index tells it): its modification time, size and inode; None if absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """pip's configuration (``section.option``, value) in the order pip loads it (a later file overrides an
+    earlier one), read by pip's own configuration class in this process (``python -m pip config list`` costs a
+    whole pip start, ~0.7 s). The answer is kept in the download cache with the files pip read (and pip's own
+    module): while none of them changed, nor the ``PIP_*`` variables, nor what places them (HOME, XDG_*, the
+    interpreter), it stands."""
+    from patch_queue.sources import cache
+
+    places = [sys.executable, sys.prefix, *(f"{k}={os.environ.get(k, '')}" for k in _PIP_PLACES)]
+    key = cache.derived_key(json.dumps([places, pip_environment]))
+    with suppress(ValueError, TypeError, KeyError):
+        kept = json.loads(cache.derived_get("pip-config", key) or b"null")
+        if kept is not None and all(_stamp(f) == stamp for f, stamp in kept["files"]):
+            return [(str(k), str(v)) for k, v in kept["items"]]
+    try:
+        from pip._internal.configuration import Configuration
+        from pip._internal.configuration import __file__ as pip_module
+
+        config = Configuration(isolated=False)
+        config.load()
+        items: list[tuple[str, str]] = []
+        for name, value in config.items():  # in pip's load order; pip 23.3+ gives each file's options apart
+            pairs = value.items() if isinstance(value, dict) else [(name, value)]
+            items += [(str(k), str(v)) for k, v in pairs]
+        files = [pip_module, *(f for _, names in config.iter_config_files() for f in names)]
+    except Exception:  # pip absent or its internals changed: ask its command line, keep nothing
+        return _pip_config_list()
+    stamps = [[f, _stamp(f)] for f in dict.fromkeys(files)]
+    cache.derived_put("pip-config", key, json.dumps({"files": stamps, "items": items}).encode("utf-8"))
+    return items
+
+
+def _pip_config_list() -> list[tuple[str, str]]:
+    """``python -m pip config list``, read: [] when pip is not there or the command fails.  Its lines come sorted
+    by file name, not in pip's load order: only when pip's configuration class cannot be used."""
     try:
         out = subprocess.run(
             [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60, check=False
         ).stdout
     except (OSError, subprocess.SubprocessError):
-        out = ""
+        return []
+    items: list[tuple[str, str]] = []
     for line in out.splitlines():
         key, sep, raw = line.partition("=")
-        section, dot, option = key.rpartition(".")
-        if not sep or not dot or section not in _SECTION_RANK:
+        if not sep:
             continue
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             value = raw.strip("'\"")
-        rank = _SECTION_RANK[section]
-        if option not in ranked or rank >= ranked[option][0]:
-            ranked[option] = (rank, str(value))
-    settings = {option: value for option, (_, value) in ranked.items()}
-    # Without pip (or if its config command failed) the PIP_* variables still say what the user wants.
-    for option in ("index-url", "extra-index-url", "cert", "timeout", "default-timeout"):
-        if (env_value := os.environ.get("PIP_" + option.upper().replace("-", "_"))) is not None:
-            settings.setdefault(option, env_value)
-    return settings
+        items.append((key, str(value)))
+    return items
 
 
 def _default_index() -> str:
