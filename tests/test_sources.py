@@ -530,6 +530,12 @@ def test_pip_configuration_is_read_in_pips_order_and_kept_until_a_file_changes(
     monkeypatch.setenv("PIP_INDEX_URL", "file:///env")  # the environment beats every file, and is part of the key
     assert first_index() == ["file:///env", "True"]
     assert first_index() == ["file:///env", "False"]
+    # a file holding credentials: read every time, never written to the cache
+    monkeypatch.delenv("PIP_INDEX_URL")
+    (home / ".pip" / "pip.conf").write_text("[global]\nindex-url = http://alice:s3cret@127.0.0.1:9/simple\n")
+    assert first_index() == ["http://alice:s3cret@127.0.0.1:9/simple", "True"]
+    assert first_index() == ["http://alice:s3cret@127.0.0.1:9/simple", "True"]
+    assert not [f for f in (tmp_path / "cache").rglob("*") if f.is_file() and b"s3cret" in f.read_bytes()]
 
 
 def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

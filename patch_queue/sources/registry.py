@@ -87,6 +87,7 @@ def normalize_name(name: str) -> str:
 # which beats [global]; pip has already merged the files of one section in its own order.
 _SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}
 # What decides which config files pip reads (besides the PIP_* variables): a cached answer is for these only.
+_USERINFO = re.compile(r"://[^/\s]*@")  # credentials in a URL: scheme://user:token@host
 _PIP_PLACES = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA", "PROGRAMDATA")
 
 
@@ -99,7 +100,9 @@ def _pip_settings() -> dict[str, str]:
 def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """:func:`_pip_settings` once per set of ``PIP_*`` variables."""
     ranked: dict[str, tuple[int, str]] = {}
-    for key, value in _pip_config_items(pip_environment):
+    # the PIP_* variables as pip's configuration names them: PIP_INDEX_URL is :env:.index-url
+    environment = [(":env:." + k[4:].lower().replace("_", "-"), v) for k, v in pip_environment]
+    for key, value in [*_pip_config_items(pip_environment), *environment]:
         section, dot, option = key.rpartition(".")
         if not dot or section not in _SECTION_RANK:
             continue
@@ -124,11 +127,12 @@ def _stamp(path: str) -> list[int] | None:
 
 
 def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
-    """pip's configuration (``section.option``, value) in the order pip loads it (a later file overrides an
-    earlier one), read by pip's own configuration class in this process (``python -m pip config list`` costs a
-    whole pip start, ~0.7 s). The answer is kept in the download cache with the files pip read (and pip's own
-    module): while none of them changed, nor the ``PIP_*`` variables, nor what places them (HOME, XDG_*, the
-    interpreter), it stands."""
+    """pip's configuration files' options (``section.option``, value) in the order pip loads them (a later file
+    overrides an earlier one), without the ``PIP_*`` variables, read by pip's own configuration class in this
+    process (``python -m pip config list`` costs a whole pip start, ~0.7 s). The answer is kept in the download
+    cache with the files pip read (and pip's own module): while none of them changed, nor the ``PIP_*`` variables,
+    nor what places them (HOME, XDG_*, the interpreter), it stands. An answer holding credentials (a URL's
+    ``user:token@``) is never kept."""
     from patch_queue.sources import cache
 
     places = [sys.executable, sys.prefix, *(f"{k}={os.environ.get(k, '')}" for k in _PIP_PLACES)]
@@ -146,10 +150,12 @@ def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tupl
         items: list[tuple[str, str]] = []
         for name, value in config.items():  # in pip's load order; pip 23.3+ gives each file's options apart
             pairs = value.items() if isinstance(value, dict) else [(name, value)]
-            items += [(str(k), str(v)) for k, v in pairs]
+            items += [(str(k), str(v)) for k, v in pairs if not str(k).startswith(":env:")]
         files = [pip_module, *(f for _, names in config.iter_config_files() for f in names)]
     except Exception:  # pip absent or its internals changed: ask its command line, keep nothing
         return _pip_config_list()
+    if any(_USERINFO.search(value) for _, value in items):
+        return items
     stamps = [[f, _stamp(f)] for f in dict.fromkeys(files)]
     cache.derived_put("pip-config", key, json.dumps({"files": stamps, "items": items}).encode("utf-8"))
     return items
