@@ -17,7 +17,6 @@ import sys
 import tarfile
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pygit2
@@ -65,10 +64,12 @@ def bundle(corpus: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def upstream(bundle: str, session_cache: Path) -> Iterator[UpstreamGit]:
+def upstream(bundle: str, session_cache: Path) -> UpstreamGit:
+    """The bundle mirrored into this module's cache. PQ_CACHE is set only while it opens: a session fixture that
+    kept it set would hand this module's cache to every later module's module-scoped fixtures."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PQ_CACHE", str(session_cache))
-        yield open_git(bundle, progress=lambda _: None)
+        return open_git(bundle, progress=lambda _: None)
 
 
 @pytest.fixture(scope="session")

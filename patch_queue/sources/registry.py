@@ -86,8 +86,8 @@ def normalize_name(name: str) -> str:
 # Where pip's sections rank: the PIP_* environment beats any command section of a config file,
 # which beats [global]; pip has already merged the files of one section in its own order.
 _SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}
-# What decides which config files pip reads (besides the PIP_* variables): a cached answer is for these only.
 _USERINFO = re.compile(r"://[^/\s]*@")  # credentials in a URL: scheme://user:token@host
+# What decides which config files pip reads (besides the PIP_* variables): a cached answer is for these only.
 _PIP_PLACES = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA", "PROGRAMDATA")
 
 

@@ -25,15 +25,11 @@ def code_rows(lines: Sequence[str]) -> dict[int, str]:
     return {r - 1: c for r, c in gpu_audit.code_lines(joined(lines)).code.items()}
 
 
-def statements(text: str) -> list[tuple[int, int, int]]:
-    """(first, last header row, last row) of every statement of a method (0-based rows); a simple
-    statement is all header."""
-    return list(_statements(text))
-
-
 # kept: one sync reads the same few hundred method texts again and again (units, spans, each placement round)
 @functools.lru_cache(maxsize=1024)
 def _statements(text: str) -> tuple[tuple[int, int, int], ...]:
+    """(first, last header row, last row) of every statement of a method (0-based rows); a simple
+    statement is all header."""
     try:
         tree = ast.parse(textwrap.dedent(text))
     except SyntaxError:
