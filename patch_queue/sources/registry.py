@@ -100,7 +100,7 @@ def _pip_settings() -> dict[str, str]:
 def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str, str]:
     """:func:`_pip_settings` once per set of ``PIP_*`` variables."""
     ranked: dict[str, tuple[int, str]] = {}
-    # the PIP_* variables as pip's configuration names them: PIP_INDEX_URL is :env:.index-url
+    # the PIP_* variables as pip's configuration names them (PIP_INDEX_URL is :env:.index-url), with or without pip
     environment = [(":env:." + k[4:].lower().replace("_", "-"), v) for k, v in pip_environment]
     for key, value in [*_pip_config_items(pip_environment), *environment]:
         section, dot, option = key.rpartition(".")
@@ -109,12 +109,7 @@ def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str,
         rank = _SECTION_RANK[section]
         if option not in ranked or rank >= ranked[option][0]:
             ranked[option] = (rank, value)
-    settings = {option: value for option, (_, value) in ranked.items()}
-    # Without pip (or if reading its configuration failed) the PIP_* variables still say what the user wants.
-    for option in ("index-url", "extra-index-url", "cert", "timeout", "default-timeout"):
-        if (env_value := os.environ.get("PIP_" + option.upper().replace("-", "_"))) is not None:
-            settings.setdefault(option, env_value)
-    return settings
+    return {option: value for option, (_, value) in ranked.items()}
 
 
 def _stamp(path: str) -> list[int] | None:
@@ -173,7 +168,7 @@ def _pip_config_list() -> list[tuple[str, str]]:
     items: list[tuple[str, str]] = []
     for line in out.splitlines():
         key, sep, raw = line.partition("=")
-        if not sep:
+        if not sep or key.startswith(":env:"):  # the PIP_* variables: read from the environment itself
             continue
         try:
             value = ast.literal_eval(raw)
