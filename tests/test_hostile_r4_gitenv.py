@@ -237,3 +237,37 @@ def test_a_pre_commit_hook_runs_pq_on_the_project(proj: Path, explicit: bool) ->
     subprocess.run(["git", *how], cwd=proj / "npu_worker", check=True)
     assert (proj / ".git" / "hook.out").read_text().endswith("exit 0\n")
     assert git(proj, "status", "--porcelain") == ""
+
+
+# -- 4. the bot's prepare leaves its clone as it found it ------------------------------------------------------
+
+
+def pq_refs(repo: Path) -> list[str]:
+    """refs/pq/ but the store of recorded edits, which a refresh may add to (and prepare bundles)."""
+    return [r for r in refs(repo) if r.startswith("refs/pq/") and not r.startswith("refs/pq/resolutions ")]
+
+
+@pytest.mark.parametrize("layout", ["released_018_once", "forked_018_once"], ids=["bodies-ignored", "bodies-committed"])
+def test_prepare_leaves_the_clone_it_ran_in_as_it_found_it(
+    layout: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """prepare commits the refresh for the artifact and leaves the default branch checked out: queue.toml and
+    series as HEAD has them, and so the patch bodies, refs/pq/ and npu_worker/ as `pq reproduce` and `pq build`
+    give them there (as before the refresh), not the refresh's.  `pq status` and `pq reproduce` work in the clone
+    after it, and a second prepare finds nothing of its own to refuse."""
+    from test_refresh_pr import CLEAN, checkout, refresh_pr, seed
+
+    origin = seed(tmp_path, request.getfixturevalue(layout))
+    reference = checkout(origin, tmp_path / "reference")
+    pq(reference, "reproduce")
+    pq(reference, "build")  # where the bodies are committed, reproduce has nothing to do and builds nothing
+    work = checkout(origin, tmp_path / "run")
+    decision = refresh_pr.prepare(CLEAN, tmp_path / "wd", root=work)
+    assert decision.action == "update"
+    assert bodies(work) == bodies(reference)
+    assert pq_refs(work) == pq_refs(reference)
+    assert git(work, "status", "--porcelain") == ""
+    pq(work, "status")
+    assert "already" in pq(work, "reproduce").stdout
+    again = refresh_pr.prepare(CLEAN, tmp_path / "wd2", root=work)
+    assert again.commit == decision.commit
