@@ -271,3 +271,15 @@ def test_prepare_leaves_the_clone_it_ran_in_as_it_found_it(
     assert "already" in pq(work, "reproduce").stdout
     again = refresh_pr.prepare(CLEAN, tmp_path / "wd2", root=work)
     assert again.commit == decision.commit
+
+
+def test_a_working_directory_removed_under_the_shell(tmp_path: Path) -> None:
+    """A shell left in a folder that was removed: git cannot read the working directory, nor pq (no traceback)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" -m patch_queue status'
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert one_error_line(proc) == (
+        "pq: error: cannot read the working directory (No such file or directory): cd into the project"
+    )
