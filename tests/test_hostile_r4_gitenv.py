@@ -283,3 +283,15 @@ def test_a_working_directory_removed_under_the_shell(tmp_path: Path) -> None:
     assert one_error_line(proc) == (
         "pq: error: cannot read the working directory (No such file or directory): cd into the project"
     )
+
+
+def test_a_repository_git_opens_and_libgit2_cannot(tmp_path: Path) -> None:
+    """A SHA-256 repository: git opens it, libgit2 (pygit2) does not know the format: one line, nothing written."""
+    repo = tmp_path / "sha256"
+    git(tmp_path, "init", "-q", "--object-format=sha256", str(repo))
+    line = refused(repo, "new", "foo", env={})
+    assert line == (
+        f"pq: error: {repo / '.git'}: libgit2 cannot open the repository git found: {repo / '.git'}: unknown "
+        "object format 'sha256'"
+    )
+    assert not (repo / "pq-crash.log").exists()

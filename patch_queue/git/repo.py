@@ -81,7 +81,10 @@ class ProjectRepo:
 
     def __init__(self, path: Path) -> None:
         self.gitdir, common, self.workdir = _locate(path)
-        self._repo = pygit2.Repository(str(self.gitdir))
+        try:
+            self._repo = pygit2.Repository(str(self.gitdir))
+        except pygit2.GitError as exc:  # what git opened and libgit2 does not (a format or extension it lacks)
+            raise QueueError(f"libgit2 cannot open the repository git found: {exc}", path=str(self.gitdir)) from None
         self.main_gitdir = common if common != self.gitdir else None  # a linked work tree's (or GIT_COMMON_DIR's)
         # what names this repository to a git pq runs on it (command.environment() clears the user's variables)
         self.env = {**command.user_env(), "GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": str(self.workdir)}
