@@ -105,16 +105,21 @@ def test_format_patch_and_the_author_read_the_project_under_git_dir(
     proj: Path,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A command that writes patch bodies (format-patch in a scratch repository) and asks git for the author (the
-    project's configuration) under a hook's GIT_DIR=.git and GIT_INDEX_FILE: the same bodies as without them."""
+    """A command that writes a patch body (``git format-patch`` in a scratch repository that reads the project's
+    objects) and asks git for the author (the project's configuration) under a hook's GIT_DIR=.git and
+    GIT_INDEX_FILE, and a graft file that would make the new patch's commit a root: the same body as without
+    them (the body depends on the commits alone)."""
     plain = proj.parent / "plain"
     shutil.copytree(proj, plain, symlinks=True)
     pq(plain, "new", "foo")
+    grafts = proj / ".git" / "grafts"
+    grafts.write_text(git(plain, "rev-parse", "refs/pq/top"))
     monkeypatch.setenv("GIT_DIR", ".git")
     monkeypatch.setenv("GIT_INDEX_FILE", str(proj / ".git" / "index.lock"))  # what `git commit -a` hands pre-commit
+    monkeypatch.setenv("GIT_GRAFT_FILE", str(grafts))
     pq(proj, "new", "foo")
-    monkeypatch.delenv("GIT_DIR")
-    monkeypatch.delenv("GIT_INDEX_FILE")
+    for key in ("GIT_DIR", "GIT_INDEX_FILE", "GIT_GRAFT_FILE"):
+        monkeypatch.delenv(key)
     assert bodies(proj) == bodies(plain)
     assert refs(proj) == refs(plain)
     assert not (proj / ".git" / "index.lock").exists()
