@@ -47,9 +47,11 @@ LOCAL_ENV = (
     "GIT_INTERNAL_SUPER_PREFIX",
     "GIT_SHALLOW_FILE",
     "GIT_COMMON_DIR",
-    # not in git's list, but a name of the user's refs all the same: a fetch from a local upstream would ask its
-    # upload-pack for that namespace's refs alone, and a mirror fetched so would prune every ref it has
+    # not in git's list, but of the user's repository all the same: a fetch from a local upstream would ask its
+    # upload-pack for that namespace's refs alone (and a mirror fetched so would prune every ref it has); a receive
+    # hook's quarantine, where git refuses every ref update
     "GIT_NAMESPACE",
+    "GIT_QUARANTINE_PATH",
 )
 
 # What a clone reports as it goes: (phase, done, total or None), e.g. ("Receiving objects", 5120, 81234).
