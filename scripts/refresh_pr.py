@@ -528,15 +528,19 @@ def pending_merge(release: str, conflicts: int) -> str:
     )
 
 
+def series_names(root: Path) -> list[str]:
+    """The patch file names ``patches/series`` lists ([] without one)."""
+    series = root / "patches" / "series"
+    if not series.is_file():
+        return []
+    lines = series.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [line.split()[0] for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
 def user_files(root: Path) -> list[str]:
     """Files under ``patches/`` that prepare would commit but did not write: modified tracked files and
     untracked ones, except the patch bodies ``pq reproduce`` writes (the names ``patches/series`` lists)."""
-    series = root / "patches" / "series"
-    listed = set()
-    if series.is_file():
-        for line in series.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                listed.add("patches/" + line.split()[0])
+    listed = {f"patches/{name}" for name in series_names(root)}
     status = run(["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "patches"], cwd=root).stdout
     records = iter(status.split("\0"))
     out = []
@@ -562,8 +566,7 @@ def restore(root: Path, pq: list[str], previous: str) -> None:
     refresh, what ``pq check`` compares with) gets ``previous`` back.  A refresh that left the lineage as it was
     (conflicts: ``pq abort`` put everything back) changed no body."""
     moved = git(root, "diff", "--name-only", "HEAD", "--", "patches/queue.toml")
-    series = root / "patches" / "series"
-    written = [line.split()[0] for line in series.read_text(encoding="utf-8").splitlines() if line.strip()]
+    written = series_names(root)
     tracked = set(git(root, "ls-files", "-z", "--", "patches").split("\0"))
     git(root, "reset", "--quiet", "--mixed", "HEAD")
     git(root, "checkout", "--quiet", "--", "patches")
@@ -571,7 +574,7 @@ def restore(root: Path, pq: list[str], previous: str) -> None:
     if not moved:
         return
     for name in written:
-        if not name.startswith("#") and f"patches/{name}" not in tracked:
+        if f"patches/{name}" not in tracked:
             (root / "patches" / name).unlink(missing_ok=True)
     run([*pq, "reproduce"], cwd=root)
     run([*pq, "build"], cwd=root)
