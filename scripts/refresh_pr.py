@@ -3,7 +3,8 @@
 ``prepare`` runs with a read-only token: it refreshes the series onto the target
 (``pq refresh --no-stop --accept-errors`` with its reports and annotations; on a result without conflicts that
 runs ``pq check`` too, and finishes over its errors, which the lineage step records), commits the result
-on top of the default branch with the maintainers' message template, and writes everything the
+on top of the default branch with the maintainers' message template (the clone is then put back on the default
+branch's series, :func:`restore`), and writes everything the
 second half needs into a work folder (``report.json``; ``report.md``, the whole report, for the
 artifact; ``summary.md`` for the job summary; ``body.md``, the pull-request body within
 :data:`BODY_BUDGET`; the built package, ``decision.json`` and a git bundle of the commit).  It decides one of:
@@ -70,6 +71,7 @@ LABELS = {  # every label the bot sets, with its description
 BUNDLE_REF = "refs/heads/pq-refresh-commit"
 COMMENT_MARKER = "<!-- pq-refresh: maintainer commits -->"
 RESOLUTIONS = "refs/pq/resolutions"  # recorded resolutions and edits: the lineage's other half
+PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh (pq check compares with it)
 TARGETS = {"release": None, "main": "main"}  # name -> the --to spec (None: the newest release)
 DOWNSTREAM = "vllm-omni"  # the target that takes in the newest vllm-omni release (`pq merge`), or vllm-omni==X
 PENDING_MERGE = "pending-merge.toml"
@@ -526,15 +528,19 @@ def pending_merge(release: str, conflicts: int) -> str:
     )
 
 
+def series_names(root: Path) -> list[str]:
+    """The patch file names ``patches/series`` lists ([] without one)."""
+    series = root / "patches" / "series"
+    if not series.is_file():
+        return []
+    lines = series.read_text(encoding="utf-8", errors="replace").splitlines()
+    return [line.split()[0] for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
 def user_files(root: Path) -> list[str]:
     """Files under ``patches/`` that prepare would commit but did not write: modified tracked files and
     untracked ones, except the patch bodies ``pq reproduce`` writes (the names ``patches/series`` lists)."""
-    series = root / "patches" / "series"
-    listed = set()
-    if series.is_file():
-        for line in series.read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                listed.add("patches/" + line.split()[0])
+    listed = {f"patches/{name}" for name in series_names(root)}
     status = run(["git", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "patches"], cwd=root).stdout
     records = iter(status.split("\0"))
     out = []
@@ -548,6 +554,31 @@ def user_files(root: Path) -> list[str]:
             continue
         out.append(path)
     return out
+
+
+def restore(root: Path, pq: list[str], previous: str) -> None:
+    """Put the clone back on the default branch's series once the commit holds the result (the artifact has the
+    built package): ``queue.toml`` and ``series`` as HEAD has them, and the patch bodies, ``refs/pq/`` and
+    ``npu_worker/`` as ``pq reproduce`` and ``pq build`` give them there, so ``pq status``, ``pq reproduce`` and
+    prepare itself run in the clone afterwards.  git restores no body it does not track (this repository ignores
+    them): the refreshed ones are removed first, each a file pq wrote (a refresh writes over none it did not
+    write), which ``pq reproduce`` would otherwise refuse to replace; ``refs/pq/previous`` (the top before the last
+    refresh, what ``pq check`` compares with) gets ``previous`` back.  A refresh that left the lineage as it was
+    (conflicts: ``pq abort`` put everything back) changed no body."""
+    moved = git(root, "diff", "--name-only", "HEAD", "--", "patches/queue.toml")
+    written = series_names(root)
+    tracked = set(git(root, "ls-files", "-z", "--", "patches").split("\0"))
+    git(root, "reset", "--quiet", "--mixed", "HEAD")
+    git(root, "checkout", "--quiet", "--", "patches")
+    git(root, "clean", "--quiet", "-fd", "--", "patches")
+    if not moved:
+        return
+    for name in written:
+        if f"patches/{name}" not in tracked:
+            (root / "patches" / name).unlink(missing_ok=True)
+    run([*pq, "reproduce"], cwd=root)
+    run([*pq, "build"], cwd=root)
+    git(root, "update-ref", *([PREVIOUS, previous] if previous else ["-d", PREVIOUS]))
 
 
 @dataclass
@@ -680,6 +711,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     # a result with errors of pq check is committed, and its pull request is a draft
     reports = ["--accept-errors", "--report", str(workdir / "report.json"), "--annotations"]
     before = last_taken(root)
+    previous = git(root, "rev-parse", "-q", "--verify", PREVIOUS, ok=(0, 1))
     if merging:  # the newest vllm-omni release (or the one named), taken into the series
         args = [*pq, "merge", *reports] + ([target] if "==" in target else [])
     else:
@@ -734,9 +766,7 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     tree = git(root, "write-tree")
     commit = run(["git", "commit-tree", tree, "-p", head, "-F", msg_file], cwd=root, env=BOT_ENV).stdout.strip()
     os.unlink(msg_file)
-    git(root, "reset", "--quiet", "--mixed", "HEAD")
-    git(root, "checkout", "--quiet", "--", "patches")
-    git(root, "clean", "--quiet", "-fd", "--", "patches")
+    restore(root, pq, previous)
     if remote_sha and git(root, "rev-parse", f"{remote_sha}^{{tree}}") == tree:
         decision = Decision("noop", branch, target, f"{branch} already holds this refresh", expected_remote=remote_sha)
         decision.write(workdir)

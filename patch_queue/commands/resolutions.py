@@ -158,20 +158,20 @@ def _theirs(ws: Workspace, source: str) -> tuple[str, str | None]:
         if not repo.valid_ref(scratch):
             raise QueueError(f"remote {source!r} has a name no ref can hold", path=f"remote.{source}")
         try:
-            listed = command.run(repo.workdir, "ls-remote", "--", source, rerere.REF)
+            listed = repo.git("ls-remote", "--", source, rerere.REF)
         except command.GitFailed as exc:
             raise QueueError(f"cannot reach remote {source!r}: {exc.reason}; nothing was merged") from None
         if not listed.strip():
             return scratch, None
         try:
-            command.run(repo.workdir, "fetch", "-q", "--no-tags", "--", source, f"+{rerere.REF}:{scratch}")
+            repo.git("fetch", "-q", "--no-tags", "--", source, f"+{rerere.REF}:{scratch}")
         except command.GitFailed as exc:
             raise QueueError(f"cannot fetch {rerere.REF} of {source!r}: {exc.reason}; nothing was merged") from None
         found = repo.ref(scratch)
         assert found is not None
         return scratch, found
     try:
-        out = command.run(repo.workdir, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{source}^{{commit}}")
+        out = repo.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{source}^{{commit}}")
     except command.GitFailed:
         raise QueueError(
             f"{source!r} is neither a remote nor a ref or commit this repository has (`pq resolutions log` lists "

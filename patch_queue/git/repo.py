@@ -4,6 +4,10 @@ Only this package (``git/``) talks to pygit2 / git; everything else passes plain
 bytes, hex ids).
 
 Invariants:
+- The repository is the one git works on from the working directory: git itself finds it (``git rev-parse``,
+  reading ``GIT_DIR``, ``GIT_WORK_TREE``, ``GIT_CEILING_DIRECTORIES``, ...) and pygit2 opens the git folder it
+  names; every git pq runs on it is handed that folder and work tree (:attr:`ProjectRepo.env`), every other git
+  none of the user's repository variables (:func:`patch_queue.git.command.environment`).
 - Commits are deterministic: author and committer come from the caller with fixed times, so
   the same inputs give the same commit ids on every machine.
 - Refs move only through :meth:`ProjectRepo.update_refs`, which checks every old value first
@@ -76,17 +80,14 @@ class ProjectRepo:
     """The git repository that holds ``patches/``; the stack lives in its object store."""
 
     def __init__(self, path: Path) -> None:
-        found = pygit2.discover_repository(str(path))
-        if found is None:
-            raise QueueError("not inside a git repository; run `git init` first", path=str(path))
-        self._repo = pygit2.Repository(found)
-        workdir = self._repo.workdir
-        if workdir is None:
-            raise QueueError("a bare repository has no work tree for patches/", path=found)
-        self.workdir = Path(workdir).resolve()
-        self.gitdir = Path(self._repo.path).resolve()
-        common = self.gitdir / "commondir"  # only a linked work tree's git folder has one
-        self.main_gitdir = (self.gitdir / common.read_text().strip()).resolve() if common.is_file() else None
+        self.gitdir, common, self.workdir = _locate(path)
+        try:
+            self._repo = pygit2.Repository(str(self.gitdir))
+        except pygit2.GitError as exc:  # what git opened and libgit2 does not (a format or extension it lacks)
+            raise QueueError(f"libgit2 cannot open the repository git found: {exc}", path=str(self.gitdir)) from None
+        self.main_gitdir = common if common != self.gitdir else None  # a linked work tree's (or GIT_COMMON_DIR's)
+        # what names this repository to a git pq runs on it (command.environment() clears the user's variables)
+        self.env = {**command.user_env(), "GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": str(self.workdir)}
         # recently read or written blobs by id: a replay reads each text it wrote right back
         self._blobs: dict[pygit2.Oid, bytes] = {}
         self._oids: dict[bytes, pygit2.Oid] = {}
@@ -97,7 +98,7 @@ class ProjectRepo:
         # inside batched(): the objects to write as one pack, and each path's last text in it (a delta's base)
         self._pack: pack.Pack | None = None
         self._bases: dict[str, tuple[bytes, bytes]] = {}
-        if not os.access((self.main_gitdir or self.gitdir) / "objects", os.W_OK):
+        if not os.access(self.objects, os.W_OK):
             # written first (the highest priority): computed objects never need the real store
             self._scratch = tempfile.TemporaryDirectory(prefix="pq-objects-")
             self._repo.odb.add_backend(pygit2.OdbBackendLoose(self._scratch.name, -1, False), 1000)
@@ -141,7 +142,7 @@ class ProjectRepo:
         self._unwritten(why)
 
     def _unwritten(self, why: str) -> NoReturn:
-        objects = (self.main_gitdir or self.gitdir) / "objects"
+        objects = self.objects
         shown = objects.relative_to(self.workdir).as_posix() if objects.is_relative_to(self.workdir) else str(objects)
         raise QueueError(
             f"cannot be written ({why}): a full disk or a file size limit; nothing was changed: "
@@ -189,7 +190,7 @@ class ProjectRepo:
             return
         written, self._pack = self._pack, pack.Pack()
         self._bases.clear()
-        folder = (self.main_gitdir or self.gitdir) / "objects" / "pack"
+        folder = self.objects / "pack"
         try:
             written.write(folder)
         except OSError as exc:
@@ -278,11 +279,21 @@ class ProjectRepo:
         )
         return oid
 
+    @property
+    def objects(self) -> Path:
+        """The object store (a linked work tree's is the main repository's)."""
+        return (self.main_gitdir or self.gitdir) / "objects"
+
     # ---- the user's tools ------------------------------------------------------------------
+    def git(self, *args: str) -> bytes:
+        """stdout of ``git args...`` on this repository (:func:`command.run`): the repository pq found, whatever
+        the working directory."""
+        return command.run(self.workdir, *args, env=self.env)
+
     def config(self, key: str) -> str | None:
         """The value of a git configuration ``key`` as git reads it (repository, global, system), or None."""
         try:
-            return command.run(self.workdir, "config", "--get", key).decode("utf-8").strip() or None
+            return self.git("config", "--get", key).decode("utf-8").strip() or None
         except command.GitFailed:
             return None
 
@@ -291,7 +302,7 @@ class ProjectRepo:
         and user.email of the configuration, GIT_AUTHOR_NAME/EMAIL/DATE); one line with git's reason when git
         knows no identity."""
         try:
-            ident = command.run(self.workdir, "var", "GIT_AUTHOR_IDENT").decode("utf-8", "replace").strip()
+            ident = self.git("var", "GIT_AUTHOR_IDENT").decode("utf-8", "replace").strip()
         except command.GitFailed as exc:
             raise QueueError(
                 f"git knows no author to write ({exc.reason}): `git config user.name NAME` and "
@@ -313,7 +324,7 @@ class ProjectRepo:
         sides = ((1, base), (2, local), (3, remote))
         stages = "".join(f"100644 {self.write_blob(data)} {n}\t{path}\n" for n, data in sides)
         with tempfile.TemporaryDirectory(dir=self.gitdir, prefix="pq-mergetool-") as scratch:
-            env = {"GIT_DIR": str(self.gitdir), "GIT_WORK_TREE": str(folder), "GIT_INDEX_FILE": f"{scratch}/index"}
+            env = {**self.env, "GIT_WORK_TREE": str(folder), "GIT_INDEX_FILE": f"{scratch}/index"}
             command.run_fed(folder, "update-index", "--index-info", env=env, input=stages.encode())
             args = ["-c", "mergetool.keepBackup=false", "mergetool", "--no-prompt"]
             args += [f"--tool={tool}"] if tool else []
@@ -495,7 +506,7 @@ class ProjectRepo:
         ids = list(dict.fromkeys(commits))
         if not ids:
             return {}
-        objects = (self.main_gitdir or self.gitdir) / "objects"  # a linked work tree's are the main repository's
+        objects = self.objects
         with tempfile.TemporaryDirectory(prefix="pq-format-") as scratch:
             (Path(scratch) / "refs").mkdir()
             (Path(scratch) / "HEAD").write_text("ref: refs/heads/main\n")
@@ -572,3 +583,32 @@ def _short_ids(patch: bytes) -> bytes:
     head, *files = patch.split(b"\ndiff --git ")
     files = [f if b"\nGIT binary patch\n" in f else _FULL_INDEX.sub(rb"\1..\2", f) for f in files]
     return b"\ndiff --git ".join([head, *files])
+
+
+def _locate(here: Path) -> tuple[Path, Path, Path]:
+    """The git folder, the common git folder and the work tree of the repository git works on in ``here``, as
+    git finds it: it reads ``GIT_DIR``, ``GIT_WORK_TREE``, ``GIT_COMMON_DIR``, ``GIT_CEILING_DIRECTORIES``,
+    ``core.worktree`` and ``safe.directory`` as for any command (libgit2 reads none of the variables, so pygit2
+    opens the folder git names).  pq keeps the series' objects in the repository's store: a
+    ``GIT_OBJECT_DIRECTORY`` naming another one is refused (``GIT_INDEX_FILE`` names nothing pq reads)."""
+    asked = ("--absolute-git-dir", "--git-common-dir", "--git-path", "objects", "--is-bare-repository", "--show-cdup")
+    try:
+        out = command.run(here, "rev-parse", *asked, env=command.user_env()).decode("utf-8", "surrogateescape")
+    except command.GitFailed as exc:
+        if exc.reason.startswith("not a git repository") and "GIT_DIR" not in os.environ:
+            raise QueueError("not inside a git repository; run `git init` first", path=str(here)) from None
+        raise QueueError(f"git finds no repository to work on here: {exc.reason}", path=str(here)) from None
+    gitdir, common, objects, bare, *cdup = out.split("\n")[:-1]
+    gitdir_path, common_path = Path(gitdir).resolve(), (here / common).resolve()
+    if bare == "true":
+        raise QueueError("a bare repository has no work tree for patches/", path=gitdir)
+    if not cdup:  # in the git folder: git works on no work tree from here either
+        raise QueueError("is inside the git folder, not in a work tree: run pq in the work tree", path=str(here))
+    store = (here / objects).resolve()
+    if store != common_path / "objects":
+        raise QueueError(
+            f"is not the repository's object store ({common_path / 'objects'}): pq keeps the series' objects there; "
+            "unset GIT_OBJECT_DIRECTORY (nothing was changed)",
+            path=str(store),
+        )
+    return gitdir_path, common_path, (here / cdup[0]).resolve()

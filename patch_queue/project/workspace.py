@@ -51,7 +51,10 @@ class Workspace:
 
 
 def open_workspace(cwd: Path | None = None, *, out: Path | None = None) -> Workspace:
-    here = (cwd or Path.cwd()).resolve()
+    try:
+        here = (cwd or Path.cwd()).resolve()
+    except OSError as exc:  # a working directory removed under the shell: git cannot start there either
+        raise QueueError(f"cannot read the working directory ({exc.strerror or exc}): cd into the project") from None
     repo = ProjectRepo(here)
     root = repo.workdir
     if repo.main_gitdir is not None:

@@ -372,7 +372,7 @@ def keep_history(repo: ProjectRepo) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.touch()
         for key in ("reflogExpire", "reflogExpireUnreachable"):
-            command.run(repo.workdir, "config", f"gc.{REF}.{key}", "never")
+            repo.git("config", f"gc.{REF}.{key}", "never")
     except (OSError, command.GitFailed):
         pass
 
