@@ -183,7 +183,8 @@ def test_refresh_to_an_older_release_is_refused_and_says_how_to_go_back(
     on_release_once: Path, tmp_path: Path, pq_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On vllm-ascend 0.30.0rc2, `--to vllm-ascend==0.25.1rc1` is refused before the index is read; the release's
-    tag, as the line says, replays the series onto it (a commit is taken as named: it stops at its conflicts)."""
+    tag, as the line says, replays the series onto it (a commit is taken as named: it stops at its conflicts); the
+    release the series is on is no older than itself."""
     proj = copy_project(on_release_once, tmp_path / "p")
     with monkeypatch.context() as offline:
         cache = tmp_path / "cache"
@@ -198,6 +199,8 @@ def test_refresh_to_an_older_release_is_refused_and_says_how_to_go_back(
     stopped = pq(proj, "refresh", "--to", "v0.25.1rc1", "--no-check", check=3)
     assert "stopped at" in stopped.stdout, stopped.stdout
     pq(proj, "abort")
+    again = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", "--no-check").stdout
+    assert "refreshed onto vllm-ascend 0.30.0rc2: 16 patches, no conflicts" in again, again
 
 
 def test_refresh_to_the_newest_release_when_the_index_lags_behind(
