@@ -26,6 +26,7 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, UpstreamPin
+from patch_queue.sources import registry
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.cache import MethodCache
 from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
@@ -52,24 +53,31 @@ class AdoptResult:
 
 
 def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict[str, bytes], str, str]:
-    """(module files, downstream name, release) of a vllm-omni release spec or a directory."""
-    if "==" in source:
-        name, version = source.split("==", 1)
-        prefix = DOWNSTREAM_PACKAGE + "/"
-        files = release_files(name.strip(), version.strip(), prefix, progress=progress)
-        local = {k.removeprefix(prefix): v for k, v in files.items()}
-        modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
-        if not modules:
-            raise QueueError(f"{source} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
-        return modules, name.strip(), version.strip()
+    """(module files, downstream name, release) of a vllm-omni release spec or a directory: an existing directory
+    is one whatever its path holds (``./x==1/npu``), a release is ``NAME==VERSION`` (:func:`registry.parse_release`),
+    anything else one line before anything is downloaded."""
     root = Path(source)
-    if not root.is_dir():
+    if root.is_dir():
+        for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
+            modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
+            if modules:
+                return modules, "vllm-omni", ""
+        raise QueueError("holds no NPU worker modules (*.py)", path=source)
+    release = registry.parse_release(source)
+    if release is None:
         raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
-    for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
-        modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
-        if modules:
-            return modules, "vllm-omni", ""
-    raise QueueError("holds no NPU worker modules (*.py)", path=source)
+    return release_modules(release[0], release[1].text, progress), release[0], release[1].text
+
+
+def release_modules(name: str, version: str, progress: Progress | None = None) -> dict[str, bytes]:
+    """The NPU worker modules of the release ``name==version`` (read from the registry, never from a folder)."""
+    prefix = DOWNSTREAM_PACKAGE + "/"
+    files = release_files(name, version, prefix, progress=progress)
+    local = {k.removeprefix(prefix): v for k, v in files.items()}
+    modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
+    if not modules:
+        raise QueueError(f"{name}=={version} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
+    return modules
 
 
 def do_adopt(

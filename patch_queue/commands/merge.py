@@ -25,10 +25,8 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from patch_queue.commands import machine
-from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream
+from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream, release_modules
 from patch_queue.commands.write import (
     StepInfo,
     module_files,
@@ -69,22 +67,32 @@ class Release:
         return tuple((path, stack.sha256(data)) for path, data in sorted(self.files.items()))
 
 
-def read_release(queue: Queue, spec: str, progress: Progress | None = None) -> Release:
-    """The NPU runners of ``spec``: a release ``X`` / ``name==X`` of the series' downstream, or a folder."""
+def release_version(queue: Queue, spec: str) -> registry.Version | None:
+    """The version of the release of the series' downstream ``spec`` names (``X`` or ``name==X``); None for a
+    folder (an existing folder is one whatever its path holds: ``./x==1/npu``).  Anything else, another package's
+    release too, is one line before anything is read: the door every command taking a downstream release goes
+    through."""
     if Path(spec).is_dir():
-        files, _name, _version = read_downstream(spec, progress)
-        return Release(str(Path(spec)), "", files)
-    name, sep, version = spec.rpartition("==")
-    name = name.strip() if sep else queue.downstream_name
-    version = version.strip()
-    if registry.parse_version(version) is None:
+        return None
+    release = registry.parse_release(spec)
+    name, version = release if release is not None else (queue.downstream_name, registry.parse_version(spec.strip()))
+    if version is None:
         raise QueueError(
             f"{spec!r} is neither a release of {queue.downstream_name} (X or {queue.downstream_name}==X) nor a folder"
         )
     if registry.normalize_name(name) != registry.normalize_name(queue.downstream_name):
-        raise QueueError(f"{name} is not {queue.downstream_name}, the downstream of the series: merge its releases")
-    files, _name, _version = read_downstream(f"{queue.downstream_name}=={version}", progress)
-    return Release(f"{queue.downstream_name}=={version}", version, files)
+        raise QueueError(f"{name} is not {queue.downstream_name}, the downstream of the series")
+    return version
+
+
+def read_release(queue: Queue, spec: str, progress: Progress | None = None) -> Release:
+    """The NPU runners of ``spec``: a release ``X`` / ``name==X`` of the series' downstream, or a folder."""
+    version = release_version(queue, spec)
+    if version is None:
+        files, _name, _version = read_downstream(spec, progress)
+        return Release(str(Path(spec)), "", files)
+    files = release_modules(queue.downstream_name, version.text, progress)
+    return Release(f"{queue.downstream_name}=={version.text}", version.text, files)
 
 
 def last_taken(queue: Queue) -> tuple[int, str]:
@@ -96,11 +104,29 @@ def last_taken(queue: Queue) -> tuple[int, str]:
     return 0, ""
 
 
-def _version(text: str) -> Version | None:
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
+def held_release(queue: Queue) -> tuple[registry.Version, str] | None:
+    """The release of the downstream the series holds, and what makes it so: the newer of the release it last took
+    in (adopt or merge) and its pin (which ``pq sync-gpu`` moves forward); None for a series of a folder."""
+    step_no, taken = last_taken(queue)
+    last = registry.parse_release(taken) if taken else None
+    pin = registry.parse_version(queue.downstream_release) if queue.downstream_release else None
+    if last is not None and (pin is None or last[1].key >= pin.key):
+        return last[1], f"the release the series last took in (lineage step {step_no})"
+    return None if pin is None else (pin, "the release the series holds (its [downstream] release)")
+
+
+def refuse_backwards(
+    queue: Queue, version: registry.Version | None, shown: str, why: str, since: registry.Version | None = None
+) -> None:
+    """Rule 3: no command takes the series backwards.  A release of the downstream (``version``; None: a folder,
+    which cannot be ordered) older than the one the series holds, or than the release ``--since`` names (``since``:
+    the change would run backwards), is refused before anything is read; ``why``: what taking it would do."""
+    name = queue.downstream_name
+    for floor in (held_release(queue), None if since is None else (since, "the release --since names")):
+        if version is not None and floor is not None and version.key < floor[0].key:
+            raise QueueError(
+                f"{name} {version.text} is older than {name} {floor[0].text}, {floor[1]}: {why}", path=shown
+            )
 
 
 @dataclass(frozen=True)
@@ -223,13 +249,8 @@ def do_merge(
         say(progress, f"Resolving the newest {queue.downstream_name} release ...")
         spec = registry.newest_release(queue.downstream_name)
     shown = ws.rel(ws.queue_dir.queue_path)
-    new_v, old_v = (_version(x.rpartition("==")[2]) if not Path(x).is_dir() else None for x in (spec, ancestor))
-    if new_v is not None and old_v is not None and new_v < old_v:  # refused before anything is downloaded
-        raise QueueError(
-            f"{queue.downstream_name} {new_v} is older than {queue.downstream_name} {old_v}, the release the series "
-            f"last took in (lineage step {step_no}): nothing to merge",
-            path=shown,
-        )
+    old_v = release_version(queue, ancestor)  # a bad spec or an older release: refused before anything is read
+    refuse_backwards(queue, release_version(queue, spec), shown, "nothing to merge", old_v if since else None)
     say(progress, f"Reading the NPU runners of {spec} and of {ancestor}, the release the series holds ...")
     release = read_release(queue, spec, progress)
     old = read_release(queue, ancestor, progress)
@@ -274,7 +295,12 @@ def do_merge(
         discarded=output.discarded(dropped),
         reports=reports,
         merging=operation.Merging(
-            release.spec, release.version, old.spec, release.digests(), loaded.base, tuple(loaded.patches)
+            release.spec,
+            release.version,
+            old.spec if old.version else "",  # a folder's path is this machine's: not recorded
+            release.digests(),
+            loaded.base,
+            tuple(loaded.patches),
         ),
     )
     state = machine.start(ws, begun)
@@ -339,7 +365,7 @@ def finish_merge(
         command,
         downstream=m.release if m.version else "",
         accepted=tuple(accepted),
-        since=m.since if "==" in m.since else "",  # a folder's path is this machine's: not recorded
+        since=m.since if registry.parse_release(m.since) else "",  # "" for a folder (an older pq's state: its path)
         files=m.files,
         resolved=resolved,
     )

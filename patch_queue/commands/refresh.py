@@ -9,6 +9,7 @@ from dataclasses import replace
 from patch_queue.commands import machine
 from patch_queue.commands.adopt import snapshot_pin
 from patch_queue.commands.write import StepInfo, module_files, refuse_links, refuse_out_edits, sync_stack
+from patch_queue.errors import QueueError
 from patch_queue.fsutil import kill_point
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
@@ -18,7 +19,8 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import culprits, replay, rerere, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue
-from patch_queue.sources.snapshot import resolve_upstream
+from patch_queue.sources import registry
+from patch_queue.sources.snapshot import named_release, release_snapshot, resolve_upstream
 
 
 def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
@@ -32,6 +34,26 @@ def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -
         )
         target = replace(target, modules=modules)
     return target, projection
+
+
+def refuse_older(queue: Queue, to: str | None, shown: str) -> tuple[str, registry.Version] | None:
+    """Rule 3, no command takes the series backwards: a release of the upstream older than the release the series
+    is on is refused before anything is downloaded (the newest one too, when the index lags behind).  A commit, a
+    ref or a folder is taken as named: pq cannot order it against a release, and naming one is the deliberate way
+    back.  The release ``to`` names when the series is on one (the newest one read from the index), else None."""
+    pinned = registry.parse_release(queue.upstream.spec) if queue.upstream.kind == "release" else None
+    target = named_release(to) if pinned is not None else None
+    if pinned is None or target is None:
+        return None
+    (name, version), (pinned_name, held) = target, pinned
+    if registry.normalize_name(name) == registry.normalize_name(pinned_name) and version.key < held.key:
+        raise QueueError(
+            f"{pinned_name} {version.text} is older than {pinned_name} {held.text}, the release the series is on: a "
+            f"refresh does not take the series back (`pq undo` takes one back; to replay the series onto "
+            f"{version.text} deliberately, name its tag or commit: `pq refresh --to v{version.text}`)",
+            path=shown,
+        )
+    return target
 
 
 def do_refresh(
@@ -55,7 +77,11 @@ def do_refresh(
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
-    snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress)
+    release = refuse_older(loaded.queue, to, ws.rel(ws.queue_dir.queue_path))
+    if release is not None:  # read once from the index: the release itself, not a folder of its name
+        snapshot = release_snapshot(release[0], release[1].text, progress)
+    else:
+        snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress)
     kill_point("after-download")
     pin = snapshot_pin(snapshot, loaded.queue.upstream.name, loaded.queue.upstream_paths())
     target, projection = target_queue(loaded.queue, pin, snapshot.read)

@@ -20,12 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from patch_queue.checks import gpu_audit, gpu_needs, imports
 from patch_queue.commands.check import module_texts
 from patch_queue.commands.edit import write_edit
-from patch_queue.commands.merge import last_taken
+from patch_queue.commands.merge import last_taken, refuse_backwards, release_version
 from patch_queue.commands.write import module_files, refuse_out_edits, require_all_applied, sync_stack
 from patch_queue.errors import QueueError
 from patch_queue.git.repo import Person
@@ -36,6 +34,7 @@ from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import adopt, stack
 from patch_queue.series.queue import Queue
+from patch_queue.sources import registry
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.vllm_release import vllm_release
 from patch_queue.sync import changed_since, helper_methods, module_functions, placement, removals, translation
@@ -215,42 +214,49 @@ def gpu_runners(queue: Queue, omni: str | None, *, progress: Progress | None = N
     spec = omni or queue.downstream_release
     if not spec:
         raise QueueError("the series was adopted from a folder: name the GPU runners with --omni SPEC")
-    files, source = _runner_files(queue, spec, progress)
-    if Path(spec).is_dir() and not queue.downstream_release:
+    version = release_version(queue, spec)
+    if version is None and not queue.downstream_release:
         raise QueueError("a folder's GPU runners need the vLLM version of a pinned vllm-omni release")
-    return files, source, queue.downstream_release if Path(spec).is_dir() else spec.rpartition("==")[2]
+    files, source = _runner_files(queue, spec, progress)
+    return files, source, queue.downstream_release if version is None else version.text
 
 
 def _runner_files(queue: Queue, spec: str, progress: Progress | None) -> tuple[dict[str, str], str]:
-    """The GPU runner modules of a release or folder ``spec``, and what they are."""
-    folder = Path(spec)
-    if folder.is_dir():
+    """The GPU runner modules of a release or folder ``spec``, and what they are (:func:`_label`)."""
+    version = release_version(queue, spec)
+    if version is None:
+        folder = Path(spec)
         found = sorted(p for p in folder.rglob("gpu_*model_runner.py") if _RUNNER.fullmatch(p.name))
         if not found:
             raise QueueError("holds no gpu_*model_runner.py", path=str(folder))
         return {p.name: p.read_text(encoding="utf-8", errors="replace") for p in found}, str(folder)
-    name, _sep, version = spec.rpartition("==")
-    name = name or queue.downstream_name
-    say(progress, f"Reading the GPU runners of {name} {version} ...")
-    data = release_files(name, version, "vllm_omni/worker/", progress=progress)
+    name = queue.downstream_name
+    say(progress, f"Reading the GPU runners of {name} {version.text} ...")
+    data = release_files(name, version.text, "vllm_omni/worker/", progress=progress)
     files = {
         k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace")
         for k, v in data.items()
         if _RUNNER.fullmatch(k.rsplit("/", 1)[-1])
     }
     if not files:
-        raise QueueError(f"{name}=={version} holds no vllm_omni/worker/gpu_*model_runner.py")
-    return files, f"{name}=={version}"
+        raise QueueError(f"{name}=={version.text} holds no vllm_omni/worker/gpu_*model_runner.py")
+    return files, _label(queue, spec)
+
+
+def _label(queue: Queue, spec: str) -> str:
+    """What the GPU runners of ``spec`` are: ``name==version`` for a release, the path for a folder."""
+    version = release_version(queue, spec)
+    return str(Path(spec)) if version is None else f"{queue.downstream_name}=={version.text}"
 
 
 def since_runners(queue: Queue, since: str | None, source: str, *, progress: Progress | None = None) -> Since | None:
     """The GPU runners of the release the NPU series ports (``since``, default the downstream release), when they
     are not the ones synced from (``source``); None when the series names none."""
     spec = since or queue.downstream_release
-    if not spec or (not Path(spec).is_dir() and f"{queue.downstream_name}=={spec.rpartition('==')[2]}" == source):
+    if not spec or _label(queue, spec) == source:
         return None
     files, label = _runner_files(queue, spec, progress)
-    return None if label == source else Since(label, files)
+    return Since(label, files)
 
 
 def _slug(method: str) -> str:
@@ -366,8 +372,7 @@ def plan_sync(
     gpu_files, source, version = gpu_runners(loaded.queue, omni, progress=progress)
     from_spec = since or last_taken(loaded.queue)[1] or loaded.queue.downstream_release
     before = since_runners(loaded.queue, from_spec, source, progress=progress)
-    omni_name = loaded.queue.downstream_name if Path(source).is_dir() else source.partition("==")[0]
-    vllm = vllm_release(omni_name, version, progress)
+    vllm = vllm_release(loaded.queue.downstream_name, version, progress)
     say(progress, f"Reading the GPUModelRunner of {vllm.describe()} ...")
     vllm_runner = gpu_audit.load_vllm_runner(vllm.version)
     top = loaded.top()
@@ -457,10 +462,10 @@ def plan_sync(
     left = [p for p in proposals if proposal_id(p) not in wanted]
     outcome.proposals = [Proposal(proposal_id(p), p, p.line) for p in left]
     # what a port reads from self that only a base of the GPU class provides, which the NPU class lacks
-    name, sep, version = source.partition("==")
+    released = release_version(loaded.queue, omni or loaded.queue.downstream_release) is not None
 
     def read(module: str) -> str | None:  # the release's modules, read only when a port needs a base's code
-        return _tree(name, version).text(module) if sep else None
+        return _tree(loaded.queue.downstream_name, version).text(module) if released else None
 
     code = [(p.npu_file, p.symbol.partition(".")[0], p.result) for p in ports]
     needed = gpu_needs.needed_bases(code, files, gpu_files, vllm_runner, ascend, read)
@@ -541,6 +546,10 @@ def do_sync_gpu(
     ``[[decline]]`` tables written to the project's rules file, with the ports in one step)."""
     refuse_pending(ws)
     refuse_out_edits(ws, discard=False)
+    queue = ws.queue_dir.load_queue()  # rule 3, before anything is read: no older release, nor a reversed delta
+    version, start = (release_version(queue, s) if s else None for s in (omni or queue.downstream_release, since))
+    why = "a sync does not take the series back"
+    refuse_backwards(queue, version, ws.rel(ws.queue_dir.queue_path), why, start)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     require_all_applied(ws, loaded, "the ports go at the end of the series")
     both = sorted(decline & (apply or frozenset()))
@@ -564,7 +573,8 @@ def do_sync_gpu(
         ws, loaded, omni, since, apply=apply, backlog=backlog, declined=declined, progress=progress
     )
     outcome.newly_declined = declined
-    queue, moved = loaded.queue, newer_release(loaded.queue, outcome.source)
+    queue = loaded.queue
+    moved = None if version is None else newer_release(queue, outcome.source)  # a folder's path is no release
     if moved is not None:  # also with nothing left to port: the series holds that release's GPU side
         outcome.pin = (queue.downstream_release, moved)
         queue = replace(queue, downstream_release=moved)
@@ -579,12 +589,8 @@ def newer_release(queue: Queue, source: str) -> str | None:
     the one pinned (or the series pins none): ports of its GPU changes make the series that release's NPU
     runners, so the pin follows them (``pq check`` reads that release's sources, the next sync starts from it,
     the wheel is named after it)."""
-    name, sep, version = source.partition("==")
-    if not sep or name != queue.downstream_name:
+    release = registry.parse_release(source)
+    if release is None or registry.normalize_name(release[0]) != registry.normalize_name(queue.downstream_name):
         return None
-    try:
-        if queue.downstream_release and Version(version) <= Version(queue.downstream_release):
-            return None
-    except InvalidVersion:
-        return None
-    return version
+    pinned = registry.parse_version(queue.downstream_release) if queue.downstream_release else None
+    return None if pinned is not None and release[1].key <= pinned.key else release[1].text

@@ -39,7 +39,7 @@ class Merging:
 
     release: str  # "name==version", or a folder's path
     version: str  # the release's version ("": a folder)
-    since: str  # the release the series held before: the merge's ancestor ("name==version" or a folder)
+    since: str  # the release the series held before: the merge's ancestor ("name==version"; "" for a folder)
     files: tuple[tuple[str, str], ...]  # (module, sha256) of the release
     base: str  # the series' base commit
     chain: tuple[tuple[str, str], ...]  # the series' patches (name, commit) as they stood

@@ -81,6 +81,19 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
+# pq's own spelling of a release, NAME==VERSION (not a PEP 508 requirement: one exact version only)
+RELEASE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
+
+
+def parse_release(spec: str) -> tuple[str, Version] | None:
+    """``NAME==VERSION``, pq's spelling of one release (a project name, a PEP 440 version): the name as written and
+    the version; None for anything else (a folder's path such as ``./x==1/npu``, a ref), so no command takes
+    such a path for a release to download."""
+    found = RELEASE_SPEC.match(spec)
+    version = parse_version(found[2]) if found is not None else None
+    return None if found is None or version is None else (found[1], version)
+
+
 # -- pip's configuration -------------------------------------------------------------------
 
 # Where pip's sections rank: the PIP_* environment beats any command section of a config file,

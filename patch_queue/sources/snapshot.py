@@ -13,7 +13,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -223,8 +222,26 @@ def heal_mirror(location: str, path: Path, why: str, progress: Progress | None =
 
 # -- specs -----------------------------------------------------------------------------------
 
-# pq's own spelling of a release, NAME==VERSION (not a PEP 508 requirement: one exact version only)
-_RELEASE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
+
+def _is_folder(spec: str) -> bool:
+    """An existing folder named as one: a path (``/``, ``.``, ``~``; one holding ``==`` too: ``x==1/vllm_ascend`` is
+    that folder, never a release), or a bare word naming the upstream's package folder; a bare word that happens to
+    name a folder in the working directory ("main") is a ref."""
+    return os.path.isdir(spec) and (
+        spec.startswith(("/", ".", "~")) or "==" in spec or _looks_like_upstream(Path(spec))
+    )
+
+
+def named_release(spec: str | None) -> tuple[str, registry.Version] | None:
+    """The registry release an upstream spec names, as :func:`resolve_upstream` reads it (``None``/``"latest"``: the
+    newest vllm-ascend release, from the index), without downloading it; None for a folder, a commit or a ref."""
+    if spec is None or spec.strip() in ("", "latest"):
+        newest = registry.parse_version(registry.newest_release(UPSTREAM_PROJECT))
+        return None if newest is None else (UPSTREAM_PROJECT, newest)
+    spec = spec.strip()
+    if spec.startswith(("git:", "dir:")) or _is_folder(spec):
+        return None
+    return registry.parse_release(spec)
 
 
 def resolve_upstream(
@@ -255,10 +272,11 @@ def resolve_upstream(
         return git_snapshot(open_git(location, progress), ref, progress)
     if spec.startswith("dir:"):
         return dir_snapshot(spec[4:])
-    release = _RELEASE_SPEC.match(spec)
-    if release is not None:
-        return release_snapshot(release[1], release[2], progress)
-    if os.path.isdir(spec) and (spec.startswith(("/", ".", "~")) or _looks_like_upstream(Path(spec))):
-        # A bare word that happens to name a folder in the working directory ("main") is a ref.
+    if _is_folder(spec):
         return dir_snapshot(spec)
+    release = registry.parse_release(spec)
+    if release is not None:
+        return release_snapshot(release[0], release[1].text, progress)
+    if registry.RELEASE_SPEC.match(spec):
+        raise SourceError(f"'{spec}' is neither a release NAME==VERSION (VERSION a PEP 440 version) nor a folder")
     return git_snapshot(open_git(upstream_git_location(upstream_git), progress), spec, progress)
