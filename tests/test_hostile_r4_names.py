@@ -153,15 +153,31 @@ def test_the_longest_patch_name_works_in_every_command(proj: Path) -> None:  # n
     pq(proj, "status")
 
 
-def test_import_cuts_the_name_it_takes_from_a_long_file_name(proj: Path, tmp_path: Path) -> None:  # noqa: F811
+@pytest.mark.parametrize(
+    ("file", "named"), [("d" * 245 + ".patch", "d" * 200), ("0003-fix..it.diff", "fix.it")], ids=["long", "dotdot"]
+)
+def test_import_makes_the_name_it_takes_from_a_file_name_fit_the_rule(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    file: str,
+    named: str,
+) -> None:
     diff = pq(proj, "show", TOP).stdout
     pq(proj, "pop")
-    source = tmp_path / ("d" * 245 + ".patch")
+    source = tmp_path / file
     source.write_text(diff)
     pq(proj, "delete", TOP)
     pq(proj, "import", str(source))
-    assert (proj / "patches" / "series").read_text().split()[-1] == "0016-" + "d" * 200 + ".patch"
-    refused(proj, "import", str(source), "-n", LONG)
+    assert (proj / "patches" / "series").read_text().split()[-1] == f"0016-{named}.patch"
+    pq(proj, "status")
+
+
+def test_import_refuses_a_name_too_long(proj: Path, tmp_path: Path) -> None:  # noqa: F811
+    source = tmp_path / "top.patch"
+    source.write_text(pq(proj, "show", TOP).stdout)
+    pq(proj, "pop")
+    line = refused(proj, "import", str(source), "-n", LONG)
+    assert line.endswith("the file name is 311 bytes long; a file name holds at most 250"), line
 
 
 @pytest.mark.parametrize(

@@ -537,10 +537,11 @@ def do_move(
 
 
 def _import_name(path: Path) -> str:
-    """The patch name a file gives (``0003-fix-the-thing.patch``: ``fix-the-thing``), as ``stg import`` takes it
-    (a long one cut to fit)."""
+    """The patch name a file gives (``0003-fix-the-thing.patch``: ``fix-the-thing``), as ``stg import`` takes it,
+    made to fit the rule of names (no ``..``, a long one cut)."""
     stem = re.sub(r"\.(patch|diff)$", "", path.name)
-    return cut_slug(re.sub(r"[^A-Za-z0-9._+-]+", "-", re.sub(r"^\d+-", "", stem)).strip("-.")) or "imported"
+    slug = re.sub(r"\.\.+", ".", re.sub(r"[^A-Za-z0-9._+-]+", "-", re.sub(r"^\d+-", "", stem)))
+    return cut_slug(slug.strip("-.")) or "imported"
 
 
 def do_import(
