@@ -213,8 +213,9 @@ def test_a_renamed_patch_file_with_a_bad_name_is_refused_before_accept_writes_a_
         ('path = "base.py"', 'path = "ba\\nse.py"', "module[1].path 'ba\\nse.py' holds a control character (U+000A)"),
         ('path = "base.py"', 'path = "ba\\\\se.py"', "module[1].path 'ba\\se.py' holds a backslash"),
         (f'{TOP}",', '0016-a..b.patch",', "lineage[0].patches: patch name '0016-a..b.patch' is no name git takes"),
+        ('"base.py" = ', '"ba\\nse.py" = ', "[build]: module 'ba\\nse.py' holds a control character (U+000A)"),
     ],
-    ids=["module-newline", "module-backslash", "lineage-dotdot"],
+    ids=["module-newline", "module-backslash", "lineage-dotdot", "build-newline"],
 )
 def test_queue_toml_with_a_bad_name_is_one_line(proj: Path, old: str, new: str, said: str) -> None:  # noqa: F811
     toml = proj / "patches" / "queue.toml"

@@ -63,7 +63,7 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
         modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
         if not modules:
             raise QueueError(f"{source} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
-        _check_modules(modules, f"{source}: {prefix}")
+        _check_modules(modules, f"{source}: {DOWNSTREAM_PACKAGE}")
         return modules, name.strip(), version.strip()
     root = Path(source)
     if not root.is_dir():
@@ -71,7 +71,7 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
     for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
         modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
         if modules:
-            _check_modules(modules, f"{candidate}/")
+            _check_modules(modules, str(candidate))
             return modules, "vllm-omni", ""
     raise QueueError("holds no NPU worker modules (*.py)", path=source)
 
@@ -79,16 +79,16 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
 def _check_modules(modules: dict[str, bytes], where: str) -> None:
     """One line (exit 1) for the first module whose name breaks the rule of names (:func:`name_problem`: it
     names a file of npu_worker/ and patches/) or whose bytes are not UTF-8 text without a NUL byte (a patch
-    holds text only), naming the file (``where`` and its name) and the byte's line and column."""
+    holds text only), naming the file (in the folder ``where``) and the byte's line and column."""
     for name, data in sorted(modules.items()):
         if problem := name_problem(name):
-            raise QueueError(f"module file {shown_name(name)} {problem}: rename it", path=where.rstrip("/ :"))
+            raise QueueError(f"module file {shown_name(name)} {problem}: rename it", path=where)
         if found := not_text(data):
             line, column, what = found
             raise QueueError(
                 f"{what} at column {column}; a module of the series is UTF-8 text without NUL bytes (a patch holds "
                 "text only): fix the file, then run the command again",
-                path=where + name,
+                path=f"{where}/{name}",
                 line=line,
             )
 

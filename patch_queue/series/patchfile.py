@@ -142,9 +142,9 @@ def _patchbreak(line: str) -> bool:
 
 
 def _mbox_from(line: str) -> bool:
-    """git mailsplit's is_from_line(): a line where ``git am`` starts another mail (``From `` and, before the last
-    character, a colon with a time ``d?:dd:dd`` and a year after 90).  git format-patch writes a message as it is,
-    so such a line in a description would split the patch in two."""
+    """git mailsplit's is_from_line(): a line where ``git am`` starts another mail (``From ``, its last colon
+    inside a time such as ``00:00:00``, then a year after 90).  git format-patch writes a message as it is (no
+    ``>From`` quoting), so such a line in a description would split the patch in two."""
     raw = line.encode("utf-8", "surrogatepass")  # git counts bytes
     colon = raw.rfind(b":", 5, len(raw) - 1)
     if len(raw) < 19 or not raw.startswith(b"From ") or colon < 9:

@@ -346,6 +346,8 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
             raise QueueError("format 3 needs a [[lineage]] (where the series came from)", path=path)
         name, release, package = (_str(down, key, "downstream") for key in ("name", "release", "package"))
         build = {str(k): v for k, v in build.items()}
+        if bad := next((k for k in build if name_problem(k)), None):
+            raise QueueError(f"[build]: module {shown_name(bad)} {name_problem(bad)}", path=path)
         return Queue(pin, name, release, package, tuple(modules), formatter, line_length, lineage, build, fmt)
     except KeyError as exc:
         raise QueueError(f"missing table or key {exc.args[0]!r}", path=path) from None
@@ -420,6 +422,8 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                     path=path,
                 )
             files = tuple(sorted((str(k), v) for k, v in raw_files.items()))
+            if bad := next((k for k, _v in files if name_problem(k)), None):
+                raise QueueError(f"{where}.files: module {shown_name(bad)} {name_problem(bad)}", path=path)
         bodies = item.get("bodies", 1)
         if type(bodies) is not int or bodies not in BODY_FORMS:
             raise QueueError(
