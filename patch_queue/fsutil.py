@@ -1,5 +1,6 @@
 """Atomic file writes, the user's output files (written in place, never over a file that is not a report of
-the same kind), reading a folder, and the test hook of the interruption tests (kill points)."""
+the same kind), reading a folder, telling text from other bytes, and the test hook of the interruption tests
+(kill points)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
         mode = path.stat().st_mode & 0o7777
     except OSError:
         mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    stem = os.fsdecode(os.fsencode(path.name)[:200])  # the temp file's name fits the 255 bytes of a long one's
+    fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
@@ -157,6 +159,22 @@ def read_folder(root: Path) -> dict[str, bytes]:
         if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
             out[path.relative_to(root).as_posix()] = path.read_bytes()
     return out
+
+
+def not_text(data: bytes) -> tuple[int, int, str] | None:
+    """Where ``data`` stops being UTF-8 text without a NUL byte (what a patch body holds, and what pq reads as a
+    module): (line, column, what the byte is), both 1-based; None for text."""
+    bad, what = None, ""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad, what = exc.start, f"byte 0x{data[exc.start]:02x} is not UTF-8"
+    nul = data.find(b"\0")
+    if nul >= 0 and (bad is None or nul < bad):
+        bad, what = nul, "a NUL byte (0x00)"
+    if bad is None:
+        return None
+    return data.count(b"\n", 0, bad) + 1, bad - (data.rfind(b"\n", 0, bad) + 1) + 1, what
 
 
 def json_bytes(data: object, *, indent: int = 2) -> bytes:

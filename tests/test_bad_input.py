@@ -508,7 +508,7 @@ def test_damaged_refs_and_environment_are_one_line(proj: Path, tmp_path: Path) -
     assert proc.returncode == 1 and "cache-file: the download cache (PQ_CACHE) is not a folder" in proc.stderr
     assert state(proj) == before
     line = refused(proj, "new", "x..y")
-    assert "invalid patch name `x..y` (git takes no ref of that name" in line, line
+    assert "invalid patch name 'x..y': the file name is no name git takes for a ref" in line, line
     if Path("/dev/full").exists():
         with open("/dev/full", "w") as full:
             proc = subprocess.run(

@@ -182,11 +182,19 @@ def _message(message: str | None, file: Path | None) -> str | None:
     if file is None:
         return message
     if str(file) == "-":
-        return sys.stdin.read()
-    try:
-        return file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PqError(f"{file}: cannot be read as UTF-8 text ({getattr(exc, 'strerror', None) or exc})") from None
+        text = sys.stdin.read()
+    else:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PqError(f"{file}: cannot be read as UTF-8 text ({getattr(exc, 'strerror', None) or exc})") from None
+    if "\0" in text:  # git would cut the message there
+        raise PqError(
+            "a NUL byte in the message; a commit message is text",
+            path=str(file),
+            line=text.count("\n", 0, text.index("\0")) + 1,
+        )
+    return text
 
 
 @command()

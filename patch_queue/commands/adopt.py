@@ -17,6 +17,7 @@ from patch_queue.commands.write import (
     write_series,
 )
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import not_text
 from patch_queue.git.repo import Person
 from patch_queue.merge import symbols
 from patch_queue.outputs import folder as output
@@ -25,7 +26,7 @@ from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import stack
-from patch_queue.series.queue import Queue, UpstreamPin
+from patch_queue.series.queue import Queue, UpstreamPin, cut_slug, name_problem, shown_name
 from patch_queue.sources import registry
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.cache import MethodCache
@@ -53,14 +54,15 @@ class AdoptResult:
 
 
 def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict[str, bytes], str, str]:
-    """(module files, downstream name, release) of a vllm-omni release spec or a directory: an existing directory
-    is one whatever its path holds (``./x==1/npu``), a release is ``NAME==VERSION`` (:func:`registry.parse_release`),
-    anything else one line before anything is downloaded."""
+    """(module files, downstream name, release) of a vllm-omni release spec or a directory, every module checked
+    (:func:`_check_modules`): an existing directory is one whatever its path holds (``./x==1/npu``), a release is
+    ``NAME==VERSION`` (:func:`registry.parse_release`), anything else one line before anything is downloaded."""
     root = Path(source)
     if root.is_dir():
         for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
             modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
             if modules:
+                _check_modules(modules, str(candidate))
                 return modules, "vllm-omni", ""
         raise QueueError("holds no NPU worker modules (*.py)", path=source)
     release = registry.parse_release(source)
@@ -70,14 +72,33 @@ def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict
 
 
 def release_modules(name: str, version: str, progress: Progress | None = None) -> dict[str, bytes]:
-    """The NPU worker modules of the release ``name==version`` (read from the registry, never from a folder)."""
+    """The NPU worker modules of the release ``name==version`` (read from the registry, never from a folder), every
+    module checked (:func:`_check_modules`)."""
     prefix = DOWNSTREAM_PACKAGE + "/"
     files = release_files(name, version, prefix, progress=progress)
     local = {k.removeprefix(prefix): v for k, v in files.items()}
     modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
     if not modules:
         raise QueueError(f"{name}=={version} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
+    _check_modules(modules, f"{name}=={version}: {DOWNSTREAM_PACKAGE}")
     return modules
+
+
+def _check_modules(modules: dict[str, bytes], where: str) -> None:
+    """One line (exit 1) for the first module whose name breaks the rule of names (:func:`name_problem`: it
+    names a file of npu_worker/ and patches/) or whose bytes are not UTF-8 text without a NUL byte (a patch
+    holds text only), naming the file (in the folder ``where``) and the byte's line and column."""
+    for name, data in sorted(modules.items()):
+        if problem := name_problem(name):
+            raise QueueError(f"module file {shown_name(name)} {problem}: rename it", path=where)
+        if found := not_text(data):
+            line, column, what = found
+            raise QueueError(
+                f"{what} at column {column}; a module of the series is UTF-8 text without NUL bytes (a patch holds "
+                "text only): fix the file, then run the command again",
+                path=f"{where}/{name}",
+                line=line,
+            )
 
 
 def do_adopt(
@@ -117,12 +138,7 @@ def plan_adopt(
     from patch_queue.series import adopt as adopt_mod
 
     modules, down_name, down_release = read_downstream(source, progress)
-    texts = {}
-    for k, v in modules.items():
-        try:
-            texts[k] = v.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise QueueError(f"not UTF-8 at byte {exc.start}", path=k) from None
+    texts = {k: v.decode("utf-8") for k, v in modules.items()}  # read_downstream checked them
     upath = adopt_mod.UPSTREAM_FILE
     searched = None
     if at is None:
@@ -172,7 +188,7 @@ def plan_adopt(
         files[step.module] = step.after
         message = step.subject + "\n\n" + step.description + "\n"
         parent = ws.repo.commit(ws.repo.write_tree(files), [parent], message, person, person)
-        commits.append((f"{i:04d}-{step.name}.patch", parent))
+        commits.append((f"{i:04d}-{cut_slug(step.name)}.patch", parent))
     loaded = LoadedStack(queue, base, commits)
     best = searched.best if searched else None
     return loaded, AdoptResult(

@@ -20,13 +20,12 @@ from patch_queue.commands.write import (
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.git.diff import line_hunks
-from patch_queue.git.repo import ProjectRepo
 from patch_queue.outputs import folder as output
 from patch_queue.project.journal import Writes
 from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, base_for_queue, load_stack
 from patch_queue.series import absorb, diffs, lineage, patchfile, replay, rerere, stack
-from patch_queue.series.queue import render_queue
+from patch_queue.series.queue import cut_slug, name_problem, render_queue, shown_name
 from patch_queue.sync import translation
 
 
@@ -105,13 +104,15 @@ def _insert(
     return filename
 
 
-def _new_slug(loaded: LoadedStack, name: str, *, renaming: str | None = None) -> str:
-    """The slug of a new patch name (the file is ``NNNN-<slug>.patch``); StGit's errors for a taken or bad one."""
+def _new_slug(loaded: LoadedStack, name: str, *, keeps: str | None = None, renaming: str | None = None) -> str:
+    """The slug of a new patch name (the file is ``NNNN-<slug>.patch``: ``keeps``'s number, else the next one);
+    StGit's errors for a taken or bad one, and the rule of every name (:func:`name_problem`)."""
     slug = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-").removesuffix(".patch")
     if not slug or slug != name.removesuffix(".patch"):
         raise QueueError(f"invalid patch name `{name}` (letters, digits and . _ + - only)")
-    if not ProjectRepo.valid_ref(f"{stack.REF_PATCHES}0000-{slug}.patch"):
-        raise QueueError(f"invalid patch name `{name}` (git takes no ref of that name: `..`, `.lock`, a final `.`)")
+    filename = f"{keeps.split('-', 1)[0]}-{slug}.patch" if keeps else next_name(loaded, slug)
+    if problem := name_problem(filename):
+        raise QueueError(f"invalid patch name {shown_name(name)}: the file name {problem}")
     for n in loaded.names:
         key = replay.patch_key(n)
         if key == slug:
@@ -349,7 +350,7 @@ def do_rename(
     applied = applied_count(ws, loaded)
     at = named_or_top(loaded, applied, old)
     before = loaded.names[at]
-    after = f"{before.split('-', 1)[0]}-{_new_slug(loaded, new, renaming=before)}.patch"
+    after = f"{before.split('-', 1)[0]}-{_new_slug(loaded, new, keeps=before, renaming=before)}.patch"
     patches = list(loaded.patches)
     patches[at] = (after, patches[at][1])
     write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, patches), applied, "rename")
@@ -478,7 +479,7 @@ def do_squash(
         raise QueueError("the message is empty (its first line is the patch's subject)")
     filename = gone[0]
     if name is not None and replay.patch_key(name) not in {replay.patch_key(g) for g in gone}:
-        filename = f"{gone[0].split('-', 1)[0]}-{_new_slug(loaded, name)}.patch"
+        filename = f"{gone[0].split('-', 1)[0]}-{_new_slug(loaded, name, keeps=gone[0])}.patch"
     elif name is not None:
         filename = next(g for g in gone if replay.patch_key(g) == replay.patch_key(name))
     tree = ws.repo.commit_info(tip).tree
@@ -536,9 +537,11 @@ def do_move(
 
 
 def _import_name(path: Path) -> str:
-    """The patch name a file gives (``0003-fix-the-thing.patch``: ``fix-the-thing``), as ``stg import`` takes it."""
+    """The patch name a file gives (``0003-fix-the-thing.patch``: ``fix-the-thing``), as ``stg import`` takes it,
+    made to fit the rule of names (no ``..``, a long one cut)."""
     stem = re.sub(r"\.(patch|diff)$", "", path.name)
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", re.sub(r"^\d+-", "", stem)).strip("-.") or "imported"
+    slug = re.sub(r"\.\.+", ".", re.sub(r"[^A-Za-z0-9._+-]+", "-", re.sub(r"^\d+-", "", stem)))
+    return cut_slug(slug.strip("-.")) or "imported"
 
 
 def do_import(

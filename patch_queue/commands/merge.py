@@ -44,7 +44,7 @@ from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import absorb, replay, rerere, stack
-from patch_queue.series.queue import Module, Queue, Step, render_queue
+from patch_queue.series.queue import Module, Queue, Step, cut_slug, render_queue
 from patch_queue.sources import registry
 
 MERGE_PERSON = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], 0, 0)  # the author of a patch a merge makes
@@ -183,7 +183,7 @@ def into_series(
     chain, _placements = absorb.absorb(repo, base, chain, {p: d for p, d in merged.items() if p in modules})
     names = {n for n, _c in chain}
     for path in sorted(set(merged) - modules):
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", path.removesuffix(".py")).strip("-").lower() or "module"
+        slug = cut_slug(re.sub(r"[^A-Za-z0-9]+", "-", path.removesuffix(".py")).strip("-").lower()) or "module"
         number, name, k = len(chain) + 1, "", 1
         while not name or name in names:
             name = f"{number:04d}-{slug}{'' if k == 1 else f'-{k}'}.patch"

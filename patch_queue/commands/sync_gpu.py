@@ -26,6 +26,7 @@ from patch_queue.commands.edit import write_edit
 from patch_queue.commands.merge import last_taken, refuse_backwards, release_version
 from patch_queue.commands.write import module_files, refuse_out_edits, require_all_applied, sync_stack
 from patch_queue.errors import QueueError
+from patch_queue.fsutil import not_text
 from patch_queue.git.repo import Person
 from patch_queue.merge import symbols
 from patch_queue.merge.conflict import Conflict, ConflictKind
@@ -33,7 +34,7 @@ from patch_queue.progress import Progress, say
 from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import adopt, stack
-from patch_queue.series.queue import Queue
+from patch_queue.series.queue import Queue, cut_slug
 from patch_queue.sources import registry
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.vllm_release import vllm_release
@@ -229,12 +230,12 @@ def _runner_files(queue: Queue, spec: str, progress: Progress | None) -> tuple[d
         found = sorted(p for p in folder.rglob("gpu_*model_runner.py") if _RUNNER.fullmatch(p.name))
         if not found:
             raise QueueError("holds no gpu_*model_runner.py", path=str(folder))
-        return {p.name: p.read_text(encoding="utf-8", errors="replace") for p in found}, str(folder)
+        return {p.name: _text(p.read_bytes(), str(p)) for p in found}, str(folder)
     name = queue.downstream_name
     say(progress, f"Reading the GPU runners of {name} {version.text} ...")
     data = release_files(name, version.text, "vllm_omni/worker/", progress=progress)
     files = {
-        k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace")
+        k.rsplit("/", 1)[-1]: _text(v, f"{name}=={version.text}: {k}")
         for k, v in data.items()
         if _RUNNER.fullmatch(k.rsplit("/", 1)[-1])
     }
@@ -249,6 +250,15 @@ def _label(queue: Queue, spec: str) -> str:
     return str(Path(spec)) if version is None else f"{queue.downstream_name}=={version.text}"
 
 
+def _text(data: bytes, shown: str) -> str:
+    """A GPU runner's text; one line naming its file, line and column where it is not UTF-8 text without a NUL
+    byte (what would be ported into a patch)."""
+    if found := not_text(data):
+        line, column, what = found
+        raise QueueError(f"{what} at column {column}; a GPU runner is read as UTF-8 text", path=shown, line=line)
+    return data.decode("utf-8")
+
+
 def since_runners(queue: Queue, since: str | None, source: str, *, progress: Progress | None = None) -> Since | None:
     """The GPU runners of the release the NPU series ports (``since``, default the downstream release), when they
     are not the ones synced from (``source``); None when the series names none."""
@@ -260,7 +270,7 @@ def since_runners(queue: Queue, since: str | None, source: str, *, progress: Pro
 
 
 def _slug(method: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", method).strip("-").lower() or "module"
+    return cut_slug(re.sub(r"[^A-Za-z0-9]+", "-", method).strip("-").lower()) or "module"
 
 
 def _final_lines(ports: list[Port]) -> list[int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import read_folder
+from patch_queue.fsutil import not_text, read_folder
 from patch_queue.git.diff import line_hunks
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import OUT_DIR, Workspace
@@ -62,18 +62,10 @@ def unusable(ws: Workspace, out: Path | None = None) -> QueueError | None:
 def refuse_binary(data: bytes, shown: str) -> None:
     """One line naming the first byte of the module ``shown`` that a patch body cannot hold (one that is not
     UTF-8, or a NUL), at its line and column; nothing when it is text."""
-    bad, what = None, ""
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        bad, what = exc.start, f"byte 0x{data[exc.start]:02x} is not UTF-8"
-    nul = data.find(b"\0")
-    if nul >= 0 and (bad is None or nul < bad):
-        bad, what = nul, "a NUL byte (0x00)"
-    if bad is None:
+    found = not_text(data)
+    if found is None:
         return
-    line = data.count(b"\n", 0, bad) + 1
-    column = bad - (data.rfind(b"\n", 0, bad) + 1) + 1
+    line, column, what = found
     raise QueueError(
         f"{what} at column {column}; a patch holds UTF-8 text only: remove the byte (or `pq build --discard` "
         "drops every edit no patch holds), then run the command again",

@@ -132,6 +132,8 @@ class DiffParser:
         return self.lines[self.i] if self.i < len(self.lines) else None
 
     def parse(self, start: int) -> tuple[list[_FileDiff], int]:
+        if (nul := self.lines.find(b"\0", start)) < len(self.lines):
+            raise self.error("binary content (a NUL byte) in the diff; pq keeps text changes only", nul)
         self.i = start
         files: list[_FileDiff] = []
         while (line := self.peek()) is not None and line.startswith("diff --git "):

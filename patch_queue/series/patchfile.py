@@ -141,11 +141,30 @@ def _patchbreak(line: str) -> bool:
     return line.startswith("---") and (not rest.strip(_SPACE) or (rest[:1] == " " and rest[1:2].strip(_SPACE) != ""))
 
 
+def _mbox_from(line: str) -> bool:
+    """git mailsplit's is_from_line(): a line where ``git am`` starts another mail (``From ``, its last colon
+    inside a time such as ``00:00:00``, then a year after 90).  git format-patch writes a message as it is (no
+    ``>From`` quoting), so such a line in a description would split the patch in two."""
+    raw = line.encode("utf-8", "surrogatepass")  # git counts bytes
+    colon = raw.rfind(b":", 5, len(raw) - 1)
+    if len(raw) < 19 or not raw.startswith(b"From ") or colon < 9:
+        return False
+    digits = raw[colon - 4 : colon - 3] + raw[colon - 2 : colon] + raw[colon + 1 : colon + 3]
+    year = re.match(rb"\s*[+-]?\d+", raw[colon + 3 :])
+    return len(digits) == 5 and digits.isdigit() and year is not None and int(year.group()) > 90
+
+
 def _check_description(description: str, error: ErrorFactory, first_line: int = 0) -> None:
     lines = description.split("\n")
     for i, line in enumerate(lines):
         if _patchbreak(line):
             raise error(f"description line {i + 1} {line!r} would end the commit message for git am", first_line + i)
+        if _mbox_from(line):
+            raise error(
+                f"description line {i + 1} {line!r} would start another mail for git am (an mbox 'From ' line): "
+                "reword it",
+                first_line + i,
+            )
     first = next((x for x in lines if x.strip(_SPACE)), "")
     if _INBODY.match(first):
         i = lines.index(first)
@@ -325,6 +344,8 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     # The message body, up to where git am would stop reading it.
     body_start = header_end + 1
     k = _first(lines, body_start, _patchbreak)
+    if (nul := lines.find(b"\0", 0)) < k:  # the diff's own bytes are the diff parser's to check
+        raise fail("a NUL byte in the mail header or message; a commit message is text", nul)
     description = lines.text(body_start, k).rstrip("\n")
     _check_description(description, error_at(body_start), body_start)
 
@@ -335,8 +356,6 @@ def parse(data: bytes, *, path: str) -> PatchFile:
     diff_start = _first(lines, k, lambda line: line.startswith("diff --git "))
     if diff_start >= len(lines):
         raise PatchError("no diff in the patch (no 'diff --git' line)", path=path, line=max(len(lines), 1))
-    if (nul := lines.find(b"\0", diff_start)) < len(lines):
-        raise fail("binary content (a NUL byte) in the diff; pq keeps text changes only", nul)
 
     parser = DiffParser(lines, path=path, first_line=1)
     files, end = parser.parse(diff_start)

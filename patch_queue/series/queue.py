@@ -77,6 +77,15 @@ form 2 (every body then has a new sha256, only its From line differs).
 ``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
 ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
 
+**Names.** A module's name and a patch's file name (``NNNN-name.patch``, the whole of it) follow one rule
+(:func:`name_problem`), checked at every door a name comes in by (a module file of a folder or release pq
+adopts or merges, ``pq new``/``rename``/``import``/``squash``, ``series``, ``queue.toml``'s modules and lineage):
+a name git takes as a ref (``git check-ref-format``: a patch is ``refs/pq/patches/<name>``), one file name
+of at most 250 bytes in UTF-8 (the 255 of a path component, less the ``.lock`` of git's lock file of the ref),
+with no control character and no backslash.
+A name pq makes itself (a patch of ``pq adopt``, ``pq merge``, ``pq sync-gpu``, ``pq import`` without ``-n``) is
+cut to fit (:func:`cut_slug`).
+
 Format 1 (no ``[projection]`` table) is still read: its projection is the upstream text unchanged.
 Formats 1 and 2 have no lineage: pq adds one (an ``import`` step of the bodies in ``patches/``)
 at its next write, and ``pq reproduce`` refuses them.  The format version is checked first: a
@@ -166,6 +175,55 @@ class Queue:
 
     def upstream_paths(self) -> list[str]:
         return sorted({m.upstream for m in self.modules if m.upstream})
+
+
+# bytes of a name: the 255 of one path component (Linux, macOS, Windows), less the ``.lock`` of the lock file git
+# and libgit2 write beside a ref's (``refs/pq/patches/<name>.lock``); for a patch, the whole ``NNNN-name.patch``
+NAME_MAX = 250
+SLUG_MAX = 200  # bytes of a slug pq makes: room for the number, its own words and ``.patch``
+# what git's check-ref-format refuses in one component, control characters and the backslash included
+_REF_BAD = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|^\.|\.$|\.lock$")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a module's name or a patch's file name (None: it can).  The one rule of both:
+    a plain file name of at most ``NAME_MAX`` bytes in UTF-8 that git takes as a ref's last component
+    (``git check-ref-format``), with no control character and no backslash (each of which some command of
+    git, the file system or the terminal reads otherwise)."""
+    if not name:
+        return "is empty"
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:  # a file name of bytes that are not UTF-8 (os.fsdecode's surrogates)
+        return "is not UTF-8 text"
+    if bad := re.search(r"[\x00-\x1f\x7f-\x9f]", name):
+        return f"holds a control character (U+{ord(bad.group()):04X})"
+    if "\\" in name:
+        return "holds a backslash"
+    if "/" in name:
+        return "must be a plain file name (it holds a slash)"
+    if size > NAME_MAX:
+        return f"is {size} bytes long; a file name holds at most {NAME_MAX}"
+    if _REF_BAD.search(name):
+        return (
+            "is no name git takes for a ref (`git check-ref-format`: no space, `~ ^ : ? * [`, `..` or `@{`, "
+            "no `.` first nor last, no final `.lock`)"
+        )
+    return None
+
+
+def shown_name(name: str) -> str:
+    """``name`` for a message: quoted, its control characters escaped, a long one cut."""
+    text = name if len(name) <= 60 else name[:40] + "…" + name[-12:]
+    text = re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: repr(m.group())[1:-1], text)
+    return "'" + text.encode("utf-8", "backslashreplace").decode("utf-8") + "'"
+
+
+def cut_slug(slug: str) -> str:
+    """A slug pq makes itself (from a module's, a method's or a file's name), cut to ``SLUG_MAX`` bytes so that
+    every file name made of it (``NNNN-sync-gpu-<slug>-N.patch``) fits the file system; a name the user gives
+    is refused instead (:func:`name_problem`)."""
+    return slug.encode("utf-8")[:SLUG_MAX].decode("utf-8", "ignore").rstrip("-.")
 
 
 _PIN_KEYS = ("name", "kind", "spec", "pin", "label", "public_commit")  # UpstreamPin's string fields, in order
@@ -272,8 +330,8 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
             if not isinstance(symbols, list) or not all(isinstance(s, str) for s in symbols):
                 raise QueueError(f"module[{i}].symbols must be a list of strings", path=path)
             mpath = _str(m, "path", f"module[{i}]")
-            if "/" in mpath or "\\" in mpath or mpath in ("", ".", ".."):
-                raise QueueError(f"module path {mpath!r} must be a plain file name", path=path)
+            if problem := name_problem(mpath):
+                raise QueueError(f"module[{i}].path {shown_name(mpath)} {problem}", path=path)
             modules.append(Module(mpath, _str(m, "upstream", f"module[{i}]"), tuple(symbols)))
         proj = data.get("projection", {}) if fmt >= 2 else {}
         formatter = _str(proj, "formatter", "projection") if fmt >= 2 else ""
@@ -288,6 +346,8 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
             raise QueueError("format 3 needs a [[lineage]] (where the series came from)", path=path)
         name, release, package = (_str(down, key, "downstream") for key in ("name", "release", "package"))
         build = {str(k): v for k, v in build.items()}
+        if bad := next((k for k in build if name_problem(k)), None):
+            raise QueueError(f"[build]: module {shown_name(bad)} {name_problem(bad)}", path=path)
         return Queue(pin, name, release, package, tuple(modules), formatter, line_length, lineage, build, fmt)
     except KeyError as exc:
         raise QueueError(f"missing table or key {exc.args[0]!r}", path=path) from None
@@ -362,6 +422,8 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                     path=path,
                 )
             files = tuple(sorted((str(k), v) for k, v in raw_files.items()))
+            if bad := next((k for k, _v in files if name_problem(k)), None):
+                raise QueueError(f"{where}.files: module {shown_name(bad)} {name_problem(bad)}", path=path)
         bodies = item.get("bodies", 1)
         if type(bodies) is not int or bodies not in BODY_FORMS:
             raise QueueError(
@@ -396,6 +458,8 @@ def _digests(item: dict[str, object], key: str, where: str, path: str) -> list[t
         digest, _, name = str(row).partition(" ")
         if not _DIGEST.match(digest) or not _NAME.match(name):
             raise QueueError(f"{where}.{key}: {row!r} is not '<sha256> <name>.patch'", path=path)
+        if problem := name_problem(name):
+            raise QueueError(f"{where}.{key}: patch name {shown_name(name)} {problem}", path=path)
         out.append((name, digest))
     return out
 
@@ -413,6 +477,8 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> list[str]:
         # quilt allows options after the name (-p1); we write none and accept none
         if not _NAME.match(line):
             raise QueueError(f"{line!r} is not a patch file name inside patches/", path=path, line=lineno)
+        if problem := name_problem(line):
+            raise QueueError(f"patch name {shown_name(line)} {problem}", path=path, line=lineno)
         if line in seen:
             raise QueueError(f"{line} is listed twice (first on line {seen[line]})", path=path, line=lineno)
         seen[line] = lineno
