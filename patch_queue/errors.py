@@ -3,21 +3,68 @@
 Exit codes: 0 ok, 1 user error (bad input, nothing changed), 3 conflicts left to resolve,
 4 bug (traceback written to a log file).  Every message is one line that names the file (and
 line where there is one) and, where it helps, the command to run next.  No message shows a
-credential: a URL's user information is dropped from every line pq prints, as git drops it
+credential: a URL's user information is dropped from every line pq prints or writes, as git drops it
 (:func:`redact`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+import urllib.parse
 
-# scheme://user[:password]@ : the user information of a URL, up to the last "@" before the path
-_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/\s'\"<>@]*(?:@[^/\s'\"<>@]*)*@")
+# scheme://user[:password]@ in free text: the user information runs to the last "@" before the host ends (a
+# "/", "?", "#", a space or a control character), whatever else it holds (quotes, "@", ":", "%xx", unicode)
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\x00-\x20\x7f/?#]*@")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+_NAMED_USER = ("ssh", "git+ssh", "ssh+git", "sftp")  # schemes whose bare user name is no secret (git keeps it)
+_SHORT = 4  # a credential shorter than this is dropped after "://" only: alone, it would be any word
+_hidden: set[str] = set()
+
+
+def hide(value: str) -> None:
+    """Keep the credentials of every URL in ``value`` (a setting pq read: pip's configuration, a netrc entry, a
+    link's user information) so that :func:`redact` drops them wherever they show up, whatever they hold."""
+    _hidden.update(_secrets(value))
+
+
+def _secrets(value: str) -> list[str]:
+    """The user information of every ``scheme://`` URL in a setting (its authority runs to the first "/", "?" or
+    "#": spaces, quotes and newlines may be part of it), with its password, each also percent-decoded."""
+    found: list[str] = []
+    for scheme in _SCHEME.finditer(value):
+        authority = re.split(r"[/?#]", value[scheme.end() :], maxsplit=1)[0]
+        userinfo, at, _host = authority.rpartition("@")
+        if not at or not userinfo:
+            continue
+        user, colon, password = userinfo.partition(":")
+        if not colon and scheme.group()[:-3].lower() in _NAMED_USER:
+            continue
+        for text in (userinfo, password or user):
+            found += [text, urllib.parse.unquote(text)]
+    return [text for text in dict.fromkeys(found) if text]
+
+
+def _known() -> list[str]:
+    """Every credential pq knows of now: the ``scheme://user:password@`` of the environment (``PIP_*``, the
+    proxies, ``PQ_UPSTREAM_GIT``, ...), of the command line (a ``git:`` spec, ``--upstream``) and of the settings
+    :func:`hide` kept; longest first."""
+    values = [v for v in (*os.environ.values(), *sys.argv) if "@" in v and "://" in v]
+    return sorted({*_hidden, *(s for v in values for s in _secrets(v))}, key=len, reverse=True)
 
 
 def redact(text: str) -> str:
-    """``text`` with the user information of every ``scheme://user:password@host`` URL in it dropped, as git
-    prints a URL (``transport_anonymize_url``): ``https://host/path``."""
+    """``text`` without any credential: the user information of every ``scheme://user:password@host`` URL in it
+    dropped, as git prints a URL (``transport_anonymize_url``): ``https://host/path``; a known password (of a
+    setting, the environment or the command line) is dropped wherever it stands, ``***`` in its place."""
+    for secret in _known():
+        if secret not in text:
+            continue
+        if len(secret) >= _SHORT:
+            text = text.replace(secret + "@", "").replace(secret, "***")
+        else:
+            text = text.replace(f"://{secret}@", "://")
     return _USERINFO.sub(r"\1", text) if "@" in text else text
 
 

@@ -61,7 +61,13 @@ def transport(location: str) -> tuple[str, dict[str, str]]:
     """What git is given for ``location``: the URL, without a password (an http(s) URL without its user
     information), and the environment that carries the credential to that process only (an
     ``http.<url>.extraHeader`` of HTTP Basic through ``GIT_CONFIG_COUNT``, after the caller's own)."""
-    parts = urllib.parse.urlsplit(location) if "://" in location else None
+    try:
+        parts = urllib.parse.urlsplit(location) if "://" in location else None
+        if parts is not None:
+            parts.port  # noqa: B018  (a port that is not a number raises here, not in git's message)
+    except ValueError as exc:  # the location is never shown: a password with a "/" reads as the host's port
+        why = "its port is not a number" if "port" in str(exc).lower() else "it is not a URL"
+        raise SourceError(f"the upstream git location is a URL git cannot read: {why}") from None
     if parts is None or "@" not in parts.netloc:
         return location, {}
     userinfo, _, host = parts.netloc.rpartition("@")

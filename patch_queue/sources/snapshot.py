@@ -14,6 +14,7 @@ import gc
 import hashlib
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
@@ -227,6 +228,15 @@ def heal_mirror(location: str, path: Path, why: str, progress: Progress | None =
 _RELEASE_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
 
 
+def _no_repository(location: str) -> bool:
+    """True for a URL that names no repository (no path): what is left of ``git:URL`` without its ``@REF`` when it
+    splits at an "@" of the URL's own user information."""
+    try:
+        return "://" in location and not urllib.parse.urlsplit(location).path.strip("/")
+    except ValueError:  # no URL at all: the transport says so
+        return False
+
+
 def resolve_upstream(
     spec: str | None, *, upstream_git: str | None = None, progress: Progress | None = None
 ) -> Snapshot:
@@ -250,7 +260,7 @@ def resolve_upstream(
         ) from None
     if spec.startswith("git:"):
         location, at, ref = spec[4:].rpartition("@")
-        if not at or not location or not ref:
+        if not at or not location or not ref or _no_repository(location):
             raise SourceError(f"malformed upstream spec '{spec}': expected git:<location>@<ref>")
         return git_snapshot(open_git(location, progress), ref, progress)
     if spec.startswith("dir:"):
