@@ -54,6 +54,19 @@ def _known() -> list[str]:
     return sorted({*_hidden, *(s for v in values for s in _secrets(v))}, key=len, reverse=True)
 
 
+def without_userinfo(url: str) -> str:
+    """One URL without its user information, by its structure (its netloc up to the last "@"), whatever that
+    information holds: what is requested, shown, recorded and keyed; ``url`` itself when it has none (or is no
+    URL: its reader says so)."""
+    try:
+        parts = urllib.parse.urlsplit(url) if "://" in url else None
+    except ValueError:
+        return url
+    if parts is None or "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def redact(text: str) -> str:
     """``text`` without any credential: the user information of every ``scheme://user:password@host`` URL in it
     dropped, as git prints a URL (``transport_anonymize_url``): ``https://host/path``; a known password (of a

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.server
+import importlib
 import os
 import shutil
 import ssl
@@ -195,27 +196,40 @@ def test_an_index_password_of_any_shape_authenticates_and_is_shown_nowhere(
     no_secret_anywhere(proj, cache)
 
 
-@pytest.mark.parametrize("where", ["extra-index-url", "find-links page"])
-def test_a_password_of_another_location_pip_reads_authenticates_and_is_shown_nowhere(
+@pytest.mark.parametrize("where", ["extra-index-url", "find-links page", "a link of the page", "netrc"])
+def test_a_password_of_another_place_pip_reads_authenticates_and_is_shown_nowhere(
     proj: Path,  # noqa: F811
     cache: Path,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     where: str,
 ) -> None:
+    """Besides index-url: an extra index, a find-links page, a credential a link of a (local) index page carries
+    (kept aside for the download: the pin record in the cache holds the URL without it), ``~/.netrc``."""
     written, sent = password("quote")
     (tmp_path / "empty-index").mkdir()
-    with Server(files_root(tmp_path), sent, {"/simple/vllm-ascend/": LINK.encode(), "/links/": LINK.encode()}) as s:
-        url = f"http://alice:{written}@127.0.0.1:{s.port}"
+    pages = {"/simple/vllm-ascend/": LINK.encode(), "/links/": LINK.encode()}
+    with Server(files_root(tmp_path), sent, pages) as server:
+        url = f"http://alice:{written}@127.0.0.1:{server.port}"
         monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path / 'empty-index'}")
         if where == "extra-index-url":
             monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"{url}/simple")
-        else:
+        elif where == "find-links page":
             monkeypatch.setenv("PIP_FIND_LINKS", f"{url}/links/")
+        elif where == "a link of the page":
+            (tmp_path / "empty-index" / "vllm-ascend").mkdir()
+            link = LINK.replace('href="', f'href="{url}')
+            (tmp_path / "empty-index" / "vllm-ascend" / "index.html").write_text(link, encoding="utf-8")
+        else:
+            monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.port}/simple")
+            netrc = Path(os.environ["HOME"]) / ".netrc"
+            netrc.write_text(f"machine 127.0.0.1 login alice password {written}\n", encoding="utf-8")
+            netrc.chmod(0o600)
         before = state(proj)
         proc = pq(proj, "refresh", "--no-check", check=1)
         assert one_error_line(proc) == NOT_GZIP
-        assert s.authorized(), s.seen
+        assert server.authorized(), server.seen
+    assert [p for p, _a in server.seen][-1] == "/files/vllm_ascend-99.0.0.tar.gz"
     no_secret(proc.stdout, proc.stderr)
     assert state(proj) == before
     no_secret_anywhere(proj, cache)
@@ -271,7 +285,7 @@ def test_a_password_the_server_refuses_is_shown_nowhere(
 # -- 2. the crash log is redacted before it is written ------------------------------------------------------
 
 
-@pytest.mark.parametrize("shape", ["quote", "space", "at", "unicode", "backslash"])
+@pytest.mark.parametrize("shape", ["quote", "space", "at", "unicode", "backslash", "newline %0A"])
 @pytest.mark.parametrize("how", ["PIP_INDEX_URL", "https_proxy", "PQ_UPSTREAM_GIT", "git: spec"])
 def test_the_crash_log_holds_no_password_of_any_shape(
     proj: Path,  # noqa: F811
@@ -280,17 +294,22 @@ def test_the_crash_log_holds_no_password_of_any_shape(
     shape: str,
     how: str,
 ) -> None:
+    """A planted bug whose exception carries the URL (its text and its repr, as a library's exception would): the
+    crash log and stderr hold the traceback and the command line without the password."""
     written, _sent = password(shape)
     url = f"https://alice:{written}@127.0.0.1:1/x"
     args = ["refresh", "--to", f"git:{url}@main" if how == "git: spec" else "main"]
     if how != "git: spec":
         monkeypatch.setenv(how, url)
-    monkeypatch.setenv("PQ_TEST_KILL_AT", "bug:command")  # a planted bug: exit 4, the command line in the log
+
+    def planted(name: str) -> None:
+        raise ValueError(f"a planted bug holding {url!r}: {url}", url)
+
+    monkeypatch.setattr(importlib.import_module("patch_queue.cli.app"), "kill_point", planted)
     proc = pq(proj, *args, check=4)
     log = (proj / ".git" / "pq" / "crash.log").read_text()
-    assert "command: " in log and "Traceback" in log, log
-    if how == "git: spec":
-        assert "git:https://127.0.0.1:1/x@main" in log, log
+    assert "command: " in log and "Traceback" in log and "ValueError: (" in log and "a planted bug holding" in log
+    assert "https://127.0.0.1:1/x" in log, log
     no_secret(log, proc.stdout, proc.stderr)
 
 
@@ -594,3 +613,16 @@ def test_retries_ask_again_after_a_server_error(
         assert one_error_line(proc) == f"pq: error: cannot read package index {index}: HTTP 503 Service Unavailable"
     else:
         assert one_error_line(proc) == NOT_GZIP
+
+
+def test_a_password_that_is_also_part_of_a_path_changes_no_path(
+    proj: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Messages drop a known password wherever it stands; what pq reads, records and keys (the upstream's folder,
+    the mirror's name) is never redacted text: the bundle is still found when the password is a word of its path."""
+    word = Path(os.environ["PQ_UPSTREAM_GIT"]).parent.name  # "corpus"
+    monkeypatch.setenv("https_proxy", f"http://alice:{word}@127.0.0.1:1")
+    proc = pq(proj, "refresh", "--to", "c9e95ba32421", "--no-check")
+    assert "refreshed onto " in proc.stdout, proc.stdout
+    assert f"/{word}/" not in proc.stdout + proc.stderr

@@ -33,7 +33,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from patch_queue.errors import SourceError, redact
+from patch_queue.errors import SourceError, without_userinfo
 from patch_queue.fsutil import atomic_write
 from patch_queue.git import command
 from patch_queue.progress import Progress, bar, say
@@ -90,7 +90,7 @@ class UpstreamGit:
 
     def __init__(self, location: str, path: Path, *, progress: Progress | None = None) -> None:
         self._remote, self._env = transport(normalize_location(location))
-        self.location = redact(self._remote)  # shown and recorded: no user information
+        self.location = without_userinfo(self._remote)  # shown and recorded: no user information
         self.path = path
         self._progress = progress
         self._fetched = False

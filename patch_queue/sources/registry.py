@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from patch_queue.errors import SourceError, hide
+from patch_queue.errors import SourceError, hide, without_userinfo
 from patch_queue.progress import Progress, bar, say, timed
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def _url(option: str, url: str) -> str:
         raise _refused(option, "holds a URL pq cannot read: not an http, https or file URL")
     if parts.scheme.lower() != "file" and not parts.hostname:
         raise _refused(option, "holds a URL pq cannot read: it names no host")
-    if re.search(r"[\x00-\x20\x7f]", _bare(url)):
+    if re.search(r"[\x00-\x20\x7f]", without_userinfo(url)):
         raise _refused(option, "holds a URL pq cannot read: a space or a control character outside its user name")
     return url
 
@@ -270,12 +270,13 @@ def _timeout() -> float:
 def _tls(cert: str, client_cert: str, verify: bool) -> ssl.SSLContext:
     """The TLS context of a request: verified against ``cert`` (pip's CA bundle, a file or folder) unless the
     host is trusted, presenting ``client_cert``."""
-    if not verify:
-        context = ssl._create_unverified_context()
-    elif cert and os.path.isdir(cert):
+    if cert and os.path.isdir(cert):
         context = ssl.create_default_context(capath=cert)
     else:
         context = ssl.create_default_context(cafile=cert or None)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
     if client_cert:
         context.load_cert_chain(client_cert)
     return context
@@ -345,15 +346,6 @@ def _default_index() -> str:
     return str(PyPI.simple_url)
 
 
-def _bare(url: str) -> str:
-    """``url`` without its user information, by the URL's structure (the netloc up to its last "@"), whatever that
-    information holds: what is requested, shown and recorded."""
-    parts = urllib.parse.urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
 def _netloc(url: str) -> str:
     """host[:port] of ``url``, lower case, without user information: what credentials are kept by."""
     return urllib.parse.urlsplit(url).netloc.rpartition("@")[2].lower()
@@ -403,7 +395,7 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     """A request for ``url`` without its user information, authenticated as pip would (HTTP Basic)."""
     import urllib.request
 
-    request = urllib.request.Request(_bare(url), headers=headers or {})
+    request = urllib.request.Request(without_userinfo(url), headers=headers or {})
     found = _credentials(url)
     if found is not None:
         token = base64.b64encode(f"{found[0]}:{found[1]}".encode()).decode("ascii")
@@ -502,7 +494,7 @@ def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> 
             if (carried := _userinfo(url)) is not None:  # a link with a credential: kept aside, not in the URL
                 hide(url)
                 _LINK_CREDENTIALS[_netloc(url)] = carried
-            files.append(DistFile(filename, _bare(url), sha256.lower() if sha256 else None, *parsed, yanked))
+            files.append(DistFile(filename, without_userinfo(url), sha256.lower() if sha256 else None, *parsed, yanked))
     return files
 
 
@@ -575,7 +567,7 @@ def project_files(name: str) -> list[DistFile]:
             page = _read_index_page(index, project)
             listed = None if page is None else _parse_page(project, *page)
         except (OSError, ValueError) as exc:
-            errors.append(f"cannot read package index {_bare(index)}: {_reason(exc)}")
+            errors.append(f"cannot read package index {without_userinfo(index)}: {_reason(exc)}")
             continue
         found = found or listed is not None
         for dist in listed or []:
@@ -584,7 +576,7 @@ def project_files(name: str) -> list[DistFile]:
         try:
             listed = _linked_files(project, link)
         except (OSError, ValueError) as exc:
-            errors.append(f"cannot read find-links location {_bare(link)}: {_reason(exc)}")
+            errors.append(f"cannot read find-links location {without_userinfo(link)}: {_reason(exc)}")
             continue
         found = found or bool(listed)
         for dist in listed:
@@ -675,6 +667,6 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
         os.replace(tmp, dest)
         return actual
     except (OSError, ValueError) as exc:
-        raise SourceError(f"cannot download {dist.filename} from {_bare(dist.url)}: {_reason(exc)}") from exc
+        raise SourceError(f"cannot download {dist.filename} from {without_userinfo(dist.url)}: {_reason(exc)}") from exc
     finally:
         tmp.unlink(missing_ok=True)

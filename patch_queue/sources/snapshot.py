@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from patch_queue.errors import SourceError, redact
+from patch_queue.errors import SourceError, without_userinfo
 from patch_queue.git import mirror_health
 from patch_queue.git.remote import UpstreamGit, normalize_location
 from patch_queue.progress import Progress, say, timed
@@ -189,7 +189,7 @@ def open_git(location: str, progress: Progress | None = None) -> UpstreamGit:
     One instance per location and process, so a local location is fetched once per run.
     """
     normalized = normalize_location(location)
-    key = hashlib.sha1(redact(normalized).encode()).hexdigest()[:16]  # one mirror whatever the credential
+    key = hashlib.sha1(without_userinfo(normalized).encode()).hexdigest()[:16]  # one mirror whatever the credential
     path = cache_dir() / "git" / f"{key}.git"
     repo = _open_repos.get((normalized, path))
     if repo is None or not path.is_dir():
