@@ -29,13 +29,20 @@ def hide(value: str) -> None:
     _hidden.update(_secrets(value))
 
 
+# user:password where a raw "/", "?" or "#" of the password ended the host (not a host:port/path, not a path)
+_BROKEN_USERINFO = re.compile(r"[^:/?#@]+:(?![0-9]*(?:[/?#]|$))[^@]+")
+
+
 def _secrets(value: str) -> list[str]:
     """The user information of every ``scheme://`` URL in a setting (its authority runs to the first "/", "?" or
-    "#": spaces, quotes and newlines may be part of it), with its password, each also percent-decoded."""
+    "#": spaces, quotes and newlines may be part of it; else, up to the first "@", a ``user:password`` whose
+    password holds a raw "/", "?" or "#"), with its password, each also percent-decoded."""
     found: list[str] = []
     for scheme in _SCHEME.finditer(value):
-        authority = re.split(r"[/?#]", value[scheme.end() :], maxsplit=1)[0]
-        userinfo, at, _host = authority.rpartition("@")
+        rest = value[scheme.end() :]
+        userinfo, at, _host = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")
+        if not at and _BROKEN_USERINFO.fullmatch(broken := rest.partition("@")[0]):
+            userinfo, at = broken, "@"
         if not at or not userinfo:
             continue
         user, colon, password = userinfo.partition(":")

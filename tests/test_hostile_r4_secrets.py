@@ -380,18 +380,54 @@ def test_an_upstream_password_of_any_shape_clones_and_is_kept_nowhere(
     no_secret_anywhere(proj, cache)
 
 
-@pytest.mark.parametrize("shape", ["quote", "space", "at"])
-def test_a_git_spec_without_its_ref_shows_no_password(
+NO_REPOSITORY = (
+    "pq: error: malformed upstream spec: expected git:<location>@<ref>, and its URL names no repository (a '/', "
+    "'?' or '#' in a password is percent-encoded: %2F, %3F, %23)"
+)
+BAD_PORT = "pq: error: the upstream git location is a URL git cannot read: its port is not a number"
+
+
+@pytest.mark.parametrize(
+    ("middle", "ref", "line"),
+    [
+        ("'", "", NO_REPOSITORY),
+        (" ", "", NO_REPOSITORY),
+        ("@", "", NO_REPOSITORY),
+        ("#", "@main", NO_REPOSITORY),
+        ("?", "@main", NO_REPOSITORY),
+        ("/", "@main", BAD_PORT),
+    ],
+    ids=["quote, no ref", "space, no ref", "at, no ref", "hash", "question mark", "slash"],
+)
+def test_a_git_spec_split_inside_its_password_is_one_line_without_it(
     proj: Path,  # noqa: F811
     cache: Path,
-    shape: str,
+    middle: str,
+    ref: str,
+    line: str,
 ) -> None:
-    """``git:URL`` without ``@REF``: the spec splits at the password's last "@" or at the host's, and what is
-    left of the URL is shown nowhere with the password in it."""
-    written, _sent = password(shape)
+    """``git:URL`` without ``@REF`` splits at the password's "@" or the host's; a raw "#", "?" or "/" ends the
+    URL's host inside the password: one line that shows no part of the spec."""
     before = state(proj)
-    proc = pq(proj, "refresh", "--to", f"git:https://alice:{written}@127.0.0.1:1/x.git", "--no-check", check=1)
-    one_error_line(proc)
+    spec = f"git:https://alice:{HEAD}{middle}{TAIL}@127.0.0.1:1/x.git{ref}"
+    proc = pq(proj, "refresh", "--to", spec, "--no-check", check=1)
+    assert one_error_line(proc) == line
+    no_secret(proc.stdout, proc.stderr)
+    assert state(proj) == before
+    no_secret_anywhere(proj, cache)
+
+
+@pytest.mark.parametrize("middle", ["#", "?", "/"])
+def test_an_upstream_url_with_a_raw_delimiter_in_its_password_is_one_line_without_it(
+    proj: Path,  # noqa: F811
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    middle: str,
+) -> None:
+    monkeypatch.setenv("PQ_UPSTREAM_GIT", f"https://alice:{HEAD}{middle}{TAIL}@127.0.0.1:1/x.git")
+    before = state(proj)
+    proc = pq(proj, "refresh", "--to", "main", "--no-check", check=1)
+    assert one_error_line(proc) == BAD_PORT
     no_secret(proc.stdout, proc.stderr)
     assert state(proj) == before
     no_secret_anywhere(proj, cache)
@@ -404,12 +440,15 @@ def test_a_git_spec_without_its_ref_shows_no_password(
     ("value", "why"),
     [
         (f"http://alice:{HEAD}/{TAIL}@127.0.0.1:1/simple", "its port is not a number"),  # "/" ends the host
+        (f"http://alice:{HEAD}#{TAIL}@127.0.0.1:1/simple", "its port is not a number"),
+        (f"http://alice:{HEAD}?{TAIL}@127.0.0.1:1/simple", "its port is not a number"),
         (f"http://alice:{HEAD}@[::1/{TAIL}", "it is not a URL"),
         (f"ftp://alice:{HEAD}{TAIL}@127.0.0.1/simple", "not an http, https or file URL"),
         (f"http://alice:{HEAD}{TAIL}@/simple", "it names no host"),
         (f"http://alice:{HEAD}{TAIL}@127.0.0.1:1/sim ple", "a space or a control character outside its user name"),
     ],
-    ids=["slash in password", "open bracket", "ftp", "no host", "space in path"],
+    ids=["slash in password", "hash in password", "question mark in password", "open bracket", "ftp", "no host"]
+    + ["space in path"],
 )
 @pytest.mark.parametrize("form", ["env", "file"])
 def test_an_index_url_pq_cannot_read_is_one_line_naming_the_setting(

@@ -2,7 +2,11 @@
 
 The registry is whatever pip is configured to use (its configuration files and the ``PIP_*``
 variables, read by pip's own configuration class), with pip's own default index when none is set;
-no index host is named here.
+no index host is named here.  pq honours the options of pip's that say where and how to download:
+``index-url``, ``extra-index-url``, ``no-index`` (then ``find-links`` alone), ``find-links`` (folders, HTML
+files and pages), ``proxy``, ``cert``, ``client-cert``, ``trusted-host`` (TLS not verified), ``timeout`` and
+``retries``; a value it cannot use is one line naming where it was set (the variable or the file), never the
+value itself.
 ``pip download`` cannot fetch the vllm-ascend sdists (it insists on building their metadata, which
 needs Ascend's toolkit), so this small PEP 691 / PEP 503 client reads the index, and
 :mod:`.archives` opens the downloaded archives as plain zip / tar.gz files, never built.
@@ -16,7 +20,8 @@ a pinned release resolves without them.
 Credentials are pip's: an index URL's user information (``https://user:token@host/simple``) and
 ``~/.netrc`` (or ``$NETRC``) authenticate every request to that host with HTTP Basic, sent with the
 request itself (not after a 401) and never to the host a redirect leads to; the URL is requested,
-shown and recorded without them.
+shown and recorded without them (cut by the URL's structure: quotes, spaces, "@" or "%xx" in a password
+change nothing), and every setting's credentials are handed to :func:`patch_queue.errors.hide`.
 """
 
 from __future__ import annotations

@@ -260,8 +260,13 @@ def resolve_upstream(
         ) from None
     if spec.startswith("git:"):
         location, at, ref = spec[4:].rpartition("@")
-        if not at or not location or not ref or _no_repository(location):
+        if not at or not location or not ref:
             raise SourceError(f"malformed upstream spec '{spec}': expected git:<location>@<ref>")
+        if _no_repository(location):  # split inside a password: the spec is not shown
+            raise SourceError(
+                "malformed upstream spec: expected git:<location>@<ref>, and its URL names no repository (a '/', "
+                "'?' or '#' in a password is percent-encoded: %2F, %3F, %23)"
+            )
         return git_snapshot(open_git(location, progress), ref, progress)
     if spec.startswith("dir:"):
         return dir_snapshot(spec[4:])
