@@ -3,8 +3,11 @@
 Exit codes: 0 ok, 1 user error (bad input, nothing changed), 3 conflicts left to resolve,
 4 bug (traceback written to a log file).  Every message is one line that names the file (and
 line where there is one) and, where it helps, the command to run next.  No message shows a
-credential: a URL's user information is dropped from every line pq prints or writes, as git drops it
-(:func:`redact`).
+credential: a URL's user information is dropped from every line pq prints, and from the crash log before it
+is written, as git drops it, whatever characters it holds; so is every credential pq knows of (the
+environment's, the command line's and the settings it read) wherever it stands (:func:`redact`).  What pq
+requests, records and keys drops a URL's user information by the URL's own structure (:func:`without_userinfo`),
+never by a redaction of text.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ _hidden: set[str] = set()
 
 
 def hide(value: str) -> None:
-    """Keep the credentials of every URL in ``value`` (a setting pq read: pip's configuration, a netrc entry, a
-    link's user information) so that :func:`redact` drops them wherever they show up, whatever they hold."""
+    """Keep the credentials of every URL in ``value`` (a setting pq read: pip's configuration, a link of an index
+    page) so that :func:`redact` drops them wherever they show up, whatever they hold."""
     _hidden.update(_secrets(value))
 
 
