@@ -15,6 +15,7 @@ import base64
 import hashlib
 import http.server
 import importlib
+import json
 import os
 import shutil
 import ssl
@@ -665,3 +666,18 @@ def test_a_password_that_is_also_part_of_a_path_changes_no_path(
     proc = pq(proj, "refresh", "--to", "c9e95ba32421", "--no-check")
     assert "refreshed onto " in proc.stdout, proc.stdout
     assert f"/{word}/" not in proc.stdout + proc.stderr
+
+
+def test_a_pending_refresh_keeps_no_password_of_its_upstream_option(
+    proj: Path,  # noqa: F811
+) -> None:
+    """``--upstream URL`` of a refresh that stops is kept for ``pq continue`` (``.git/pq/refresh.json`` and the
+    journal) without the URL's user information; the culprit search says it cannot clone without it either."""
+    written, _sent = password("quote")
+    url = f"http://alice:{written}@127.0.0.1:1/x.git"
+    proc = pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", "--upstream", url, check=3)
+    assert "Cloning http://127.0.0.1:1/x.git into " in proc.stderr, proc.stderr
+    saved = json.loads((proj / ".git" / "pq" / "refresh.json").read_text())
+    assert saved["upstream_git"] == "http://127.0.0.1:1/x.git"
+    no_secret(proc.stdout, proc.stderr)
+    no_secret_anywhere(proj)
