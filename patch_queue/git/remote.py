@@ -33,7 +33,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from patch_queue.errors import SourceError, redact
+from patch_queue.errors import SourceError, without_userinfo
 from patch_queue.fsutil import atomic_write
 from patch_queue.git import command
 from patch_queue.progress import Progress, bar, say
@@ -61,7 +61,13 @@ def transport(location: str) -> tuple[str, dict[str, str]]:
     """What git is given for ``location``: the URL, without a password (an http(s) URL without its user
     information), and the environment that carries the credential to that process only (an
     ``http.<url>.extraHeader`` of HTTP Basic through ``GIT_CONFIG_COUNT``, after the caller's own)."""
-    parts = urllib.parse.urlsplit(location) if "://" in location else None
+    try:
+        parts = urllib.parse.urlsplit(location) if "://" in location else None
+        if parts is not None:
+            parts.port  # noqa: B018  (a port that is not a number raises here, not in git's message)
+    except ValueError as exc:  # the location is never shown: a password with a "/" reads as the host's port
+        why = "its port is not a number" if "port" in str(exc).lower() else "it is not a URL"
+        raise SourceError(f"the upstream git location is a URL git cannot read: {why}") from None
     if parts is None or "@" not in parts.netloc:
         return location, {}
     userinfo, _, host = parts.netloc.rpartition("@")
@@ -84,7 +90,7 @@ class UpstreamGit:
 
     def __init__(self, location: str, path: Path, *, progress: Progress | None = None) -> None:
         self._remote, self._env = transport(normalize_location(location))
-        self.location = redact(self._remote)  # shown and recorded: no user information
+        self.location = without_userinfo(self._remote)  # shown and recorded: no user information
         self.path = path
         self._progress = progress
         self._fetched = False

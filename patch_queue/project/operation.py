@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 
-from patch_queue.errors import QueueError
+from patch_queue.errors import QueueError, without_userinfo
 from patch_queue.fsutil import json_bytes
 from patch_queue.merge.conflict import Conflict
 from patch_queue.project.journal import Writes
@@ -111,6 +111,8 @@ class Operation:
         data: dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(version=1, conflicts=[c.as_json() for c in self.conflicts], flags=[c.as_json() for c in self.flags])
         data["merging"] = self.merging.as_json() if self.merging is not None else None
+        # --upstream as given, but never its credential: `pq continue` finds the mirror by the URL without it
+        data["upstream_git"] = without_userinfo(self.upstream_git) if self.upstream_git is not None else None
         return data
 
     def bytes(self) -> bytes:

@@ -2,7 +2,11 @@
 
 The registry is whatever pip is configured to use (its configuration files and the ``PIP_*``
 variables, read by pip's own configuration class), with pip's own default index when none is set;
-no index host is named here.
+no index host is named here.  pq honours the options of pip's that say where and how to download:
+``index-url``, ``extra-index-url``, ``no-index`` (then ``find-links`` alone), ``find-links`` (folders, HTML
+files and pages), ``proxy``, ``cert``, ``client-cert``, ``trusted-host`` (TLS not verified), ``timeout`` and
+``retries``; a value it cannot use is one line naming where it was set (the variable or the file), never the
+value itself.
 ``pip download`` cannot fetch the vllm-ascend sdists (it insists on building their metadata, which
 needs Ascend's toolkit), so this small PEP 691 / PEP 503 client reads the index, and
 :mod:`.archives` opens the downloaded archives as plain zip / tar.gz files, never built.
@@ -16,7 +20,8 @@ a pinned release resolves without them.
 Credentials are pip's: an index URL's user information (``https://user:token@host/simple``) and
 ``~/.netrc`` (or ``$NETRC``) authenticate every request to that host with HTTP Basic, sent with the
 request itself (not after a 401) and never to the host a redirect leads to; the URL is requested,
-shown and recorded without them.
+shown and recorded without them (cut by the URL's structure: quotes, spaces, "@" or "%xx" in a password
+change nothing), and every setting's credentials are handed to :func:`patch_queue.errors.hide`.
 """
 
 from __future__ import annotations
@@ -39,9 +44,9 @@ from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from patch_queue.errors import SourceError, redact
+from patch_queue.errors import SourceError, hide, without_userinfo
 from patch_queue.progress import Progress, bar, say, timed
 
 if TYPE_CHECKING:
@@ -99,30 +104,40 @@ def parse_release(spec: str) -> tuple[str, Version] | None:
 # Where pip's sections rank: the PIP_* environment beats any command section of a config file,
 # which beats [global]; pip has already merged the files of one section in its own order.
 _SECTION_RANK = {"global": 0, "install": 1, "download": 1, ":env:": 2}
-_USERINFO = re.compile(r"://[^/\s]*@")  # credentials in a URL: scheme://user:token@host
 # What decides which config files pip reads (besides the PIP_* variables): a cached answer is for these only.
 _PIP_PLACES = ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS", "VIRTUAL_ENV", "APPDATA", "PROGRAMDATA")
+# pip's option names that are one option (``--timeout`` is also ``--default-timeout``)
+_ALIASES = {"default-timeout": "timeout"}
 
 
-def _pip_settings() -> dict[str, str]:
-    """pip's effective settings for downloads: its configuration's ``section.option`` values, ranked."""
-    return dict(_pip_settings_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_")))))
+class Setting(NamedTuple):
+    """One option of pip's configuration: its value, and where it was set (a ``PIP_*`` variable or a file)."""
+
+    value: str
+    origin: str
+
+
+def _pip_settings() -> dict[str, Setting]:
+    """pip's effective settings for downloads: its configuration's options, ranked as pip ranks them."""
+    return _pip_settings_for(tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("PIP_"))))
 
 
 @functools.cache
-def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str, str]:
-    """:func:`_pip_settings` once per set of ``PIP_*`` variables."""
-    ranked: dict[str, tuple[int, str]] = {}
+def _pip_settings_for(pip_environment: tuple[tuple[str, str], ...]) -> dict[str, Setting]:
+    """:func:`_pip_settings` once per set of ``PIP_*`` variables; every value's credentials are kept for
+    :func:`~patch_queue.errors.redact` (a file's ``proxy = http://user:password@host`` is no URL pq shows)."""
+    ranked: dict[str, tuple[int, Setting]] = {}
     # the PIP_* variables as pip's configuration names them (PIP_INDEX_URL is :env:.index-url), with or without pip
-    environment = [(":env:." + k[4:].lower().replace("_", "-"), v) for k, v in pip_environment]
-    for key, value in [*_pip_config_items(pip_environment), *environment]:
+    environment = [(k, ":env:." + k[4:].lower().replace("_", "-"), v) for k, v in pip_environment]
+    for origin, key, value in [*_pip_config_items(pip_environment), *environment]:
+        hide(value)
         section, dot, option = key.rpartition(".")
         if not dot or section not in _SECTION_RANK:
             continue
-        rank = _SECTION_RANK[section]
+        option, rank = _ALIASES.get(option, option), _SECTION_RANK[section]
         if option not in ranked or rank >= ranked[option][0]:
-            ranked[option] = (rank, value)
-    return {option: value for option, (_, value) in ranked.items()}
+            ranked[option] = (rank, Setting(value, origin))
+    return {option: setting for option, (_, setting) in ranked.items()}
 
 
 def _stamp(path: str) -> list[int] | None:
@@ -134,13 +149,13 @@ def _stamp(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
-def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
-    """pip's configuration files' options (``section.option``, value) in the order pip loads them (a later file
-    overrides an earlier one), without the ``PIP_*`` variables, read by pip's own configuration class in this
+def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tuple[str, str, str]]:
+    """pip's configuration files' options (file, ``section.option``, value) in the order pip loads them (a later
+    file overrides an earlier one), without the ``PIP_*`` variables, read by pip's own configuration class in this
     process (``python -m pip config list`` costs a whole pip start, ~0.7 s). The answer is kept in the download
     cache with the files pip read (and pip's own module): while none of them changed, nor the ``PIP_*`` variables,
-    nor what places them (HOME, XDG_*, the interpreter), it stands. An answer holding credentials (a URL's
-    ``user:token@``) is never kept."""
+    nor what places them (HOME, XDG_*, the interpreter), it stands. An answer that may hold a credential (any
+    value with an "@", whatever else it holds) is never kept."""
     from patch_queue.sources import cache
 
     places = [sys.executable, sys.prefix, *(f"{k}={os.environ.get(k, '')}" for k in _PIP_PLACES)]
@@ -148,28 +163,29 @@ def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tupl
     with suppress(ValueError, TypeError, KeyError):
         kept = json.loads(cache.derived_get("pip-config", key) or b"null")
         if kept is not None and all(_stamp(f) == stamp for f, stamp in kept["files"]):
-            return [(str(k), str(v)) for k, v in kept["items"]]
+            return [(str(f), str(k), str(v)) for f, k, v in kept["items"]]
     try:
         from pip._internal.configuration import Configuration
         from pip._internal.configuration import __file__ as pip_module
 
         config = Configuration(isolated=False)
         config.load()
-        items: list[tuple[str, str]] = []
+        items: list[tuple[str, str, str]] = []
         for name, value in config.items():  # in pip's load order; pip 23.3+ gives each file's options apart
             pairs = value.items() if isinstance(value, dict) else [(name, value)]
-            items += [(str(k), str(v)) for k, v in pairs if not str(k).startswith(":env:")]
+            origin = str(name) if isinstance(value, dict) else "pip's configuration"
+            items += [(origin, str(k), str(v)) for k, v in pairs if not str(k).startswith(":env:")]
         files = [pip_module, *(f for _, names in config.iter_config_files() for f in names)]
     except Exception:  # pip absent or its internals changed: ask its command line, keep nothing
         return _pip_config_list()
-    if any(_USERINFO.search(value) for _, value in items):
+    if any("@" in value for _, _, value in items):
         return items
     stamps = [[f, _stamp(f)] for f in dict.fromkeys(files)]
     cache.derived_put("pip-config", key, json.dumps({"files": stamps, "items": items}).encode("utf-8"))
     return items
 
 
-def _pip_config_list() -> list[tuple[str, str]]:
+def _pip_config_list() -> list[tuple[str, str, str]]:
     """``python -m pip config list``, read: [] when pip is not there or the command fails.  Its lines come sorted
     by file name, not in pip's load order: only when pip's configuration class cannot be used."""
     try:
@@ -178,7 +194,7 @@ def _pip_config_list() -> list[tuple[str, str]]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    items: list[tuple[str, str]] = []
+    items: list[tuple[str, str, str]] = []
     for line in out.splitlines():
         key, sep, raw = line.partition("=")
         if not sep or key.startswith(":env:"):  # the PIP_* variables: read from the environment itself
@@ -187,8 +203,156 @@ def _pip_config_list() -> list[tuple[str, str]]:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             value = raw.strip("'\"")
-        items.append((key, str(value)))
+        items.append(("pip's configuration", key, str(value)))
     return items
+
+
+def _refused(option: str, why: str) -> SourceError:
+    """The one line for a setting pq cannot use, naming where it was set and never showing its value."""
+    setting = _pip_settings()[option]
+    return SourceError(f"pip's {option} {why}", path=setting.origin)
+
+
+_BOOLEANS = {
+    **dict.fromkeys(("y", "yes", "t", "true", "on", "1"), True),
+    **dict.fromkeys(("n", "no", "f", "false", "off", "0"), False),
+}
+
+
+def _flag(option: str) -> bool:
+    """A yes/no option as pip reads it (``strtobool``), False when unset."""
+    setting = _pip_settings().get(option)
+    if setting is None:
+        return False
+    value = setting.value.strip().lower()
+    if value not in _BOOLEANS:
+        raise _refused(option, "is not a yes/no value (yes/no, true/false, on/off or 1/0)")
+    return _BOOLEANS[value]
+
+
+def _number(option: str, default: float) -> float:
+    setting = _pip_settings().get(option)
+    if setting is None:
+        return default
+    try:
+        number = float(setting.value)
+    except ValueError:
+        raise _refused(option, "is not a number") from None
+    if not number >= 0:
+        raise _refused(option, "is not a number of zero or more") from None
+    return number
+
+
+def _url(option: str, url: str) -> str:
+    """``url`` (an index, a find-links page, the proxy), checked at the door: a URL urllib can request once its
+    user information is set aside; else one line naming the setting (never its value: it may hold a password)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (a port that is not a number raises here, not in the middle of a download)
+    except ValueError as exc:
+        why = "its port is not a number" if "port" in str(exc).lower() else "it is not a URL"
+        raise _refused(option, f"holds a URL pq cannot read: {why}") from None
+    if parts.scheme.lower() not in ("http", "https", "file"):
+        raise _refused(option, "holds a URL pq cannot read: not an http, https or file URL")
+    if parts.scheme.lower() != "file" and not parts.hostname:
+        raise _refused(option, "holds a URL pq cannot read: it names no host")
+    if re.search(r"[\x00-\x20\x7f]", without_userinfo(url)):
+        raise _refused(option, "holds a URL pq cannot read: a space or a control character outside its user name")
+    return url
+
+
+def index_urls() -> list[str]:
+    """The simple-repository indexes pip would use, primary first: none when pip's ``no-index`` is set."""
+    if _flag("no-index"):
+        return []
+    settings = _pip_settings()
+    primary = settings["index-url"].value.strip() if "index-url" in settings else ""
+    urls = [_url("index-url", primary)] if primary else [_default_index()]
+    if "extra-index-url" in settings:
+        urls += [_url("extra-index-url", url) for url in settings["extra-index-url"].value.split()]
+    return list(dict.fromkeys(urls))
+
+
+def find_links() -> list[str]:
+    """pip's ``find-links``: folders, HTML files and pages listing archives, searched besides the indexes."""
+    setting = _pip_settings().get("find-links")
+    links = setting.value.split() if setting else []
+    return [_url("find-links", link) if "://" in link else link for link in links]
+
+
+def _timeout() -> float:
+    return _number("timeout", 60.0)
+
+
+@functools.cache
+def _tls(cert: str, client_cert: str, verify: bool) -> ssl.SSLContext:
+    """The TLS context of a request: verified against ``cert`` (pip's CA bundle, a file or folder) unless the
+    host is trusted, presenting ``client_cert``."""
+    if cert and os.path.isdir(cert):
+        context = ssl.create_default_context(capath=cert)
+    else:
+        context = ssl.create_default_context(cafile=cert or None)
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if client_cert:
+        context.load_cert_chain(client_cert)
+    return context
+
+
+def _opener(url: str) -> urllib.request.OpenerDirector:
+    """urllib as pip's session is set up for ``url``: its ``proxy`` (else the environment's proxies), TLS verified
+    against its ``cert``, not verified for a ``trusted-host``, its ``client-cert`` presented."""
+    import urllib.request
+
+    settings = _pip_settings()
+    cert, client = (settings[o].value.strip() if o in settings else "" for o in ("cert", "client-cert"))
+    for option, path in (("cert", cert), ("client-cert", client)):
+        if path and not os.path.exists(path):
+            raise _refused(option, "names no file or folder")
+    try:
+        context = _tls(cert, client, not _trusted(url))
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise _refused("client-cert" if client else "cert", f"cannot be loaded: {_reason(exc)}") from None
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.HTTPSHandler(context=context)]
+    if proxy := (settings["proxy"].value.strip() if "proxy" in settings else ""):
+        proxy = _url("proxy", proxy) if "://" in proxy else proxy
+        handlers.append(urllib.request.ProxyHandler({"http": proxy, "https": proxy}))
+    return urllib.request.build_opener(*handlers)
+
+
+def _trusted(url: str) -> bool:
+    """Whether pip's ``trusted-host`` names the host of ``url`` (``host`` for any port, or ``host:port``)."""
+    setting = _pip_settings().get("trusted-host")
+    if setting is None:
+        return False
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").lower()
+    names = {host, f"{host}:{parts.port}"} if parts.port else {host}
+    return any(entry.lower() in names for entry in setting.value.split())
+
+
+_RETRY_STATUS = (500, 502, 503, 520, 527)  # pip's own list of answers worth asking again
+
+
+def _open(request: urllib.request.Request) -> Any:  # urllib's own type: an HTTP response, or a file's
+    """The response to ``request`` through :func:`_opener`, asked again on a failed connection or a server error
+    as often as pip's ``retries`` says (pip's backoff: none, then 0.5 s, 1 s, ...); unset, once."""
+    import urllib.error
+
+    attempts, failed = 1 + int(_number("retries", 0)), 0
+    while True:
+        try:
+            return _opener(request.full_url).open(request, timeout=_timeout())
+        except urllib.error.HTTPError as exc:
+            failed += 1
+            if exc.code not in _RETRY_STATUS or failed >= attempts:
+                raise
+        except OSError:  # no connection, a timeout (urllib's URLError is one)
+            failed += 1
+            if failed >= attempts:
+                raise
+        time.sleep(min(120.0, 0.25 * 2 ** (failed - 1)) if failed > 1 else 0.0)
 
 
 def _default_index() -> str:
@@ -198,38 +362,6 @@ def _default_index() -> str:
     except ImportError as exc:
         raise SourceError("no package index configured and pip is not importable to supply its default") from exc
     return str(PyPI.simple_url)
-
-
-def index_urls() -> list[str]:
-    """The simple-repository indexes pip would use, primary first."""
-    settings = _pip_settings()
-    primary = settings.get("index-url", "").strip() or _default_index()
-    extras = settings.get("extra-index-url", "").split()
-    return list(dict.fromkeys(url for url in [primary, *extras] if url))
-
-
-def _timeout() -> float:
-    settings = _pip_settings()
-    for option in ("timeout", "default-timeout"):
-        try:
-            return float(settings[option])
-        except (KeyError, ValueError):
-            continue
-    return 60.0
-
-
-def _opener() -> urllib.request.OpenerDirector:
-    """urllib with its default proxy handling, verifying TLS against pip's ``cert`` when set."""
-    import urllib.request
-
-    cert = _pip_settings().get("cert", "").strip()
-    if cert and os.path.isdir(cert):
-        context = ssl.create_default_context(capath=cert)
-    elif cert and os.path.exists(cert):
-        context = ssl.create_default_context(cafile=cert)
-    else:
-        context = ssl.create_default_context()
-    return urllib.request.build_opener(urllib.request.HTTPSHandler(context=context))
 
 
 def _netloc(url: str) -> str:
@@ -269,7 +401,7 @@ def _credentials(url: str) -> tuple[str, str] | None:
     if own is not None:
         return own
     netloc = _netloc(url)
-    for index in index_urls():
+    for index in [*index_urls(), *(link for link in find_links() if "://" in link)]:
         if _netloc(index) == netloc and (theirs := _userinfo(index)) is not None:
             return theirs
     if netloc in _LINK_CREDENTIALS:
@@ -281,7 +413,7 @@ def _request(url: str, headers: dict[str, str] | None = None) -> urllib.request.
     """A request for ``url`` without its user information, authenticated as pip would (HTTP Basic)."""
     import urllib.request
 
-    request = urllib.request.Request(redact(url), headers=headers or {})
+    request = urllib.request.Request(without_userinfo(url), headers=headers or {})
     found = _credentials(url)
     if found is not None:
         token = base64.b64encode(f"{found[0]}:{found[1]}".encode()).decode("ascii")
@@ -368,23 +500,47 @@ def _parse_page(project: str, page_url: str, body: bytes, content_type: str) -> 
         anchors, found_base = _anchors(body.decode("utf-8", "replace"))
         base = urllib.parse.urljoin(page_url, found_base) if found_base else page_url
         for href, attributes in anchors:
-            url, _, fragment = urllib.parse.urljoin(base, href).partition("#")
-            filename = urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(url).path))
-            hashes = dict(urllib.parse.parse_qsl(fragment))
-            entries.append((filename, url, hashes.get("sha256"), "data-yanked" in attributes))
+            with suppress(ValueError):  # a link that is no URL (a host's "[" left open): skipped, as pip skips it
+                url, _, fragment = urllib.parse.urljoin(base, href).partition("#")
+                filename = urllib.parse.unquote(posixpath.basename(urllib.parse.urlsplit(url).path))
+                hashes = dict(urllib.parse.parse_qsl(fragment))
+                entries.append((filename, url, hashes.get("sha256"), "data-yanked" in attributes))
     files: list[DistFile] = []
     for filename, url, sha256, yanked in entries:
         parsed = _file_version(project, filename)
         if parsed is not None:
             if (carried := _userinfo(url)) is not None:  # a link with a credential: kept aside, not in the URL
+                hide(url)
                 _LINK_CREDENTIALS[_netloc(url)] = carried
-            files.append(DistFile(filename, redact(url), sha256.lower() if sha256 else None, *parsed, yanked))
+            files.append(DistFile(filename, without_userinfo(url), sha256.lower() if sha256 else None, *parsed, yanked))
     return files
+
+
+def _local_files(project: str, folder: Path) -> list[DistFile]:
+    """The archives of ``project`` in a find-links folder, as pip lists them (the folder's own files)."""
+    files: list[DistFile] = []
+    for path in sorted(folder.iterdir()):
+        parsed = _file_version(project, path.name)
+        if parsed is not None and path.is_file():
+            files.append(DistFile(path.name, path.resolve().as_uri(), None, *parsed, False))
+    return files
+
+
+def _read_page(url: str, accept: str) -> tuple[str, bytes, str] | None:
+    """(URL, body, content type) of a page over HTTP, or None when the server has none (404, 410)."""
+    import urllib.error
+
+    try:
+        with _open(_request(url, {"Accept": accept})) as response:
+            return response.geturl(), response.read(), response.headers.get("Content-Type", "text/html")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (404, 410):
+            return None
+        raise
 
 
 def _read_index_page(index: str, project: str) -> tuple[str, bytes, str] | None:
     """(page URL, body, content type) of the project's page, or None when the index lacks it."""
-    import urllib.error
     import urllib.request
 
     page_url = index.rstrip("/") + f"/{project}/"
@@ -395,19 +551,31 @@ def _read_index_page(index: str, project: str) -> tuple[str, bytes, str] | None:
         if not page.is_file():
             return None
         return page_url, page.read_bytes(), "text/html"
-    request = _request(page_url, {"Accept": _ACCEPT})
-    try:
-        with _opener().open(request, timeout=_timeout()) as response:
-            return response.geturl(), response.read(), response.headers.get("Content-Type", "text/html")
-    except urllib.error.HTTPError as exc:
-        if exc.code in (404, 410):
-            return None
-        raise
+    return _read_page(page_url, _ACCEPT)
+
+
+def _linked_files(project: str, link: str) -> list[DistFile]:
+    """The archives of ``project`` a find-links location gives: a folder's files, or the links of an HTML file or
+    page (an http(s) URL); nothing from a place that is not there, as pip ignores it."""
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(link) if "://" in link else None
+    if parts is not None and parts.scheme.lower() in ("http", "https"):
+        page = _read_page(link, "text/html")
+        return [] if page is None else _parse_page(project, page[0], page[1], "text/html")
+    path = Path(urllib.request.url2pathname(parts.path)) if parts is not None else Path(link).expanduser()
+    if path.is_dir():
+        return _local_files(project, path)
+    if path.is_file():
+        return _parse_page(project, path.resolve().as_uri(), path.read_bytes(), "text/html")
+    return []
 
 
 @timed("download")
 def project_files(name: str) -> list[DistFile]:
-    """Every non-yanked wheel and sdist of ``name`` on the configured indexes (earlier index wins)."""
+    """Every non-yanked wheel and sdist of ``name`` on the configured indexes and find-links locations (an earlier
+    one wins); with pip's ``no-index``, on the find-links locations alone, and one line naming that setting when
+    none holds the project."""
     project = normalize_name(name)
     seen: dict[str, DistFile] = {}
     errors: list[str] = []
@@ -415,16 +583,30 @@ def project_files(name: str) -> list[DistFile]:
     for index in index_urls():
         try:
             page = _read_index_page(index, project)
+            listed = None if page is None else _parse_page(project, *page)
         except (OSError, ValueError) as exc:
-            errors.append(f"cannot read package index {redact(index)}: {_reason(exc)}")
+            errors.append(f"cannot read package index {without_userinfo(index)}: {_reason(exc)}")
             continue
-        if page is None:
+        found = found or listed is not None
+        for dist in listed or []:
+            seen.setdefault(dist.filename, dist)
+    for link in find_links():
+        try:
+            listed = _linked_files(project, link)
+        except (OSError, ValueError) as exc:
+            errors.append(f"cannot read find-links location {without_userinfo(link)}: {_reason(exc)}")
             continue
-        found = True
-        for dist in _parse_page(project, *page):
+        found = found or bool(listed)
+        for dist in listed:
             seen.setdefault(dist.filename, dist)
     if not found and errors:
         raise SourceError(errors[0])
+    if not seen and _flag("no-index"):
+        raise _refused(
+            "no-index",
+            f"is set and no find-links location holds {project}: add one that does (pip's find-links), or unset "
+            "no-index",
+        )
     return [dist for dist in seen.values() if not dist.yanked]
 
 
@@ -486,7 +668,7 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
     try:
         # mkstemp makes the file private; a cache entry is ordinary readable data.
         os.chmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as out, _opener().open(_request(dist.url), timeout=_timeout()) as response:
+        with os.fdopen(fd, "wb") as out, _open(_request(dist.url)) as response:
             total = int(response.headers.get("Content-Length") or 0)
             size = f" ({total / (1 << 20):.1f} MiB)" if total else ""
             say(progress, f"Downloading {dist.filename}{size}")
@@ -503,6 +685,6 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
         os.replace(tmp, dest)
         return actual
     except (OSError, ValueError) as exc:
-        raise SourceError(f"cannot download {dist.filename} from {redact(dist.url)}: {_reason(exc)}") from exc
+        raise SourceError(f"cannot download {dist.filename} from {without_userinfo(dist.url)}: {_reason(exc)}") from exc
     finally:
         tmp.unlink(missing_ok=True)

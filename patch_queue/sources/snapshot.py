@@ -13,11 +13,12 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from patch_queue.errors import SourceError, redact
+from patch_queue.errors import SourceError, without_userinfo
 from patch_queue.git import mirror_health
 from patch_queue.git.remote import UpstreamGit, normalize_location
 from patch_queue.progress import Progress, say, timed
@@ -187,7 +188,7 @@ def open_git(location: str, progress: Progress | None = None) -> UpstreamGit:
     One instance per location and process, so a local location is fetched once per run.
     """
     normalized = normalize_location(location)
-    key = hashlib.sha1(redact(normalized).encode()).hexdigest()[:16]  # one mirror whatever the credential
+    key = hashlib.sha1(without_userinfo(normalized).encode()).hexdigest()[:16]  # one mirror whatever the credential
     path = cache_dir() / "git" / f"{key}.git"
     repo = _open_repos.get((normalized, path))
     if repo is None or not path.is_dir():
@@ -244,6 +245,15 @@ def named_release(spec: str | None) -> tuple[str, registry.Version] | None:
     return registry.parse_release(spec)
 
 
+def _no_repository(location: str) -> bool:
+    """True for a URL that names no repository (no path): what is left of ``git:URL`` without its ``@REF`` when it
+    splits at an "@" of the URL's own user information."""
+    try:
+        return "://" in location and not urllib.parse.urlsplit(location).path.strip("/")
+    except ValueError:  # no URL at all: the transport says so
+        return False
+
+
 def resolve_upstream(
     spec: str | None, *, upstream_git: str | None = None, progress: Progress | None = None
 ) -> Snapshot:
@@ -269,6 +279,11 @@ def resolve_upstream(
         location, at, ref = spec[4:].rpartition("@")
         if not at or not location or not ref:
             raise SourceError(f"malformed upstream spec '{spec}': expected git:<location>@<ref>")
+        if _no_repository(location):  # split inside a password: the spec is not shown
+            raise SourceError(
+                "malformed upstream spec: expected git:<location>@<ref>, and its URL names no repository (a '/', "
+                "'?' or '#' in a password is percent-encoded: %2F, %3F, %23)"
+            )
         return git_snapshot(open_git(location, progress), ref, progress)
     if spec.startswith("dir:"):
         return dir_snapshot(spec[4:])
