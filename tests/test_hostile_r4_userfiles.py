@@ -102,6 +102,16 @@ def test_a_decline_is_written_through_a_symlinked_rules_file(proj: Path, tmp_pat
     assert text.startswith("# the rules all my projects share\n\n[[decline]]\n") and PROPOSAL in text
 
 
+def test_a_dangling_symlinked_rules_file_is_refused(proj: Path, tmp_path: Path) -> None:  # noqa: F811
+    """pq writes through a link into its file, never makes one where the link points."""
+    (proj / "patches" / RULES).symlink_to(tmp_path / "gone" / RULES)
+    assert refused(proj, *SYNC, "--decline", PROPOSAL) == (
+        f"pq: error: patches/{RULES}: is a symbolic link to no file ({tmp_path / 'gone' / RULES}); create its file, "
+        "or remove the link"
+    )
+    assert not (tmp_path / "gone").exists()
+
+
 def test_a_symlinked_patch_is_never_removed(proj: Path, tmp_path: Path) -> None:  # noqa: F811
     link, target = linked(proj, TOP, tmp_path / "mine")
     for args in (("delete", "--top"), ("rename", "bar")):
