@@ -192,7 +192,7 @@ def test_series_keeps_the_users_comments(proj: Path) -> None:  # noqa: F811
         ('[downstream]\nname = "vllm-omni"  # ours\n', "{line}: holds a comment pq would drop"),
         (
             '[downstream]\nname = "vllm-omni"\nowner = "me"\n',
-            ": holds downstream.owner, which pq does not know and would drop",
+            ": holds downstream.owner, which pq would drop",
         ),
     ],
     ids=["comment", "key"],

@@ -454,26 +454,22 @@ def render_series(names: list[str], before: str = "") -> str:
     return text if at else text + "".join(after.get(-1, []))
 
 
+# a TOML string (multi-line, basic, literal) or a comment: scanned left to right, a "#" inside a string is no comment
+_TOML_TOKEN = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""'  # a multi-line basic string
+    r"|'''.*?'''"  # a multi-line literal string
+    r'|"(?:[^"\\\n]|\\.)*"'  # a basic string
+    r"|'[^'\n]*'"  # a literal string
+    r"|#[^\n]*",  # a comment
+    re.S,
+)
+
+
 def _comment_lines(text: str) -> Iterator[int]:
     """The lines of the TOML ``text`` that hold a comment: a ``#`` outside every string."""
-    i, line, quote = 0, 1, ""  # quote: the delimiter of the string open at i
-    while i < len(text):
-        c = text[i]
-        if c == "\n":
-            line += 1
-        elif quote:
-            if c == "\\" and quote[0] == '"':
-                i += 1
-                line += text[i : i + 1] == "\n"
-            elif text.startswith(quote, i):
-                i, quote = i + len(quote) - 1, ""
-        elif c == "#":
-            yield line
-            i = text.find("\n", i) - 1 if "\n" in text[i:] else len(text)
-        else:
-            quote = next((q for q in ('"""', "'''", '"', "'") if text.startswith(q, i)), "")
-            i += len(quote) - 1 if quote else 0
-        i += 1
+    for m in _TOML_TOKEN.finditer(text):
+        if m.group().startswith("#"):
+            yield text.count("\n", 0, m.start()) + 1
 
 
 def _dropped(have: object, kept: object, where: str = "") -> str | None:
@@ -557,7 +553,7 @@ class QueueDir:
         lost = _dropped(tomllib.loads(text), tomllib.loads(render_queue(queue))) if queue.format == FORMAT else None
         if lost is not None:
             raise QueueError(
-                f"holds {lost}, which pq does not know and would drop: {why}; remove it, then run the command again",
+                f"holds {lost}, which pq would drop: {why}; remove it, then run the command again",
                 path=shown,
             )
 
