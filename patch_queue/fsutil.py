@@ -1,5 +1,6 @@
-"""Atomic file writes, the user's output files (written in place, never over a file that is not a report of
-the same kind), reading a folder, and the test hook of the interruption tests (kill points)."""
+"""Atomic file writes and the files they must not replace (a link, a read-only file), the user's output files
+(written in place, never over a file that is not a report of the same kind), reading a folder, and the test hook
+of the interruption tests (kill points)."""
 
 from __future__ import annotations
 
