@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,25 @@ def test_a_writer_writes_through_a_symlinked_file_and_undo_too(
     pq(proj, "series")
     pq(proj, "undo")
     assert link.is_symlink() and target.read_bytes() == kept
+
+
+def test_a_killed_write_through_a_symlink_is_finished_or_undone_through_it(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Killed after it wrote patches/ (queue.toml through its link): `pq abort` and `pq continue` write the
+    target too, and the link stays."""
+    link, target = linked(proj, "queue.toml", tmp_path / "mine")
+    kept = target.read_bytes()
+    for recovery in ("abort", "continue"):
+        monkeypatch.setenv("PQ_TEST_KILL_AT", "after-refs")
+        pq(proj, "new", "foo", check=-signal.SIGKILL)
+        monkeypatch.delenv("PQ_TEST_KILL_AT")
+        assert link.is_symlink() and target.read_bytes() != kept  # written through before the kill
+        pq(proj, recovery)
+        assert link.is_symlink() and (target.read_bytes() == kept) == (recovery == "abort")
+    assert "0017-foo.patch" in (proj / "patches" / "series").read_text()
 
 
 def test_refresh_writes_through_a_symlinked_queue(proj: Path, tmp_path: Path) -> None:  # noqa: F811
