@@ -1,12 +1,13 @@
-"""Atomic file writes, the user's output files (written in place, never over a file that is not a report of
-the same kind), reading a folder, telling text from other bytes, and the test hook of the interruption tests
-(kill points)."""
+"""Atomic file writes and the files they must not replace (a link, a read-only file), the user's output files
+(written in place, never over a file that is not a report of the same kind), reading a folder, telling text from
+other bytes, and the test hook of the interruption tests (kill points)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import stat
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -62,6 +63,48 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = False) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def unreplaceable(path: Path, *, follow: bool, remove: bool = False) -> str | None:
+    """Why pq must not write ``path`` (``remove``: delete it), a file a user may have made, or None.
+
+    pq writes a file by an atomic rename (:func:`atomic_write`), which would make a link the user made into a
+    file of its own: a symbolic link is written through when ``follow`` (its target, in place of the link) and
+    refused otherwise, and never removed; a file with other hard links is refused (the rename would cut it off
+    from them), and so is a file its owner made read-only.  Its other modes (an executable bit) are kept."""
+    if path.is_symlink():
+        to = os.readlink(path)
+        if not follow:
+            return (
+                f"is a symbolic link (to {to}); pq writes regular files only: replace the link with a copy of its file"
+            )
+        if remove:
+            return (
+                f"is a symbolic link (to {to}); pq writes through it but never removes it: remove the link (or "
+                "replace it with a copy of its file), then run the command again"
+            )
+        if not path.is_file():
+            return f"is a symbolic link to no file ({to}); create its file, or remove the link"
+    if remove or not path.is_file():
+        return None
+    st = path.stat()
+    if st.st_nlink > 1:
+        return (
+            f"has {st.st_nlink} hard links; pq writes a file by replacing it, which would cut it off from the other "
+            f"{st.st_nlink - 1}: make it a file of its own (copy it, then move the copy over it), then run the "
+            "command again"
+        )
+    if not st.st_mode & stat.S_IWUSR:
+        return (
+            "is read-only; pq does not write a file made read-only: make it writable (chmod u+w), then run the "
+            "command again"
+        )
+    return None
+
+
+def written_path(path: Path) -> Path:
+    """The file a write of ``path`` goes to: the target of a symbolic link (see :func:`unreplaceable`)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 @dataclass(frozen=True)

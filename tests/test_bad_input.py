@@ -153,18 +153,18 @@ def test_symlink_in_the_output_folder(proj: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["0001-init.patch", "series"])
-def test_symlink_in_patches_is_not_rewritten(proj: Path, tmp_path: Path, name: str) -> None:
+def test_symlink_in_patches_is_written_through(proj: Path, tmp_path: Path, name: str) -> None:
+    """A file of patches/ is the user's: a refresh writes its target and keeps the link (as every writer does,
+    tests/test_hostile_r4_userfiles.py)."""
     outside = tmp_path / name
     link = proj / "patches" / name
     shutil.move(link, outside)
     link.symlink_to(outside)
     kept = outside.read_bytes()
     pq(proj, "build")  # reading through the link is fine
-    assert refused(proj, "refresh", "--to", CLEAN_TARGET) == (
-        f"pq: error: patches/{name}: is a symbolic link (to {outside}); "
-        "pq writes regular files only: replace the link with a copy of its file"
-    )
-    assert outside.read_bytes() == kept
+    pq(proj, "refresh", "--to", CLEAN_TARGET)
+    assert link.is_symlink() and os.readlink(link) == str(outside)
+    assert outside.read_bytes() == kept  # this refresh leaves both as they were: nothing replaced the link
 
 
 # -- upstream sources ----------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace, applied_count, base_for_queue, load_stack
 from patch_queue.series import absorb, diffs, lineage, patchfile, replay, rerere, stack
-from patch_queue.series.queue import cut_slug, name_problem, render_queue, shown_name
+from patch_queue.series.queue import cut_slug, name_problem, shown_name
 from patch_queue.sync import translation
 
 
@@ -53,7 +53,7 @@ def do_accept(ws: Workspace, *, upstream_git: str | None, discard: bool = False)
     step = lineage.step_of("import", "accept", bodies, upstream=queue.upstream)
     new_queue = lineage.with_step(queue, step, top)
     writes = Writes(ws, "accept", undoable=True)
-    writes.write(ws.queue_dir.queue_path, render_queue(new_queue).encode(), group="patches")
+    writes.write(ws.queue_dir.queue_path, ws.queue_dir.queue_bytes(new_queue), group="patches")
     finish(ws, loaded, writes, len(loaded.patches))
     return changed
 

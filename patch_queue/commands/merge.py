@@ -30,8 +30,8 @@ from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream, release_mo
 from patch_queue.commands.write import (
     StepInfo,
     module_files,
-    refuse_links,
     refuse_out_edits,
+    refuse_unwritable_queue,
     require_all_applied,
     sync_stack,
 )
@@ -231,7 +231,7 @@ def do_merge(
     the series; the refresh's outcome (``merged`` names the release; nothing to merge: ``merged`` and no
     ``results``)."""
     operation.refuse_pending(ws, "a refresh is in progress; `pq continue` or `pq abort` it first")
-    refuse_links(ws, ws.out, patches=True)
+    refuse_unwritable_queue(ws)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     queue = loaded.queue

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from patch_queue.commands import machine
 from patch_queue.commands.adopt import snapshot_pin
-from patch_queue.commands.write import StepInfo, module_files, refuse_links, refuse_out_edits, sync_stack
+from patch_queue.commands.write import StepInfo, module_files, refuse_out_edits, refuse_unwritable_queue, sync_stack
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import kill_point
 from patch_queue.merge.conflict import Conflict, ConflictKind
@@ -73,7 +73,7 @@ def do_refresh(
     """``reports``: the JSON and Markdown report paths, kept for `pq continue` to rewrite; ``accept_errors``: a
     result without conflicts is finished over the errors of `pq check` (else they leave the refresh pending)."""
     operation.refuse_pending(ws, "a refresh is already in progress; `pq continue` or `pq abort` it first")
-    refuse_links(ws, ws.out, patches=True)
+    refuse_unwritable_queue(ws)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")

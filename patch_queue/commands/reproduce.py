@@ -32,7 +32,7 @@ from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace, upstream_reader
 from patch_queue.series import lineage, patchfile, replay, rerere, stack
-from patch_queue.series.queue import Step, parse_series, render_queue, render_series
+from patch_queue.series.queue import Step, parse_series, render_series
 
 FETCH_HINT = "git fetch origin refs/pq/resolutions:refs/pq/resolutions"  # where the clone has no store
 MERGE_HINT = "`pq resolutions merge origin`"
@@ -126,9 +126,9 @@ def do_reproduce(
     for name, body in bodies.items():
         writes.write(ws.queue_dir.root / name, body, group="patches")
     if not series.is_file() or listed != final_stack.names:
-        writes.write(series, render_series(final_stack.names).encode(), group="patches")
+        writes.write(series, render_series(final_stack.names, ws.queue_dir.series_text()).encode(), group="patches")
     if run.differ:
-        writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")
+        writes.write(ws.queue_dir.queue_path, ws.queue_dir.queue_bytes(queue), group="patches")
     write.finish(ws, final_stack, writes, len(final_stack.patches))
     discarded = output.discarded(dropped)
     merged, differ = tuple(run.merged), tuple(run.differ)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import atomic_write
+from patch_queue.fsutil import atomic_write, unreplaceable
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
 from patch_queue.project import operation
@@ -22,7 +22,7 @@ from patch_queue.project.workspace import (
     upstream_snapshot,
 )
 from patch_queue.series import lineage, stack
-from patch_queue.series.queue import Queue, UpstreamPin, render_queue, render_series
+from patch_queue.series.queue import Queue, UpstreamPin, render_series
 
 DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
 
@@ -73,7 +73,9 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
     refuse_foreign_patches(ws, exported, listed, loaded.queue)
     for name, data in exported.items():
         writes.write(root / name, data, group="patches")
-    writes.write(ws.queue_dir.series_path, render_series(loaded.names).encode(), group="patches")
+    anew = step.kind == "adopt"  # `pq adopt --force` starts a new series: nothing of the old files is kept
+    before = "" if anew else ws.queue_dir.series_text()
+    writes.write(ws.queue_dir.series_path, render_series(loaded.names, before).encode(), group="patches")
     top = module_files(ws, loaded.top())
     made = lineage.step_of(
         step.kind,
@@ -89,7 +91,7 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
         resolved=step.resolved,
     )
     queue = lineage.with_step(loaded.queue, made, top, previous=previous)
-    writes.write(ws.queue_dir.queue_path, render_queue(queue).encode(), group="patches")
+    writes.write(ws.queue_dir.queue_path, ws.queue_dir.queue_bytes(queue, anew=anew), group="patches")
     for name in sorted(old_names - set(exported)):
         writes.write(root / name, None, group="patches")
 
@@ -135,8 +137,10 @@ def _built_top(ws: Workspace) -> dict[str, bytes]:
 
 
 def refuse_out_edits(ws: Workspace, *, discard: bool, out: Path | None = None) -> list[output.Edited]:
-    """Refuse to overwrite edits in the output folder that no patch holds (unless ``discard``)."""
+    """Refuse to overwrite edits in the output folder that no patch holds (unless ``discard``), or a file there pq
+    must not replace (a symbolic link, see :func:`patch_queue.outputs.folder.refuse_unreplaceable`)."""
     out = out or ws.out
+    output.refuse_unreplaceable(out, shown=ws.rel(out))
     return output.refuse_edits(out, _built_top(ws), shown=ws.rel(out), discard=discard)
 
 
@@ -190,7 +194,6 @@ def do_build(
     if out is not None:
         output.refuse_unusable(ws, out)
     target = (out or ws.out).resolve()
-    refuse_links(ws, target, patches=False)
     dropped = refuse_out_edits(ws, discard=discard, out=target)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
     return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg), output.discarded(dropped)
@@ -215,21 +218,15 @@ def sync_stack(ws: Workspace, *, upstream_git: str | None, progress: Progress | 
     return loaded
 
 
-def refuse_links(ws: Workspace, out: Path, *, patches: bool) -> None:
-    """A symbolic link where pq would write is an error: pq replaces files, it never writes through a link
-    (which could point outside the project) nor silently turns one into a copy."""
+def refuse_unwritable_queue(ws: Workspace) -> None:
+    """Refuse early, before a refresh or merge computes anything, a ``queue.toml`` its write would refuse at the
+    end: with a comment or key of the user's (:meth:`patch_queue.series.queue.QueueDir.refuse_unkept`), other hard
+    links or read-only (:func:`patch_queue.fsutil.unreplaceable`; a symbolic link is written through)."""
     q = ws.queue_dir
-    paths = [out / m.path for m in q.load_queue().modules] + [out / ".pq-build"]
-    if patches:
-        paths += [q.queue_path, q.series_path] + [q.root / name for name in q.load_series()]
-    for path in paths:
-        if path.is_symlink():
-            shown = path.relative_to(ws.root).as_posix() if path.is_relative_to(ws.root) else str(path)
-            raise QueueError(
-                f"is a symbolic link (to {os.readlink(path)}); pq writes regular files only: "
-                "replace the link with a copy of its file",
-                path=shown,
-            )
+    q.refuse_unkept()
+    problem = unreplaceable(q.queue_path, follow=True)
+    if problem is not None:
+        raise QueueError(problem, path=q.shown(q.queue_path.name))
 
 
 def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progress: Progress | None = None) -> Path:

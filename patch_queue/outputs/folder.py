@@ -8,8 +8,10 @@ of older pq (paths only) is compared with the top of the stack instead.
 
 The folder must be a folder of the project: a regular file or a symbolic link there (which would send
 pq's writes elsewhere) is named in one line by every command that reads or writes it, and reported by
-``pq status``.  A module turned into a patch body (``pq record``, ``pq new``, ``pq continue``) must be
-UTF-8 text without a NUL byte (:func:`refuse_binary`): a patch holds text changes only.
+``pq status``; so is, by every command that writes it, a file in it that is a symbolic link, has other
+hard links or is read-only (:func:`refuse_unreplaceable`).  A module turned into a patch body (``pq
+record``, ``pq new``, ``pq continue``) must be UTF-8 text without a NUL byte (:func:`refuse_binary`): a
+patch holds text changes only.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import not_text, read_folder
+from patch_queue.fsutil import not_text, read_folder, unreplaceable
 from patch_queue.git.diff import line_hunks
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import OUT_DIR, Workspace
@@ -79,6 +81,16 @@ def refuse_unusable(ws: Workspace, out: Path | None = None) -> None:
     problem = unusable(ws, out)
     if problem is not None:
         raise problem
+
+
+def refuse_unreplaceable(out: Path, *, shown: str) -> None:
+    """One line, before a command computes anything, for a file of ``out`` pq wrote (or its manifest) that its
+    journaled write would refuse: a symbolic link (which would send pq's writes elsewhere), a file with other hard
+    links, a read-only one (:func:`patch_queue.fsutil.unreplaceable`)."""
+    for rel in [*manifest(out), MANIFEST]:
+        problem = unreplaceable(out / rel, follow=False)
+        if problem is not None:
+            raise QueueError(problem, path=f"{shown}/{rel}")
 
 
 def sync(out: Path, files: dict[str, bytes], writes: Writes, *, standalone: str = "") -> None:

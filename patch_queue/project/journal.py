@@ -8,7 +8,9 @@ and ref moves with their expected old values.  :meth:`Writes.commit` then
 2. writes the journal ``.git/pq/journal.json`` (atomically, fsynced): every file's old and new
    blob id and every ref's old and new value, before it touches anything,
 3. applies it: ``patches/`` files, the refs (one compare-and-swap transaction), output files,
-   ``.git/pq/`` state files, each file by an atomic rename,
+   ``.git/pq/`` state files, each file by an atomic rename (a ``patches/`` file that is a symbolic link: its
+   target, the link kept; what a rename would break, a link elsewhere, a hard link, a read-only file, is
+   refused in step 1 with one line, see :func:`patch_queue.fsutil.unreplaceable`),
 4. removes the journal.
 
 A command killed in step 3 leaves the journal behind.  Every command then stops with one line
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import atomic_write, json_bytes, kill_point
+from patch_queue.fsutil import atomic_write, json_bytes, kill_point, unreplaceable, written_path
 from patch_queue.git.repo import Person
 from patch_queue.project.workspace import JOURNAL_FILE, REF_JOURNAL, REF_UNDO, UNDO_FILE, Workspace
 
@@ -120,12 +122,13 @@ class Writes:
         def blob(data: bytes | None) -> str | None:  # an object that cannot be stored: one line, from the repo
             return None if data is None else repo.write_blob(data)
 
-        files: list[_File] = []
+        changed = []
         for path, (group, data) in sorted(self._files.items(), key=lambda kv: (GROUPS.index(kv[1][0]), str(kv[0]))):
             old = _read(path)
-            if old == data:
-                continue
-            files.append(_File(_key(self.ws, path), group, blob(old), blob(data)))
+            if old != data:
+                _refuse_unreplaceable(self.ws, path, group, remove=data is None)
+                changed.append((path, group, old, data))
+        files = [_File(_key(self.ws, path), group, blob(old), blob(data)) for path, group, old, data in changed]
         refs = {k: v for k, v in sorted(self._refs.items()) if v[0] != v[1]}
         if not files and not refs:
             return
@@ -204,6 +207,18 @@ class Writes:
         }
         path = self.ws.state_dir / UNDO_FILE
         return _File(_key(self.ws, path), "state", blob(_read(path)), blob(json_bytes(record, indent=1)))
+
+
+def _refuse_unreplaceable(ws: Workspace, path: Path, group: str, *, remove: bool) -> None:
+    """One line, before anything is written, for a file of the work tree (or an output folder) that pq must not
+    replace: ``patches/`` files are the user's, written through a symbolic link; the output folder is pq's, where
+    a link is refused (see :func:`patch_queue.fsutil.unreplaceable`).  ``.git/pq/`` is pq's own."""
+    key = _key(ws, path)
+    if key.startswith("git:"):
+        return
+    problem = unreplaceable(path, follow=group == "patches", remove=remove)
+    if problem is not None:
+        raise QueueError(problem, path=key.partition(":")[2])
 
 
 class _Unwritable(Exception):
@@ -368,7 +383,7 @@ def _apply(
                 if dst is None:
                     path.unlink(missing_ok=True)
                 else:
-                    atomic_write(path, repo.read_blob(dst))
+                    atomic_write(written_path(path), repo.read_blob(dst))
             except OSError as exc:
                 raise _Unwritable(path, exc) from None
             if i == 0:

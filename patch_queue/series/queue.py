@@ -75,7 +75,10 @@ patch's commit and so changes with every patch below it; 2 writes that line with
 step's own form, so a lineage recorded in form 1 still verifies, and the first step pq writes after it is in
 form 2 (every body then has a new sha256, only its From line differs).
 ``series`` lists the patch files in order, one a line; blank lines and ``#`` comments are
-ignored, as quilt reads it.  Every name must be a plain file name inside ``patches/``.
+ignored, as quilt reads it, and kept where they are when pq writes it again (:func:`render_series`).  Every
+name must be a plain file name inside ``patches/``.  ``queue.toml`` is written whole in the layout above: a
+comment or a key a user adds to it would be lost, so a write is refused while it holds one
+(:meth:`QueueDir.refuse_unkept`).
 
 **Names.** A module's name and a patch's file name (``NNNN-name.patch``, the whole of it) follow one rule
 (:func:`name_problem`), checked at every door a name comes in by (a module file of a folder or release pq
@@ -95,9 +98,10 @@ newer version is refused, never half-read.  Writes go through
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -486,8 +490,72 @@ def parse_series(text: str, *, path: str = SERIES_FILE) -> list[str]:
     return names
 
 
-def render_series(names: list[str]) -> str:
-    return "# pq series: patch order, one file a line (quilt format)\n" + "".join(n + "\n" for n in names)
+def render_series(names: list[str], before: str = "") -> str:
+    """``series`` listing ``names``, written over ``before`` (the file as it is, "" for a new one): the user's
+    lines stay where they were (comments, blank lines, a name's own trailing comment), a renamed or renumbered
+    patch keeps its line, a removed one loses it, and a new one goes after the line of the patch before it."""
+    if not before.strip():
+        before = "# pq series: patch order, one file a line (quilt format)\n"
+    lines = before.splitlines(keepends=True)
+    lines[-1] = lines[-1] if lines[-1].endswith("\n") else lines[-1] + "\n"
+    nl = "\r\n" if lines[0].endswith("\r\n") else "\n"
+    at = [i for i, line in enumerate(lines) if line.split("#", 1)[0].strip()]  # the lines listing a patch
+    old = [lines[i].split("#", 1)[0].strip() for i in at]
+    out: dict[int, list[str]] = {i: [] for i in at}  # what each listing line becomes
+    after: dict[int, list[str]] = {}  # new lines after a line (-1: where the first listing is, or the end)
+    stems = difflib.SequenceMatcher(None, [_stem(n) for n in old], [_stem(n) for n in names], autojunk=False)
+    for op, i1, i2, j1, j2 in stems.get_opcodes():
+        kept = min(i2 - i1, j2 - j1) if op in ("equal", "replace") else 0
+        for k in range(kept):  # the same patch (renamed, renumbered): its line, the name changed in it
+            out[at[i1 + k]] = [lines[at[i1 + k]].replace(old[i1 + k], names[j1 + k], 1)]
+        if j1 + kept < j2:
+            where = at[i1 + kept - 1] if i1 + kept > 0 else -1
+            after.setdefault(where, []).extend(n + nl for n in names[j1 + kept : j2])
+    text = ""
+    for i, line in enumerate(lines):
+        if at and i == at[0]:
+            text += "".join(after.get(-1, []))
+        text += "".join(out[i]) if i in out else line
+        text += "".join(after.get(i, []))
+    return text if at else text + "".join(after.get(-1, []))
+
+
+# a TOML string (multi-line, basic, literal) or a comment: scanned left to right, a "#" inside a string is no comment
+_TOML_TOKEN = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""'  # a multi-line basic string
+    r"|'''.*?'''"  # a multi-line literal string
+    r'|"(?:[^"\\\n]|\\.)*"'  # a basic string
+    r"|'[^'\n]*'"  # a literal string
+    r"|#[^\n]*",  # a comment
+    re.S,
+)
+
+
+def _comment_lines(text: str) -> Iterator[int]:
+    """The lines of the TOML ``text`` that hold a comment: a ``#`` outside every string."""
+    for m in _TOML_TOKEN.finditer(text):
+        if m.group().startswith("#"):
+            yield text.count("\n", 0, m.start()) + 1
+
+
+def _dropped(have: object, kept: object, where: str = "") -> str | None:
+    """The first key of ``have`` (parsed TOML) that ``kept`` does not hold with the same value, as a dotted path;
+    None when it keeps them all (``kept`` may hold more)."""
+    if isinstance(have, dict) and isinstance(kept, dict):
+        for key, value in have.items():
+            at = f"{where}.{key}" if where else str(key)
+            lost = at if key not in kept else _dropped(value, kept[key], at)
+            if lost is not None:
+                return lost
+        return None
+    if isinstance(have, list) and isinstance(kept, list) and len(have) == len(kept):
+        return next((lost for i, v in enumerate(have) if (lost := _dropped(v, kept[i], f"{where}[{i}]"))), None)
+    return None if have == kept else where
+
+
+def _stem(name: str) -> str:
+    """A patch file's name without its series number: what stays when the series is renumbered."""
+    return re.sub(r"^\d+-", "", name)
 
 
 @dataclass(frozen=True)
@@ -522,10 +590,47 @@ class QueueDir:
                 line=data.count(b"\n", 0, exc.start) + 1,
             ) from None
 
+    def queue_bytes(self, q: Queue, *, anew: bool = False) -> bytes:
+        """``queue.toml`` holding ``q``, to write over the file as it is (see :meth:`refuse_unkept`; ``anew``: over
+        whatever it holds, for a new series)."""
+        if not anew:
+            self.refuse_unkept()
+        return render_queue(q).encode()
+
+    def refuse_unkept(self) -> None:
+        """pq writes ``queue.toml`` whole, in the layout of :func:`render_queue` (its own first line, its key order,
+        its arrays), which keeps every key pq reads and nothing else: one line, before anything is written, naming
+        a comment or a key of the user's that the next write would drop."""
+        if not self.queue_path.is_file():
+            return
+        text = self._text(self.queue_path)
+        shown = self.shown(QUEUE_FILE)
+        why = f"pq writes this file whole, in its own layout ({__name__.replace('.', '/')}.py)"
+        ours = text.startswith("# pq patch queue")
+        line = next((n for n in _comment_lines(text) if not (n == 1 and ours)), None)
+        if line is not None:
+            raise QueueError(
+                f"holds a comment pq would drop: {why}; move the comment elsewhere (a commit message), then run the "
+                "command again",
+                path=shown,
+                line=line,
+            )
+        queue = parse_queue(text, path=shown)
+        lost = _dropped(tomllib.loads(text), tomllib.loads(render_queue(queue))) if queue.format == FORMAT else None
+        if lost is not None:
+            raise QueueError(
+                f"holds {lost}, which pq would drop: {why}; remove it, then run the command again",
+                path=shown,
+            )
+
     def load_queue(self) -> Queue:
         if not self.queue_path.is_file():
             raise QueueError("no queue here; run `pq adopt vllm-omni==VERSION` first", path=str(self.queue_path))
         return parse_queue(self._text(self.queue_path), path=self.shown(QUEUE_FILE))
+
+    def series_text(self) -> str:
+        """``series`` as it is ("" when there is none): what a new one is written over."""
+        return self._text(self.series_path) if self.series_path.is_file() else ""
 
     def load_series(self) -> list[str]:
         if not self.series_path.is_file():

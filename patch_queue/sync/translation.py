@@ -203,12 +203,39 @@ RULES_HEAD = "pq sync-gpu: this project's translation rules, and the GPU changes
 
 def with_declines(project_patches: Path, entries: Sequence[Decline]) -> tuple[list[Decline], dict[Path, bytes]]:
     """The ``entries`` the project's rules file does not decline yet, and that file with them added ({} when there
-    are none); a broken rules file stops here."""
+    are none); a broken rules file stops here.
+
+    The file is the user's: pq adds each entry as a ``[[decline]]`` table at its end and leaves every byte before
+    it as it was (comments, inline tables, order, line endings).  A file where such tables do not extend the
+    ``decline`` entries (one that holds them in an inline array) is refused in one line, naming the line."""
     path = project_patches / USER_RULES
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    text = rule_files.read(path) if path.is_file() else ""
     known = {d.key for d in load_rules(project_patches).declined}
     new = [d for d in dict.fromkeys(entries) if d.key not in known]
     if not new:
         return [], {}
-    head = text.rstrip("\n") + "\n\n" if text.strip() else f"# {RULES_HEAD}\n\n"
-    return new, {path: (head + "\n".join(d.toml() for d in new)).encode("utf-8")}
+    nl = "\r\n" if "\r\n" in text else "\n"
+    head = text.rstrip("\r\n") + nl + nl if text.strip() else f"# {RULES_HEAD}{nl}{nl}"
+    after = head + nl.join(d.toml().replace("\n", nl) for d in new)
+    _refuse_unextended(text, after, new, f"{project_patches.name}/{USER_RULES}")
+    return new, {path: after.encode("utf-8")}
+
+
+def _refuse_unextended(before: str, after: str, new: list[Decline], path: str) -> None:
+    """One line unless ``after`` reads as ``before`` with the ``new`` entries after its own."""
+    try:
+        got = rule_files.parse(after, path)
+    except QueueError:
+        got = None
+    want = rule_files.parse(before, path) if before.strip() else {}
+    added = rule_files.parse("\n".join(d.toml() for d in new), path)["decline"]
+    want = want | {"decline": [*want.get("decline", []), *added]}
+    if got == want:
+        return
+    line = rule_files.key_line(before, (1, len(before.splitlines()) or 1), "decline")
+    raise QueueError(
+        "pq adds a declined change as a [[decline]] table at the end of this file, which its own decline entries "
+        "(an inline array) do not allow: write them as [[decline]] tables, then run the command again",
+        path=path,
+        line=line,
+    )
