@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patch_queue.errors import PqError
+from patch_queue.errors import PqError, SourceError
 
 KILL_ENV = "PQ_TEST_KILL_AT"
 
@@ -146,6 +146,16 @@ def write_output(path: Path, data: bytes, report: Report) -> None:
             fh.write(data)
     except OSError as exc:
         raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+
+
+def unwritable_cache(folder: Path, exc: OSError, what: str) -> SourceError:
+    """The one line for a folder of the download cache that a download or a clone, which cannot do without it,
+    cannot write (a read-only or full cache, a path below a file); ``what``: what it would have kept there."""
+    return SourceError(
+        f"the download cache cannot be written ({exc.strerror or exc}); pq keeps {what} there: make it writable, "
+        "or point PQ_CACHE at another folder",
+        path=str(folder),
+    )
 
 
 def read_folder(root: Path) -> dict[str, bytes]:

@@ -34,7 +34,7 @@ import pygit2
 from pygit2.enums import FileMode
 
 from patch_queue.errors import SourceError, redact
-from patch_queue.fsutil import atomic_write
+from patch_queue.fsutil import atomic_write, unwritable_cache
 from patch_queue.git import command
 from patch_queue.progress import Progress, bar, say
 
@@ -117,17 +117,20 @@ class UpstreamGit:
     def _clone(self) -> None:
         if not is_url(self.location) and not Path(self.location.removeprefix("file://")).exists():
             raise self._unreadable("no such file or directory")
-        if self.path.exists():
-            # A leftover that is not a usable clone (e.g. emptied by hand): start over.
-            shutil.rmtree(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in self.path.parent.glob(f".tmp-{self.path.name}-*"):
-            # Left by a clone that was killed; an hour-old one cannot still be running usefully.
-            if time.time() - stale.stat().st_mtime > 3600:
-                shutil.rmtree(stale, ignore_errors=True)
+        try:
+            if self.path.exists():
+                # A leftover that is not a usable clone (e.g. emptied by hand): start over.
+                shutil.rmtree(self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            for stale in self.path.parent.glob(f".tmp-{self.path.name}-*"):
+                # Left by a clone that was killed; an hour-old one cannot still be running usefully.
+                if time.time() - stale.stat().st_mtime > 3600:
+                    shutil.rmtree(stale, ignore_errors=True)
+            # Clone beside the final place and rename, so an interrupted clone never looks like a cache hit.
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
+        except OSError as exc:
+            raise unwritable_cache(self.path.parent, exc, "the upstream mirror") from None
         say(self._progress, f"Cloning {self.location} into {self.path}")
-        # Clone beside the final place and rename, so an interrupted clone never looks like a cache hit.
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
         try:
             with bar("Cloning") as shown:
                 # git reports its phases only to a bar that shows: elsewhere it runs as it always did

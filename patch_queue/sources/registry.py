@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from patch_queue.errors import SourceError, redact
+from patch_queue.fsutil import unwritable_cache
 from patch_queue.progress import Progress, bar, say, timed
 
 if TYPE_CHECKING:
@@ -461,13 +462,16 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
     The temp file is verified before ``os.replace`` puts it in place, so the cache never holds a
     partial or unverified archive, even after an interrupt.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".part-{dest.name}.*"):
-        # left by a download that was killed; an hour-old one cannot still be running usefully
-        with suppress(OSError):
-            if time.time() - stale.stat().st_mtime > 3600:
-                stale.unlink()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".part-{dest.name}.", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for stale in dest.parent.glob(f".part-{dest.name}.*"):
+            # left by a download that was killed; an hour-old one cannot still be running usefully
+            with suppress(OSError):
+                if time.time() - stale.stat().st_mtime > 3600:
+                    stale.unlink()
+        fd, tmp_name = tempfile.mkstemp(prefix=f".part-{dest.name}.", dir=dest.parent)
+    except OSError as exc:
+        raise unwritable_cache(dest.parent, exc, "the release archives") from None
     tmp = Path(tmp_name)
     digest = hashlib.sha256()
     try:
