@@ -39,6 +39,7 @@ from patch_queue.git import command
 from patch_queue.progress import Progress, bar, say
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
+_SHA = re.compile(r"[0-9a-f]{40}")
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 _TRAILER = re.compile(r"^Upstream-Commit:[ \t]*([0-9a-fA-F]{7,40})[ \t]*$", re.MULTILINE)
 # A URL (scheme://...) or git's scp-like "user@host:path" syntax; anything else is a local path.
@@ -245,8 +246,10 @@ class UpstreamGit:
         if commits is None:
             paths = self._load_cache("touching", tips, "paths") or {}
             stored = paths.get(path)
-            if isinstance(stored, list):
-                commits = [str(sha) for sha in stored]
+            if isinstance(stored, list) and all(
+                isinstance(s, str) and _SHA.fullmatch(s) and s in self._repo for s in stored
+            ):
+                commits = list(stored)  # (commits of the mirror only: another shape is a miss)
             else:
                 # git's own log is the reference answer (history simplification, topo order); it is fast.
                 out = command.run(self.path, "log", "--all", "--topo-order", "--format=%H", "--", path)
@@ -334,6 +337,8 @@ class UpstreamGit:
         tips = self.tip_key()
         if self._trailers is None or self._trailers[0] != tips:
             stored = self._load_cache("trailers", tips, "map")
+            if stored is not None and not all(isinstance(v, str) and _SHA.fullmatch(v) for v in stored.values()):
+                stored = None  # another shape: a miss
             mapping = {str(k): str(v) for k, v in stored.items()} if stored is not None else {}
             if stored is None:
                 walker = self._repo.walk(None, pygit2.enums.SortMode.NONE)

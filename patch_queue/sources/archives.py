@@ -15,17 +15,19 @@ import hashlib
 import io
 import json
 import posixpath
+import re
 import tarfile
 import zipfile
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from patch_queue.errors import SourceError
 from patch_queue.fsutil import atomic_write
 from patch_queue.progress import Progress, say, timed
 from patch_queue.sources import registry
-from patch_queue.sources.cache import cache_dir, code_stamp, derived_get, derived_key, derived_put
+from patch_queue.sources.cache import cache_dir, code_stamp, derived_get, derived_key, derived_put, typed
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,7 @@ def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
 
     # A release's files are immutable on the registry, so the choice made once is reused and a
     # pinned release resolves without the network; the sha256 is still checked on every use.
-    dist: registry.DistFile | None = None
-    with suppress(OSError, ValueError, KeyError, TypeError):
-        pin = json.loads(pin_path.read_text())
-        dist = registry.DistFile(pin["filename"], pin["url"], pin["sha256"], parsed, pin["kind"], False)
+    dist = _recorded(pin_path, parsed)
     if dist is None:
         files = registry.project_files(project)
         dist = registry.pick_file(d for d in files if d.version.key == parsed.key)
@@ -98,6 +97,29 @@ def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
     with suppress(OSError):  # a read-only cache chooses again next time
         atomic_write(pin_path, json.dumps(record).encode())
     return Pinned(project, canon, dist.filename, sha256, data)
+
+
+class _Record(TypedDict):
+    filename: str
+    url: str
+    sha256: str
+    kind: str
+
+
+def _recorded(pin_path: Path, version: registry.Version) -> registry.DistFile | None:
+    """The archive the record ``pin_path`` chose for the release; None when there is none, or when it is damaged
+    or names no archive file of ``dist/`` (another shape, a path that leads elsewhere: pq downloads into and reads
+    ``dist/`` only): the archive is chosen again."""
+    try:
+        pin = typed(_Record, json.loads(pin_path.read_bytes()))
+    except (OSError, ValueError, RecursionError):
+        return None
+    name, kind = pin["filename"], pin["kind"]
+    if kind not in ("wheel", "sdist") or not name.endswith((".whl", ".tar.gz")) or clean_member(name) != name:
+        return None
+    if "/" in name or not re.fullmatch(r"[0-9a-f]{64}", pin["sha256"]):
+        return None
+    return registry.DistFile(name, pin["url"], pin["sha256"], version, kind, False)
 
 
 def _listed(project: str, dist: registry.DistFile, pin_path: Path, actual: str) -> registry.DistFile:

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, TypedDict
 
 from patch_queue.errors import SourceError, redact
 from patch_queue.fsutil import unwritable_cache
@@ -122,6 +122,13 @@ def _stamp(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
+class _PipConfig(TypedDict):
+    """pip's configuration as the download cache keeps it: each file pip read with its stamp, the options."""
+
+    files: tuple[tuple[str, object], ...]
+    items: tuple[tuple[str, str], ...]
+
+
 def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """pip's configuration files' options (``section.option``, value) in the order pip loads them (a later file
     overrides an earlier one), without the ``PIP_*`` variables, read by pip's own configuration class in this
@@ -133,10 +140,9 @@ def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tupl
 
     places = [sys.executable, sys.prefix, *(f"{k}={os.environ.get(k, '')}" for k in _PIP_PLACES)]
     key = cache.derived_key(json.dumps([places, pip_environment]))
-    with suppress(ValueError, TypeError, KeyError):
-        kept = json.loads(cache.derived_get("pip-config", key) or b"null")
-        if kept is not None and all(_stamp(f) == stamp for f, stamp in kept["files"]):
-            return [(str(k), str(v)) for k, v in kept["items"]]
+    kept = cache.derived_json("pip-config", key, _PipConfig)
+    if kept is not None and all(_stamp(f) == stamp for f, stamp in kept[0]["files"]):
+        return [(k, v) for k, v in kept[0]["items"]]
     try:
         from pip._internal.configuration import Configuration
         from pip._internal.configuration import __file__ as pip_module
