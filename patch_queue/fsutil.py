@@ -148,6 +148,19 @@ def write_output(path: Path, data: bytes, report: Report) -> None:
         raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
 
 
+def clean_relative(rel: str) -> bool:
+    """Whether ``rel`` (a path a file gave) is a clean relative slash path: not absolute, no empty, ``.`` or
+    ``..`` part, no NUL; the first check of every path pq reads from a file before it writes or deletes there."""
+    return bool(rel) and not rel.startswith("/") and "\0" not in rel and not {"", ".", ".."} & set(rel.split("/"))
+
+
+def linked_folder(root: Path, rel: str) -> str:
+    """The first folder of the clean relative path ``rel`` below ``root`` that is a symbolic link ("" when none
+    is): a write there would land outside ``root``."""
+    parts = rel.split("/")
+    return next(("/".join(parts[:i]) for i in range(1, len(parts)) if root.joinpath(*parts[:i]).is_symlink()), "")
+
+
 def unwritable_cache(folder: Path, exc: OSError, what: str) -> SourceError:
     """The one line for a folder of the download cache that a download or a clone, which cannot do without it,
     cannot write (a read-only or full cache, a path below a file); ``what``: what it would have kept there."""

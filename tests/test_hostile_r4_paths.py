@@ -14,14 +14,19 @@ that every file and ref is as before (``state``), the user's file byte for byte.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import pq, state
+from conftest import git, new_project, pq, state
 from test_errors import one_error_line, proj  # noqa: F401  (proj: a copy of adopted_030)
+
+from patch_queue.sources.cache import write_sealed
 
 USER = b"my own notes: not pq's\n"
 CLEAN_TARGET = "c9e95ba32421"  # 0.30.0's series replays onto it without a conflict (see test_bad_input)
@@ -209,3 +214,206 @@ def test_a_build_folder_that_cannot_be_written_is_one_line(proj: Path) -> None: 
             "pq: error: frozen/.pq-build: cannot be written (Operation not permitted); everything was put back as it "
             "was; make room (or make it writable) and run `pq build` again"
         )
+
+
+# -- 3. a cache entry of another shape, damaged or moved from another name is a miss ---------------------------
+
+UPSTREAM_MAIN = "cd68936d7c56"  # the bundle's main: 0.30.0's series stops there with conflicts (every kind of entry)
+WRONG = {  # the keys of every kind of entry, each of another type
+    **dict.fromkeys(("asked", "files", "changes", "regions", "texts", "blobs"), 5),
+    **dict.fromkeys(("text", "missing", "items", "side", "reason", "scanner", "format"), [1]),
+}
+DAMAGES = {
+    "not UTF-8": b"\xff\xfe\x00",
+    "a list of another shape": b"[{}]",
+    "an empty object": b"{}",
+    "a number": b"123",
+    "a string": b'"x"',
+    "a pair of numbers": b"[1, 2]",
+    "every key of another type": json.dumps(WRONG).encode(),
+    "nested past Python's stack": b"[" * 100_000,
+}
+TEXT_KINDS = ("layout", "explanation")  # any UTF-8 text is an answer there; a member's bytes are any bytes
+
+
+def _entries(cache: Path) -> list[tuple[Path, str]]:
+    """Every sealed entry of ``cache`` and the name it is sealed under."""
+    derived = [(p, f"{p.parts[-4]}/{p.name}") for p in sorted((cache / "derived").rglob("*")) if p.is_file()]
+    return derived + [(p, f"methods/{p.stem}") for p in sorted((cache / "methods").glob("*.json"))]
+
+
+def _damage(cache: Path, damage: str) -> int:
+    """Put ``damage`` (one of DAMAGES, sealed under each entry's own name; "moved": each entry's file over another
+    of the same kind) over every entry that cannot hold it as an answer, and over the mirror's history caches;
+    how many entries it changed."""
+    entries = _entries(cache)
+    files = {path: path.read_bytes() for path, _name in entries}
+    changed = 0
+    for i, (path, name) in enumerate(entries):
+        kind = name.split("/")[0]
+        if damage == "moved":
+            other = next((p for p, n in entries[i + 1 :] + entries[:i] if n.split("/")[0] == kind), None)
+            if other is None:
+                continue
+            path.write_bytes(files[other])
+        elif kind == "member" or (kind in TEXT_KINDS and damage != "not UTF-8"):
+            continue
+        elif damage == "a number" and files[path].partition(b"\n")[2].isdigit():
+            continue  # a count of candidate commits: a number is its answer
+        else:
+            write_sealed(path, name, DAMAGES[damage])
+        changed += 1
+    for history in (cache / "git").glob("*.json"):  # the mirror's: commits it does not have, values of other types
+        data = json.loads(history.read_text())
+        if "paths" in data:
+            data["paths"] = {path: ["0" * 40] for path in data["paths"]}
+        if "map" in data:
+            data["map"] = {key: 5 for key in data["map"]}
+        history.write_text(json.dumps(data))
+    return changed
+
+
+def test_a_cache_entry_of_another_shape_or_name_is_a_miss(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    corpus: Path,
+) -> None:
+    cache = tmp_path / "cache"
+    shutil.copytree(Path(os.environ["PQ_CACHE"]) / "git", cache / "git", symlinks=True)
+    monkeypatch.setenv("PQ_CACHE", str(cache))
+    runs = iter(range(100))
+
+    def run() -> list[tuple[int, str, str]]:
+        """A refresh that stops at conflicts, pq status over it, and an adopt that searches the upstream history."""
+        out = [pq(proj, "refresh", "--to", UPSTREAM_MAIN, check=None), pq(proj, "status", check=None)]
+        pq(proj, "abort")
+        out.append(pq(new_project(tmp_path / f"a{next(runs)}"), "adopt", str(corpus / "vllm-omni-0.30.0" / "npu")))
+        return [(p.returncode, p.stdout, p.stderr) for p in out]
+
+    run()  # the cache filled
+    sound = run()
+    assert [code for code, _o, _e in sound] == [3, 3, 0]
+    for damage in [*DAMAGES, "moved"]:
+        assert _damage(cache, damage) > 40, damage
+        assert run() == sound, damage
+
+
+# -- 4. a recorded edit names module files of the series only ----------------------------------------------------
+
+REF = "refs/pq/resolutions"
+
+
+def _store_with(proj: Path, path: str, data: bytes) -> str:
+    """Commit onto refs/pq/resolutions a store whose entry at ``path`` holds ``data``; the entry's blob id."""
+    head = git(proj, "rev-parse", REF).strip()
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"], cwd=proj, input=data, capture_output=True, check=True
+    ).stdout.decode()
+    listing = git(proj, "ls-tree", "-r", head)
+    entries = {line.split("\t")[1]: line.split()[2] for line in listing.splitlines()}
+    entries[path] = blob.strip()
+    env = {**os.environ, "GIT_INDEX_FILE": str(proj / ".git" / "r4-index")}
+    feed = "".join(f"100644 {b} 0\t{p}\n" for p, b in sorted(entries.items()))
+    subprocess.run(["git", "update-index", "--index-info"], cwd=proj, input=feed, text=True, env=env, check=True)
+    tree = subprocess.run(["git", "write-tree"], cwd=proj, env=env, capture_output=True, text=True, check=True)
+    (proj / ".git" / "r4-index").unlink()
+    commit = git(proj, "commit-tree", tree.stdout.strip(), "-p", head, "-m", "hand-made").strip()
+    git(proj, "update-ref", REF, commit)
+    return blob.strip()
+
+
+@pytest.mark.parametrize("name", ["../escape.py", "/tmp/escape.py", "a//b.py", ".pq-upstream/vllm_ascend/x.py"])
+def test_a_recorded_edit_naming_no_module_path_is_a_damaged_entry(proj: Path, name: str) -> None:  # noqa: F811
+    module = proj / "npu_worker" / "npu_model_runner.py"
+    module.write_text(module.read_text() + "# a maintainer's note\n")
+    pq(proj, "record")
+    head = git(proj, "rev-parse", REF).strip()
+    path = next(p for p in git(proj, "ls-tree", "-r", "--name-only", head).split() if p.startswith("edits/"))
+    entry = json.loads(git(proj, "show", f"{head}:{path}"))
+    (base, final), *_ = entry["files"].values()
+    blob = _store_with(proj, path, json.dumps({**entry, "files": {name: [base, final]}}).encode())
+    key = path.rsplit("/", 1)[1].removesuffix(".json")
+    assert refused(proj, "refresh", "--to", CLEAN_TARGET) == (
+        f'pq: error: {REF}:{path} ({blob}): "files" names {json.dumps(name)}, which is no module of a series; the '
+        f"entry is damaged: drop it (`pq resolutions drop {key}`)"
+    )
+
+
+# -- 5. pq's own records (the undo record, the journal, a pending refresh) name pq's files only --------------------
+
+
+def _blob(path: Path) -> str:
+    return subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _user_file(proj: Path, tmp_path: Path, case: str) -> tuple[str, Path]:
+    """(a record's key for the user's file, the file) for each way out of pq's folders."""
+    if case == "link":
+        (tmp_path / "elsewhere").mkdir()
+        (proj / "npu_worker" / "sub").symlink_to(tmp_path / "elsewhere")
+        return "work:npu_worker/sub/x.py", tmp_path / "elsewhere" / "x.py"
+    mine = tmp_path / "notes.txt"
+    key = {"absolute": f"abs:{mine}", "parent": "work:../notes.txt", "patches": "work:patches/../../notes.txt"}[case]
+    return key, mine
+
+
+@pytest.mark.parametrize("case", ["absolute", "parent", "patches", "link"])
+def test_an_undo_record_naming_a_file_pq_does_not_own_is_refused(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    case: str,
+) -> None:
+    pq(proj, "new", "foo")
+    key, mine = _user_file(proj, tmp_path, case)
+    mine.write_bytes(USER)
+    record_path = proj / ".git" / "pq" / "undo.json"
+    record = json.loads(record_path.read_text())
+    record["files"].append({"path": key, "group": "out", "old": None, "new": _blob(mine)})
+    record_path.write_text(json.dumps(record))
+    assert refused(proj, "undo") == (
+        f"pq: error: .git/pq/undo.json: unreadable undo record (it names {key}, which is no file pq writes in its "
+        "folders); pq cannot undo"
+    )
+    assert mine.read_bytes() == USER
+
+
+@pytest.mark.parametrize("verb", ["abort", "continue"])
+@pytest.mark.parametrize("case", ["absolute", "parent", "link"])
+def test_a_journal_naming_a_file_pq_does_not_own_is_refused(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    case: str,
+    verb: str,
+) -> None:
+    key, mine = _user_file(proj, tmp_path, case)
+    mine.write_bytes(USER)
+    blob = _blob(mine)
+    old, new = (None, blob) if verb == "abort" else (blob, None)  # either way: the user's file deleted
+    journal = {"version": 1, "command": "build", "pid": 1, "refs": []}
+    journal["files"] = [{"path": key, "group": "out", "old": old, "new": new}]
+    (proj / ".git" / "pq").mkdir(exist_ok=True)
+    (proj / ".git" / "pq" / "journal.json").write_text(json.dumps(journal))
+    assert refused(proj, verb) == (
+        f"pq: error: .git/pq/journal.json: unreadable pq journal (it names {key}, which is no file pq writes in its "
+        "folders); compare patches/ and refs/pq/ by hand, then delete it"
+    )
+    assert mine.read_bytes() == USER
+
+
+def test_abort_never_puts_the_output_folder_back_through_a_link(proj: Path, tmp_path: Path) -> None:  # noqa: F811
+    (proj / "npu_worker" / "sub").mkdir()
+    (proj / "npu_worker" / "sub" / "x.py").write_text("# the maintainer's, kept by pq\n")
+    pq(proj, "refresh", "--to", UPSTREAM_MAIN, check=3)
+    shutil.rmtree(proj / "npu_worker" / "sub")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "x.py").write_bytes(USER)
+    (proj / "npu_worker" / "sub").symlink_to(tmp_path / "elsewhere")
+    assert refused(proj, "abort") == (
+        "pq: error: npu_worker: pq does not put back 'sub/x.py', which is reached through the symbolic link "
+        "npu_worker/sub: remove the link, then run `pq abort` again"
+    )
+    assert (tmp_path / "elsewhere" / "x.py").read_bytes() == USER
+    (proj / "npu_worker" / "sub").unlink()
+    pq(proj, "abort")
+    assert (proj / "npu_worker" / "sub" / "x.py").read_text() == "# the maintainer's, kept by pq\n"

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import read_folder
+from patch_queue.fsutil import clean_relative, linked_folder, read_folder
 from patch_queue.git.diff import line_hunks
 from patch_queue.project.journal import Writes
+from patch_queue.project.workspace import MANIFEST as MANIFEST  # (the journal reads it too: defined below it)
 from patch_queue.project.workspace import OUT_DIR, Workspace
 from patch_queue.series.stack import sha256
 
-MANIFEST = ".pq-build"
 _HEADER = "# files written by pq build: sha256 and path\n"
 _STANDALONE = "# files written by pq build --standalone {}: sha256 and path\n"
 
@@ -74,14 +74,10 @@ def unusable(ws: Workspace, out: Path | None = None) -> QueueError | None:
 def outside(out: Path, rel: str) -> str:
     """Why ``rel`` (a path a file gave) is not a file below the folder ``out``, or "" when it is one: it must be a
     clean relative path, and reach its file through no symbolic link inside the folder."""
-    parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
+    if not clean_relative(rel):
         return f"which is not a file below {out.name}/"
-    for i in range(1, len(parts)):
-        folder = out.joinpath(*parts[:i])
-        if folder.is_symlink():
-            return f"which is reached through the symbolic link {out.name}/{'/'.join(parts[:i])}"
-    return ""
+    link = linked_folder(out, rel)
+    return f"which is reached through the symbolic link {out.name}/{link}" if link else ""
 
 
 def refuse_binary(data: bytes, shown: str) -> None:

@@ -272,7 +272,7 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
             if not isinstance(symbols, list) or not all(isinstance(s, str) for s in symbols):
                 raise QueueError(f"module[{i}].symbols must be a list of strings", path=path)
             mpath = _str(m, "path", f"module[{i}]")
-            if "/" in mpath or "\\" in mpath or mpath in ("", ".", ".."):
+            if "/" in mpath or "\\" in mpath or mpath in ("", ".", "..") or re.search(r"[\x00-\x1f\x7f]", mpath):
                 raise QueueError(f"module path {mpath!r} must be a plain file name", path=path)
             modules.append(Module(mpath, _str(m, "upstream", f"module[{i}]"), tuple(symbols)))
         proj = data.get("projection", {}) if fmt >= 2 else {}
