@@ -110,8 +110,11 @@ def _check_output(path: Path, report: Report) -> None:
         raise PqError("its folder does not exist; create it first", path=str(path))
     if path.is_dir():
         raise PqError("is a folder; name a file to write", path=str(path))
+    if not path.exists() and not path.is_symlink():
+        _probe(path)
+        return
     if not path.is_file():
-        return  # absent, a device or a FIFO: a stream to write
+        return  # a device or a FIFO: a stream to write
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -122,6 +125,21 @@ def _check_output(path: Path, report: Report) -> None:
             f"is not {report.what} pq wrote; pq does not overwrite it: name another file, or move it away",
             path=str(path),
         )
+    try:
+        with open(path, "ab"):  # opened for writing, not written: a read-only or immutable file says so now
+            pass
+    except OSError as exc:
+        raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+
+
+def _probe(path: Path) -> None:
+    """Refuse, before the command runs, a file to make in a folder that cannot be written (read-only, immutable,
+    full of inodes): made and removed at once, so that a command never finishes its work to fail at its report."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as exc:
+        raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+    os.unlink(path)
 
 
 def is_stdout(path: Path) -> bool:

@@ -14,6 +14,7 @@ that every file and ref is as before (``state``), the user's file byte for byte.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -417,3 +418,43 @@ def test_abort_never_puts_the_output_folder_back_through_a_link(proj: Path, tmp_
     (proj / "npu_worker" / "sub").unlink()
     pq(proj, "abort")
     assert (proj / "npu_worker" / "sub" / "x.py").read_text() == "# the maintainer's, kept by pq\n"
+
+
+# -- 6. a release's pin record names an archive of dist/ only; a report is refused before the command runs ---------
+
+
+@pytest.mark.parametrize("where", ["absolute", "parent"])
+def test_a_pin_record_naming_a_file_outside_the_cache_is_a_miss(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    where: str,
+) -> None:
+    cache = tmp_path / "cache"
+    (cache / "dist").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    payload = tmp_path / "payload"
+    payload.write_bytes(USER)
+    target = tmp_path / "outside" / "vllm_ascend-0.30.0rc2.tar.gz"
+    filename = str(target) if where == "absolute" else "../../outside/vllm_ascend-0.30.0rc2.tar.gz"
+    digest = hashlib.sha256(USER).hexdigest()
+    record = {"filename": filename, "url": f"file://{payload}", "sha256": digest, "kind": "sdist"}
+    (cache / "dist" / "vllm-ascend==0.30.0rc2.json").write_text(json.dumps(record))
+    monkeypatch.setenv("PQ_CACHE", str(cache))
+    monkeypatch.setenv("PIP_INDEX_URL", f"file://{tmp_path / 'no-index'}")  # the choice made again: no index here
+    assert refused(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2") == (
+        "pq: error: unknown release vllm-ascend==0.30.0rc2 (no such package on the registry)"
+    )
+    assert list((tmp_path / "outside").iterdir()) == []
+
+
+@pytest.mark.parametrize("option", ["--report", "--markdown"])
+def test_a_refresh_report_into_a_folder_that_cannot_be_written_is_refused_before_the_refresh(
+    proj: Path,  # noqa: F811
+    option: str,
+) -> None:
+    (proj / "frozen").mkdir()
+    with immutable(proj / "frozen"):
+        assert refused(proj, "refresh", "--to", CLEAN_TARGET, "--no-check", option, "frozen/r") == (
+            "pq: error: frozen/r: cannot be written: Operation not permitted"
+        )
