@@ -15,16 +15,18 @@ that every file and ref is as before (``state``), the user's file byte for byte.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import git, new_project, pq, state
+from conftest import RC2, git, new_project, pq, state
 from test_errors import one_error_line, proj  # noqa: F401  (proj: a copy of adopted_030)
 
 from patch_queue.sources.cache import write_sealed
@@ -458,3 +460,48 @@ def test_a_refresh_report_into_a_folder_that_cannot_be_written_is_refused_before
         assert refused(proj, "refresh", "--to", CLEAN_TARGET, "--no-check", option, "frozen/r") == (
             "pq: error: frozen/r: cannot be written: Operation not permitted"
         )
+
+
+def _stored_as_deflated(zip_path: Path) -> None:
+    """Rewrite the zip at ``zip_path`` (its comment kept: the seal of pq's unpacked copy) with every member stored,
+    its headers saying deflated: each read is a zlib error."""
+    with zipfile.ZipFile(zip_path) as src:
+        members = {name: src.read(name) for name in src.namelist()}
+        comment = src.comment
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as out:
+        for name, data in members.items():
+            out.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+        out.comment = comment
+    data = bytearray(buffer.getvalue())
+    for signature, offset in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # a local header's method, the directory's
+        at = data.find(signature)
+        while at >= 0:
+            data[at + offset : at + offset + 2] = (8).to_bytes(2, "little")
+            at = data.find(signature, at + 4)
+    zip_path.write_bytes(bytes(data))
+
+
+def test_a_damaged_unpacked_copy_of_an_sdist_is_made_again(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pq(proj, "refresh", "--to", RC2, check=3)  # the sdist in the session's cache (downloaded once a run)
+    pq(proj, "abort")
+    cache, session = tmp_path / "cache", Path(os.environ["PQ_CACHE"])
+    record = json.loads((session / "dist" / f"{RC2}.json").read_text())
+    shutil.copytree(session / "git", cache / "git", symlinks=True)
+    for name in (f"dist/{RC2}.json", f"dist/{record['filename']}", f"unpacked/{record['sha256']}.zip"):
+        (cache / name).parent.mkdir(exist_ok=True)
+        shutil.copy(session / name, cache / name)
+    monkeypatch.setenv("PQ_CACHE", str(cache))
+    sound = pq(proj, "refresh", "--to", RC2, check=3)
+    pq(proj, "abort")
+    shutil.rmtree(cache / "derived")  # (the files a snapshot read are kept there too)
+    copy = cache / "unpacked" / f"{record['sha256']}.zip"
+    _stored_as_deflated(copy)
+    again = pq(proj, "refresh", "--to", RC2, check=3)
+    assert (again.stdout, again.stderr) == (sound.stdout, sound.stderr)
+    with zipfile.ZipFile(copy) as made:
+        assert made.testzip() is None  # made again from the verified archive

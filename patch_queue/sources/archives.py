@@ -18,6 +18,7 @@ import posixpath
 import re
 import tarfile
 import zipfile
+import zlib
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,11 @@ def release_files(name: str, version: str, prefix: str, progress: Progress | Non
 # -- reading an archive ----------------------------------------------------------------------
 
 
+# what reading a member of a damaged zip raises (a CRC, a cut file, a compression method or a stream zlib does not
+# know): for the unpacked copy of an sdist, a miss (it is made again from the verified archive)
+_DAMAGED = (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, ValueError, OSError)
+
+
 def clean_member(name: str) -> str:
     """A safe relative path, or "" for names that would escape the archive's root."""
     name = posixpath.normpath(name.replace("\\", "/")).lstrip("/")
@@ -182,14 +188,14 @@ def archive_members(pinned: Pinned, prefix: str) -> dict[str, bytes]:
                         for name, member in _zip_names(archive).items()
                         if name.startswith(prefix)
                     }
-                except zipfile.BadZipFile:  # a damaged member (CRC): unpack the verified archive again
+                except _DAMAGED:  # a damaged member (CRC, a method zlib does not know): unpack the archive again
                     if pinned.filename.endswith(".whl"):
                         raise
                     _index_path(pinned).unlink(missing_ok=True)
         members = _unpack_sdist(pinned)
         _write_index(pinned, members)
         return {name: data for name, data in members.items() if name.startswith(prefix)}
-    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+    except (*_DAMAGED, tarfile.TarError) as exc:
         raise SourceError(f"cannot read archive {pinned.filename} (pinned sha256 {pinned.sha256[:12]}): {exc}") from exc
 
 
@@ -263,8 +269,8 @@ class ArchiveReader:
                 self._names = {}
             elif self.filename.endswith(".whl"):
                 self._names = _zip_names(self._zip)
-            else:  # pq's unpacked copy holds files only, by clean relative path (_write_index): no cleaning
-                self._names = {name: name for name in self._zip.namelist()}
+            else:  # pq's unpacked copy holds clean relative paths (_write_index); another name is not pq's
+                self._names = {name: name for name in self._zip.namelist() if clean_member(name) == name}
         return self._names
 
     def read(self, path: str) -> bytes | None:
@@ -288,7 +294,7 @@ class ArchiveReader:
             return None
         try:
             return self._zip.read(member)
-        except zipfile.BadZipFile:
+        except _DAMAGED:
             if self.filename.endswith(".whl"):
                 raise SourceError(f"cannot read {member} from {self.filename}") from None
             # the cached unpacked copy is damaged (CRC): drop it and read the verified archive
