@@ -133,6 +133,19 @@ def _below_a_file(tmp_path: Path) -> Path:
     return tmp_path / "afile" / "cache"
 
 
+def test_a_cache_that_is_a_file_is_one_line(
+    proj: Path,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "afile").write_bytes(USER)
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "afile"))
+    assert refused(proj, "refresh", "--to", CLEAN_TARGET) == (
+        f"pq: error: {tmp_path}/afile: the download cache (PQ_CACHE) is not a folder; point it at one"
+    )
+    assert (tmp_path / "afile").read_bytes() == USER
+
+
 def test_a_cache_below_a_file_is_one_line(
     proj: Path,  # noqa: F811
     tmp_path: Path,
