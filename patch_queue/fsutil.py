@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patch_queue.errors import PqError
+from patch_queue.errors import PqError, SourceError
 
 KILL_ENV = "PQ_TEST_KILL_AT"
 
@@ -155,8 +155,11 @@ def _check_output(path: Path, report: Report) -> None:
         raise PqError("its folder does not exist; create it first", path=str(path))
     if path.is_dir():
         raise PqError("is a folder; name a file to write", path=str(path))
+    if not path.exists() and not path.is_symlink():
+        _probe(path)
+        return
     if not path.is_file():
-        return  # absent, a device or a FIFO: a stream to write
+        return  # a device or a FIFO: a stream to write
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -167,6 +170,21 @@ def _check_output(path: Path, report: Report) -> None:
             f"is not {report.what} pq wrote; pq does not overwrite it: name another file, or move it away",
             path=str(path),
         )
+    try:
+        with open(path, "ab"):  # opened for writing, not written: a read-only or immutable file says so now
+            pass
+    except OSError as exc:
+        raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+
+
+def _probe(path: Path) -> None:
+    """Refuse, before the command runs, a file to make in a folder that cannot be written (read-only, immutable,
+    full of inodes): made and removed at once, so that a command never finishes its work to fail at its report."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as exc:
+        raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+    os.unlink(path)
 
 
 def is_stdout(path: Path) -> bool:
@@ -191,6 +209,29 @@ def write_output(path: Path, data: bytes, report: Report) -> None:
             fh.write(data)
     except OSError as exc:
         raise PqError(f"cannot be written: {exc.strerror or exc}", path=str(path)) from None
+
+
+def clean_relative(rel: str) -> bool:
+    """Whether ``rel`` (a path a file gave) is a clean relative slash path: not absolute, no empty, ``.`` or
+    ``..`` part, no NUL; the first check of every path pq reads from a file before it writes or deletes there."""
+    return bool(rel) and not rel.startswith("/") and "\0" not in rel and not {"", ".", ".."} & set(rel.split("/"))
+
+
+def linked_folder(root: Path, rel: str) -> str:
+    """The first folder of the clean relative path ``rel`` below ``root`` that is a symbolic link ("" when none
+    is): a write there would land outside ``root``."""
+    parts = rel.split("/")
+    return next(("/".join(parts[:i]) for i in range(1, len(parts)) if root.joinpath(*parts[:i]).is_symlink()), "")
+
+
+def unwritable_cache(folder: Path, exc: OSError, what: str) -> SourceError:
+    """The one line for a folder of the download cache that a download or a clone, which cannot do without it,
+    cannot write (a read-only or full cache, a path below a file); ``what``: what it would have kept there."""
+    return SourceError(
+        f"the download cache cannot be written ({exc.strerror or exc}); pq keeps {what} there: make it writable, "
+        "or point PQ_CACHE at another folder",
+        path=str(folder),
+    )
 
 
 def read_folder(root: Path) -> dict[str, bytes]:

@@ -531,6 +531,12 @@ def do_abort(ws: Workspace) -> OperationKind:
     current = {k: v for k, v in ws.repo.refs().items() if not kept(k)}
     updates = ref_moves(current, {k: v for k, v in state.orig_refs.items() if not kept(k)})
     saved = ws.repo.read_tree(state.orig_out)
+    for rel in saved:  # the folder as it was then, its folders since replaced by a link: pq never writes through it
+        why = output.outside(ws.out, rel)
+        if why:
+            raise QueueError(
+                f"pq does not put back {rel!r}, {why}: remove the link, then run `pq abort` again", path=ws.rel(ws.out)
+            )
     writes = Writes(ws, "abort")
     # the output folder as it was saved when the refresh began: whatever is there and was not then goes
     for rel in sorted(set(read_folder(ws.out)) - set(saved)):

@@ -268,6 +268,13 @@ def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progr
     epoch = ws.repo.commit_info(top).author.time  # the top patch's Date: fixed by the series
     name, data = wheel.build_wheel_bytes(meta, package, files, notice_text=notice, epoch=epoch)
     target = (out or ws.root / "dist").resolve() / name
-    atomic_write(target, data)
-    os.chmod(target, wheel.WHEEL_MODE)
+    try:
+        atomic_write(target, data)
+        os.chmod(target, wheel.WHEEL_MODE)
+    except OSError as exc:  # a file, a read-only folder, a full disk: the wheel is all pq writes here
+        why = "is not a folder" if target.parent.exists() and not target.parent.is_dir() else exc.strerror or exc
+        raise QueueError(
+            f"the wheel cannot be written there ({why}); name a folder pq can write with --out",
+            path=ws.rel(target.parent),
+        ) from None
     return target

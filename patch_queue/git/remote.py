@@ -34,11 +34,12 @@ import pygit2
 from pygit2.enums import FileMode
 
 from patch_queue.errors import SourceError, without_userinfo
-from patch_queue.fsutil import atomic_write
+from patch_queue.fsutil import atomic_write, unwritable_cache
 from patch_queue.git import command
 from patch_queue.progress import Progress, bar, say
 
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
+_SHA = re.compile(r"[0-9a-f]{40}")
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 _TRAILER = re.compile(r"^Upstream-Commit:[ \t]*([0-9a-fA-F]{7,40})[ \t]*$", re.MULTILINE)
 # A URL (scheme://...) or git's scp-like "user@host:path" syntax; anything else is a local path.
@@ -123,17 +124,20 @@ class UpstreamGit:
     def _clone(self) -> None:
         if not is_url(self.location) and not Path(self.location.removeprefix("file://")).exists():
             raise self._unreadable("no such file or directory")
-        if self.path.exists():
-            # A leftover that is not a usable clone (e.g. emptied by hand): start over.
-            shutil.rmtree(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in self.path.parent.glob(f".tmp-{self.path.name}-*"):
-            # Left by a clone that was killed; an hour-old one cannot still be running usefully.
-            if time.time() - stale.stat().st_mtime > 3600:
-                shutil.rmtree(stale, ignore_errors=True)
+        try:
+            if self.path.exists():
+                # A leftover that is not a usable clone (e.g. emptied by hand): start over.
+                shutil.rmtree(self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            for stale in self.path.parent.glob(f".tmp-{self.path.name}-*"):
+                # Left by a clone that was killed; an hour-old one cannot still be running usefully.
+                if time.time() - stale.stat().st_mtime > 3600:
+                    shutil.rmtree(stale, ignore_errors=True)
+            # Clone beside the final place and rename, so an interrupted clone never looks like a cache hit.
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
+        except OSError as exc:
+            raise unwritable_cache(self.path.parent, exc, "the upstream mirror") from None
         say(self._progress, f"Cloning {self.location} into {self.path}")
-        # Clone beside the final place and rename, so an interrupted clone never looks like a cache hit.
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{self.path.name}-", dir=self.path.parent))
         try:
             with bar("Cloning") as shown:
                 # git reports its phases only to a bar that shows: elsewhere it runs as it always did
@@ -248,8 +252,10 @@ class UpstreamGit:
         if commits is None:
             paths = self._load_cache("touching", tips, "paths") or {}
             stored = paths.get(path)
-            if isinstance(stored, list):
-                commits = [str(sha) for sha in stored]
+            if isinstance(stored, list) and all(
+                isinstance(s, str) and _SHA.fullmatch(s) and s in self._repo for s in stored
+            ):
+                commits = list(stored)  # (commits of the mirror only: another shape is a miss)
             else:
                 # git's own log is the reference answer (history simplification, topo order); it is fast.
                 out = command.run(self.path, "log", "--all", "--topo-order", "--format=%H", "--", path)
@@ -337,6 +343,8 @@ class UpstreamGit:
         tips = self.tip_key()
         if self._trailers is None or self._trailers[0] != tips:
             stored = self._load_cache("trailers", tips, "map")
+            if stored is not None and not all(isinstance(v, str) and _SHA.fullmatch(v) for v in stored.values()):
+                stored = None  # another shape: a miss
             mapping = {str(k): str(v) for k, v in stored.items()} if stored is not None else {}
             if stored is None:
                 walker = self._repo.walk(None, pygit2.enums.SortMode.NONE)

@@ -9,9 +9,12 @@ of older pq (paths only) is compared with the top of the stack instead.
 The folder must be a folder of the project: a regular file or a symbolic link there (which would send
 pq's writes elsewhere) is named in one line by every command that reads or writes it, and reported by
 ``pq status``; so is, by every command that writes it, a file in it that is a symbolic link, has other
-hard links or is read-only (:func:`refuse_unreplaceable`).  A module turned into a patch body (``pq
-record``, ``pq new``, ``pq continue``) must be UTF-8 text without a NUL byte (:func:`refuse_binary`): a
-patch holds text changes only.
+hard links or is read-only (:func:`refuse_unreplaceable`).  So is a manifest line naming a path that is not
+a file below the folder (``../notes.txt``, an absolute path, one through a symbolic link inside it: a
+manifest that came with a folder from elsewhere, or was edited): pq writes and deletes the files of its
+folder only, and never takes such a line as its own.  A module turned into a patch body (``pq record``,
+``pq new``, ``pq continue``) must be UTF-8 text without a NUL byte (:func:`refuse_binary`): a patch holds
+text changes only.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import not_text, read_folder, unreplaceable
+from patch_queue.fsutil import clean_relative, linked_folder, not_text, read_folder, unreplaceable
 from patch_queue.git.diff import line_hunks
 from patch_queue.project.journal import Writes
+from patch_queue.project.workspace import MANIFEST as MANIFEST  # (the journal reads it too: defined below it)
 from patch_queue.project.workspace import OUT_DIR, Workspace
 from patch_queue.series.stack import sha256
 
-MANIFEST = ".pq-build"
 _HEADER = "# files written by pq build: sha256 and path\n"
 _STANDALONE = "# files written by pq build --standalone {}: sha256 and path\n"
 
@@ -42,7 +45,7 @@ class Edited:
 
 def unusable(ws: Workspace, out: Path | None = None) -> QueueError | None:
     """Why the output folder (``out`` as given, default ``npu_worker/``) cannot be used, or None: it is a
-    symbolic link, or something other than a folder."""
+    symbolic link, something other than a folder, or its manifest names a path that is no file below it."""
     path = out if out is not None else ws.root / OUT_DIR
     parent = ws.rel(path.parent)  # the folder resolved, not the link
     shown = path.name if parent == "." else f"{parent}/{path.name}"
@@ -58,7 +61,25 @@ def unusable(ws: Workspace, out: Path | None = None) -> QueueError | None:
             "command again",
             path=shown,
         )
+    for line, rel, _digest in _lines(path):
+        why = outside(path, rel)
+        if why:
+            return QueueError(
+                f"names {rel!r}, {why}; pq writes and deletes the files of {shown}/ only, and did not write this "
+                "one: delete the line, then run the command again",
+                path=f"{shown}/{MANIFEST}",
+                line=line,
+            )
     return None
+
+
+def outside(out: Path, rel: str) -> str:
+    """Why ``rel`` (a path a file gave) is not a file below the folder ``out``, or "" when it is one: it must be a
+    clean relative path, and reach its file through no symbolic link inside the folder."""
+    if not clean_relative(rel):
+        return f"which is not a file below {out.name}/"
+    link = linked_folder(out, rel)
+    return f"which is reached through the symbolic link {out.name}/{link}" if link else ""
 
 
 def refuse_binary(data: bytes, shown: str) -> None:
@@ -98,6 +119,10 @@ def sync(out: Path, files: dict[str, bytes], writes: Writes, *, standalone: str 
     (and one in the way of a file to write is refused).  ``standalone``: the package name of a
     standalone build (its imports point into it), recorded in the manifest's header."""
     owned = set(manifest(out))
+    for rel in sorted(set(files) | owned):
+        why = outside(out, rel)
+        if why:  # a tree of refs/pq/ made by hand: pq never writes outside the folder
+            raise QueueError(f"pq does not write {rel!r}, {why}", path=str(out))
     for rel, data in sorted(files.items()):
         path = out / rel
         if rel not in owned and path.is_file() and path.read_bytes() != data:
@@ -123,19 +148,22 @@ def standalone_package(out: Path) -> str:
 
 
 def manifest(out: Path) -> dict[str, str]:
-    """path -> sha256 pq wrote ("" from a manifest of older pq); {} when pq never wrote ``out``."""
+    """path -> sha256 pq wrote ("" from a manifest of older pq); {} when pq never wrote ``out``.  A line naming
+    no file below ``out`` is not pq's (:func:`unusable` names it): it is left out."""
+    return {rel: digest for _line, rel, digest in _lines(out) if not outside(out, rel)}
+
+
+def _lines(out: Path) -> list[tuple[int, str, str]]:
+    """(line number, path, sha256 or "") of each entry of the manifest in ``out``."""
     path = out / MANIFEST
     if not path.is_file():
-        return {}
-    entries = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        return []
+    entries = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line or line.startswith("#"):
             continue
         digest, _, rel = line.partition(" ")
-        if len(digest) == 64 and rel:
-            entries[rel] = digest
-        else:
-            entries[line] = ""
+        entries.append((n, rel, digest) if len(digest) == 64 and rel else (n, line, ""))
     return entries
 
 

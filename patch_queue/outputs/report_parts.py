@@ -14,7 +14,6 @@ import json
 import re
 import sys
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import asdict, dataclass
 from operator import attrgetter
 
@@ -282,9 +281,9 @@ def upstream_change(conflict: Conflict) -> str:
     `pq status` tell the same regions again."""
     sides = [part for text in (conflict.base, conflict.ours) for part in (("-", "") if text is None else ("+", text))]
     key = cache.derived_key(_explain_code(), *sides)
-    kept = cache.derived_get("explanation", key)
+    kept = cache.derived_text("explanation", key)
     if kept is not None:
-        return kept.decode("utf-8")
+        return kept
     said = explain.upstream_change(conflict)
     cache.derived_put("explanation", key, said.encode("utf-8"))
     return said
@@ -296,11 +295,10 @@ def forwarded(conflict: Conflict, upstream: str) -> explain.Suggestion | None:
     ``model_runner_v1.py``), which `pq status` would do on every run over a pending refresh."""
     sides = json.dumps([conflict.base, conflict.ours, conflict.theirs])
     key = cache.derived_key(_explain_code(), sides, upstream)
-    hit = cache.derived_get("forwarded", key)
+    hit = cache.derived_json("forwarded", key, explain.Suggestion | None)
     if hit is not None:
-        with suppress(ValueError, KeyError, TypeError):
-            kept = json.loads(hit)
-            return None if kept is None else explain.Suggestion(kept["side"], kept["text"], kept["reason"])
+        tip: explain.Suggestion | None = hit[0]
+        return tip
     tip = explain.forwarded(conflict, upstream)
     cache.derived_put("forwarded", key, json.dumps(None if tip is None else asdict(tip)).encode("utf-8"))
     return tip

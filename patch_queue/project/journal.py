@@ -38,9 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import atomic_write, json_bytes, kill_point, unreplaceable, written_path
+from patch_queue.fsutil import (
+    atomic_write,
+    clean_relative,
+    json_bytes,
+    kill_point,
+    linked_folder,
+    unreplaceable,
+    written_path,
+)
 from patch_queue.git.repo import Person
-from patch_queue.project.workspace import JOURNAL_FILE, REF_JOURNAL, REF_UNDO, UNDO_FILE, Workspace
+from patch_queue.project.workspace import JOURNAL_FILE, MANIFEST, REF_JOURNAL, REF_UNDO, UNDO_FILE, Workspace
 
 VERSION = 1
 _JOURNAL_PERSON = Person("pq", "pq@localhost", 0, 0)
@@ -72,6 +80,25 @@ def _path(ws: Workspace, key: str) -> Path:
     kind, _, rel = key.partition(":")
     root = _roots(ws).get(kind)
     return root / rel if root is not None else Path(rel)
+
+
+def _foreign(ws: Workspace, files: list[_File], *, undo: bool) -> None:
+    """Refuse (ValueError: the record is unreadable) a file of a journal or undo record that is none pq writes: a
+    path that is not clean, or outside ``patches/`` (group "patches"), ``.git/pq/`` ("state") or an output folder
+    ("out": ``npu_worker/``; in a journal also a folder with pq's manifest, the folder of a ``pq build --out``),
+    or reached through a symbolic link inside it."""
+    roots = {"patches": ws.queue_dir.root, "state": ws.state_dir, "out": ws.out}
+    keys = {f.key for f in files}
+    for f in files:
+        kind, _, rel = f.key.partition(":")
+        path = _path(ws, f.key)
+        clean = kind in ("git", "work", "abs") and (kind == "abs") == rel.startswith("/")
+        root = roots.get(f.group) if clean and clean_relative(rel.removeprefix("/")) else None
+        if root is not None and f.group == "out" and not undo:
+            root = next((p for p in path.parents if p == ws.out or _key(ws, p / MANIFEST) in keys), None)
+            root = root or next((p for p in path.parents if (p / MANIFEST).is_file()), None)
+        if root is None or root not in path.parents or linked_folder(root, path.relative_to(root).as_posix()):
+            raise ValueError(f"it names {f.key}, which is no file pq writes in its folders")
 
 
 def _read(path: Path) -> bytes | None:
@@ -252,6 +279,7 @@ def last_undoable(ws: Workspace) -> Undo | None:
     try:
         value = json.loads(path.read_text())
         files = [_File(str(f["path"]), str(f["group"]), f["old"], f["new"]) for f in value["files"]]
+        _foreign(ws, files, undo=True)
         return Undo(str(value["command"]), files, {str(r["ref"]): (r["old"], r["new"]) for r in value["refs"]})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise QueueError(f"unreadable undo record ({exc}); pq cannot undo", path=ws.rel(path)) from None
@@ -300,6 +328,7 @@ def read(ws: Workspace) -> tuple[str, list[_File], dict[str, tuple[str | None, s
         if not isinstance(value, dict) or value.get("version") != VERSION:
             raise ValueError("not a pq journal of format 1")
         files = [_File(str(f["path"]), str(f["group"]), f["old"], f["new"]) for f in value["files"]]
+        _foreign(ws, files, undo=False)
         refs = {str(r["ref"]): (r["old"], r["new"]) for r in value["refs"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise QueueError(

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the upstream is opened only when refs/pq/base does not hold
     from patch_queue.sources.snapshot import Snapshot
 
 OUT_DIR = "npu_worker"
+MANIFEST = ".pq-build"  # what pq wrote into an output folder (see patch_queue.outputs.folder)
 
 
 @dataclass

@@ -18,7 +18,6 @@ import functools
 import hashlib
 import json
 import re
-from contextlib import suppress
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -27,7 +26,7 @@ from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Conflict, Culprit
 from patch_queue.progress import Progress
 from patch_queue.series.queue import UpstreamPin
-from patch_queue.sources.cache import code_stamp, derived_get, derived_key, derived_put
+from patch_queue.sources.cache import code_stamp, derived_get, derived_json, derived_key, derived_put
 from patch_queue.sources.snapshot import open_git, upstream_git_location
 
 _PR = re.compile(r"\(#(\d+)\)")
@@ -121,12 +120,10 @@ def _commit_of(git: UpstreamGit, pin: UpstreamPin, path: str, data: bytes | None
     digest = "" if data is None else hashlib.sha256(data).hexdigest()
     code = code_stamp("series/culprits.py", "git/remote.py")
     key = derived_key(code, "release", git.tip_key(), pin.spec, pin.label, path, pin.files.get(path, ""), digest)
-    hit = derived_get("culprits", key)
+    hit = derived_json("culprits", key, tuple[str | None, str])
     if hit is not None:
-        with suppress(ValueError, TypeError):
-            commit, why = json.loads(hit)
-            if (commit is None or isinstance(commit, str)) and isinstance(why, str):
-                return commit, why
+        commit, why = hit[0]
+        return commit, why
     found = _release_commit(git, pin, path, data)
     derived_put("culprits", key, json.dumps(list(found)).encode("utf-8"))
     return found
@@ -193,11 +190,13 @@ def annotate(
     @functools.cache
     def culprits(before: str, after: str) -> tuple[Culprit, ...]:
         key = derived_key(code, paths[0], finder.old, finder.new, before, after)
-        hit = derived_get("culprits", key)
-        if hit is None:
-            hit = json.dumps([c.as_json() for c in finder.find(before, after)]).encode("utf-8")
-            derived_put("culprits", key, hit)
-        return tuple(Culprit(**c) for c in json.loads(hit))
+        hit = derived_json("culprits", key, tuple[Culprit, ...])
+        if hit is not None:
+            kept: tuple[Culprit, ...] = hit[0]
+            return kept
+        found = tuple(finder.find(before, after))
+        derived_put("culprits", key, json.dumps([c.as_json() for c in found]).encode("utf-8"))
+        return found
 
     named = [replace(e, culprits=culprits(e.base or "", e.ours or "")) if e.base or e.ours else e for e in found]
     # how many candidates there were: cached too, so a refresh whose answers are all cached walks no history

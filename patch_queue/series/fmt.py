@@ -167,7 +167,7 @@ def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter
         cache.derived_key(tool_stamp(), formatter, str(line_length), "\0".join(carried), text)
         for text, carried in items
     ]
-    hits = [cache.derived_get("layout", key) for key in keys]
+    hits = [cache.derived_text("layout", key) for key in keys]
     chosen: list[list[Symbol]] = []
     for (text, carried), hit in zip(items, hits, strict=True):
         try:
@@ -179,7 +179,7 @@ def format_carried_many(items: Sequence[tuple[str, Sequence[str]]], *, formatter
     out: list[str] = []
     for (text, _carried), group, hit, key in zip(items, chosen, hits, keys, strict=True):
         if hit is not None:
-            out.append(hit.decode("utf-8"))
+            out.append(hit)
             continue
         lines = text.splitlines(keepends=True)
         pairs = [(old, next(done)) for old in group]

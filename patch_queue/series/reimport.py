@@ -27,6 +27,7 @@ import re
 import sys
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
+from typing import TypedDict
 
 from patch_queue.git.diff import Hunk, line_hunks, move_line
 from patch_queue.merge import markers, pieces
@@ -50,6 +51,13 @@ class Change:
     text: str  # the lines at ``line`` this change is about: the statement written or kept ("" when removed)
     names: tuple[str, ...]
     message: str
+
+
+class _Kept(TypedDict):
+    """A reconciliation kept in the download cache: the module's text and what changed in it."""
+
+    text: str
+    changes: tuple[Change, ...]
 
 
 @dataclass(frozen=True)
@@ -171,15 +179,9 @@ def reconcile(
         "-" if rewrite_from is None else "+",
         rewrite_from or "",
     )
-    hit = cache.derived_get("imports", key)
-    if hit is not None:
-        try:
-            data = json.loads(hit)
-            return data["text"], [
-                Change(c["kind"], c["line"], c["text"], tuple(c["names"]), c["message"]) for c in data["changes"]
-            ]
-        except (ValueError, KeyError, TypeError):
-            pass
+    kept = cache.derived_json("imports", key, _Kept)
+    if kept is not None:
+        return kept[0]["text"], list(kept[0]["changes"])
     out, changes = _reconcile(
         text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length, rewrite_from
     )

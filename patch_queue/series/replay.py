@@ -20,13 +20,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import markers, window
 from patch_queue.merge import three_way as merge
-from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind, Culprit
+from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.series import reimport, stack
 from patch_queue.series.status import PatchStatus as PatchStatus  # (what a replay did to a patch: its own module)
 from patch_queue.sources import cache
@@ -321,10 +321,9 @@ def _merged(
     gives every one of them again.  This is what a second refresh of the same upgrade (the scheduled bot's,
     or one after ``pq abort``) saves: the merge checks parse and bind every side."""
     key = cache.derived_key(_merge_code(), str(python), str(recorded is not None), *texts, *labels, key_prefix)
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        hit = json.loads(cache.derived_get("merges", key) or b"null")
-        if hit is not None and all((recorded(k) if recorded else None) == v for k, v in hit["asked"].items()):
-            return hit["text"], [_region(r) for r in hit["regions"]]
+    kept = cache.derived_json("merges", key, _Kept)
+    if kept is not None and all((recorded(k) if recorded else None) == v for k, v in kept[0]["asked"].items()):
+        return kept[0]["text"], list(kept[0]["regions"])
     asked: dict[str, str | None] = {}
 
     def ask(k: str) -> str | None:
@@ -350,15 +349,13 @@ def _merge_code() -> str:
     return cache.code_stamp(*sorted(p.relative_to(here).as_posix() for p in below))
 
 
-def _region(raw: dict[str, Any]) -> Conflict:
-    """A region kept by :func:`_merged` (``dataclasses.asdict`` of a :class:`Conflict` made by the merge)."""
-    anchor, culprits, links = raw.pop("anchor"), raw.pop("culprits"), raw.pop("links")
-    return Conflict(
-        **raw,
-        anchor=None if anchor is None else Anchor(**anchor),
-        culprits=tuple(Culprit(**c) for c in culprits),
-        links=tuple(links),
-    )
+class _Kept(TypedDict):
+    """A merge kept by :func:`_merged`: the recorded resolutions it asked for, its text and its regions
+    (``dataclasses.asdict`` of each :class:`Conflict`)."""
+
+    asked: dict[str, str | None]
+    text: str
+    regions: tuple[Conflict, ...]
 
 
 def replay(

@@ -40,11 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import json_bytes
+from patch_queue.fsutil import clean_relative, json_bytes
 from patch_queue.git import command
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
-from patch_queue.series.stack import PERSON, sha256
+from patch_queue.series.stack import PERSON, VENDOR, sha256
 
 REF = "refs/pq/resolutions"
 REMOTES = "refs/pq/remotes/"  # each remote's store as `pq resolutions merge REMOTE` last fetched it: REMOTE/resolutions
@@ -328,6 +328,8 @@ def _damage(path: str, blob: str, data: bytes) -> str | None:
         ):
             return f'"ops" holds {json.dumps(op)[:40]}, not [line, count, text]'
     for name, pair in entry.get("files", {}).items():
+        if not clean_relative(name) or name.startswith(VENDOR):
+            return f'"files" names {json.dumps(name)[:40]}, which is no module of a series'
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(b, str) for b in pair)):
             return f'"files" holds {json.dumps(name)[:40]}: {json.dumps(pair)[:40]}, not [base blob, final blob]'
         if not all(b == "" or _HEX40.fullmatch(b) for b in pair):

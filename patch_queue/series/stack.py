@@ -17,10 +17,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_tz
+from typing import TypedDict
 
 from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
@@ -36,6 +38,7 @@ PERSON = Person(BASE_PERSON_NAME, BASE_PERSON_EMAIL, 0, 0)  # the author of pq's
 REF_BASE = "refs/pq/base"
 REF_TOP = "refs/pq/top"
 REF_PATCHES = "refs/pq/patches/"
+_HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
 def sha256(data: bytes) -> str:
@@ -46,6 +49,13 @@ def sha256(data: bytes) -> str:
 class Projection:
     files: dict[str, bytes]  # module path -> projected text; vendored files under VENDOR
     missing: tuple[str, ...]  # "module: Symbol" carried symbols not found upstream
+
+
+class _Kept(TypedDict):
+    """A projection as the download cache keeps it: each module's text, in module order, and what was missing."""
+
+    files: dict[str, str]
+    missing: tuple[str, ...]
 
 
 def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, label: str) -> Projection:
@@ -62,14 +72,10 @@ def project_modules(queue: Queue, read_upstream: Callable[[str], bytes], *, labe
         json.dumps([[m.path, m.upstream, list(m.symbols)] for m in queue.modules]),
         *(part for path, data in sorted(vendored.items()) for part in (path, data)),
     )
-    hit = cache.derived_get("projection", key)
-    if hit is not None:
-        try:
-            cached = json.loads(hit)
-            modules = {p: t.encode("utf-8") for p, t in cached["files"].items()}
-            return Projection({**{VENDOR + p: d for p, d in vendored.items()}, **modules}, tuple(cached["missing"]))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            pass
+    hit = cache.derived_json("projection", key, _Kept)
+    if hit is not None and set(hit[0]["files"]) <= {m.path for m in queue.modules}:  # the modules, no other path
+        modules = {p: t.encode("utf-8") for p, t in hit[0]["files"].items()}
+        return Projection({**{VENDOR + p: d for p, d in vendored.items()}, **modules}, hit[0]["missing"])
     projection = _project(queue, vendored, label=label)
     modules_text = {p: d.decode("utf-8") for p, d in projection.files.items() if not p.startswith(VENDOR)}
     entry = {"files": modules_text, "missing": list(projection.missing)}  # files in module order, as computed
@@ -226,7 +232,7 @@ def import_series(
     for name, data in patches:
         key = cache.derived_key(_import_code(), parent, data, *modules)
         kept = (cache.derived_get("commit", key) or b"").decode("ascii", "replace")
-        if kept and repo.kind_of(kept) == "commit":
+        if _HEX40.fullmatch(kept) and repo.kind_of(kept) == "commit" and repo.commit_info(kept).parents == (parent,):
             parent = kept
         else:
             p = patchfile.parse(data, path=f"patches/{name}")

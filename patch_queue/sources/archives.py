@@ -15,17 +15,20 @@ import hashlib
 import io
 import json
 import posixpath
+import re
 import tarfile
 import zipfile
+import zlib
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from patch_queue.errors import SourceError
 from patch_queue.fsutil import atomic_write
 from patch_queue.progress import Progress, say, timed
 from patch_queue.sources import registry
-from patch_queue.sources.cache import cache_dir, code_stamp, derived_get, derived_key, derived_put
+from patch_queue.sources.cache import cache_dir, code_stamp, derived_get, derived_key, derived_put, typed
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,7 @@ def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
 
     # A release's files are immutable on the registry, so the choice made once is reused and a
     # pinned release resolves without the network; the sha256 is still checked on every use.
-    dist: registry.DistFile | None = None
-    with suppress(OSError, ValueError, KeyError, TypeError):
-        pin = json.loads(pin_path.read_text())
-        dist = registry.DistFile(pin["filename"], pin["url"], pin["sha256"], parsed, pin["kind"], False)
+    dist = _recorded(pin_path, parsed)
     if dist is None:
         files = registry.project_files(project)
         dist = registry.pick_file(d for d in files if d.version.key == parsed.key)
@@ -100,6 +100,29 @@ def fetch_release(name: str, version: str, progress: Progress | None) -> Pinned:
     return Pinned(project, canon, dist.filename, sha256, data)
 
 
+class _Record(TypedDict):
+    filename: str
+    url: str
+    sha256: str
+    kind: str
+
+
+def _recorded(pin_path: Path, version: registry.Version) -> registry.DistFile | None:
+    """The archive the record ``pin_path`` chose for the release; None when there is none, or when it is damaged
+    or names no archive file of ``dist/`` (another shape, a path that leads elsewhere: pq downloads into and reads
+    ``dist/`` only): the archive is chosen again."""
+    try:
+        pin = typed(_Record, json.loads(pin_path.read_bytes()))
+    except (OSError, ValueError, RecursionError):
+        return None
+    name, kind = pin["filename"], pin["kind"]
+    if kind not in ("wheel", "sdist") or not name.endswith((".whl", ".tar.gz")) or clean_member(name) != name:
+        return None
+    if "/" in name or not re.fullmatch(r"[0-9a-f]{64}", pin["sha256"]):
+        return None
+    return registry.DistFile(name, pin["url"], pin["sha256"], version, kind, False)
+
+
 def _listed(project: str, dist: registry.DistFile, pin_path: Path, actual: str) -> registry.DistFile:
     """The index's entry for the pinned archive's file (its sha256 as the index gives it now); one line naming
     the record when the index cannot be read or no longer lists the file."""
@@ -126,6 +149,11 @@ def release_files(name: str, version: str, prefix: str, progress: Progress | Non
 
 
 # -- reading an archive ----------------------------------------------------------------------
+
+
+# what reading a member of a damaged zip raises (a CRC, a cut file, a compression method or a stream zlib does not
+# know): for the unpacked copy of an sdist, a miss (it is made again from the verified archive)
+_DAMAGED = (zipfile.BadZipFile, zlib.error, NotImplementedError, EOFError, ValueError, OSError)
 
 
 def clean_member(name: str) -> str:
@@ -160,14 +188,14 @@ def archive_members(pinned: Pinned, prefix: str) -> dict[str, bytes]:
                         for name, member in _zip_names(archive).items()
                         if name.startswith(prefix)
                     }
-                except zipfile.BadZipFile:  # a damaged member (CRC): unpack the verified archive again
+                except _DAMAGED:  # a damaged member (CRC, a method zlib does not know): unpack the archive again
                     if pinned.filename.endswith(".whl"):
                         raise
                     _index_path(pinned).unlink(missing_ok=True)
         members = _unpack_sdist(pinned)
         _write_index(pinned, members)
         return {name: data for name, data in members.items() if name.startswith(prefix)}
-    except (OSError, zipfile.BadZipFile, tarfile.TarError, EOFError) as exc:
+    except (*_DAMAGED, tarfile.TarError) as exc:
         raise SourceError(f"cannot read archive {pinned.filename} (pinned sha256 {pinned.sha256[:12]}): {exc}") from exc
 
 
@@ -241,8 +269,8 @@ class ArchiveReader:
                 self._names = {}
             elif self.filename.endswith(".whl"):
                 self._names = _zip_names(self._zip)
-            else:  # pq's unpacked copy holds files only, by clean relative path (_write_index): no cleaning
-                self._names = {name: name for name in self._zip.namelist()}
+            else:  # pq's unpacked copy holds clean relative paths (_write_index); another name is not pq's
+                self._names = {name: name for name in self._zip.namelist() if clean_member(name) == name}
         return self._names
 
     def read(self, path: str) -> bytes | None:
@@ -266,7 +294,7 @@ class ArchiveReader:
             return None
         try:
             return self._zip.read(member)
-        except zipfile.BadZipFile:
+        except _DAMAGED:
             if self.filename.endswith(".whl"):
                 raise SourceError(f"cannot read {member} from {self.filename}") from None
             # the cached unpacked copy is damaged (CRC): drop it and read the verified archive

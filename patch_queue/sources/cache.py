@@ -9,17 +9,23 @@ be made again, so a damaged or unwritable cache only costs time:
 * ``derived/``: results computed from immutable inputs, named by a hash of those inputs and of the
   code that computed them (:func:`derived_get`, :func:`derived_put`, :func:`code_stamp`).
 
-``methods/`` and ``derived/`` are *sealed* files: the sha256 of the body, a newline, the body; a body
-that does not match its sha256 is ignored.
+``methods/`` and ``derived/`` are *sealed* files: the sha256 of the entry's name (its kind and key) and its
+body, a newline, the body; an entry whose sha256 does not match (damaged, or moved from another name) is a
+miss.  A sealed body is read back only through a door that checks its shape (:func:`derived_json`: JSON of
+the types the code wrote, :func:`derived_text`: UTF-8 text): an entry of another shape is a miss too, never a
+crash, and the result is computed again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
-from contextlib import suppress
+import types
+import typing
 from pathlib import Path
+from typing import Any
 
 from patch_queue.errors import SourceError
 
@@ -44,25 +50,74 @@ def code_stamp(*modules: str) -> str:
 # -- sealed files ------------------------------------------------------------------------------
 
 
-def read_sealed(path: Path) -> bytes | None:
-    """The body of a cache file written by :func:`write_sealed`; None when absent or damaged."""
+def _seal(name: str, body: bytes) -> bytes:
+    return hashlib.sha256(name.encode("utf-8") + b"\0" + body).hexdigest().encode()
+
+
+def read_sealed(path: Path, name: str) -> bytes | None:
+    """The body of a cache file written by :func:`write_sealed` under ``name``; None when absent, damaged or
+    written under another name."""
     try:
         digest, _nl, body = path.read_bytes().partition(b"\n")
     except OSError:
         return None
-    return body if hashlib.sha256(body).hexdigest().encode() == digest else None
+    return body if _seal(name, body) == digest else None
 
 
-def write_sealed(path: Path, body: bytes) -> bool:
-    """Write a cache file as its sha256, a newline and ``body``, atomically; False when it cannot be
-    written (a read-only cache is only slower)."""
+def write_sealed(path: Path, name: str, body: bytes) -> bool:
+    """Write a cache file as the sha256 of ``name`` and ``body``, a newline and ``body``, atomically; False when
+    it cannot be written (a read-only cache is only slower)."""
     from patch_queue.fsutil import atomic_write
 
     try:
-        atomic_write(path, hashlib.sha256(body).hexdigest().encode() + b"\n" + body)
+        atomic_write(path, _seal(name, body) + b"\n" + body)
     except OSError:
         return False
     return True
+
+
+def typed(hint: Any, value: object) -> Any:
+    """``value`` (parsed JSON) as the type ``hint`` names: ``str``, ``int``, ``bool``, ``None``, ``object`` (any),
+    a union of them, ``tuple[X, ...]``, ``tuple[X, Y]``, ``list[X]``, ``dict[str, X]``, a ``TypedDict`` (every
+    key) or a dataclass (an object of its fields; JSON lists as tuples); ValueError when it is of another shape.
+    How a cache entry is read: what the code wrote comes back as it was, anything else is a miss."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is object:
+        return value
+    if hint is None or hint is type(None):
+        if value is None:
+            return None
+    elif origin in (typing.Union, types.UnionType):
+        for arg in args:
+            try:
+                return typed(arg, value)
+            except ValueError:
+                continue
+    elif hint in (str, int, bool):
+        if type(value) is hint:
+            return value
+    elif origin is tuple and isinstance(value, list):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(typed(args[0], item) for item in value)
+        if len(args) == len(value):
+            return tuple(typed(arg, item) for arg, item in zip(args, value, strict=True))
+    elif origin is list and isinstance(value, list):
+        return [typed(args[0], item) for item in value]
+    elif origin is dict and isinstance(value, dict):
+        return {typed(args[0], k): typed(args[1], v) for k, v in value.items()}
+    elif typing.is_typeddict(hint) and isinstance(value, dict):
+        hints = typing.get_type_hints(hint)
+        if set(value) == set(hints):
+            return {k: typed(hints[k], v) for k, v in value.items()}
+    elif dataclasses.is_dataclass(hint) and isinstance(hint, type) and isinstance(value, dict):
+        hints = typing.get_type_hints(hint)
+        fields = dataclasses.fields(hint)
+        required = {
+            f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        }
+        if required <= set(value) <= {f.name for f in fields}:
+            return hint(**{k: typed(hints[k], v) for k, v in value.items()})
+    raise ValueError(f"not of the shape {hint}")
 
 
 # -- derived results ---------------------------------------------------------------------------
@@ -82,16 +137,44 @@ def _derived_path(kind: str, key: str) -> Path:
 
 
 def derived_get(kind: str, key: str) -> bytes | None:
-    """A result computed earlier from the inputs ``key`` names, or None (absent or damaged)."""
-    return read_sealed(_derived_path(kind, key))
+    """A result computed earlier from the inputs ``key`` names, or None (absent, damaged or another's)."""
+    return read_sealed(_derived_path(kind, key), f"{kind}/{key}")
+
+
+def derived_json(kind: str, key: str, hint: Any) -> tuple[Any] | None:
+    """The JSON result kept under ``key``, as the type ``hint`` (see :func:`typed`), in a 1-tuple (a kept
+    ``null`` is an answer too); None when absent, damaged or of another shape."""
+    body = derived_get(kind, key)
+    if body is None:
+        return None
+    try:
+        return (typed(hint, json.loads(body)),)
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, another shape; nested past Python's stack
+        return None
+
+
+def derived_text(kind: str, key: str) -> str | None:
+    """The text result kept under ``key``; None when absent, damaged or not UTF-8."""
+    body = derived_get(kind, key)
+    try:
+        return None if body is None else body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def derived_put(kind: str, key: str, data: bytes) -> None:
-    """Keep a result for :func:`derived_get`."""
-    write_sealed(_derived_path(kind, key), data)
+    """Keep a result for :func:`derived_get` (:func:`derived_json`, :func:`derived_text`)."""
+    write_sealed(_derived_path(kind, key), f"{kind}/{key}", data)
 
 
 # -- scanned methods of upstream revisions ---------------------------------------------------
+
+
+class _Methods(typing.TypedDict):
+    format: int
+    scanner: str
+    texts: dict[str, str]
+    blobs: dict[str, dict[str, str]]
 
 
 class MethodCache:
@@ -107,16 +190,19 @@ class MethodCache:
 
     def __init__(self, cls: str) -> None:
         self.path = cache_dir() / "methods" / f"{cls}.json"
+        self._name = f"methods/{cls}"
         self._scanner = code_stamp("merge/symbols.py")[:16]
         self._texts: dict[str, str] = {}
         self._blobs: dict[str, dict[str, str]] = {}
         self._dirty = False
         self._known: dict[str, str] | None = None
-        body = read_sealed(self.path)
-        with suppress(ValueError, KeyError, TypeError, AttributeError):  # a cache of another shape: start afresh
-            data = json.loads(body) if body is not None else {}
-            if data.get("format") == self.FORMAT and data.get("scanner") == self._scanner:
-                self._texts, self._blobs = dict(data["texts"]), dict(data["blobs"])
+        body = read_sealed(self.path, self._name)
+        try:  # a cache of another shape (or another scanner's) starts afresh
+            data = typed(_Methods, json.loads(body)) if body is not None else None
+        except (ValueError, RecursionError):
+            data = None
+        if data is not None and data["format"] == self.FORMAT and data["scanner"] == self._scanner:
+            self._texts, self._blobs = data["texts"], data["blobs"]
 
     def get(self, blob: str) -> dict[str, str] | None:
         try:
@@ -148,4 +234,4 @@ class MethodCache:
             {"format": self.FORMAT, "scanner": self._scanner, "texts": self._texts, "blobs": self._blobs},
             sort_keys=True,
         ).encode("utf-8")
-        self._dirty = not write_sealed(self.path, body)
+        self._dirty = not write_sealed(self.path, self._name, body)

@@ -44,9 +44,10 @@ from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
 from patch_queue.errors import SourceError, hide, without_userinfo
+from patch_queue.fsutil import unwritable_cache
 from patch_queue.progress import Progress, bar, say, timed
 
 if TYPE_CHECKING:
@@ -149,6 +150,13 @@ def _stamp(path: str) -> list[int] | None:
     return [st.st_mtime_ns, st.st_size, st.st_ino]
 
 
+class _PipConfig(TypedDict):
+    """pip's configuration as the download cache keeps it: each file pip read with its stamp, the options."""
+
+    files: tuple[tuple[str, object], ...]
+    items: tuple[tuple[str, str, str], ...]
+
+
 def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tuple[str, str, str]]:
     """pip's configuration files' options (file, ``section.option``, value) in the order pip loads them (a later
     file overrides an earlier one), without the ``PIP_*`` variables, read by pip's own configuration class in this
@@ -160,10 +168,9 @@ def _pip_config_items(pip_environment: tuple[tuple[str, str], ...]) -> list[tupl
 
     places = [sys.executable, sys.prefix, *(f"{k}={os.environ.get(k, '')}" for k in _PIP_PLACES)]
     key = cache.derived_key(json.dumps([places, pip_environment]))
-    with suppress(ValueError, TypeError, KeyError):
-        kept = json.loads(cache.derived_get("pip-config", key) or b"null")
-        if kept is not None and all(_stamp(f) == stamp for f, stamp in kept["files"]):
-            return [(str(f), str(k), str(v)) for f, k, v in kept["items"]]
+    kept = cache.derived_json("pip-config", key, _PipConfig)
+    if kept is not None and all(_stamp(f) == stamp for f, stamp in kept[0]["files"]):
+        return [(f, k, v) for f, k, v in kept[0]["items"]]
     try:
         from pip._internal.configuration import Configuration
         from pip._internal.configuration import __file__ as pip_module
@@ -656,13 +663,16 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
     The temp file is verified before ``os.replace`` puts it in place, so the cache never holds a
     partial or unverified archive, even after an interrupt.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for stale in dest.parent.glob(f".part-{dest.name}.*"):
-        # left by a download that was killed; an hour-old one cannot still be running usefully
-        with suppress(OSError):
-            if time.time() - stale.stat().st_mtime > 3600:
-                stale.unlink()
-    fd, tmp_name = tempfile.mkstemp(prefix=f".part-{dest.name}.", dir=dest.parent)
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for stale in dest.parent.glob(f".part-{dest.name}.*"):
+            # left by a download that was killed; an hour-old one cannot still be running usefully
+            with suppress(OSError):
+                if time.time() - stale.stat().st_mtime > 3600:
+                    stale.unlink()
+        fd, tmp_name = tempfile.mkstemp(prefix=f".part-{dest.name}.", dir=dest.parent)
+    except OSError as exc:
+        raise unwritable_cache(dest.parent, exc, "the release archives") from None
     tmp = Path(tmp_name)
     digest = hashlib.sha256()
     try:
