@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -190,7 +191,14 @@ def _pip(tmp: Path, args: list[str]) -> None:
     command += ["--no-input", "--progress-bar", "off", "--disable-pip-version-check", *args]
     proc = subprocess.run(command, capture_output=True, text=True, check=False, cwd=tmp)
     if proc.returncode != 0:
-        raise SourceError(f"cannot build the import-test environment: pip: {_last_error(proc.stderr + proc.stdout)}")
+        output = proc.stderr + proc.stdout
+        missing = re.search(r"No matching distribution found for ([A-Za-z0-9._-]+)", output)
+        if missing:  # none found: pip does not say that it could not reach the index; pq's registry client does
+            try:
+                registry.project_files(missing.group(1))
+            except SourceError as exc:
+                raise SourceError(f"cannot build the import-test environment: {exc.message}") from None
+        raise SourceError(f"cannot build the import-test environment: pip: {_last_error(output)}")
 
 
 def _last_error(output: str) -> str:
