@@ -183,9 +183,23 @@ def _where(exc: BaseException, folder: str) -> tuple[str, int]:
     return found
 
 
+def _raised_in(exc: BaseException, folder: str) -> str:
+    """Where ``exc`` was raised: its innermost frame's file, relative to ``folder`` when inside it, else the path
+    of the module below ``site-packages`` (or as it is)."""
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    if not frames:
+        return ""
+    frame, line = frames[-1]
+    path = os.path.abspath(frame.f_code.co_filename)
+    if path.startswith(folder + os.sep):
+        return f"{os.path.relpath(path, folder)}:{line}"
+    return f"{path.rsplit('site-packages' + os.sep, 1)[-1]}:{line}"
+
+
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    """``Type: message`` on one line (a message's line breaks, as in an MRO conflict's, are spaces)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _accepts(override: inspect.Signature, upstream: inspect.Signature) -> str:
@@ -232,7 +246,8 @@ def check_overrides(module: types.ModuleType, carried: dict[str, list[str]], fol
                 ours = cls.__dict__.get(name)
                 if not inspect.isfunction(ours):
                     continue
-                file, line = os.path.relpath(inspect.getsourcefile(ours) or "", folder), ours.__code__.co_firstlineno
+                code = inspect.unwrap(ours).__code__  # a decorator's wrapper (``torch.inference_mode``): its function
+                file, line = os.path.relpath(code.co_filename, folder), code.co_firstlineno
                 owner = next((k for k in base.__mro__ if name in k.__dict__), None)
                 where = f"{cls.__name__}.{name}"
                 if owner is None or not owner.__module__.startswith(UPSTREAM_PACKAGE + "."):
@@ -271,7 +286,12 @@ def _run_job(package: str, job: dict[str, Any]) -> dict[str, object]:
         result["overrides"] = check_overrides(module, job["carried"], folder)
     except BaseException as exc:  # noqa: BLE001 - whatever the import raised is the finding
         file, line = _where(exc, folder) if folder else ("", 0)
-        result["error"] = {"message": one_line(exc), "file": file, "line": line}
+        inside = bool(folder) and any(
+            os.path.abspath(f.f_code.co_filename).startswith(folder + os.sep)
+            for f, _n in list(traceback.walk_tb(exc.__traceback__))[-1:]
+        )
+        raised = _raised_in(exc, folder) if folder else ""
+        result["error"] = {"message": one_line(exc), "file": file, "line": line, "raised": raised, "inside": inside}
     result["stubbed"] = sorted(set(_reads))
     return result
 

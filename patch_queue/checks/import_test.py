@@ -7,13 +7,15 @@ has imported only the upstream), the output's modules standing in for the downst
 first.  The findings:
 
 * ``import-failed`` (error): the module does not import; the exception in one line and the output's file and line
-  where it was raised.  When the release's own module fails the same way (the same exception), the cause is the
-  environment, not the output: a warning (``import-failed-control``) naming the cause instead.
+  where it was raised.  When the release's own module fails the same way (the same exception raised at the same
+  place outside the package), the cause is the environment, not the output: a warning (``import-failed-control``)
+  naming the cause instead.
 * ``import-control-failed`` (warning): the release's own module does not import where the output's does: the
   environment differs from a maintainer's (a stub too few, a package missing), so the output's import says less.
 * ``override-lost`` / ``override-signature`` (errors): a carried method of an imported class no longer overrides a
   method of the real upstream class, or cannot take the arguments upstream's signature allows
-  (:func:`.import_stubs.check_overrides`); shared with the control: a warning.
+  (:func:`.import_stubs.check_overrides`), shared with the control or not (the output is meant to be on this
+  upstream; the release was not).
 * ``import-stubbed`` (warning): a name the output reads from a stub while it is imported: not checked.
 
 What it proves: that the modules import (class bodies, decorators, base classes and their order, module-level
@@ -29,7 +31,7 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from patch_queue.checks import import_stubs
@@ -48,6 +50,31 @@ class Imported:
     error: tuple[str, str, int] | None  # (the exception in one line, file, line)
     stubbed: tuple[tuple[str, int, str], ...]
     overrides: tuple[tuple[str, str, int, str], ...]
+    raised: str = ""  # where the exception was raised (the innermost frame): "file:line"
+    inside: bool = True  # that frame is in the package's folder (an error of the package's own code)
+
+
+def dump(found: list[Imported]) -> bytes:
+    return json.dumps([asdict(i) for i in found], sort_keys=True).encode()
+
+
+def load(data: bytes) -> list[Imported] | None:
+    """What :func:`dump` wrote; None when it is not that."""
+    try:
+        rows = json.loads(data)
+        return [
+            Imported(
+                str(r["module"]),
+                (str(r["error"][0]), str(r["error"][1]), int(r["error"][2])) if r["error"] else None,
+                tuple((str(f), int(n), str(m)) for f, n, m in r["stubbed"]),
+                tuple((str(a), str(f), int(n), str(m)) for a, f, n, m in r["overrides"]),
+                str(r["raised"]),
+                bool(r["inside"]),
+            )
+            for r in rows
+        ]
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
 
 
 def module_name(path: str) -> str:
@@ -127,6 +154,8 @@ def _result(module: str, path: Path, why: str) -> Imported:
         (error["message"], error["file"], error["line"]) if error else None,
         tuple((str(f), int(n), str(name)) for f, n, name in data["stubbed"]),
         tuple((str(r), str(f), int(n), str(m)) for r, f, n, m in data["overrides"]),
+        str(error.get("raised", "")) if error else "",
+        bool(error.get("inside", True)) if error else True,
     )
 
 
@@ -140,24 +169,39 @@ def findings(output: list[Imported], control: list[Imported], *, release: str) -
         if ours.error is not None:
             message, file, line = ours.error
             where = file or name
-            if mine is not None and mine.error is not None and mine.error[0] == message:
-                why = f"{name} does not import, nor does {release}'s own ({message}): the environment's cause"
+            if _shared(ours, mine):
+                why = (
+                    f"{name} does not import, nor does {release}'s own: {message} (raised in {ours.raised}, outside "
+                    "the package): the environment's cause, not the output's"
+                )
                 out.append(Finding(where, line, "import-failed-control", WARNING, why))
             else:
                 out.append(Finding(where, line, "import-failed", ERROR, f"{name} does not import: {message}"))
         elif mine is not None and mine.error is not None:
             why = f"{release}'s own {name} does not import in this environment ({mine.error[0]}), the output's does"
             out.append(Finding(name, 0, "import-control-failed", WARNING, why))
-        shared = {(r, m) for r, _f, _n, m in mine.overrides} if mine is not None else set()
-        for rule, file, line, message in ours.overrides:
-            if (rule, message) in shared:
-                out.append(Finding(file, line, rule, WARNING, f"{message} ({release}'s own does the same)"))
-            else:
-                out.append(Finding(file, line, rule, ERROR, message))
+        for rule, file, line, message in ours.overrides:  # the release's own may share it: the output is on upstream
+            out.append(Finding(file, line, rule, ERROR, message))
         for file, line, read in ours.stubbed:
             why = f"reads `{read}` from a stub of a native NPU module while importing: not checked"
             out.append(Finding(file, line, "import-stubbed", WARNING, why))
     return sorted(set(out))
+
+
+def _shared(ours: Imported, theirs: Imported | None) -> bool:
+    """Whether the control fails as the output does, by a cause outside the package: the same exception raised at
+    the same place outside both folders (a package missing, a stub too few, the release's own platform code).  An
+    exception raised in the package's own code (an upstream name the runners import that upstream dropped) is the
+    output's even when the release shares it: the output is meant to be on this upstream."""
+    return (
+        theirs is not None
+        and theirs.error is not None
+        and ours.error is not None
+        and theirs.error[0] == ours.error[0]
+        and not ours.inside
+        and not theirs.inside
+        and ours.raised == theirs.raised
+    )
 
 
 def summary(output: list[Imported]) -> str:
