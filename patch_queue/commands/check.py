@@ -177,11 +177,13 @@ def import_checks(
     versions: built first when ``build`` (else skipped silently when none is built); one that cannot be built or
     read raises (``required``) or is a warning (``import-test-skipped``).  With what was imported, in words ("" when
     it did not run)."""
+    import json
     import tempfile
     from pathlib import Path
 
     from patch_queue.checks import import_test
     from patch_queue.sources import import_env
+    from patch_queue.sources.cache import code_stamp, derived_get, derived_key, derived_put
 
     release = queue.downstream_release
     if not release:
@@ -199,8 +201,15 @@ def import_checks(
             f"{queue.downstream_name}=={release}",
             import_env.python_tag(),
         )
-        if not build and import_env.existing(versions) is None:
+    except PqError as exc:
+        if required:
+            raise
+        if not build:  # whether an environment is built is not known: none runs, and nothing was asked
             return [], ""
+        return [_warning("import-test-skipped", f"the import test did not run: {exc.message}")], ""
+    if not build and import_env.existing(versions) is None:
+        return [], ""
+    try:
         folder = import_env.build(versions, progress)
         snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
         env = import_env.ImportEnv(
@@ -214,6 +223,17 @@ def import_checks(
     control = sorted(k.rsplit("/", 1)[-1] for k in ours if k.endswith(".py") and "/" not in k[len(queue.package) + 1 :])
     carried = import_test.carried_methods({m.path: list(m.symbols) for m in queue.modules})
     preload = ["torch", *(path.removesuffix(".py").replace("/", ".") for path in queue.upstream_paths())]
+    controlled = [c for c in control if c in files]
+    # the control is the same in the same environment, upstream and pq: imported once, then read from the cache
+    control_key = derived_key(
+        "import-control",
+        env.versions.key(),
+        str(env.upstream),
+        json.dumps([controlled, carried, preload], sort_keys=True),
+        code_stamp("checks/import_stubs.py", "checks/import_test.py"),
+    )
+    cached = derived_get("import-control", control_key)
+    known = import_test.load(cached) if cached is not None else None
     say(
         progress,
         f"Importing the {len(files)} modules and {queue.downstream_name} {release}'s own (pq check --import) ...",
@@ -225,8 +245,12 @@ def import_checks(
             (overlay / path).write_text(text, encoding="utf-8")
         package = queue.package.replace("/", ".")
         output, theirs = import_test.import_all(
-            env, package, sorted(files), carried, overlay, control=[c for c in control if c in files], preload=preload
+            env, package, sorted(files), carried, overlay, control=[] if known else controlled, preload=preload
         )
+    if known is not None:
+        theirs = known
+    elif all(i.error is None or i.raised for i in theirs):  # never a crash or a time-out
+        derived_put("import-control", control_key, import_test.dump(theirs))
     label = f"{queue.downstream_name} {release}"
     said = f"{import_test.summary(output)}, and {import_test.summary(theirs)} of {label}'s own"
     return import_test.findings(output, theirs, release=label), said
