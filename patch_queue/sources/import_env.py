@@ -158,7 +158,16 @@ def build(versions: Versions, progress: Progress | None = None) -> Path:
         record = {"format": FORMAT, "versions": versions.__dict__, "packages": _installed(tmp)}
         (tmp / "env.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         final = top / versions.key()
-        os.rename(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if existing(versions) is None:
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another pq built it meanwhile: that one is as good
+            return final
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SourceError(f"cannot build the import-test environment in {top}: {exc.strerror or exc}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
