@@ -67,6 +67,7 @@ def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Calla
 # `--dist loadfile --no-loadscope-reorder` (scripts/test.sh) the workers end together, the short modules filling in
 # at the end. Every other module follows them in its usual order. Only the order changes, never what runs.
 SLOWEST_FIRST = (
+    "test_import_check",
     "test_gpu_sync",
     "test_hostile_store",
     "test_hostile_files",
