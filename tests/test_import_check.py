@@ -297,3 +297,26 @@ def test_offline_check_import_is_one_line_and_exit_1(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pq: error:")]
     assert len(errors) == 1 and "127.0.0.1:9" in errors[0], proc.stderr
     assert not (cache / "import-env").exists() or list((cache / "import-env").iterdir()) == []
+
+
+def test_continue_runs_it_when_its_environment_is_built(
+    seeded_once: Path, imported_once: tuple[Path, dict[str, object]], import_cache: Path, tmp_path: Path
+) -> None:
+    """With the environment built, the `pq continue` that finishes the refresh runs the import test too, unasked,
+    and its reports say so; `--no-import` leaves it out."""
+    proj = copy_project(seeded_once, tmp_path / "p")
+    (proj / "reports").mkdir()
+    reports = ("--report", "reports/refresh.json", "--markdown", "reports/refresh.md")
+    code, _out, _err = pq_import(proj, import_cache, "refresh", "--no-stop", "--to", RC2, *reports, check=3)
+    resolve_all(proj, "--keep-patch")
+    declined = copy_project(proj, tmp_path / "declined")
+    code, out, err = pq_import(proj, import_cache, "continue")
+    summary = f"--import: 9 of 9 module(s) imported, and 9 of 9 module(s) imported of {RELEASE}'s own"
+    assert re.search(r"^pq check: 0 error\(s\), .*" + re.escape(summary), out, re.M), out[-2000:]
+    assert "(pq check --import) ..." in err
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    assert report["check"]["imported"] == summary.removeprefix("--import: ")
+    markdown = (proj / "reports" / "refresh.md").read_text()
+    assert f"The result imports against the real releases (`pq check --import`): {summary[10:]}." in markdown
+    code, out, err = pq_import(declined, import_cache, "continue", "--no-import")
+    assert "--import:" not in out and "(pq check --import)" not in err
