@@ -299,6 +299,50 @@ def test_offline_check_import_is_one_line_and_exit_1(
     assert not (cache / "import-env").exists() or list((cache / "import-env").iterdir()) == []
 
 
+def test_offline_no_credential_of_pip_s_configuration_is_printed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """pip's index URL in its configuration file carries a user and a password (with an "@" and a "%40" in it):
+    pip's own failure and the registry's are printed without either."""
+    from patch_queue.errors import SourceError
+    from patch_queue.sources import import_env
+
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    _offline(monkeypatch)
+    monkeypatch.delenv("PIP_INDEX_URL")
+    for key in ("HOME", "XDG_CONFIG_HOME", "XDG_CONFIG_DIRS"):  # no configuration file of the machine's
+        monkeypatch.setenv(key, str(tmp_path / "home"))
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\nindex-url = http://pq-user:pa@ss%40w0rd@127.0.0.1:9/simple\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    versions = import_env.Versions("0.32.0", "torch==2.13.0", "vllm-omni==0.32.0rc1", import_env.python_tag())
+    with pytest.raises(SourceError) as raised:
+        import_env.build(versions)
+    message = str(raised.value)
+    assert "\n" not in message and "127.0.0.1:9" in message, message
+    for secret in ("pq-user", "pa@ss", "ss%40w0rd", "ss@w0rd"):
+        assert secret not in message, message
+    assert list((tmp_path / "cache" / "import-env").iterdir()) == []
+
+
+def test_a_pip_setting_pq_cannot_use_is_one_line_before_anything_is_built(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The environment's pip is held to pq's rules of pip's configuration: a value pq cannot use is one line naming
+    the setting, never the value, and nothing is made in the cache."""
+    from patch_queue.errors import SourceError
+    from patch_queue.sources import import_env
+
+    monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
+    _offline(monkeypatch)
+    monkeypatch.setenv("PIP_TIMEOUT", "s3cret-soon")
+    versions = import_env.Versions("0.32.0", "torch==2.13.0", "vllm-omni==0.32.0rc1", import_env.python_tag())
+    with pytest.raises(SourceError) as raised:
+        import_env.build(versions)
+    assert str(raised.value) == "PIP_TIMEOUT: pip's timeout is not a number"
+    assert not (tmp_path / "cache" / "import-env").exists()
+
+
 def test_continue_runs_it_when_its_environment_is_built(
     seeded_once: Path, imported_once: tuple[Path, dict[str, object]], import_cache: Path, tmp_path: Path
 ) -> None:

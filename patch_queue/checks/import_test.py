@@ -36,6 +36,8 @@ from pathlib import Path
 
 from patch_queue.checks import import_stubs
 from patch_queue.checks.findings import ERROR, WARNING, Finding
+from patch_queue.errors import redact
+from patch_queue.git import command as git_command
 from patch_queue.sources.import_env import ImportEnv
 
 # A module's import takes about 5 s of CPU (torch, vLLM); a module that takes this long is stuck.
@@ -128,7 +130,10 @@ def import_all(
         }
         (work / "request.json").write_text(json.dumps(body))
         command = [str(env.python), "-I", import_stubs.__file__, str(work / "request.json")]
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VLLM_"))}
+        # the user's environment without git's repository variables (as every process pq starts outside the project)
+        environ = {
+            k: v for k, v in git_command.environment(locale=False).items() if not k.startswith(("PYTHON", "VLLM_"))
+        }
         environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"})
         why = ""
         try:
@@ -144,6 +149,9 @@ def import_all(
 
 
 def _result(module: str, path: Path, why: str) -> Imported:
+    """One module's result; an exception's message is kept without any credential (:func:`redact`): it is printed,
+    written into the reports and kept in the cache."""
+    why = redact(why)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):  # the process died before writing its result (a crash in native code)
@@ -151,7 +159,7 @@ def _result(module: str, path: Path, why: str) -> Imported:
     error = data["error"]
     return Imported(
         module,
-        (error["message"], error["file"], error["line"]) if error else None,
+        (redact(error["message"]), error["file"], error["line"]) if error else None,
         tuple((str(f), int(n), str(name)) for f, n, name in data["stubbed"]),
         tuple((str(r), str(f), int(n), str(m)) for r, f, n, m in data["overrides"]),
         str(error.get("raised", "")) if error else "",

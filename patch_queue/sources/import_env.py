@@ -27,6 +27,12 @@ Both folders are built in a temporary folder of ``import-env/`` and renamed into
 offline or out of space leaves nothing half-built under a final name (a stale temporary folder is removed by the
 next build).  Nothing is installed outside the cache.  Offline or out of space with none built is a
 :class:`SourceError` of one line.
+
+pip's configuration is pip's own, and pq holds it to the rules of its own registry client first
+(:func:`.registry.check_configuration`): a value pq cannot use is one line naming the setting, never its value,
+before anything is built; what pip says is printed without any credential (:func:`patch_queue.errors.redact`: the
+configuration's credentials are known by then).  pip runs without the user's git repository variables
+(:data:`patch_queue.git.command.LOCAL_ENV`), as every other process pq starts outside the project's repository.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patch_queue.errors import SourceError
+from patch_queue.git import command as git_command
 from patch_queue.progress import Progress, say
 from patch_queue.sources import archives, registry
 from patch_queue.sources.cache import cache_dir
@@ -131,6 +138,7 @@ def build(versions: Versions, progress: Progress | None = None) -> Path:
     found = existing(versions)
     if found is not None:
         return found
+    registry.check_configuration()  # a setting pq cannot use is one line before anything is made
     top = root()
     try:
         top.mkdir(parents=True, exist_ok=True)
@@ -198,7 +206,9 @@ def _pip(tmp: Path, args: list[str]) -> None:
     """pip's own command line, with pip's configuration (files and ``PIP_*``), installing into the venv."""
     command = [sys.executable, "-m", "pip", "--python", str(tmp / "venv" / "bin" / "python"), "install"]
     command += ["--no-input", "--progress-bar", "off", "--disable-pip-version-check", *args]
-    proc = subprocess.run(command, capture_output=True, text=True, check=False, cwd=tmp)
+    proc = subprocess.run(
+        command, capture_output=True, text=True, check=False, cwd=tmp, env=git_command.environment(locale=False)
+    )
     if proc.returncode != 0:
         output = proc.stderr + proc.stdout
         missing = re.search(r"No matching distribution found for ([A-Za-z0-9._-]+)", output)
@@ -277,8 +287,9 @@ def upstream_sources(snapshot: Snapshot, progress: Progress | None = None) -> Pa
 
 def _version(snapshot: Snapshot) -> str:
     """The upstream's version: a release's own, else ``0+g<pin>`` (a local version: vLLM reads none of it)."""
-    if snapshot.kind == "release":
-        return snapshot.spec.partition("==")[2]
+    release = registry.parse_release(snapshot.spec) if snapshot.kind == "release" else None
+    if release is not None:
+        return release[1].text
     return "0+" + "".join(c for c in snapshot.pin if c.isalnum())[:12]
 
 
