@@ -66,7 +66,11 @@ if [ "$merged" -ne 0 ]; then
   exit "$merged"
 fi
 status=0
-$PQ refresh --no-stop --report reports/refresh.json --markdown reports/refresh.md || status=$?
+# a refresh that finishes is imported against the real releases (pq check --import: its environment, 2.6 GB, is
+# built once in pq's cache; offline or out of space it is a warning, not a failure); PQ_IMPORT_TEST=0 skips it
+import_test=--import
+[ "${PQ_IMPORT_TEST:-1}" = 0 ] && import_test=--no-import
+$PQ refresh --no-stop "$import_test" --report reports/refresh.json --markdown reports/refresh.md || status=$?
 step refresh
 echo "== summary: vllm-omni: ${downstream:-merge exit 0}; vllm-ascend: refresh exit $status; reports in reports/refresh.json and reports/refresh.md; package in npu_worker/"
 exit "$status"

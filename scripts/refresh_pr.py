@@ -715,7 +715,10 @@ def prepare(target: str, workdir: Path, *, root: Path, remote: str = "origin") -
     if merging:  # the newest vllm-omni release (or the one named), taken into the series
         args = [*pq, "merge", *reports] + ([target] if "==" in target else [])
     else:
-        args = [*pq, "refresh", "--no-stop", *reports] + (["--to", spec] if spec else [])
+        # a result without conflicts is imported against the real releases (pq check --import), its environment
+        # kept in the workflow's cache of PQ_CACHE; PQ_IMPORT_TEST=0 skips it
+        imported = ["--no-import"] if os.environ.get("PQ_IMPORT_TEST") == "0" else ["--import"]
+        args = [*pq, "refresh", "--no-stop", *imported, *reports] + (["--to", spec] if spec else [])
     proc = run(args, cwd=root, ok=(0, 3), capture=True)
     sys.stdout.write("".join(line + "\n" for line in proc.stdout.splitlines() if line.startswith("::")))
     if merging and "already up to date" in proc.stdout:  # a release the series holds changes nothing

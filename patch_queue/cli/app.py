@@ -72,6 +72,21 @@ AllOpt = Annotated[bool, typer.Option("--all", "-a")]
 NoSourcesOpt = Annotated[
     bool, typer.Option("--no-sources", help="skip the checks that need upstream source trees (imports, GPU audit)")
 ]
+ImportOpt = Annotated[
+    bool,
+    typer.Option(
+        "--import",
+        help="also import each built module in a fresh interpreter against the real releases, only the NPU's "
+        "native modules stubbed (its environment is built once, in pq's cache)",
+    ),
+]
+ImportAutoOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--import/--no-import",
+        help="run pq check --import on the result (default: when its environment is built)",
+    ),
+]
 ReportOpt = Annotated[Path | None, typer.Option("--report", help="write the JSON report here (- for stdout)")]
 MarkdownOpt = Annotated[
     Path | None, typer.Option("--markdown", help="write the report as a pull-request body here (- for stdout)")

@@ -17,6 +17,8 @@ from patch_queue.cli.app import (
     AnnotationsOpt,
     DiscardOpt,
     FlagsOpt,
+    ImportAutoOpt,
+    ImportOpt,
     MarkdownOpt,
     NoSourcesOpt,
     ReportOpt,
@@ -240,6 +242,7 @@ def _print_check(ws: Workspace, result: CheckOutcome) -> None:
     typer.echo(
         f"pq check: {result.errors} error(s), {len(result.findings) - result.errors} warning(s) "
         f"in {len(result.files)} modules (omni blocks compared with {result.reference})"
+        + (f"; --import: {result.imported}" if result.imported else "")
     )
 
 
@@ -286,6 +289,7 @@ def refresh(
     annotations: AnnotationsOpt = False,
     no_check: Annotated[bool, typer.Option("--no-check", help="do not run pq check on the result")] = False,
     no_sources: NoSourcesOpt = False,
+    import_test: ImportAutoOpt = None,
     upstream: UpstreamOpt = None,
     discard: DiscardOpt = False,
     sync_gpu: Annotated[
@@ -311,6 +315,7 @@ def refresh(
             on_patch=_on_patch,
             check=not no_check,
             check_sources=not no_sources,
+            check_import=import_test,
             discard=discard,
             reports=_report_paths(ws, report, markdown),
             accept_errors=accept_errors,
@@ -535,6 +540,7 @@ def continue_(
     flags: FlagsOpt = None,
     verbose: VerboseOpt = False,
     accept_errors: AcceptErrorsOpt = False,
+    import_test: ImportAutoOpt = None,
 ) -> int:
     """Take the resolved files in npu_worker/ and go on with the refresh (rewriting the refresh's reports)."""
     from patch_queue.commands import machine
@@ -559,6 +565,7 @@ def continue_(
             on_patch=_on_patch,
             reports=_report_paths(ws, report, markdown),
             accept_errors=accept_errors,
+            check_import=import_test,
         )
     if outcome.written:  # over errors of pq check nothing is written: the reports stay as they were too
         _write_reports(ws, outcome, annotations)
@@ -641,14 +648,16 @@ def check(
     ] = None,
     no_sources: NoSourcesOpt = False,
     upstream: UpstreamOpt = None,
+    import_test: ImportOpt = False,
 ) -> int:
-    """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit."""
+    """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit (and with
+    --import, each module imported against the real releases)."""
     from patch_queue.commands import check
     from patch_queue.fsutil import CHECK_JSON, check_output, json_bytes, write_output
 
     check_output(json_out, CHECK_JSON)
     with locked("check") as ws:
-        result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say)
+        result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say, imports=import_test)
     if json_out is not None:
         write_output(json_out, json_bytes(result.as_json()), CHECK_JSON)
     _print_check(ws, result)

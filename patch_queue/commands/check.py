@@ -27,6 +27,7 @@ class CheckOutcome:
     reference: str  # what the omni blocks were compared with
     files: list[str]
     sources: bool  # import resolution and the GPU audit ran
+    imported: str = ""  # what the import test imported (pq check --import), "" when it did not run
 
     @property
     def errors(self) -> int:
@@ -39,6 +40,7 @@ class CheckOutcome:
             "reference": self.reference,
             "files": self.files,
             "sources": self.sources,
+            **({"imported": self.imported} if self.imported else {}),
             "errors": self.errors,
             "warnings": len(self.findings) - self.errors,
             "counts": dict(sorted(counts.items())),
@@ -74,8 +76,13 @@ def run_checks(
     upstream_git: str | None,
     sources_on: bool,
     progress: Progress | None = None,
+    imports: bool | None = False,
+    imports_required: bool = False,
 ) -> CheckOutcome:
-    """Every check of ``pq check`` on ``files`` (module name -> text)."""
+    """Every check of ``pq check`` on ``files`` (module name -> text).  ``imports``: the import test
+    (:func:`import_checks`): True runs it (building its environment when none is), None runs it when its environment
+    is built, False not; ``imports_required``: an environment that cannot be built is an error (``pq check
+    --import``), else a warning."""
     from patch_queue.checks import duplicates, names
     from patch_queue.checks import rules as check
 
@@ -97,7 +104,13 @@ def run_checks(
             findings += duplicates.check_duplicates(files, reference, upstream)
     if sources_on:
         findings += source_checks(queue, files, upstream_git=upstream_git, progress=progress)
-    return CheckOutcome(sorted(set(findings)), reference_label, sorted(checked), sources_on)
+    imported = ""
+    if imports is True or (imports is None and sources_on):
+        found, imported = import_checks(
+            queue, files, upstream_git=upstream_git, build=bool(imports), required=imports_required, progress=progress
+        )
+        findings += found
+    return CheckOutcome(sorted(set(findings)), reference_label, sorted(checked), sources_on, imported)
 
 
 def source_checks(
@@ -151,6 +164,98 @@ def source_checks(
     return out
 
 
+def import_checks(
+    queue: Queue,
+    files: dict[str, str],
+    *,
+    upstream_git: str | None,
+    build: bool,
+    required: bool,
+    progress: Progress | None = None,
+) -> tuple[list[Finding], str]:
+    """The import test (:mod:`patch_queue.checks.import_test`) of ``files`` in the environment of the queue's exact
+    versions: built first when ``build`` (else skipped silently when none is built); one that cannot be built or
+    read raises (``required``) or is a warning (``import-test-skipped``).  With what was imported, in words ("" when
+    it did not run)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from patch_queue.checks import import_test
+    from patch_queue.sources import import_env
+    from patch_queue.sources.cache import code_stamp, derived_get, derived_key, derived_put
+
+    release = queue.downstream_release
+    if not release:
+        if not build:
+            return [], ""
+        why = "the import test needs the pinned downstream release (the series was adopted from a folder)"
+        if required:
+            raise QueueError(why)
+        return [_warning("import-test-skipped", why)], ""
+    try:
+        vllm = vllm_release(queue.downstream_name, release, progress)
+        versions = import_env.Versions(
+            vllm.version,
+            import_env.torch_requirement(vllm.version, progress),
+            f"{queue.downstream_name}=={release}",
+            import_env.python_tag(),
+        )
+    except PqError as exc:
+        if required:
+            raise
+        if not build:  # whether an environment is built is not known: none runs, and nothing was asked
+            return [], ""
+        return [_warning("import-test-skipped", f"the import test did not run: {exc.message}")], ""
+    if not build and import_env.existing(versions) is None:
+        return [], ""
+    try:
+        folder = import_env.build(versions, progress)
+        snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
+        env = import_env.ImportEnv(
+            import_env.python_of(folder), import_env.upstream_sources(snapshot, progress), versions
+        )
+        ours = release_files(queue.downstream_name, release, queue.package + "/", progress=progress)
+    except PqError as exc:
+        if required:
+            raise
+        return [_warning("import-test-skipped", f"the import test did not run: {exc.message}")], ""
+    control = sorted(k.rsplit("/", 1)[-1] for k in ours if k.endswith(".py") and "/" not in k[len(queue.package) + 1 :])
+    carried = import_test.carried_methods({m.path: list(m.symbols) for m in queue.modules})
+    preload = ["torch", *(path.removesuffix(".py").replace("/", ".") for path in queue.upstream_paths())]
+    controlled = [c for c in control if c in files]
+    # the control is the same in the same environment, upstream and pq: imported once, then read from the cache
+    control_key = derived_key(
+        "import-control",
+        env.versions.key(),
+        str(env.upstream),
+        json.dumps([controlled, carried, preload], sort_keys=True),
+        code_stamp("checks/import_stubs.py", "checks/import_test.py"),
+    )
+    cached = derived_get("import-control", control_key)
+    known = import_test.load(cached) if cached is not None else None
+    say(
+        progress,
+        f"Importing the {len(files)} modules and {queue.downstream_name} {release}'s own (pq check --import) ...",
+    )
+    with tempfile.TemporaryDirectory(prefix="pq-import-out-") as tmp:
+        overlay = Path(tmp) / queue.package.rsplit("/", 1)[-1]
+        overlay.mkdir()
+        for path, text in files.items():
+            (overlay / path).write_text(text, encoding="utf-8")
+        package = queue.package.replace("/", ".")
+        output, theirs = import_test.import_all(
+            env, package, sorted(files), carried, overlay, control=[] if known else controlled, preload=preload
+        )
+    if known is not None:
+        theirs = known
+    elif all(i.error is None or i.raised for i in theirs):  # never a crash or a time-out
+        derived_put("import-control", control_key, import_test.dump(theirs))
+    label = f"{queue.downstream_name} {release}"
+    said = f"{import_test.summary(output)}, and {import_test.summary(theirs)} of {label}'s own"
+    return import_test.findings(output, theirs, release=label), said
+
+
 def _warning(rule: str, message: str) -> Finding:
     """A finding about the check run itself (no file, no line)."""
     return Finding("", 0, rule, WARNING, message)
@@ -167,7 +272,12 @@ def _parses(text: str) -> bool:
 
 
 def do_check(
-    ws: Workspace, *, upstream_git: str | None, sources_on: bool, progress: Progress | None = None
+    ws: Workspace,
+    *,
+    upstream_git: str | None,
+    sources_on: bool,
+    progress: Progress | None = None,
+    imports: bool | None = False,
 ) -> CheckOutcome:
     """Check the built package in the output folder against the series and the upstream sources."""
     modules = ws.out.glob("*.py") if ws.out.is_dir() else ()
@@ -194,4 +304,6 @@ def do_check(
         upstream_git=upstream_git,
         sources_on=sources_on,
         progress=progress,
+        imports=imports,
+        imports_required=imports is True,
     )

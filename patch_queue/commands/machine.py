@@ -243,6 +243,7 @@ def _check_result(
                 upstream_git=state.upstream_git,
                 sources_on=state.check_sources,
                 progress=progress,
+                imports=state.check_import,
             )
     except PqError as exc:
         return CheckOutcome(
@@ -260,7 +261,7 @@ def on_disk_findings(ws: Workspace, written: dict[str, bytes], result: CheckOutc
 
     lines = on_disk_lines(ws, written, [(f.file, f.line) for f in result.findings])
     moved = [replace(f, line=line) for f, line in zip(result.findings, lines, strict=True)]
-    return CheckOutcome(moved, result.reference, result.files, result.sources)
+    return CheckOutcome(moved, result.reference, result.files, result.sources, result.imported)
 
 
 def on_disk_lines(ws: Workspace, written: dict[str, bytes], places: Sequence[tuple[str, int]]) -> list[int]:
@@ -282,13 +283,17 @@ def do_continue(
     on_patch: Callable[[replay.PatchResult], None] | None = None,
     reports: tuple[str, str] = ("", ""),
     accept_errors: bool = False,
+    check_import: bool | None = None,
 ) -> Outcome:
-    """``reports``: report paths given again (each replaces the refresh's; "" keeps it); ``accept_errors``:
-    finish over the errors of `pq check` (recorded in the lineage step), else they leave the refresh pending
-    and nothing written (:func:`advance`)."""
+    """``reports``: report paths given again (each replaces the refresh's; "" keeps it); ``check_import``: ``pq
+    check --import`` on the result (True/False: asked or declined here; None: as the refresh was told);
+    ``accept_errors``: finish over the errors of `pq check` (recorded in the lineage step), else they leave the
+    refresh pending and nothing written (:func:`advance`)."""
     on_patch = killable(on_patch)
     state = operation.require(ws)
     state = replace(state, reports=(reports[0] or state.reports[0], reports[1] or state.reports[1]))
+    if check_import is not None:
+        state = replace(state, check_import=check_import)
     target = state.target()
     patches, done = state.patches, state.done
     work = read_folder(ws.out)

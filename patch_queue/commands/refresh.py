@@ -66,6 +66,7 @@ def do_refresh(
     on_patch: Callable[[replay.PatchResult], None] | None = None,
     check: bool = True,
     check_sources: bool = True,
+    check_import: bool | None = None,
     discard: bool = False,
     reports: tuple[str, str] = ("", ""),
     accept_errors: bool = False,
@@ -129,6 +130,7 @@ def do_refresh(
         blocks_before=machine.count_blocks(module_files(ws, loaded.patches[-1][1]) if loaded.patches else {}),
         check=check,
         check_sources=check_sources,
+        check_import=check_import,
         upstream_git=upstream_git,
         upstream_commits=(loaded.queue.upstream.public_commit, target.upstream.public_commit),
         # recorded regions or edits were applied: the finished refresh records its edits (see _merge_edits)

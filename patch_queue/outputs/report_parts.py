@@ -115,6 +115,8 @@ class Report:
     check_errors: tuple[tuple[str, int, str, str], ...] = ()  # (file, line, rule, message) of pq check's errors
     accepted: bool = False  # the refresh was finished over them (--accept-errors)
     merged: str = ""  # a merge (pq merge): the release it takes in ("name==version")
+    imported: str = ""  # what pq check --import imported ("" when it did not run)
+    import_warnings: tuple[tuple[str, int, str, str], ...] = ()  # its warnings: (file, line, rule, message)
 
 
 def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
@@ -163,13 +165,22 @@ def read(report: Mapping[str, object]) -> Report:
         ),
         culprits=string(upstream, "culprits", "upstream"),
         check_errors=_check_errors(report),
+        imported=string(mapping(report.get("check"), "check"), "imported", "check") if report.get("check") else "",
+        import_warnings=_check_errors(report, severity="warning", rules=IMPORT_WARNINGS),
         accepted=bool(listing(report, "accepted_errors", "")),
         merged=string(report, "merged", ""),
     )
 
 
-def _check_errors(report: Mapping[str, object]) -> tuple[tuple[str, int, str, str], ...]:
-    """The errors of the report's ``check`` (pq check on a result without conflicts), in its order."""
+# the warnings of pq check --import the Markdown report lists: the import test did not run, or the environment failed
+IMPORT_WARNINGS = ("import-test-skipped", "import-failed-control", "import-control-failed")
+
+
+def _check_errors(
+    report: Mapping[str, object], *, severity: str = "error", rules: tuple[str, ...] = ()
+) -> tuple[tuple[str, int, str, str], ...]:
+    """The errors (or findings of ``severity`` and ``rules``) of the report's ``check`` (pq check on a result without
+    conflicts), in its order."""
     if report.get("check") is None:
         return ()
     check = mapping(report.get("check"), "check")
@@ -177,7 +188,7 @@ def _check_errors(report: Mapping[str, object]) -> tuple[tuple[str, int, str, st
     for i, raw in enumerate(listing(check, "findings", "check")):
         where = f"check.findings[{i}]"
         f = mapping(raw, where)
-        if string(f, "severity", where) == "error":
+        if string(f, "severity", where) == severity and (not rules or string(f, "rule", where) in rules):
             line = integer(f, "line", where) or 0
             out.append((string(f, "file", where), line, string(f, "rule", where), string(f, "message", where)))
     return tuple(out)
@@ -455,6 +466,18 @@ def head(r: Report, url: str) -> str:
         if len(r.check_errors) > 50:
             items.append(f"- and {len(r.check_errors) - 50} more (see the JSON report)")
         blocks.append("**`pq check` errors:**\n\n" + "\n".join(items))
+    if r.imported or r.import_warnings:
+        said = (
+            f"The result imports against the real releases (`pq check --import`): {_text(r.imported)}."
+            if r.imported
+            else "The import test (`pq check --import`) did not run."
+        )
+        items = [
+            f"- {code(path(r.out, file) + (f':{line}' if line else '') if file else r.out + '/')}: {code(rule)} "
+            f"{_text(one_line(message))}"
+            for file, line, rule, message in r.import_warnings[:20]
+        ]
+        blocks.append(said + ("\n\n" + "\n".join(items) if items else ""))
     if r.fences:
         items = [
             f"- {code(path(r.out, file) + ':' + str(line))}: {_text(message)}" for file, line, message in r.fences[:50]

@@ -87,6 +87,7 @@ class Operation:
     blocks_before: int = 0
     check: bool = True
     check_sources: bool = True
+    check_import: bool | None = None  # pq check --import on the result: True asked, None when its environment is built
     upstream_git: str | None = None
     upstream_commits: tuple[str, str] = ("", "")
     recorded: bool = False  # recorded regions or edits were applied: the finished refresh records its edits
@@ -166,6 +167,7 @@ class Operation:
             blocks_before=blocks if isinstance(blocks, int) else 0,
             check=bool(data.get("check", True)),
             check_sources=bool(data.get("check_sources", True)),
+            check_import=bool(data["check_import"]) if isinstance(data.get("check_import"), bool) else None,
             upstream_git=git if isinstance(git, str) else None,
             upstream_commits=_pair(data.get("upstream_commits", ["", ""]), "upstream_commits"),
             recorded=bool(data.get("recorded", False)),

@@ -291,6 +291,18 @@ def _timeout() -> float:
     return _number("timeout", 60.0)
 
 
+def check_configuration() -> None:
+    """pip's configuration read and checked as pq's own requests read it, before pq hands a download to pip's own
+    command line (the import test's environment): every URL setting (``index-url``, ``extra-index-url``,
+    ``find-links``, ``proxy``), ``no-index``, ``cert``, ``client-cert``, ``timeout`` and ``retries``.  A value pq
+    cannot use is the same one line naming where it was set, never the value, and every credential of the
+    configuration is then known to :func:`~patch_queue.errors.redact`, through which pip's own output is printed."""
+    _timeout()
+    _number("retries", 0)
+    for url in [*index_urls(), *(link for link in find_links() if "://" in link)]:
+        _opener(url)
+
+
 @functools.cache
 def _tls(cert: str, client_cert: str, verify: bool) -> ssl.SSLContext:
     """The TLS context of a request: verified against ``cert`` (pip's CA bundle, a file or folder) unless the
