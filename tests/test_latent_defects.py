@@ -3,13 +3,18 @@
 - A class header over several lines (``class GPUModelRunner(\\n    A,\\n    B,\\n):``): the adopt search's scan
   (:func:`patch_queue.merge.symbols.scan_methods`) finds every method, on a synthetic file and on vLLM's real
   ``vllm/v1/worker/gpu_model_runner.py`` (the 0.30.0 sdist, from the registry through pip's configuration).
+- A class-name mismatch between the runners and the upstream file: one line, an error when nothing is carried.
+- A folder holding both ``npu/`` and ``gpu/``: ``npu/`` is read, and a line says so and why.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from conftest import new_project, pq, state
+from test_errors import one_error_line
 
 from patch_queue.errors import SourceError
 from patch_queue.merge import symbols
@@ -150,3 +155,138 @@ def test_the_adopt_search_finds_the_real_vllm_runner(vllm_runner: str, omni_gpu_
     carried = adopt.classify(omni_gpu_runners, vllm_runner, upstream_path="vllm/v1/worker/gpu_model_runner.py",
                              cls="GPUModelRunner")  # fmt: skip
     assert len([c for c in carried if "." in c.downstream]) >= 8
+
+
+# -- a class-name mismatch ----------------------------------------------------------------------------------------
+
+UPSTREAM = "vllm_ascend/worker/model_runner_v1.py"
+
+
+def _methods(n: int, edit: str = "") -> str:
+    return "\n".join(
+        f"    def step{i}(self, a):\n        x = a + {i}\n        y = x * {i + 2}{edit}\n        z = y - {i}\n"
+        "        return z\n"
+        for i in range(n)
+    )
+
+
+def _upstream(root: Path, cls: str) -> Path:
+    path = root / UPSTREAM
+    path.parent.mkdir(parents=True)
+    path.write_text(f"import os\n\n\nclass {cls}:\n    def __init__(self):\n        self.a = 1\n\n" + _methods(4))
+    return root
+
+
+def _runners(folder: Path, base: str, edit: str = " + self.omni") -> Path:
+    folder.mkdir(parents=True)
+    (folder / "npu_model_runner.py").write_text(
+        f"import os\n\n\nclass OmniNPUModelRunner({base}):\n    omni = 3\n\n" + _methods(4, edit)
+    )
+    (folder / "npu_omni_helpers.py").write_text("def helper():\n    return 'omni'\n")
+    return folder
+
+
+def test_an_upstream_file_without_the_upstream_class_is_one_error(tmp_path: Path) -> None:
+    """The runners subclass GPUModelRunner, which the upstream file has, instead of NPUModelRunner, which it lacks:
+    nothing can be carried, so adopt stops with one line naming the class and the file, and writes nothing."""
+    up = _upstream(tmp_path / "up", "GPUModelRunner")
+    down = _runners(tmp_path / "down", "GPUModelRunner")
+    proj = new_project(tmp_path / "p")
+    before = state(proj)
+    line = one_error_line(pq(proj, "adopt", str(down), "--at", str(up), check=1))
+    assert line.startswith(
+        f"pq: error: {UPSTREAM}: has no class NPUModelRunner, the class the runners' methods are carried "
+    )
+    assert "the runners subclass GPUModelRunner, which it has" in line
+    assert line.endswith("nothing can be carried, so there is no series to adopt")
+    assert state(proj) == before
+
+
+def test_runners_naming_another_class_are_one_error_when_nothing_is_carried(tmp_path: Path) -> None:
+    """The upstream file has NPUModelRunner; the runners subclass GPUModelRunner and share no method text with it:
+    the error names the runner file and the line of its class."""
+    up = _upstream(tmp_path / "up", "NPUModelRunner")
+    down = tmp_path / "down"
+    down.mkdir()
+    (down / "gpu_model_runner.py").write_text(
+        "class OmniGPUModelRunner(GPUModelRunner):\n"
+        + "\n".join(f"    def step{i}(self, *args):\n        return self.gpu(*args, {i})\n" for i in range(4))
+    )
+    proj = new_project(tmp_path / "p")
+    line = one_error_line(pq(proj, "adopt", str(down), "--at", str(up), check=1))
+    assert line.startswith(
+        f"pq: error: {down}/gpu_model_runner.py:1: class OmniGPUModelRunner subclasses GPUModelRunner, not "
+    )
+    assert f"NPUModelRunner: {UPSTREAM} has no class GPUModelRunner (upstream at " in line
+    assert line.endswith("nothing can be carried, so there is no series to adopt")
+    assert not (proj / "patches").exists()
+
+
+def test_runners_naming_another_class_warn_when_methods_are_carried_by_name(tmp_path: Path) -> None:
+    up = _upstream(tmp_path / "up", "NPUModelRunner")
+    down = _runners(tmp_path / "down", "GPUModelRunner")
+    proj = new_project(tmp_path / "p")
+    out = pq(proj, "adopt", str(down), "--at", str(up)).stdout
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, out
+    assert warnings[0].startswith(f"warning: {down}/npu_model_runner.py:4: class OmniNPUModelRunner subclasses ")
+    assert warnings[0].endswith(": 4 method(s) and 0 top-level symbol(s) carried by name alone")
+    assert out.count("carried: npu_model_runner.py") == 4
+    # the runners that subclass the upstream class adopt as before, without a word
+    other = new_project(tmp_path / "q")
+    agreed = _runners(tmp_path / "agreed", "NPUModelRunner")
+    out = pq(other, "adopt", str(agreed), "--at", str(up)).stdout
+    assert "warning" not in out and out.count("carried: npu_model_runner.py") == 4
+
+
+# -- a folder holding both npu/ and gpu/ ------------------------------------------------------------------------
+
+
+def test_a_folder_with_npu_and_gpu_reads_npu_and_says_so(tmp_path: Path) -> None:
+    up = _upstream(tmp_path / "up", "NPUModelRunner")
+    release = tmp_path / "release"
+    _runners(release / "npu", "NPUModelRunner")
+    gpu = release / "gpu"
+    gpu.mkdir()
+    (gpu / "gpu_model_runner.py").write_text("class OmniGPUModelRunner(GPUModelRunner):\n    pass\n")
+    proj = new_project(tmp_path / "p")
+    done = pq(proj, "adopt", str(release), "--at", str(up))
+    said = [line for line in done.stderr.splitlines() if "gpu/" in line]
+    assert said == [
+        f"Reading {release}/npu: {release} holds both npu/ and gpu/, and this queue's runners are the NPU ones "
+        "(copies of vllm-ascend's NPUModelRunner); gpu/ is not read"
+    ]
+    assert sorted(p.name for p in (proj / "npu_worker").glob("*.py")) == ["npu_model_runner.py", "npu_omni_helpers.py"]
+    # npu/ alone: read without a word about it; gpu/ alone: nothing is read, and the error says why
+    only_npu = tmp_path / "only-npu"
+    _runners(only_npu / "npu", "NPUModelRunner")
+    quiet = pq(new_project(tmp_path / "q"), "adopt", str(only_npu), "--at", str(up))
+    assert "gpu/" not in quiet.stderr
+    (release / "npu").rename(tmp_path / "moved")
+    line = one_error_line(pq(new_project(tmp_path / "r"), "adopt", str(release), "--at", str(up), check=1))
+    assert line == (
+        f"pq: error: {release}: holds no NPU worker modules (*.py) (gpu/ holds GPU runners, not this queue's: name the "
+        "folder of the NPU runners)"
+    )
+
+
+def test_the_real_runners_agree_with_vllm_ascend_and_the_gpu_ones_do_not(corpus: Path) -> None:
+    """On the real releases: every NPU runner folder of the corpus subclasses vllm-ascend's NPUModelRunner (no line:
+    the NPU queue's adopt prints what it printed); each GPU folder names vLLM's GPUModelRunner at its class line."""
+    from conftest import BASE_030, RELEASES
+
+    from patch_queue.sources.snapshot import resolve_upstream
+
+    snapshot = resolve_upstream(BASE_030, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+    ascend = snapshot.read(UPSTREAM).decode("utf-8")
+    for release in RELEASES:
+        folder = corpus / f"vllm-omni-{release}"
+        npu = {p.name: p.read_text() for p in (folder / "npu").glob("*.py")}
+        assert adopt.class_mismatch(npu, ascend) is None, release
+        gpu = {p.name: p.read_text() for p in (folder / "gpu").glob("*.py")}
+        found = adopt.class_mismatch(gpu, ascend)
+        assert found is not None and found.path == "gpu_model_runner.py", release
+        assert found.message.startswith("class OmniGPUModelRunner subclasses "), found
+        assert "GPUModelRunner, not NPUModelRunner: " in found.message, found
+        line = gpu["gpu_model_runner.py"].splitlines()[(found.line or 0) - 1]
+        assert line.startswith("class OmniGPUModelRunner("), (release, line)
