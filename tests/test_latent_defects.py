@@ -5,6 +5,8 @@
   ``vllm/v1/worker/gpu_model_runner.py`` (the 0.30.0 sdist, from the registry through pip's configuration).
 - A class-name mismatch between the runners and the upstream file: one line, an error when nothing is carried.
 - A folder holding both ``npu/`` and ``gpu/``: ``npu/`` is read, and a line says so and why.
+- ``pq sync-gpu --omni X`` on a series adopted from a folder, which pins no release to start the delta from: one
+  line, and the downstream pin is not moved (it was moved from none to X while the sync said "nothing to do").
 """
 
 from __future__ import annotations
@@ -290,3 +292,25 @@ def test_the_real_runners_agree_with_vllm_ascend_and_the_gpu_ones_do_not(corpus:
         assert "GPUModelRunner, not NPUModelRunner: " in found.message, found
         line = gpu["gpu_model_runner.py"].splitlines()[(found.line or 0) - 1]
         assert line.startswith("class OmniGPUModelRunner("), (release, line)
+
+
+# -- sync-gpu on a series adopted from a folder -----------------------------------------------------------------
+
+
+def test_sync_gpu_on_a_folder_series_without_since_moves_no_pin(tmp_path: Path) -> None:
+    up = _upstream(tmp_path / "up", "NPUModelRunner")
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(_runners(tmp_path / "down", "NPUModelRunner")), "--at", str(up))
+    assert 'release = ""' in (proj / "patches" / "queue.toml").read_text()
+    before = state(proj)
+    line = one_error_line(pq(proj, "sync-gpu", "--omni", "0.30.0", check=1))
+    assert line == (
+        "pq: error: patches/queue.toml: the series was adopted from a folder (lineage step 1) and pins no vllm-omni "
+        "release to start the GPU changes of 0.30.0 from: nothing synced, the pin stays none; name the release (or "
+        "folder) its NPU runners are with --since, or --backlog for every unported GPU change"
+    )
+    assert state(proj) == before
+    # without --omni, the line it always said
+    line = one_error_line(pq(proj, "sync-gpu", check=1))
+    assert line.endswith("the series was adopted from a folder: name the GPU runners with --omni SPEC")
+    assert state(proj) == before
