@@ -7,6 +7,8 @@
 - A folder holding both ``npu/`` and ``gpu/``: ``npu/`` is read, and a line says so and why.
 - ``pq sync-gpu --omni X`` on a series adopted from a folder, which pins no release to start the delta from: one
   line, and the downstream pin is not moved (it was moved from none to X while the sync said "nothing to do").
+- The relative imports of the upstream file resolve against the package its path names
+  (:func:`patch_queue.series.reimport.module_of`), vllm-ascend's as before and vLLM's ``vllm.v1.worker`` too.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from test_errors import one_error_line
 
 from patch_queue.errors import SourceError
 from patch_queue.merge import symbols
-from patch_queue.series import adopt
+from patch_queue.series import adopt, reimport
 
 # -- a class header over several lines -------------------------------------------------------------------------
 
@@ -314,3 +316,32 @@ def test_sync_gpu_on_a_folder_series_without_since_moves_no_pin(tmp_path: Path) 
     line = one_error_line(pq(proj, "sync-gpu", check=1))
     assert line.endswith("the series was adopted from a folder: name the GPU runners with --omni SPEC")
     assert state(proj) == before
+
+
+# -- relative imports of the upstream file -----------------------------------------------------------------------
+
+RUNNER_READS = "class OmniRunner:\n    def go(self):\n        return helper(Shared)\n"
+
+
+def test_relative_imports_of_the_upstream_file_resolve_against_its_own_package() -> None:
+    assert reimport.module_of(UPSTREAM) == "vllm_ascend.worker.model_runner_v1"  # the NPU queue's, as it was
+    upstream = "from .utils import helper\nfrom ..common import Shared\n\n\nclass Runner:\n    pass\n"
+    for path, package, parent in (
+        (UPSTREAM, "vllm_ascend.worker", "vllm_ascend"),
+        ("vllm/v1/worker/gpu_model_runner.py", "vllm.v1.worker", "vllm.v1"),
+        ("pkg/runner.py", "pkg", None),  # `from ..common` climbs past the top: not imported
+    ):
+        out, _changes = reimport.reconcile(
+            RUNNER_READS, new_upstream=upstream, old_upstream=None, upstream_module=reimport.module_of(path)
+        )
+        assert f"from {package}.utils import helper\n" in out, (path, out)
+        assert (f"from {parent}.common import Shared\n" in out) if parent else ("Shared\n" not in out), (path, out)
+
+
+def test_the_real_vllm_runner_relative_imports_resolve_against_vllm_v1_worker(vllm_runner: str) -> None:
+    assert "\nfrom .utils import (\n" in vllm_runner  # the real file imports its neighbours relatively
+    reads = "class OmniGPUModelRunner:\n    def go(self, kv):\n        return bind_kv_cache(kv)\n"
+    module = reimport.module_of("vllm/v1/worker/gpu_model_runner.py")
+    out, changes = reimport.reconcile(reads, new_upstream=vllm_runner, old_upstream=None, upstream_module=module)
+    assert "from vllm.v1.worker.utils import bind_kv_cache\n" in out, out
+    assert [c.kind for c in changes] == [reimport.ADDED]
