@@ -98,7 +98,9 @@ def read_downstream(source: str, progress: Progress | None = None) -> Downstream
 
 def release_modules(name: str, version: str, progress: Progress | None = None) -> dict[str, bytes]:
     """The NPU worker modules of the release ``name==version`` (read from the registry, never from a folder), every
-    module checked (:func:`_check_modules`)."""
+    module checked (:func:`_check_modules`).  Always ``DOWNSTREAM_PACKAGE``, whatever runners the series holds: a
+    series of other runners (a GPU queue) merging a release would take in the NPU modules (issue 49; the queue
+    described in queue.toml is to name the package)."""
     prefix = DOWNSTREAM_PACKAGE + "/"
     files = release_files(name, version, prefix, progress=progress)
     local = {k.removeprefix(prefix): v for k, v in files.items()}
