@@ -75,6 +75,8 @@ def adopt(
         typer.echo(f"upstream base: {res.commit_label} (given with --at)")
     for c in res.carried:
         typer.echo(f"carried: {c.module} {c.downstream} <- {c.upstream} (similarity {c.ratio:.2f})")
+    for warning in res.warnings:
+        typer.echo(f"warning: {warning}")
     typer.echo(f"wrote {len(res.patches)} patches to patches/ and the runners to {ws.rel(ws.out)}/")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from patch_queue.commands.write import (
     DOWNSTREAM_PACKAGE,
@@ -51,29 +51,56 @@ class AdoptResult:
     searched_auto: bool
     downstream: str = ""  # "name==version" of an adopted release
     discarded: str = ""  # what --discard dropped from the output folder
+    warnings: tuple[str, ...] = ()  # one line each: what the adopted series may not be what the user meant
 
 
-def read_downstream(source: str, progress: Progress | None = None) -> tuple[dict[str, bytes], str, str]:
-    """(module files, downstream name, release) of a vllm-omni release spec or a directory, every module checked
-    (:func:`_check_modules`): an existing directory is one whatever its path holds (``./x==1/npu``), a release is
-    ``NAME==VERSION`` (:func:`registry.parse_release`), anything else one line before anything is downloaded."""
+class Downstream(NamedTuple):
+    modules: dict[str, bytes]
+    name: str  # the downstream distribution
+    release: str  # its version; "" for a folder
+    where: str  # where the modules were read: the folder, or "name==version: package"
+
+
+def read_downstream(source: str, progress: Progress | None = None) -> Downstream:
+    """The modules of a vllm-omni release spec or a directory, every module checked (:func:`_check_modules`): an
+    existing directory is one whatever its path holds (``./x==1/npu``), a release is ``NAME==VERSION``
+    (:func:`registry.parse_release`), anything else one line before anything is downloaded.
+
+    A directory holds the modules in the downstream package's path, in ``npu/`` or itself (the first that holds
+    ``*.py``).  One that holds both ``npu/`` and ``gpu/`` (a vllm-omni release's two runner folders, as the corpus
+    keeps them) gives ``npu/``, this queue's runners, and says so in one line: ``gpu/`` holds the GPU runners the
+    NPU ones mirror (``pq sync-gpu --omni`` reads those), never the runners of this series."""
     root = Path(source)
     if root.is_dir():
         for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
             modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
             if modules:
                 _check_modules(modules, str(candidate))
-                return modules, "vllm-omni", ""
-        raise QueueError("holds no NPU worker modules (*.py)", path=source)
+                if candidate == root / "npu" and (root / "gpu").is_dir():
+                    from patch_queue.series.adopt import UPSTREAM_CLASS
+
+                    say(
+                        progress,
+                        f"Reading {candidate}: {root} holds both npu/ and gpu/, and this queue's runners are the NPU "
+                        f"ones (copies of vllm-ascend's {UPSTREAM_CLASS}); gpu/ is not read",
+                    )
+                return Downstream(modules, "vllm-omni", "", str(candidate))
+        gpu = " (gpu/ holds GPU runners, not this queue's: name the folder of the NPU runners)"
+        raise QueueError("holds no NPU worker modules (*.py)" + (gpu if (root / "gpu").is_dir() else ""), path=source)
     release = registry.parse_release(source)
     if release is None:
         raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
-    return release_modules(release[0], release[1].text, progress), release[0], release[1].text
+    name, version = release[0], release[1].text
+    return Downstream(
+        release_modules(name, version, progress), name, version, f"{name}=={version}: {DOWNSTREAM_PACKAGE}"
+    )
 
 
 def release_modules(name: str, version: str, progress: Progress | None = None) -> dict[str, bytes]:
     """The NPU worker modules of the release ``name==version`` (read from the registry, never from a folder), every
-    module checked (:func:`_check_modules`)."""
+    module checked (:func:`_check_modules`).  Always ``DOWNSTREAM_PACKAGE``, whatever runners the series holds: a
+    series of other runners (a GPU queue) merging a release would take in the NPU modules (issue 49; the queue
+    described in queue.toml is to name the package)."""
     prefix = DOWNSTREAM_PACKAGE + "/"
     files = release_files(name, version, prefix, progress=progress)
     local = {k.removeprefix(prefix): v for k, v in files.items()}
@@ -137,7 +164,7 @@ def plan_adopt(
     """The adopted stack as unreferenced commits (nothing written), and what the search found."""
     from patch_queue.series import adopt as adopt_mod
 
-    modules, down_name, down_release = read_downstream(source, progress)
+    modules, down_name, down_release, where = read_downstream(source, progress)
     texts = {k: v.decode("utf-8") for k, v in modules.items()}  # read_downstream checked them
     upath = adopt_mod.UPSTREAM_FILE
     searched = None
@@ -170,6 +197,7 @@ def plan_adopt(
     upstream_text = snapshot.read(upath).decode("utf-8")
     carried = adopt_mod.classify(texts, upstream_text)
     label = snapshot.label
+    warnings = _class_warnings(texts, upstream_text, carried, label, where)
     layout, steps = adopt_mod.plan_series(
         modules, carried, upstream_text, base_label=label, formatter=FORMATTER[0], line_length=FORMATTER[1]
     )
@@ -202,6 +230,31 @@ def plan_adopt(
         carried=carried,
         searched_auto=searched is not None,
         downstream=f"{down_name}=={down_release}" if down_release else "",
+        warnings=warnings,
+    )
+
+
+def _class_warnings(
+    texts: dict[str, str], upstream_text: str, carried: list[adopt_mod.Carried], label: str, where: str
+) -> tuple[str, ...]:
+    """The line that says the runners and the upstream file disagree on the upstream class
+    (:func:`adopt_mod.class_mismatch`): an error when nothing at all is carried (no series to keep), else a warning
+    that what was carried was matched by name alone."""
+    from patch_queue.series import adopt as adopt_mod
+
+    mismatch = adopt_mod.class_mismatch(texts, upstream_text)
+    if mismatch is None:
+        return ()
+    path = mismatch.path if mismatch.line is None else f"{where}/{mismatch.path}"
+    what = f"{mismatch.message} (upstream at {label})"
+    if not carried:
+        raise QueueError(
+            f"{what}: nothing can be carried, so there is no series to adopt", path=path, line=mismatch.line
+        )
+    methods = sum(1 for c in carried if "." in c.downstream)
+    at = f"{path}:{mismatch.line}" if mismatch.line is not None else path
+    return (
+        f"{at}: {what}: {methods} method(s) and {len(carried) - methods} top-level symbol(s) carried by name alone",
     )
 
 

@@ -471,7 +471,7 @@ def _follow_imports(
         text, made = reimport.follow(
             texts[path],
             new_upstream=new_upstream.decode("utf-8", "replace"),
-            upstream_module=upstream.removesuffix(".py").replace("/", "."),
+            upstream_module=reimport.module_of(upstream),
             previous=previous.get(path, b"").decode("utf-8", "replace"),
             written=written.get(path, b"").decode("utf-8", "replace"),
             line_length=imports.line_length,

@@ -557,6 +557,17 @@ def do_sync_gpu(
     refuse_pending(ws)
     refuse_out_edits(ws, discard=False)
     queue = ws.queue_dir.load_queue()  # rule 3, before anything is read: no older release, nor a reversed delta
+    step_no, taken = last_taken(queue)
+    if omni and not since and not backlog and not (taken or queue.downstream_release):
+        # no release to start the delta from: comparing nothing, the sync would do nothing and move the pin anyway
+        kind = queue.lineage[step_no - 1].kind if step_no else "adopt"
+        raise QueueError(
+            f"the series was {'adopted from' if kind == 'adopt' else 'last merged with'} a folder (lineage step "
+            f"{step_no}) and pins no {queue.downstream_name} release to start the GPU changes of {omni} from: "
+            "nothing synced, the pin stays none; name the release (or folder) its NPU runners are with --since, or "
+            "--backlog for every unported GPU change",
+            path=ws.rel(ws.queue_dir.queue_path),
+        )
     version, start = (release_version(queue, s) if s else None for s in (omni or queue.downstream_release, since))
     why = "a sync does not take the series back"
     refuse_backwards(queue, version, ws.rel(ws.queue_dir.queue_path), why, start)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import tokenize
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -162,6 +163,35 @@ def _trim_blank_lines(text: str) -> str:
     return "".join(lines)
 
 
+def _header_rows(lines: Iterator[str]) -> int:
+    """How many of ``lines`` the class header they start with spans, read by Python's tokenizer up to the
+    header's end: 1 for ``class A(B):``, 4 for ``class A(\\n    B,\\n    C,\\n):``.  A header that does not
+    tokenize counts as its first line alone."""
+    try:
+        for token in tokenize.generate_tokens(lambda: next(lines, "")):
+            if token.type == tokenize.NEWLINE:  # the end of the logical line: the header's last line
+                return max(token.start[0], 1)
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    return 1
+
+
+def _header_end(source: str, start: int) -> int:
+    """The offset just after the last line of the class header at ``start`` (lines end in "\\n" only)."""
+
+    def lines() -> Iterator[str]:
+        pos = start
+        while pos < len(source):
+            end = source.find("\n", pos) + 1 or len(source)
+            yield source[pos:end]
+            pos = end
+
+    end = start
+    for _ in range(_header_rows(lines())):
+        end = source.find("\n", end) + 1 or len(source)
+    return end
+
+
 def _shallow_lines(source: str, class_name: str) -> Iterator[tuple[str, str]]:
     """(the text since the previous one, the line) for each non-blank line of the body of class
     ``class_name`` indented 4 or less, then (the rest of the source, "").
@@ -173,9 +203,10 @@ def _shallow_lines(source: str, class_name: str) -> Iterator[tuple[str, str]]:
     while pos < len(source):
         end = source.find("\n", pos) + 1 or len(source)
         m = _CLASS.match(source[pos:end])
-        pos = end
         if m and m.group(1) == class_name:
+            pos = _header_end(source, pos)
             break
+        pos = end
     else:
         return
     prev = pos
@@ -191,13 +222,13 @@ def _shallow_lines(source: str, class_name: str) -> Iterator[tuple[str, str]]:
 
 def _shallow_lines_any_break(source: str, class_name: str) -> Iterator[tuple[str, str]]:
     """:func:`_shallow_lines` for any line break, one line at a time."""
-    lines = iter(source.splitlines(keepends=True))
-    for line in lines:
-        m = _CLASS.match(line)
-        if m and m.group(1) == class_name:
-            break
-    else:
+    all_lines = source.splitlines(keepends=True)
+    header = next(
+        (k for k, line in enumerate(all_lines) if (m := _CLASS.match(line)) and m.group(1) == class_name), None
+    )
+    if header is None:
         return
+    lines = iter(all_lines[header + _header_rows(iter(all_lines[header:])) :])
     gap: list[str] = []
     for line in lines:
         if line.strip() and indent_of(line) <= 4:

@@ -18,6 +18,7 @@ The pure part of ``pq adopt``:
 
 from __future__ import annotations
 
+import ast
 import difflib
 import heapq
 import re
@@ -203,6 +204,81 @@ def classify(
             used.add(target)
             out.append(Carried(path, name, target, round(ratio, 3)))
     return out
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """The runners and the upstream file disagree on the class the carried methods come from: ``message`` (one
+    line, without its consequence) about ``path`` (and ``line``, where it is one class of the runners)."""
+
+    path: str
+    line: int | None
+    message: str
+
+
+def _bases(node: ast.ClassDef) -> list[str]:
+    """The names of the bases a class statement names (``A``, or ``a.b.A`` as ``A``)."""
+    return [b.id if isinstance(b, ast.Name) else b.attr for b in node.bases if isinstance(b, (ast.Name, ast.Attribute))]
+
+
+def _classes(text: str) -> list[ast.ClassDef]:
+    try:
+        return [node for node in symbols.parsed(text).body if isinstance(node, ast.ClassDef)]
+    except SyntaxError:
+        return []
+
+
+def class_mismatch(
+    modules: dict[str, str], upstream_text: str, *, upstream_path: str = UPSTREAM_FILE, cls: str = UPSTREAM_CLASS
+) -> Mismatch | None:
+    """Why the runners' methods cannot be copies of ``cls``'s, if they cannot: the upstream file has no top-level
+    class ``cls`` (the upstream class is absent), or no class of the runners subclasses ``cls`` while one subclasses
+    a class the upstream file does not have (the runners name another class); None when they agree (or the runners
+    define no class)."""
+    upstream = {node.name for node in _classes(upstream_text)}
+    runners = [(path, node) for path, text in sorted(modules.items()) for node in _classes(text)]
+    own = {node.name for _path, node in runners}
+    named = [(path, node, base) for path, node in runners for base in _bases(node) if base not in own]
+    if cls not in upstream:
+        shared = sorted({base for _p, _n, base in named if base in upstream})
+        has = f"; the runners subclass {', '.join(shared)}, which it has" if shared else ""
+        return Mismatch(
+            upstream_path, None, f"has no class {cls}, the class the runners' methods are carried from{has}"
+        )
+    if not runners or any(base == cls for _p, _n, base in named):
+        return None
+    # the runner class whose bases stand where cls should: the one that, with the runner classes deriving from it,
+    # defines the most methods of cls by name (the root of the runners' hierarchy)
+    methods = {name.split(".", 1)[1] for name in symbols.symbols_ast(upstream_text) if name.startswith(cls + ".")}
+    by_name = {node.name: node for _path, node in reversed(runners)}
+
+    def ancestors(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        node = by_name.get(name)
+        if node is None or name in seen:
+            return set()
+        return {name}.union(*(ancestors(b, seen | {name}) for b in _bases(node)))
+
+    same: Counter[str] = Counter()
+    for _path, node in runners:
+        defined = sum(
+            1 for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name in methods
+        )
+        for name in ancestors(node.name):
+            same[name] += defined
+    found = [
+        (same[node.name], -i, path, node, foreign)
+        for i, (path, node) in enumerate(runners)
+        if (foreign := [b for b in _bases(node) if b not in own and b not in upstream]) and same[node.name]
+    ]
+    if not found:
+        return None
+    _same, _i, path, node, foreign = max(found, key=lambda f: (f[0], f[1]))
+    which = "no class " + foreign[0] if len(foreign) == 1 else "none of them"
+    return Mismatch(
+        path,
+        node.lineno,
+        f"class {node.name} subclasses {', '.join(foreign)}, not {cls}: {upstream_path} has {which}",
+    )
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,15 @@ def _top(body: Sequence[ast.stmt]) -> Iterable[ast.stmt]:
             yield node
 
 
+def module_of(path: str) -> str:
+    """The dotted module of the source file at the tree-relative ``path``: what its definitions are imported from,
+    and whose package (the path's folder) its relative imports resolve against.  ``vllm_ascend/worker/
+    model_runner_v1.py`` is ``vllm_ascend.worker.model_runner_v1`` and ``vllm/v1/worker/gpu_model_runner.py``
+    ``vllm.v1.worker.gpu_model_runner``: the upstream file's module comes from its path, never from a package
+    named in pq's code."""
+    return path.removesuffix(".py").replace("/", ".")
+
+
 def absolute(module: str | None, level: int, package: str) -> str | None:
     """The absolute module of ``from <level dots><module> import`` in ``package``; None when it climbs past the top."""
     if level == 0:

@@ -236,7 +236,7 @@ def _reimport(
     if new_up is None:
         return merged
     omni = repo.read_tree(repo.commit_info(imports.old_top).tree).get(path, b"")
-    module = upstream.removesuffix(".py").replace("/", ".")
+    module = reimport.module_of(upstream)
     try:
         text, changes = reimport.reconcile(
             merged.decode("utf-8"),
