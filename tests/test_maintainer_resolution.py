@@ -410,13 +410,15 @@ def test_maintainer_resolution_of_rc2(reported_030_once: tuple[Path, str], tmp_p
     figures = replay(proj, load_fixture(), released, tmp_path, "rc2_resolution.json")
     rows = figures["regions applied"]
 
-    assert (figures["regions"], figures["decisions"]) == (28, 13), figures
+    # 14 decisions: the generation runner's pipeline-parallel block goes with no other region (its only link was
+    # `scheduler_output`, a parameter every statement of execute_model reads)
+    assert (figures["regions"], figures["decisions"]) == (28, 14), figures
     # every suggestion pq showed was what the maintainer ships there: the AR runner's decisions carry over to the
     # generation runner where the omni code is the same, the generation runner's _dummy_run to npu_model_runner's,
     # and a name-linked region takes the side the regions it goes with took
     assert figures["wrong suggestions"] == 0 and figures["right suggestions"] >= 13, rows
     assert figures["hand-written regions"] <= 7, rows
-    assert figures["decisions whose first region had a correct suggestion"] >= 5, figures  # a third of 13
+    assert figures["decisions whose first region had a correct suggestion"] >= 6, figures
     assert figures["previous runners (F401, F821, F841)"] == 0  # the runners the series reproduces have none
     # imports follow the resolution: pq continue removed what the resolved code no longer reads (the refresh's
     # imports for sides not taken, and the runners' `import time`, whose only use was the omni timing code that
