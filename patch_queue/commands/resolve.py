@@ -54,12 +54,7 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         open_ = [c for c in conflicts if _marked(ws, c)]
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
-        taken = _taken(ws, state)
-        tips = {
-            (now.file, now.line or 0): tip
-            for was, now in zip(state.conflicts, conflicts, strict=True)
-            if now in open_ and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts)) is not None
-        }
+        tips = suggestions(ws, state, conflicts)
         from patch_queue.commands.machine import on_disk_lines  # (the replay's machinery: only while one is pending)
 
         written = module_files(ws, state.done[-1][1])
@@ -80,6 +75,22 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     kind = steps[last - 1].kind if last else "refresh"
     return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(steps),
                   downstream=_downstream(loaded.queue), accepted=accepted, accepted_kind=kind)  # fmt: skip
+
+
+def suggestions(
+    ws: Workspace, state: operation.Operation, conflicts: list[Conflict] | None = None
+) -> dict[tuple[str, int], explain.Suggestion]:
+    """The suggestion of each open conflict region of the pending ``state`` (``conflicts``: its conflicts at their
+    lines on disk, when known), by (file, line) on disk: what `pq status` shows, and the refresh and `pq continue`
+    print under each region."""
+    if conflicts is None:
+        conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
+    taken = _taken(ws, state)
+    return {
+        (now.file, now.line or 0): tip
+        for was, now in zip(state.conflicts, conflicts, strict=True)
+        if _marked(ws, now) and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts)) is not None
+    }
 
 
 def _downstream(queue: Queue) -> str:
@@ -117,6 +128,7 @@ class Resolved:
     lines: int  # written in the region's place
     left: int  # regions left in the file
     linked: tuple[int, ...] = ()  # where the regions that go with it, resolved to the same side, now begin
+    writes: str = ""  # what a suggestion wrote (:attr:`explain.Suggestion.writes`)
 
 
 def _conflicted_file(ws: Workspace, where: str) -> tuple[Path, int]:
@@ -141,7 +153,8 @@ def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> 
     if region is None:
         raise QueueError(f"no conflict region at {shown}")
     # a suggestion is this region's alone (the regions that go with it have suggestions of their own)
-    lines = _suggestion(ws, path, region).text.splitlines(keepends=True) if side == "suggested" else region.side(side)
+    tip = _suggestion(ws, path, region) if side == "suggested" else None
+    lines = tip.text.splitlines(keepends=True) if tip is not None else region.side(side)
     others = [] if alone or side not in ("upstream", "patch") else _linked(ws, path, text, region)
     written = {region.first: lines} | {r.first: r.side(side) for r in others}
     after = text
@@ -154,7 +167,8 @@ def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> 
         return first + sum(len(written[r.first]) - (r.last - r.first + 1) for r in above)
 
     linked = tuple(now(r.first) for r in sorted(others, key=lambda r: r.first))
-    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)), linked)
+    writes = tip.writes if tip is not None else ""
+    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)), linked, writes)
 
 
 def _group(conflict: Conflict, conflicts: tuple[Conflict, ...]) -> list[int]:
@@ -256,8 +270,9 @@ def suggestion(
         done = conflicts[k]
         if done is not conflict and explain.same_upstream_change(done, conflict):
             tip = explain.as_resolved(conflict, done, text)
-            if tip is not None:
-                return replace(tip, reason=f"{tip.reason} at {where(k)}")
+            if tip is not None:  # a text of its own is that resolution ("re-indented", else "merged")
+                wrote = f"the resolution of {where(k)}, {tip.wrote or 'merged'}" if tip.side == "merged" else tip.wrote
+                return replace(tip, reason=f"{tip.reason} at {where(k)}", wrote=wrote)
     # a region only one side changed, there to go with others (name-linked): the side they all took
     group = _group(conflict, conflicts) if conflict.kind == ConflictKind.NAME_LINKED else []
     partners = [k for k in group if k in taken]

@@ -33,14 +33,25 @@ _LAYOUT = re.compile(r"\s+|,(?=\s*[)\]}])")  # whitespace and trailing commas: w
 _CUT = 60
 
 
+WRITES = {"upstream": "upstream's side", "patch": "the patch's side", "both": "both sides"}
+
+
 @dataclass(frozen=True)
 class Suggestion:
-    """A resolution: which side (``upstream``, ``patch``, or ``merged``: a text of both) and the text, and why
-    it is safe."""
+    """A resolution: which side (``upstream``, ``patch``, ``both``, or ``merged``: a text of both) and the text,
+    and why it is safe; ``wrote``: what the text is, in a few words, where the side does not say it (a merged
+    text: "the patch's side, renamed", "the resolution of npu_worker/x.py:L, merged")."""
 
     side: str
     text: str
     reason: str
+    wrote: str = ""
+
+    @property
+    def writes(self) -> str:
+        """What `pq resolve --suggested` says it wrote: "upstream's side", "the patch's side", "both sides", or
+        :attr:`wrote`."""
+        return self.wrote or WRITES.get(self.side, "a merge of both sides")
 
 
 def _short(text: str) -> str:
@@ -515,12 +526,20 @@ def suggest(conflict: Conflict) -> Suggestion | None:
         inner = [(" " * extra + line) if line.strip() else line for line in theirs.splitlines(keepends=True)]
         text = "".join(lines[:first] + inner + lines[last + 1 :])
         return Suggestion(
-            "merged", text, "upstream only wrapped the old lines: the patch side, indented into the wrapper"
+            "merged",
+            text,
+            "upstream only wrapped the old lines: the patch side, indented into the wrapper",
+            "the patch's side, indented into upstream's wrapper",
         )
     pairs = renames(base, ours)
     if pairs and all(_word(old).search(theirs) and not _word(new).search(theirs) for old, new in pairs):
         names = ", ".join(f"`{a}` → `{b}`" for a, b in pairs)
-        return Suggestion("merged", _renamed(theirs, pairs), f"upstream only renamed {names}: the patch side, renamed")
+        return Suggestion(
+            "merged",
+            _renamed(theirs, pairs),
+            f"upstream only renamed {names}: the patch side, renamed",
+            "the patch's side, renamed as upstream renamed",
+        )
     return None
 
 
@@ -604,7 +623,7 @@ def as_resolved(conflict: Conflict, twin: Conflict, text: str) -> Suggestion | N
         and _normal(twin.ours or "") == _normal(ours)
     ):
         moved = _reindent(text, _first_indent(ours) - _first_indent(twin.ours or ""))
-        return Suggestion("merged", moved, "the resolution of the same change, in the same omni code,")
+        return Suggestion("merged", moved, "the resolution of the same change, in the same omni code,", "re-indented")
     return None
 
 

@@ -300,7 +300,11 @@ def forwarded(conflict: Conflict, upstream: str) -> explain.Suggestion | None:
     if hit is not None:
         with suppress(ValueError, KeyError, TypeError):
             kept = json.loads(hit)
-            return None if kept is None else explain.Suggestion(kept["side"], kept["text"], kept["reason"])
+            return (
+                None
+                if kept is None
+                else explain.Suggestion(kept["side"], kept["text"], kept["reason"], kept.get("wrote", ""))
+            )
     tip = explain.forwarded(conflict, upstream)
     cache.derived_put("forwarded", key, json.dumps(None if tip is None else asdict(tip)).encode("utf-8"))
     return tip
