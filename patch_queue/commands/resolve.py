@@ -55,10 +55,12 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
         taken = _taken(ws, state)
+        recorded = recorded_regions(ws)
         tips = {
             (now.file, now.line or 0): tip
             for was, now in zip(state.conflicts, conflicts, strict=True)
-            if now in open_ and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts)) is not None
+            if now in open_
+            and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts, recorded)) is not None
         }
         from patch_queue.commands.machine import on_disk_lines  # (the replay's machinery: only while one is pending)
 
@@ -243,21 +245,27 @@ def suggestion(
     taken: dict[int, str],
     conflicts: tuple[Conflict, ...],
     moved: list[Conflict],
+    recorded: list[tuple[Conflict, str, str]] | None = None,
 ) -> explain.Suggestion | None:
     """The resolution suggested for the open ``conflict`` (``now``: at its line on disk): the way the maintainer
     resolved the same upstream change in another copy (``taken``: what replaced each resolved conflict of
-    ``conflicts``, at their lines on disk in ``moved``), else the side taken in every resolved region that goes
-    with it, else the one a rule is sure of (:func:`explain.suggest`)."""
+    ``conflicts``, at their lines on disk in ``moved``; else ``recorded``, the regions of refs/pq/resolutions:
+    :func:`recorded_regions`, read here when not given), carried over (:func:`explain.carried`), else the side
+    taken in every resolved region that goes with it, else the one a rule is sure of (:func:`explain.suggest`)."""
 
     def where(k: int) -> str:
         return f"{ws.rel(ws.out / moved[k].file)}:{moved[k].line}"
 
-    for k, text in sorted(taken.items()):
-        done = conflicts[k]
-        if done is not conflict and explain.same_upstream_change(done, conflict):
-            tip = explain.as_resolved(conflict, done, text)
+    done = [(conflicts[k], text, where(k)) for k, text in sorted(taken.items()) if conflicts[k] is not conflict]
+    if recorded is None:
+        recorded = recorded_regions(ws)
+    done += [(c, text, at) for c, text, at in recorded if c.key != conflict.key]
+    # the same upstream change first, then one that is part of this region's
+    for other, text, at in sorted(done, key=lambda d: not explain.same_upstream_change(d[0], conflict)):
+        if explain.carried_change(other, conflict):
+            tip = explain.carried(conflict, other, text)
             if tip is not None:
-                return replace(tip, reason=f"{tip.reason} at {where(k)}")
+                return replace(tip, reason=f"{tip.reason} at {at}")
     # a region only one side changed, there to go with others (name-linked): the side they all took
     group = _group(conflict, conflicts) if conflict.kind == ConflictKind.NAME_LINKED else []
     partners = [k for k in group if k in taken]
@@ -267,6 +275,39 @@ def suggestion(
         told = ", ".join(where(k) for k in partners)
         return explain.Suggestion(side, text, f"the {side} side, as the regions that go with it took ({told})")
     return explain.suggest(now) or _forwarded(ws, conflict)
+
+
+def recorded_regions(ws: Workspace) -> list[tuple[Conflict, str, str]]:
+    """The regions refs/pq/resolutions holds (a conflict with its three sides, the resolution recorded, and where it
+    is: ``FILE:LINE`` in the output folder where the file holds it once, else the file and the method), the ones
+    resolved in the patches a pending refresh has gone past among them: a copy's region a later patch carries
+    meets the resolution of the same upstream change made there (:func:`suggestion`)."""
+    from patch_queue.series import rerere
+
+    out = []
+    for path, entry in rerere.Store(ws.repo, damaged_ok=True).entries().items():
+        if rerere.entry_kind(path) != "region" or not all(
+            isinstance(entry.get(k), str) for k in ("base", "upstream", "patch_text", "resolution", "file")
+        ):
+            continue
+        file, text = str(entry["file"]), str(entry["resolution"])
+        c = Conflict(
+            str(entry.get("kind", "")),
+            base=str(entry["base"]),
+            ours=str(entry["upstream"]),
+            theirs=str(entry["patch_text"]),
+            key=str(entry.get("key", "")),
+            patch=str(entry.get("patch", "")),
+            file=file,
+            symbol=str(entry.get("symbol") or ""),
+        )
+        have = ws.out / file
+        held = have.read_text(encoding="utf-8", errors="replace") if have.is_file() else ""
+        at = f"{ws.rel(have)} ({c.symbol or 'module level'}, recorded)"
+        if text.strip() and held.count(text) == 1 and (held.startswith(text) or f"\n{text}" in held):
+            at = f"{ws.rel(have)}:{held[: held.index(text)].count(chr(10)) + 1}"
+        out.append((c, text, at))
+    return out
 
 
 def _forwarded(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
