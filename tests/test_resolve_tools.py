@@ -210,3 +210,33 @@ def test_every_suggestion_where_the_maintainer_reads(reported_032_once: tuple[Pa
     assert "name:scheduler_output" not in linked and "name:execution_start_time" in linked, linked
     (pp_block,) = [c for c in report["conflicts"] if c["file"] == "npu_generation_model_runner.py" and c["line"] == 232]
     assert pp_block["links"] == [] and "goes with" not in pp_block["message"], pp_block
+
+
+def test_a_resolution_travels_to_the_other_copy_in_a_later_patch(seeded_once: Path, tmp_path: Path) -> None:
+    """Issue 48, on this repository's series onto vllm-ascend 0.30.0rc2, patch by patch: the AR runner's
+    `execute_model` timing start resolved by hand (omni's return type, then upstream's timing lines) in 0005 and
+    recorded by `pq continue`; the generation runner's copy, which only 0009 carries, gets that resolution as its
+    suggestion once `pq continue` reaches it, saying where it comes from, and `pq resolve --suggested` writes it."""
+    proj = copy_project(seeded_once, tmp_path / "p")
+    pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=3)
+    ar = proj / "npu_worker" / "npu_ar_model_runner.py"
+    text = ar.read_text(encoding="utf-8")
+    first = next(r for r in markers.regions(text) if "_start_profiling_chunk_timing(" in "".join(r.upstream))
+    ar.write_text(markers.resolve(text, first, [first.patch[0], *first.upstream[1:]]), encoding="utf-8")
+    for _step in range(3):  # every other region to the patch's side, blindly, up to the generation runner's 0009
+        for f in sorted((proj / "npu_worker").glob("*.py")):
+            while regions := markers.regions(f.read_text(encoding="utf-8")):
+                pq(proj, "resolve", "--keep-patch", "--alone", f"{f}:{regions[0].first}")
+        out = pq(proj, "continue", check=3).stdout
+        if "npu_generation_model_runner.py" in out:
+            break
+    gen = proj / "npu_worker" / "npu_generation_model_runner.py"
+    before = gen.read_text(encoding="utf-8")
+    second = next(r for r in markers.regions(before) if "_start_profiling_chunk_timing(" in "".join(r.upstream))
+    where = f"npu_worker/npu_generation_model_runner.py:{second.first}"
+    said = re.search(
+        rf"  suggestion: (.*): `pq resolve --suggested {re.escape(where)}`", pq(proj, "status", check=3).stdout
+    )
+    assert said is not None and "npu_worker/npu_ar_model_runner.py:" in said[1], said
+    pq(proj, "resolve", "--suggested", where)
+    assert gen.read_text(encoding="utf-8") == markers.resolve(before, second, [second.patch[0], *second.upstream[1:]])
