@@ -5,9 +5,10 @@ method stays upstream's text as projected; by `pq continue` after a resolved ref
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
-from conftest import copy_project, git, pq, resolve_all
+from conftest import copy_project, git, new_project, pq, resolve_all
 
 from patch_queue.merge import pieces
 
@@ -99,3 +100,17 @@ def test_every_skeleton_carries_upstream_text_after_a_resolved_refresh(upstream_
     # 0.30.0 onto vllm-ascend 0.30.0rc2, patch by patch, every region to upstream's side, `pq continue` each time
     drift = skeleton_drift(upstream_resolved_once)
     assert len(drift) == 3 and all(not methods for methods in drift.values()), drift
+
+
+def test_this_repositorys_series_reproduces_byte_for_byte(corpus: Path, tmp_path: Path) -> None:
+    """The series this repository commits (patches/queue.toml and series: vllm-omni 0.30.0 adopted, then 0.32.0rc1
+    merged, recorded by an earlier pq), in a fresh project: `pq reproduce` gives every body the lineage records.
+    `pq merge` puts a release's edits of upstream lines where that merge step put them (the skeleton), not into the
+    carried method's patch as `pq continue` and `pq record` do: when it did, 16 of the 18 bodies differed."""
+    root = Path(__file__).resolve().parents[1]
+    proj = new_project(tmp_path / "p")
+    (proj / "patches").mkdir()
+    for name in ("queue.toml", "series"):
+        shutil.copy(root / "patches" / name, proj / "patches" / name)
+    out = pq(proj, "reproduce").stdout
+    assert "every sha256 as queue.toml records" in out and "differs:" not in out, out

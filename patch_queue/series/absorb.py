@@ -8,7 +8,10 @@ method some of whose lines the base, the projection, wrote), into the patch that
 method's omni edits (the first patch after the skeleton that changes the method), so the
 skeleton's copy of the method stays upstream's text as projected; elsewhere (and in a carried
 method no later patch changes) into the module's skeleton patch (the first patch that touches the
-module).  ``into`` forces one patch (``pq record --patch``).
+module).  ``into`` forces one patch (``pq record --patch``).  ``by_method=False`` (``pq merge``, which
+places a release's changes as the lineage recorded them) sends every edit of upstream lines to the skeleton:
+that placement is part of each recorded merge step's bodies, so a series merged and committed by an earlier
+pq reproduces byte for byte.
 
 Patch *k* then becomes ``merge3(base = top, ours = C_k, theirs = top + the edits owned by
 patches <= k)``: the edits carry into every later patch, and the top becomes exactly the
@@ -127,7 +130,13 @@ def _apply(top: list[bytes], hunks: list[_Hunk]) -> bytes:
 
 
 def absorb(
-    repo: ProjectRepo, base: str, chain: list[tuple[str, str]], work: dict[str, bytes], *, into: str | None = None
+    repo: ProjectRepo,
+    base: str,
+    chain: list[tuple[str, str]],
+    work: dict[str, bytes],
+    *,
+    into: str | None = None,
+    by_method: bool = True,
 ) -> tuple[list[tuple[str, str]], list[Placement]]:
     """The chain with ``work`` (module path -> the maintainer's text) absorbed; and where each edit went.
 
@@ -160,7 +169,7 @@ def absorb(
             # an insertion sits between two lines: it needs both
             touched = owners[start : start + count] if count else owners[max(start - 1, 0) : start + 1]
             owner = max(touched, default=0) or skeleton
-            if owner == skeleton:  # upstream lines (or the skeleton's): the carried method's patch, if any
+            if owner == skeleton and by_method:  # upstream lines (or the skeleton's): the carried method's patch
                 owner = carriers.of(start, count, new[n_start : n_start + n_count]) or owner
             if forced is not None and forced < owner:
                 raise QueueError(
