@@ -424,6 +424,9 @@ def test_maintainer_resolution_of_rc2(reported_030_once: tuple[Path, str], tmp_p
     # imports for sides not taken, and the runners' `import time`, whose only use was the omni timing code that
     # upstream's profiling-chunk helpers replaced); pq check and ruff agree
     assert figures["unused imports (F401)"] == 0 and "warning:import-unused" not in figures["check rules"], figures
+    # as `ruff format` lays it out, as the inputs were (no double blank line where upstream's new blank line stood
+    # above the `use_compress` block the omni patch deleted)
+    assert figures["ruff format: files it would change"] == [], figures
 
 
 def test_maintainer_resolution_of_032(reported_032_once: tuple[Path, str], tmp_path: Path) -> None:
@@ -444,3 +447,4 @@ def test_maintainer_resolution_of_032(reported_032_once: tuple[Path, str], tmp_p
     carried = [r for r in rows if r["correct"] and re.search(r" at npu_worker/\w+\.py:\d+", r["suggestion"] or "")]
     assert len(carried) >= 8, rows
     assert figures["unused imports the refresh added"] == [], figures
+    assert figures["ruff format: files it would change"] == [], figures  # 0.32.0rc1's runners are formatted
