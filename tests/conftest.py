@@ -425,6 +425,21 @@ def reported_030_once(adopted_030_once: Path, tmp_path_factory: pytest.TempPathF
     return folder / "p", (folder / "stdout").read_text()
 
 
+@pytest.fixture(scope="session")
+def reported_032_once(seeded_once: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """This repository's series (`seeded_once`: vllm-omni 0.30.0 adopted, 0.32.0rc1 merged) refreshed onto
+    vllm-ascend 0.30.0rc2 with `pq refresh --no-stop` and its reports (REPORTED), exit 3, once per run
+    (`built_once`): (the project, what the refresh printed). Copy it, or only read it."""
+
+    def build(folder: Path) -> None:
+        proj = copy_project(seeded_once, folder / "p")
+        (proj / "reports").mkdir(exist_ok=True)
+        (folder / "stdout").write_text(pq(proj, "refresh", "--no-stop", "--to", RC2, *REPORTED, check=3).stdout)
+
+    folder = built_once(tmp_path_factory, "reported-032", build)
+    return folder / "p", (folder / "stdout").read_text()
+
+
 @pytest.fixture
 def refreshed_030(refreshed_030_once: tuple[Path, str], tmp_path: Path) -> Path:
     """A test's own copy of the pending refresh of `refreshed_030_once`."""

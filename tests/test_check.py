@@ -200,6 +200,30 @@ def test_signature_drift_fires_on_a_changed_parameter(upstream_030: str) -> None
     assert len(found) == 1 and "missing intermediate_tensors" in found[0].message
 
 
+def test_signature_drift_only_on_the_classes_of_a_runner(seeded_once: Path, upstream_030: str) -> None:
+    # 0.32.0rc1's generation runner module defines helper classes (_NPUHostCopyBatch, _AsyncNPUGenerationOutput)
+    # whose __init__ is no runner's: they were compared with NPUModelRunner.__init__
+    files = {p.name: p.read_text() for p in sorted((seeded_once / "npu_worker").glob("*.py"))}
+    assert "class _NPUHostCopyBatch:" in files["npu_generation_model_runner.py"]
+    found = check.check_signatures(files, upstream_030, label="cf0baa38dfb2")
+    assert sorted(f.message.split(" vs ")[0] for f in found) == [
+        "NPUGenerationModelRunner._dummy_run",
+        "OmniNPUModelRunner._dummy_run",
+        "OmniNPUModelRunner.initialize_kv_cache",
+    ]
+
+
+def test_signature_drift_follows_the_runner_classes_across_modules(upstream_030: str) -> None:
+    init = "    def __init__(self, output):\n        pass\n"
+    files = {
+        "m.py": "class Mixin:\n" + init,  # in a runner's bases: its __init__ overrides the runner's
+        "base.py": "class Base(Mixin, other.NPUModelRunner):\n    pass\nclass Helper:\n" + init,
+        "r.py": "class R(Base):\n" + init + "class Out(Generic[T]):\n" + init,
+    }
+    found = check.check_signatures(files, upstream_030, label="x")
+    assert sorted(f.message.split(" vs ")[0] for f in found) == ["Mixin.__init__", "R.__init__"]
+
+
 # -- the commands ---------------------------------------------------------------------------------
 
 

@@ -189,3 +189,47 @@ def test_a_call_upstream_renamed_to_a_method_that_forwards_to_the_patchs_call_su
     assert explain.forwarded(c, upstream.replace("return self._get_copy_funcs()", "return self._other()")) is None
     more = upstream.replace("        return", "        log()\n        return")
     assert explain.forwarded(c, more) is None
+
+
+FENCE = "# ---------------------------------------Omni-new----------------------------------------------\n"
+
+
+def test_a_hand_resolution_is_merged_onto_another_copys_patch_side() -> None:
+    """Issue 48: the generation runner's `_dummy_run` resolved by hand (upstream's new condition in omni's branch);
+    npu_model_runner's copy holds the same branch inside an omni block, one level deeper, with more omni code: the
+    edit of the first copy's patch side, merged onto the second's, changes only that line there."""
+
+    def deeper(text: str) -> str:
+        return "".join("    " + line for line in text.splitlines(keepends=True))
+
+    base, ours = "if a or b:\n    x = 1\n", "if a and c or b:\n    x = 1\n"
+    branch = "k = omni()\nif a:\n    x = 2\nelif b:\n"
+    first = Conflict("both-changed", base=base, ours=ours, theirs=branch, symbol="A._dummy_run")
+    held = deeper(FENCE + branch + "    x = 1\nelif more():\n    x = 3\n" + FENCE)
+    second = Conflict("both-changed", base=deeper(base), ours=deeper(ours), theirs=held, symbol="B._dummy_run")
+    assert explain.carried_change(first, second)
+    tip = explain.carried(second, first, branch.replace("if a:", "if a and c:"))
+    assert tip is not None and tip.side == "merged"
+    assert tip.text == held.replace("    if a:\n", "    if a and c:\n")
+    # another method's region is not the same upstream change
+    assert not explain.carried_change(first, Conflict("both-changed", base=base, ours=ours, theirs="", symbol="B.f"))
+
+
+def test_a_carried_edit_keeps_upstreams_further_change_and_refuses_a_guess() -> None:
+    """Issue 48, the force-EPLB lines: the first copy's resolution puts upstream's new lines before the omni call;
+    the second copy's region holds upstream's change and lines upstream added after it, which the suggestion
+    keeps at the region's end; where both copies insert code at one place with no line to order them by (the
+    first copy's patch side is empty), no suggestion."""
+    eplb = "if force:\n    build()\n"
+    first = Conflict("anchor-lost", base="out = fwd(x)\n", ours=eplb + "out = fwd(x)\n", theirs="out = model(x)\n")
+    second = Conflict(
+        "anchor-lost",
+        base="out = fwd(x)\n",
+        ours=eplb + "out = fwd(x)\nrelease()\n",
+        theirs=FENCE + "talker()\nout = model(x, **kw)\n" + FENCE,
+    )
+    tip = explain.carried(second, first, eplb + "out = model(x)\n")
+    assert tip is not None and tip.text == eplb + FENCE + "talker()\nout = model(x, **kw)\n" + FENCE + "release()\n"
+    inserted = Conflict("both-changed", base="", ours="finish()\n", theirs="")
+    other = Conflict("both-changed", base="", ours="finish()\nmore()\n", theirs="omni_forward()\n")
+    assert explain.carried(other, inserted, "finish()\n") is None

@@ -211,6 +211,41 @@ def test_block_goes_before_the_line_below_when_upstream_deleted_the_line_above()
     check_regions(result)
 
 
+# vllm-ascend 0.30.0rc2's execute_model: a blank line above `if self.use_compress:`, the block the omni patch deletes
+COMPRESSED = [
+    "def execute_model(self, scheduler_output):",
+    "    if self.mamba:",
+    "        stage_postprocess(",
+    "            scheduler_output,",
+    "        )",
+    "    if self.use_compress:",
+    "        deferred_state_corrections_fn()",
+    "        dsa_positions(scheduler_output)",
+    "",
+    "    use_spec_decode = len(scheduler_output.scheduled_spec_decode_tokens) > 0",
+    "    return use_spec_decode",
+]
+
+
+@pytest.mark.parametrize("deleter", ["patch", "upstream"])
+def test_a_blank_line_inserted_above_a_deleted_block_leaves_one_blank_line(deleter: str) -> None:
+    """One side puts a blank line between a call and the block below it; the other deletes that block, whose own
+    blank line below stays: one blank line remains, as either side has it (and `ruff format` keeps), not two."""
+    spaced = COMPRESSED[:5] + [""] + COMPRESSED[5:]
+    without = COMPRESSED[:5] + COMPRESSED[8:]
+    ours, theirs = (spaced, without) if deleter == "patch" else (without, spaced)
+    result = merge3(src(*COMPRESSED), src(*ours), src(*theirs))
+    assert result.clean
+    assert result.text == src(*without), result.text
+    assert "\n\n\n" not in result.text
+    check_regions(result)
+    # a blank line with code between it and the deletion is no such line: it stays where its anchor puts it
+    spaced = COMPRESSED[:3] + [""] + COMPRESSED[3:]
+    ours, theirs = (spaced, without) if deleter == "patch" else (without, spaced)
+    result = merge3(src(*COMPRESSED), src(*ours), src(*theirs))
+    assert result.clean and result.text == src(*without[:3], "", *without[3:]), result.text
+
+
 def test_block_closed_by_a_plain_dashed_line_moves_whole() -> None:
     base = [
         "    def _dummy_run(self, num_tokens):",

@@ -162,3 +162,81 @@ def test_mergetool_runs_the_configured_tool(reported: Path, tmp_path: Path) -> N
         assert "_BASE_" in base and "_LOCAL_" in local and "_REMOTE_" in remote and merged == name
     assert not list(work.glob("*.orig")) and "UU" not in git(proj, "status", "--porcelain")
     pq(proj, "continue")
+
+
+SUGGESTION = re.compile(r"^  suggestion: .*: `pq resolve --suggested (\S+)`$", re.MULTILINE)
+
+
+def test_every_suggestion_where_the_maintainer_reads(reported_032_once: tuple[Path, str], tmp_path: Path) -> None:
+    """This repository's series onto 0.30.0rc2 (issue 48): the refresh prints under each region the suggestion `pq
+    status` shows (the two of the mamba copy call, which need the new upstream module, too); `pq resolve
+    --suggested` says what it wrote, a carried resolution naming where it comes from; `scheduler_output`, a
+    parameter every statement of execute_model reads, links no region to another."""
+    proj = copy_project(reported_032_once[0], tmp_path / "p")
+    printed = SUGGESTION.findall(reported_032_once[1])
+    shown = SUGGESTION.findall(pq(proj, "status", check=3).stdout)
+    assert printed == shown, (printed, shown)
+    assert {
+        "npu_worker/npu_ar_model_runner.py:814",
+        "npu_worker/npu_generation_model_runner.py:450",
+        "npu_worker/npu_model_runner.py:769",
+    } <= set(printed)
+
+    said = pq(proj, "resolve", "--suggested", "npu_worker/npu_ar_model_runner.py:814").stdout
+    assert said.startswith(
+        "resolved npu_worker/npu_ar_model_runner.py:814-820 with the suggestion, upstream's side (1"
+    ), said
+    said = pq(proj, "resolve", "--suggested", "npu_worker/npu_model_runner.py:769").stdout
+    assert "with the suggestion, the patch's side, indented into upstream's wrapper (" in said, said
+
+    # the maintainer writes the AR runner's first region by hand (omni's return type, upstream's timing start):
+    # the generation runner's copy of it is suggested from there, and says so
+    ar = proj / "npu_worker" / "npu_ar_model_runner.py"
+    text = ar.read_text(encoding="utf-8")
+    region = markers.region_at(text, 525)
+    assert region is not None and region.first == 525
+    ar.write_text(markers.resolve(text, region, [region.patch[0], *region.upstream[1:]]), encoding="utf-8")
+    out = pq(proj, "status", check=3).stdout
+    assert "`pq resolve --suggested npu_worker/npu_generation_model_runner.py:186`" in out, out
+    said = pq(proj, "resolve", "--suggested", "npu_worker/npu_generation_model_runner.py:186").stdout
+    assert re.match(
+        r"resolved \S+:186-\d+ with the suggestion, the resolution of npu_worker/npu_ar_model_runner.py:525, "
+        r"(re-indented|merged) \(7 line\(s\)\)",
+        said,
+    ), said
+
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    linked = {label for c in report["conflicts"] for label in c["links"]}
+    assert "name:scheduler_output" not in linked and "name:execution_start_time" in linked, linked
+    (pp_block,) = [c for c in report["conflicts"] if c["file"] == "npu_generation_model_runner.py" and c["line"] == 232]
+    assert pp_block["links"] == [] and "goes with" not in pp_block["message"], pp_block
+
+
+def test_a_resolution_travels_to_the_other_copy_in_a_later_patch(seeded_once: Path, tmp_path: Path) -> None:
+    """Issue 48, on this repository's series onto vllm-ascend 0.30.0rc2, patch by patch: the AR runner's
+    `execute_model` timing start resolved by hand (omni's return type, then upstream's timing lines) in 0005 and
+    recorded by `pq continue`; the generation runner's copy, which only 0009 carries, gets that resolution as its
+    suggestion once `pq continue` reaches it, saying where it comes from, and `pq resolve --suggested` writes it."""
+    proj = copy_project(seeded_once, tmp_path / "p")
+    pq(proj, "refresh", "--to", "vllm-ascend==0.30.0rc2", check=3)
+    ar = proj / "npu_worker" / "npu_ar_model_runner.py"
+    text = ar.read_text(encoding="utf-8")
+    first = next(r for r in markers.regions(text) if "_start_profiling_chunk_timing(" in "".join(r.upstream))
+    ar.write_text(markers.resolve(text, first, [first.patch[0], *first.upstream[1:]]), encoding="utf-8")
+    for _step in range(3):  # every other region to the patch's side, blindly, up to the generation runner's 0009
+        for f in sorted((proj / "npu_worker").glob("*.py")):
+            while regions := markers.regions(f.read_text(encoding="utf-8")):
+                pq(proj, "resolve", "--keep-patch", "--alone", f"{f}:{regions[0].first}")
+        out = pq(proj, "continue", check=3).stdout
+        if "npu_generation_model_runner.py" in out:
+            break
+    gen = proj / "npu_worker" / "npu_generation_model_runner.py"
+    before = gen.read_text(encoding="utf-8")
+    second = next(r for r in markers.regions(before) if "_start_profiling_chunk_timing(" in "".join(r.upstream))
+    where = f"npu_worker/npu_generation_model_runner.py:{second.first}"
+    said = re.search(
+        rf"  suggestion: (.*): `pq resolve --suggested {re.escape(where)}`", pq(proj, "status", check=3).stdout
+    )
+    assert said is not None and "npu_worker/npu_ar_model_runner.py:" in said[1], said
+    pq(proj, "resolve", "--suggested", where)
+    assert gen.read_text(encoding="utf-8") == markers.resolve(before, second, [second.patch[0], *second.upstream[1:]])

@@ -10,7 +10,7 @@ Each check is a pure function of module texts (and, for some, upstream sources) 
 - the NPU rules of ``rules.toml`` (and a project's ``patches/check-rules.toml``): data, so a
   maintainer adds a rule without touching this code; every key's type is checked (file:line), and a
   rule's pattern runs with a time limit (:mod:`patch_queue.checks.rule_files`);
-- ``signature-drift``: a method the runners override or carry whose parameters differ from the
+- ``signature-drift``: a method the runner classes override or carry whose parameters differ from the
   method of the same name in the upstream base class at the target version;
 - import resolution (:mod:`patch_queue.checks.imports`) and the GPU-side audit
   (:mod:`patch_queue.checks.gpu_audit`) are wired in by the engine, which knows where the sources are.
@@ -433,25 +433,66 @@ def _methods(tree: ast.Module) -> dict[str, dict[str, _Function]]:
     return {c.name: {n.name: n for n in c.body if isinstance(n, _Function)} for c in classes}
 
 
+def _base_names(cls: ast.ClassDef) -> set[str]:
+    """The last name of each base class expression (``a.B`` and ``B`` are both ``B``)."""
+    out = set()
+    for base in cls.bases:
+        if isinstance(base, ast.Subscript):  # Generic[T] and friends
+            base = base.value
+        if isinstance(base, ast.Name):
+            out.add(base.id)
+        elif isinstance(base, ast.Attribute):
+            out.add(base.attr)
+    return out
+
+
+def _runner_classes(trees: Iterable[ast.Module], base_class: str) -> set[str]:
+    """The classes of the package in a runner's method resolution order: those deriving from
+    ``base_class`` (directly or through another such class of the package), and the package's own
+    classes they derive from (a mixin's method overrides ``base_class``'s too). A helper class
+    (``_NPUHostCopyBatch``, an output type) is none of these: its ``__init__`` is no runner's."""
+    bases: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                bases.setdefault(node.name, set()).update(_base_names(node))
+    runners: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, of in bases.items():
+            if name not in runners and of & (runners | {base_class}):
+                runners.add(name)
+                grew = True
+    mixins = {b for name in runners for b in bases[name] if b in bases}
+    return runners | mixins
+
+
 def check_signatures(
     files: Mapping[str, str], upstream: str, *, base_class: str = "NPUModelRunner", label: str = "upstream"
 ) -> list[Finding]:
     """Methods of the runner classes whose parameters differ from ``base_class``'s method of that name.
 
-    A method that takes ``*args, **kwargs`` and hands them on is compatible with any signature
-    and is not reported.
+    Only the classes of a runner's method resolution order count (:func:`_runner_classes`). A method
+    that takes ``*args, **kwargs`` and hands them on is compatible with any signature and is not
+    reported.
     """
     try:
         up = _methods(ast.parse(upstream)).get(base_class, {})
     except SyntaxError:
         return []
-    out: list[Finding] = []
+    trees: dict[str, ast.Module] = {}
     for path, text in sorted(files.items()):
         try:
-            classes = _methods(ast.parse(text))
+            trees[path] = ast.parse(text)
         except SyntaxError:
             continue
-        for cls, methods in classes.items():
+    runners = _runner_classes(trees.values(), base_class)
+    out: list[Finding] = []
+    for path, tree in trees.items():
+        for cls, methods in _methods(tree).items():
+            if cls not in runners:
+                continue
             for name, fn in methods.items():
                 base = up.get(name)
                 if base is None or name.startswith("__") and name != "__init__":

@@ -136,8 +136,13 @@ def _print_outcome(ws: Workspace, outcome: Outcome, listed: str | None = None) -
     print_placements(ws, outcome.placements)
     if outcome.state.conflicts and outcome.state.culprits_note:
         typer.echo(f"culprits: {outcome.state.culprits_note}")
+    tips = {}
+    if outcome.state.conflicts:  # the suggestions `pq status` shows (the files are written, the state saved)
+        from patch_queue.commands import resolve
+
+        tips = resolve.suggestions(ws, outcome.state)
     for c in outcome.state.conflicts:
-        _print_conflict(ws, c)
+        _print_conflict(ws, c, tips.get((c.file, c.line or 0)))
     if outcome.state.conflicts:
         by_file = Counter(c.file for c in outcome.state.conflicts)
         summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
@@ -190,7 +195,7 @@ def _check_pending(ws: Workspace, result: CheckOutcome, said: str) -> int:
 
 def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -> None:
     """A conflict and, indented, why it is one, what upstream changed there (and which commits), its omni block,
-    a suggestion (``tip``, else the one a rule is sure of)."""
+    its suggestion (``tip``: what `pq status` shows, :func:`resolve.suggestions`)."""
     from patch_queue.merge import explain
     from patch_queue.outputs import report_parts
 
@@ -201,7 +206,6 @@ def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -
     side = "series" if c.patch and not c.patch.endswith(".patch") else "upstream"  # a merge's one patch: the release
     typer.echo(f"  {side}: {report_parts.upstream_change(c)}" + (f" [{by}]" if by else ""))
     typer.echo(f"  omni: {explain.omni_block(c)}")
-    tip = tip or explain.suggest(c)
     if tip is not None:  # this region's alone: the regions that go with it have suggestions of their own
         typer.echo(f"  suggestion: {tip.reason}: `pq resolve --suggested {shlex.quote(where)}`")
 
@@ -613,8 +617,9 @@ def resolve_(
         raise typer.Exit(EXIT_ERROR)
     with locked("resolve") as ws:
         done = resolve.do_resolve(ws, where, chosen[0], alone=alone)
+    wrote = f"the suggestion, {done.writes}" if chosen[0] == "suggested" else f"the {chosen[0]} side"
     typer.echo(
-        f"resolved {done.path}:{done.first}-{done.last} with the {chosen[0]} side ({done.lines} line(s)); "
+        f"resolved {done.path}:{done.first}-{done.last} with {wrote} ({done.lines} line(s)); "
         f"{done.left} conflict region(s) left in the file"
     )
     if done.linked:

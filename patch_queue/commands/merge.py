@@ -180,7 +180,11 @@ def into_series(
     gone = sorted(modules - set(merged))
     if gone:
         chain = _without(repo, base, chain, gone)
-    chain, _placements = absorb.absorb(repo, base, chain, {p: d for p, d in merged.items() if p in modules})
+    # a release's edits of upstream lines go where the recorded merge steps put them (the skeleton): reproducing a
+    # committed lineage replays this very placement
+    chain, _placements = absorb.absorb(
+        repo, base, chain, {p: d for p, d in merged.items() if p in modules}, by_method=False
+    )
     names = {n for n, _c in chain}
     for path in sorted(set(merged) - modules):
         slug = cut_slug(re.sub(r"[^A-Za-z0-9]+", "-", path.removesuffix(".py")).strip("-").lower()) or "module"

@@ -54,12 +54,7 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         open_ = [c for c in conflicts if _marked(ws, c)]
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
-        taken = _taken(ws, state)
-        tips = {
-            (now.file, now.line or 0): tip
-            for was, now in zip(state.conflicts, conflicts, strict=True)
-            if now in open_ and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts)) is not None
-        }
+        tips = suggestions(ws, state, conflicts)
         from patch_queue.commands.machine import on_disk_lines  # (the replay's machinery: only while one is pending)
 
         written = module_files(ws, state.done[-1][1])
@@ -80,6 +75,25 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
     kind = steps[last - 1].kind if last else "refresh"
     return Status(False, loaded.queue.upstream.label, None, rows, [], out_edits(ws), len(steps),
                   downstream=_downstream(loaded.queue), accepted=accepted, accepted_kind=kind)  # fmt: skip
+
+
+def suggestions(
+    ws: Workspace, state: operation.Operation, conflicts: list[Conflict] | None = None
+) -> dict[tuple[str, int], explain.Suggestion]:
+    """The suggestion of each open conflict region of the pending ``state`` (``conflicts``: its conflicts at their
+    lines on disk, when known), by (file, line) on disk: what `pq status` shows, and the refresh and `pq continue`
+    print under each region; a resolution made in another copy carried over, from the regions resolved on disk or
+    recorded in refs/pq/resolutions (:func:`suggestion`)."""
+    if conflicts is None:
+        conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
+    taken = _taken(ws, state)
+    recorded = recorded_regions(ws)  # read once: every region's suggestion may carry one of them
+    return {
+        (now.file, now.line or 0): tip
+        for was, now in zip(state.conflicts, conflicts, strict=True)
+        if _marked(ws, now)
+        and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts, recorded)) is not None
+    }
 
 
 def _downstream(queue: Queue) -> str:
@@ -117,6 +131,7 @@ class Resolved:
     lines: int  # written in the region's place
     left: int  # regions left in the file
     linked: tuple[int, ...] = ()  # where the regions that go with it, resolved to the same side, now begin
+    writes: str = ""  # what a suggestion wrote (:attr:`explain.Suggestion.writes`)
 
 
 def _conflicted_file(ws: Workspace, where: str) -> tuple[Path, int]:
@@ -141,7 +156,8 @@ def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> 
     if region is None:
         raise QueueError(f"no conflict region at {shown}")
     # a suggestion is this region's alone (the regions that go with it have suggestions of their own)
-    lines = _suggestion(ws, path, region).text.splitlines(keepends=True) if side == "suggested" else region.side(side)
+    tip = _suggestion(ws, path, region) if side == "suggested" else None
+    lines = tip.text.splitlines(keepends=True) if tip is not None else region.side(side)
     others = [] if alone or side not in ("upstream", "patch") else _linked(ws, path, text, region)
     written = {region.first: lines} | {r.first: r.side(side) for r in others}
     after = text
@@ -154,7 +170,8 @@ def do_resolve(ws: Workspace, where: str, side: str, *, alone: bool = False) -> 
         return first + sum(len(written[r.first]) - (r.last - r.first + 1) for r in above)
 
     linked = tuple(now(r.first) for r in sorted(others, key=lambda r: r.first))
-    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)), linked)
+    writes = tip.writes if tip is not None else ""
+    return Resolved(ws.rel(path), region.first, region.last, len(lines), len(markers.regions(after)), linked, writes)
 
 
 def _group(conflict: Conflict, conflicts: tuple[Conflict, ...]) -> list[int]:
@@ -243,21 +260,28 @@ def suggestion(
     taken: dict[int, str],
     conflicts: tuple[Conflict, ...],
     moved: list[Conflict],
+    recorded: list[tuple[Conflict, str, str]] | None = None,
 ) -> explain.Suggestion | None:
     """The resolution suggested for the open ``conflict`` (``now``: at its line on disk): the way the maintainer
     resolved the same upstream change in another copy (``taken``: what replaced each resolved conflict of
-    ``conflicts``, at their lines on disk in ``moved``), else the side taken in every resolved region that goes
-    with it, else the one a rule is sure of (:func:`explain.suggest`)."""
+    ``conflicts``, at their lines on disk in ``moved``; else ``recorded``, the regions of refs/pq/resolutions:
+    :func:`recorded_regions`, read here when not given), carried over (:func:`explain.carried`), else the side
+    taken in every resolved region that goes with it, else the one a rule is sure of (:func:`explain.suggest`)."""
 
     def where(k: int) -> str:
         return f"{ws.rel(ws.out / moved[k].file)}:{moved[k].line}"
 
-    for k, text in sorted(taken.items()):
-        done = conflicts[k]
-        if done is not conflict and explain.same_upstream_change(done, conflict):
-            tip = explain.as_resolved(conflict, done, text)
-            if tip is not None:
-                return replace(tip, reason=f"{tip.reason} at {where(k)}")
+    done = [(conflicts[k], text, where(k)) for k, text in sorted(taken.items()) if conflicts[k] is not conflict]
+    if recorded is None:
+        recorded = recorded_regions(ws)
+    done += [(c, text, at) for c, text, at in recorded if c.key != conflict.key]
+    # the same upstream change first, then one that is part of this region's
+    for other, text, at in sorted(done, key=lambda d: not explain.same_upstream_change(d[0], conflict)):
+        if explain.carried_change(other, conflict):
+            tip = explain.carried(conflict, other, text)
+            if tip is not None:  # a text of its own is that resolution ("re-indented", else "merged")
+                wrote = f"the resolution of {at}, {tip.wrote or 'merged'}" if tip.side == "merged" else tip.wrote
+                return replace(tip, reason=f"{tip.reason} at {at}", wrote=wrote)
     # a region only one side changed, there to go with others (name-linked): the side they all took
     group = _group(conflict, conflicts) if conflict.kind == ConflictKind.NAME_LINKED else []
     partners = [k for k in group if k in taken]
@@ -267,6 +291,39 @@ def suggestion(
         told = ", ".join(where(k) for k in partners)
         return explain.Suggestion(side, text, f"the {side} side, as the regions that go with it took ({told})")
     return explain.suggest(now) or _forwarded(ws, conflict)
+
+
+def recorded_regions(ws: Workspace) -> list[tuple[Conflict, str, str]]:
+    """The regions refs/pq/resolutions holds (a conflict with its three sides, the resolution recorded, and where it
+    is: ``FILE:LINE`` in the output folder where the file holds it once, else the file and the method), the ones
+    resolved in the patches a pending refresh has gone past among them: a copy's region a later patch carries
+    meets the resolution of the same upstream change made there (:func:`suggestion`)."""
+    from patch_queue.series import rerere
+
+    out = []
+    for path, entry in rerere.Store(ws.repo, damaged_ok=True).entries().items():
+        if rerere.entry_kind(path) != "region" or not all(
+            isinstance(entry.get(k), str) for k in ("base", "upstream", "patch_text", "resolution", "file")
+        ):
+            continue
+        file, text = str(entry["file"]), str(entry["resolution"])
+        c = Conflict(
+            str(entry.get("kind", "")),
+            base=str(entry["base"]),
+            ours=str(entry["upstream"]),
+            theirs=str(entry["patch_text"]),
+            key=str(entry.get("key", "")),
+            patch=str(entry.get("patch", "")),
+            file=file,
+            symbol=str(entry.get("symbol") or ""),
+        )
+        have = ws.out / file
+        held = have.read_text(encoding="utf-8", errors="replace") if have.is_file() else ""
+        at = f"{ws.rel(have)} ({c.symbol or 'module level'}, recorded)"
+        if text.strip() and held.count(text) == 1 and (held.startswith(text) or f"\n{text}" in held):
+            at = f"{ws.rel(have)}:{held[: held.index(text)].count(chr(10)) + 1}"
+        out.append((c, text, at))
+    return out
 
 
 def _forwarded(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:

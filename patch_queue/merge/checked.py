@@ -7,6 +7,7 @@ import ast
 import functools
 import keyword
 import re
+import textwrap
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -525,11 +526,18 @@ def _say_linked(result: MergeResult, ranges: list[_Linked]) -> MergeResult:
     # a link holds regions together only when two regions or more share it
     shared = Counter(label for xs in found.values() for label in {f"{x.what}:{x.text}" for x in xs if not x.whole})
     extra = _name_links(result)
+    lines = result.text.splitlines()
     regions: list[Conflict] = []
     for r in result.regions:
         xs = found.get(r.group, [])
         labels = {f"{x.what}:{x.text}" for x in xs if not x.whole and shared[f"{x.what}:{x.text}"] > 1}
         labels |= extra.get(r.group, set())
+        params: set[str] = set()
+        if r.conflict and any(label.startswith("name:") for label in labels):
+            # a parameter of the function is bound on both sides of every region: statements all over it read it
+            # (`scheduler_output`), so it holds nothing together
+            params = {f"name:{p}" for p in _parameters(lines, _enclosing_def(lines, r))} & labels
+            labels -= params
         if not xs and not labels:
             regions.append(r)
             continue
@@ -537,7 +545,7 @@ def _say_linked(result: MergeResult, ranges: list[_Linked]) -> MergeResult:
         names = {label[5:] for label in labels if label.startswith("name:")}
         made = {label[5:] for label in labels if label.startswith("call:")}
         paired = {label[5:] for label in labels if label.startswith("pair:")}
-        whole = {x.text for x in xs if x.what == "name"} - names
+        whole = {x.text for x in xs if x.what == "name"} - names - {label[5:] for label in params}
         if whole:
             message += f"; widened so that either side parses and binds what it reads ({said(whole)})"
         told = [f"that name {said(names)}"] * bool(names) + [f"that make the call {said(made)}"] * bool(made)
@@ -558,17 +566,7 @@ def _name_links(result: MergeResult) -> dict[int, set[str]]:
     lines = result.text.splitlines()
 
     def function(r: Conflict) -> int:  # the line of the ``def`` the region is in (-1: the module's top level)
-        code = next((x for x in f"{r.ours}{r.theirs}".splitlines() if x.strip()), "")
-        floor = len(code) - len(code.lstrip())  # a def holds the region when every line since is deeper
-        for k in range((r.line or 1) - 2, -1, -1):
-            line = lines[k]
-            if not line.strip() or line.lstrip().startswith("#") or markers.MARKER.match(line):
-                continue
-            indent = len(line) - len(line.lstrip())
-            if indent < floor and symbols.DEF.match(line):
-                return k
-            floor = min(floor, indent)
-        return -1
+        return _enclosing_def(lines, r)
 
     seen = [
         (r.group, function(r), r.line or 0, binding.bound_names(r.ours or "") ^ binding.bound_names(r.theirs or ""))
@@ -584,6 +582,53 @@ def _name_links(result: MergeResult) -> dict[int, set[str]]:
                 out.setdefault(group, set()).add(f"name:{name}")
                 out.setdefault(other, set()).add(f"name:{name}")
     return out
+
+
+def _enclosing_def(lines: list[str], r: Conflict) -> int:
+    """The index in ``lines`` of the ``def`` line of the function conflict region ``r`` is in (-1: the module's
+    top level)."""
+    code = next((x for x in f"{r.ours}{r.theirs}".splitlines() if x.strip() and not x.lstrip().startswith(")")), "")
+    floor = len(code) - len(code.lstrip())  # a def holds the region when every line since is deeper
+    for k in range((r.line or 1) - 2, -1, -1):
+        line = lines[k]
+        if not line.strip() or line.lstrip().startswith(("#", ")")) or markers.MARKER.match(line):
+            continue  # (a line closing brackets, as the last of a multi-line ``def`` header, is not a floor)
+        indent = len(line) - len(line.lstrip())
+        if indent < floor and symbols.DEF.match(line):
+            return k
+        floor = min(floor, indent)
+    return -1
+
+
+_PARAMETER = re.compile(r"(?:^|[(,])\s*\*{0,2}(\w+)\s*(?=[:=,)])")
+
+
+def _parameters(lines: list[str], k: int) -> set[str]:
+    """The parameter names of the ``def`` at ``lines[k]`` (-1: none): its header up to the line that closes it, a
+    region's marker lines aside (a region in the header: its first side's lines close it)."""
+    if k < 0:
+        return set()
+    header: list[str] = []
+    depth = 0
+    for line in lines[k : k + 80]:
+        if markers.MARKER.match(line):
+            continue
+        header.append(line.split("#")[0])
+        depth += sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+        if depth <= 0 and line.rstrip().endswith(":"):
+            break
+    text = " ".join(x.strip() for x in header)
+    try:
+        tree = ast.parse(textwrap.dedent(text) + "\n    pass\n")
+    except SyntaxError:  # what the header's parentheses hold, names before `:`, `=`, `,` or `)`
+        inner = text[text.find("(") + 1 : text.rfind(")")]
+        return set(_PARAMETER.findall("(" + re.sub(r"\[[^\[\]]*\]", "", inner) + ")")) - {"self"}
+    fn = tree.body[0]
+    if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+        return set()
+    a = fn.args
+    names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)] + [x.arg for x in (a.vararg, a.kwarg) if x]
+    return set(names) - {"self"}
 
 
 _STRINGS = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'")

@@ -9,7 +9,11 @@ Pure functions of a conflict's three sides (old upstream, new upstream, the omni
 - :func:`suggest`: a resolution when one rule is certain, shown to the maintainer and never applied:
   upstream only renamed identifiers (the patch side with the same renames), or one side's edit is
   layout only (the other side).  None otherwise, and for a ``name-linked`` region (its side is the side
-  taken in the regions that go with it).
+  taken in the regions that go with it);
+- :func:`carried`: the resolution of another copy's region of the same upstream change (the AR and the generation
+  runner and ``OmniNPUModelRunner`` carry copies of the same upstream methods), as an edit of that region's patch
+  side merged three-way onto this one's (:func:`carried_change` says which regions match: by upstream's side and
+  base side, at the same method, not by the omni side).
 """
 
 from __future__ import annotations
@@ -33,14 +37,25 @@ _LAYOUT = re.compile(r"\s+|,(?=\s*[)\]}])")  # whitespace and trailing commas: w
 _CUT = 60
 
 
+WRITES = {"upstream": "upstream's side", "patch": "the patch's side", "both": "both sides"}
+
+
 @dataclass(frozen=True)
 class Suggestion:
-    """A resolution: which side (``upstream``, ``patch``, or ``merged``: a text of both) and the text, and why
-    it is safe."""
+    """A resolution: which side (``upstream``, ``patch``, ``both``, or ``merged``: a text of both) and the text,
+    and why it is safe; ``wrote``: what the text is, in a few words, where the side does not say it (a merged
+    text: "the patch's side, renamed", "the resolution of npu_worker/x.py:L, merged")."""
 
     side: str
     text: str
     reason: str
+    wrote: str = ""
+
+    @property
+    def writes(self) -> str:
+        """What `pq resolve --suggested` says it wrote: "upstream's side", "the patch's side", "both sides", or
+        :attr:`wrote`."""
+        return self.wrote or WRITES.get(self.side, "a merge of both sides")
 
 
 def _short(text: str) -> str:
@@ -515,12 +530,20 @@ def suggest(conflict: Conflict) -> Suggestion | None:
         inner = [(" " * extra + line) if line.strip() else line for line in theirs.splitlines(keepends=True)]
         text = "".join(lines[:first] + inner + lines[last + 1 :])
         return Suggestion(
-            "merged", text, "upstream only wrapped the old lines: the patch side, indented into the wrapper"
+            "merged",
+            text,
+            "upstream only wrapped the old lines: the patch side, indented into the wrapper",
+            "the patch's side, indented into upstream's wrapper",
         )
     pairs = renames(base, ours)
     if pairs and all(_word(old).search(theirs) and not _word(new).search(theirs) for old, new in pairs):
         names = ", ".join(f"`{a}` → `{b}`" for a, b in pairs)
-        return Suggestion("merged", _renamed(theirs, pairs), f"upstream only renamed {names}: the patch side, renamed")
+        return Suggestion(
+            "merged",
+            _renamed(theirs, pairs),
+            f"upstream only renamed {names}: the patch side, renamed",
+            "the patch's side, renamed as upstream renamed",
+        )
     return None
 
 
@@ -604,8 +627,171 @@ def as_resolved(conflict: Conflict, twin: Conflict, text: str) -> Suggestion | N
         and _normal(twin.ours or "") == _normal(ours)
     ):
         moved = _reindent(text, _first_indent(ours) - _first_indent(twin.ours or ""))
-        return Suggestion("merged", moved, "the resolution of the same change, in the same omni code,")
+        return Suggestion("merged", moved, "the resolution of the same change, in the same omni code,", "re-indented")
     return None
+
+
+def _method(c: Conflict) -> str:
+    return c.symbol.rpartition(".")[2]
+
+
+_Hunk = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def _change(c: Conflict) -> list[tuple[_Hunk, int]]:
+    """Upstream's change in a region, hunk by hunk (:func:`_hunks`), each hunk's lines without their indentation
+    (copies nest the same code at other depths, and regions grow apart), with the indentation of its first line."""
+    base, ours = (c.base or "").splitlines(), (c.ours or "").splitlines()
+    old, new = ([x.rstrip() for x in side if x.strip()] for side in (base, ours))
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            first = (old[i1:i2] or new[j1:j2])[0]
+            out.append(((tuple(x.strip() for x in old[i1:i2]), tuple(x.strip() for x in new[j1:j2])), _indent(first)))
+    return out
+
+
+def _part_of(part: list[tuple[_Hunk, int]], whole: list[tuple[_Hunk, int]]) -> list[int] | None:
+    """Where each hunk of ``part`` is in ``whole`` (in order), None when one is not there."""
+    at: list[int] = []
+    k = 0
+    for hunk, _indent_of in part:
+        while k < len(whole) and whole[k][0] != hunk:
+            k += 1
+        if k == len(whole):
+            return None
+        at.append(k)
+        k += 1
+    return at
+
+
+def carried_change(done: Conflict, conflict: Conflict) -> bool:
+    """Whether the resolution of ``done`` may carry to ``conflict``, another copy's region: the same upstream
+    method (when both name theirs), and every change upstream made in ``done``'s region is one it made in
+    ``conflict``'s (the same lines taken out and put in, indentation aside).  The omni sides do not count: each
+    copy has its own."""
+    if done.base is None or done.ours is None or conflict.base is None or conflict.ours is None:
+        return False
+    if done.symbol and conflict.symbol and _method(done) != _method(conflict):
+        return False
+    change = _change(done)
+    return bool(change) and _part_of(change, _change(conflict)) is not None
+
+
+_EDGE = ("pq_carried_edge_above\n", "pq_carried_edge_below\n")  # the lines around a region that no side changes
+_FENCE_WORD, _HIDDEN = "Omni-new", "Omni~pq~new"  # fences hidden from the merge: the edit may change a block's lines
+
+
+def _merged_edit(base: str, edit: str, copy: str, *, into_deleted: bool = False) -> tuple[str, int] | None:
+    """The edit from ``base`` to ``edit`` merged three-way onto ``copy`` (another text made from ``base``) by the
+    anchor-aware merge, omni blocks whole, else (the edit changes lines in one) line by line, between lines no side
+    changes (an insertion at either end stays there), and how many of the edit's changes were left out.  None
+    where the two changed the same lines, except lines the edit deleted that the copy holds with only names renamed
+    (or only its layout changed), which go too, and (``into_deleted``) lines the copy deleted that the edit
+    changed, which stay deleted (left out); None too where both inserted code at one place (which goes first would
+    be a guess)."""
+    for hide in (False, True):
+        merged = _merged_once(base, edit, copy, hide=hide, into_deleted=into_deleted)
+        if merged is not None:
+            return merged
+    return None
+
+
+def _merged_once(base: str, edit: str, copy: str, *, hide: bool, into_deleted: bool) -> tuple[str, int] | None:
+    """:func:`_merged_edit` with the omni fences hidden from the merge (``hide``) or not."""
+    from patch_queue.merge import markers, three_way
+
+    if _HIDDEN in base + edit + copy:
+        return None
+    above, below = _EDGE
+    word = _FENCE_WORD if hide else _HIDDEN
+    base, edit, copy = (above + t.replace(word, _HIDDEN) + below for t in (base, edit, copy))
+    result = three_way.merge3(base, edit, copy)
+    if any(
+        r.kind == ConflictKind.BOTH_INSERTED and _code_lines(r.ours or "") and _code_lines(r.theirs or "")
+        for r in result.regions
+    ):
+        return None
+    text = result.text
+    left = 0
+    for region in reversed(markers.regions(text)):
+        made, held, was = ("".join(region.side(s)) for s in ("upstream", "patch", "base"))
+        if into_deleted and not _code_lines(held):
+            left += 1
+            text = markers.resolve(text, region, region.side("patch"))
+            continue
+        if _code_lines(made) or not (_layout(held) == _layout(was) or renames(was, held)):
+            return None
+        text = markers.resolve(text, region, region.side("upstream"))
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0] != above or lines[-1] != below:
+        return None
+    return "".join(lines[1:-1]).replace(_HIDDEN, _FENCE_WORD), left
+
+
+def _opcodes(c: Conflict) -> tuple[list[str], list[str], list[int], list[int], list[_Opcode]]:
+    """The region's base and upstream lines, where their non-blank lines are, and upstream's change in them (the
+    hunks of :func:`_change`, in order)."""
+    base, ours = (c.base or "").splitlines(keepends=True), (c.ours or "").splitlines(keepends=True)
+    kept = [k for k, x in enumerate(base) if x.strip()]
+    made = [k for k, x in enumerate(ours) if x.strip()]
+    old, new = ([x.rstrip() for x in side if x.strip()] for side in (base, ours))
+    ops = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+    return base, ours, kept, made, [op for op in ops if op[0] != "equal"]
+
+
+def _made_here(c: Conflict, taken: list[int]) -> tuple[str, str, str]:
+    """The changes upstream made in the region but those at ``taken`` (indexes into :func:`_change`): the lines
+    it put at the region's start and at its end (where no side's other line can anchor them), and the base side
+    with the others made."""
+    base, ours, kept, made, ops = _opcodes(c)
+    head = tail = ""
+    out: list[str] = []
+    at = 0  # the next base line not yet written
+    for n, (_tag, i1, i2, j1, j2) in enumerate(ops):
+        start = kept[i1] if i1 < len(kept) else len(base)
+        end = kept[i2 - 1] + 1 if i2 > i1 else start
+        out += base[at:start]
+        at = end
+        if n in taken:
+            out += base[start:end]  # a change the other copy's resolution made: not here
+        elif i1 == i2 == 0:
+            head = "".join(ours[: made[j2 - 1] + 1])
+        elif i1 == i2 == len(kept):
+            tail = "".join(ours[made[j1] :])
+        elif j2 > j1:
+            out += ours[made[j1] : made[j2 - 1] + 1]
+    return head, "".join(out + base[at:]), tail
+
+
+def carried(conflict: Conflict, done: Conflict, text: str) -> Suggestion | None:
+    """The resolution ``text`` of ``done`` (another copy's region of the same upstream change:
+    :func:`carried_change`) carried to ``conflict``: the same side or both where that keeps or drops what it did
+    there (:func:`as_resolved`), else ``text`` taken as an edit of ``done``'s patch side and merged three-way onto
+    this one's (and then the changes upstream made here and not there merged onto that); None where they clash.
+    The reason ends where the caller says the resolution was made."""
+    if same_upstream_change(done, conflict):
+        tip = as_resolved(conflict, done, text)
+        if tip is not None:
+            return tip
+    if done.theirs is None or conflict.theirs is None or conflict.base is None:
+        return None
+    there, here = _change(done), _change(conflict)
+    at = _part_of(there, here)
+    if not there or at is None:
+        return None
+    shift = here[at[0]][1] - there[0][1]  # this copy's code is nested deeper by this much
+    merged = _merged_edit(_reindent(done.theirs, shift), _reindent(text, shift), conflict.theirs)
+    if merged is not None and len(at) < len(here):  # upstream changed more here: merged onto the carried text
+        head, middle, tail = _made_here(conflict, at)
+        merged = _merged_edit(conflict.base, middle, merged[0], into_deleted=True)
+        merged = None if merged is None else (head + merged[0] + tail, merged[1])
+    if merged is None:
+        return None
+    said = "the resolution of the same upstream change, merged onto this copy's patch side"
+    if merged[1]:
+        said += " (upstream's other changes here are in code this copy's patch deleted: left out)"
+    return Suggestion(side_of(conflict, merged[0]), merged[0], said + ",")
 
 
 def forwarded(conflict: Conflict, upstream: str) -> Suggestion | None:

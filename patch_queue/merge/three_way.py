@@ -10,7 +10,8 @@ follows from what the omni change is:
   upstream code) next to lines the other side changed, the insertion is placed by the base line
   above it, or else by the one below it, where that line now is.  With both anchors gone the
   region is a conflict (``anchor-lost``); when both sides insert at the same place, upstream's
-  lines go first (``both-inserted``).
+  lines go first (``both-inserted``).  A blank line inserted beside code the other side deleted,
+  with a blank line beyond that code, is dropped: it would make two blank lines neither side has.
 - **Already upstream.**  Upstream now has the very lines the patch inserts, or inserts near the same
   place the same code (layout and comments aside; an omni block's too, which is then reported with
   its fences): they are kept once, upstream's copy.  Where both insert the same call written
@@ -649,6 +650,8 @@ def _place(
     both = False
     for h in inserts:
         k = h.start
+        if _separates_deleted(base, k, h.lines, deleted, changed):
+            continue  # a blank line put between code and code the other side deleted: it separates nothing now
         if k in fixed_ins:
             both = True
             # upstream's new lines stay right under the anchor line; the omni lines follow them
@@ -673,6 +676,25 @@ def _place(
         out.append(base[j])
         j += 1
     return out, both
+
+
+def _separates_deleted(base: list[str], k: int, lines: Sequence[str], deleted: set[int], changed: set[int]) -> bool:
+    """Whether the insertion of ``lines`` before base line ``k`` is blank lines only, put next to base lines the other
+    side deleted (at ``k``, or just above it), with a blank line the other side kept on the far side of that deletion:
+    placed by its anchor it would stand beside that blank line (two blank lines where neither side has them, as
+    upstream's new blank line above a block the omni patch deleted, before the blank line that followed the block)."""
+    if not lines or any(line.strip() for line in lines):
+        return False
+    below, above = k, k - 1
+    if below in deleted:
+        while below in deleted:
+            below += 1
+        return below < len(base) and below not in changed and not base[below].strip()
+    if above in deleted:
+        while above in deleted:
+            above -= 1
+        return above >= 0 and above not in changed and not base[above].strip()
+    return False
 
 
 def _markers(region: Conflict, labels: tuple[str, str, str]) -> list[str]:

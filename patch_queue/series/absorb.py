@@ -3,8 +3,15 @@
 Like ``git absorb`` or StGit's ``absorb``, by blame over the stack: each line of the top of the
 stack belongs to the patch that last wrote it (0: the base, the upstream projection).  An edit
 (a hunk of top -> the maintainer's text) goes into the latest patch that wrote a line it
-changes or sits between; an edit of upstream lines only goes into the module's skeleton patch
-(the first patch that touches the module).  ``into`` forces one patch (``pq record --patch``).
+changes or sits between; an edit of upstream lines only goes, inside a carried upstream method (a
+method some of whose lines the base, the projection, wrote), into the patch that carries that
+method's omni edits (the first patch after the skeleton that changes the method), so the
+skeleton's copy of the method stays upstream's text as projected; elsewhere (and in a carried
+method no later patch changes) into the module's skeleton patch (the first patch that touches the
+module).  ``into`` forces one patch (``pq record --patch``).  ``by_method=False`` (``pq merge``, which
+places a release's changes as the lineage recorded them) sends every edit of upstream lines to the skeleton:
+that placement is part of each recorded merge step's bodies, so a series merged and committed by an earlier
+pq reproduces byte for byte.
 
 Patch *k* then becomes ``merge3(base = top, ours = C_k, theirs = top + the edits owned by
 patches <= k)``: the edits carry into every later patch, and the top becomes exactly the
@@ -17,9 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from patch_queue.errors import QueueError
+from patch_queue.errors import PqError, QueueError
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
+from patch_queue.merge import pieces
+from patch_queue.merge.symbols import Symbol
 from patch_queue.series import stack
 
 
@@ -64,6 +73,55 @@ def blame(repo: ProjectRepo, texts: list[bytes | None]) -> list[int]:
     return owners
 
 
+def _methods(data: bytes | None) -> dict[str, Symbol]:
+    """The methods (``Class.method``) and functions of a module text; {} when it does not parse."""
+    try:
+        return pieces.symbols_of((data or b"").decode("utf-8"))
+    except (PqError, UnicodeDecodeError):
+        return {}
+
+
+class _Carriers:
+    """For one module along the chain: the patch that carries each carried upstream method's omni edits."""
+
+    def __init__(self, history: list[bytes | None], owners: list[int], skeleton: int) -> None:
+        self.history, self.owners, self.skeleton = history, owners, skeleton
+        self.top = _methods(history[-1])
+        self._texts: dict[int, dict[str, Symbol]] = {}
+        self._found: dict[str, int] = {}
+
+    def _at(self, k: int) -> dict[str, Symbol]:
+        if k not in self._texts:
+            self._texts[k] = _methods(self.history[k])
+        return self._texts[k]
+
+    def of(self, start: int, count: int, new_lines: list[bytes]) -> int | None:
+        """The patch (index into the chain) carrying the method of the top's lines ``start``..``start + count``
+        (0-based; an insertion when ``count`` is 0, after line ``start - 1``), when that method is a carried
+        one (the base wrote some of its lines) a later patch than the skeleton changes; else None."""
+        anchor = start if count else start - 1
+        for name, sym in self.top.items():
+            if "." not in name or not sym.start - 1 <= anchor <= sym.end - 1 or start + count > sym.end:
+                continue
+            if not count and anchor == sym.end - 1:  # after its last line: inside only when indented into it
+                first = next((line for line in new_lines if line.strip()), b"")
+                if len(first) - len(first.lstrip()) <= sym.indent:
+                    return None
+            if 0 not in self.owners[sym.start - 1 : sym.end]:
+                return None  # an omni-only method: its lines are the skeleton's or a later patch's
+            if name not in self._found:
+                self._found[name] = next(
+                    (
+                        k
+                        for k in range(self.skeleton + 1, len(self.history))
+                        if name in self._at(k) and self._at(k)[name].text != self._at(k - 1).get(name, sym).text
+                    ),
+                    0,
+                )
+            return self._found[name] or None
+        return None
+
+
 def _apply(top: list[bytes], hunks: list[_Hunk]) -> bytes:
     out = list(top)
     for h in sorted(hunks, key=lambda h: h.start, reverse=True):
@@ -72,7 +130,13 @@ def _apply(top: list[bytes], hunks: list[_Hunk]) -> bytes:
 
 
 def absorb(
-    repo: ProjectRepo, base: str, chain: list[tuple[str, str]], work: dict[str, bytes], *, into: str | None = None
+    repo: ProjectRepo,
+    base: str,
+    chain: list[tuple[str, str]],
+    work: dict[str, bytes],
+    *,
+    into: str | None = None,
+    by_method: bool = True,
 ) -> tuple[list[tuple[str, str]], list[Placement]]:
     """The chain with ``work`` (module path -> the maintainer's text) absorbed; and where each edit went.
 
@@ -99,11 +163,14 @@ def absorb(
         owners = blame(repo, history)
         skeleton = next(k for k in range(1, len(trees)) if history[k] != history[k - 1])
         new = _lines(work[path])
+        carriers = _Carriers(history, owners, skeleton)
         hunks = []
         for start, count, n_start, n_count in line_hunks(old, work[path]):
             # an insertion sits between two lines: it needs both
             touched = owners[start : start + count] if count else owners[max(start - 1, 0) : start + 1]
             owner = max(touched, default=0) or skeleton
+            if owner == skeleton and by_method:  # upstream lines (or the skeleton's): the carried method's patch
+                owner = carriers.of(start, count, new[n_start : n_start + n_count]) or owner
             if forced is not None and forced < owner:
                 raise QueueError(
                     f"this edit touches lines {names[owner - 1]} writes, which comes after "
