@@ -38,6 +38,7 @@ from pathlib import Path
 from bench import UPGRADES, Json, Upgrade, adopt, git, pq
 from conflict_table import corpus_dir, say
 
+from patch_queue import presets
 from patch_queue.checks.duplicates import check_duplicates
 from patch_queue.outputs import report as body_report
 from patch_queue.series import fmt, reimport
@@ -84,7 +85,9 @@ def measure(up: Upgrade, corpus: Path, work: Path) -> Json:
             "undefined_upstream_binds": sorted(f"{n}:{x}" for n, x in undefined if x in bound),
             "undefined_removed": len([x for _n, x in undefined if x in removed]),
             "undefined_other": len([x for _n, x in undefined if x not in bound and x not in removed]),
-            "twice": sorted(f"{f.file}:{f.line}" for f in check_duplicates(views, old, upstream)),
+            "twice": sorted(
+                f"{f.file}:{f.line}" for f in check_duplicates(views, old, upstream, cls=presets.NPU.upstream_class)
+            ),
         }
     return row
 

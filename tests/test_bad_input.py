@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -318,11 +319,45 @@ def test_sha256_mismatch_of_vendored_file_names_queue_pin(proj: Path) -> None:
             "[downstream",
             "patches/queue.toml:{line}: not valid TOML: Expected ']' at the end of a table declaration",
         ),
-        ("format = 3", "format = 4", "patches/queue.toml: format 4 is newer than this pq understands (3); upgrade pq"),
+        ("format = 3", "format = 5", "patches/queue.toml: format 5 is newer than this pq understands (4); upgrade pq"),
         ("format = 3", 'format = "3"', "patches/queue.toml: missing integer 'format'"),
         ('name = "vllm-omni"', 'name = "vllm-\xe9mni"', None),  # written below as Latin-1
+        # format 4's [queue] table: what the queue is (issue 49); each wrong key one line, at its line
+        ("format = 3", "format = 4", "patches/queue.toml: format 4 needs a [queue] table (what the queue is)"),
+        (
+            "format = 3\n",
+            'format = 4\n\n[queue]\npreset = "tpu"\n',
+            "patches/queue.toml:{line+3}: [queue].preset 'tpu' is no preset (they are npu, gpu)",
+        ),
+        (
+            "format = 3\n",
+            'format = 4\n\n[queue]\npreset = "gpu"\nout = 7\n',
+            "patches/queue.toml:{line+4}: [queue].out must be a string",
+        ),
+        (
+            "format = 3\n",
+            'format = 4\n\n[queue]\npreset = "gpu"\nupstream = "vllm"\n',
+            "patches/queue.toml:{line+4}: [queue].upstream is no key of a queue (they are preset, upstream_dist, "
+            "upstream_file, upstream_class, upstream_git, downstream_dist, package, out, wheel, wheel_requires, fence, "
+            "rules, gpu_reference)",
+        ),
+        (
+            "format = 3\n",
+            'format = 3\n\n[queue]\npreset = "gpu"\n',
+            "patches/queue.toml:{line+2}: [queue] needs format = 4 (this file says format = 3)",
+        ),
     ],
-    ids=["corrupt", "newer", "format-not-int", "not-utf8"],
+    ids=[
+        "corrupt",
+        "newer",
+        "format-not-int",
+        "not-utf8",
+        "4-without-queue",
+        "unknown-preset",
+        "out-not-string",
+        "unknown-key",
+        "queue-in-3",
+    ],
 )
 def test_bad_queue_toml(proj: Path, old: str, new: str, message: str | None) -> None:
     queue = proj / "patches" / "queue.toml"
@@ -335,7 +370,8 @@ def test_bad_queue_toml(proj: Path, old: str, new: str, message: str | None) -> 
     else:
         queue.write_text(text.replace(old, new, 1))
     for args in (("build",), ("refresh", "--to", CLEAN_TARGET), ("status",)):
-        assert refused(proj, *args) == "pq: error: " + message.format(line=line), args
+        shown = re.sub(r"\{line\+(\d)\}", lambda m: str(line + int(m.group(1))), message).format(line=line)
+        assert refused(proj, *args) == "pq: error: " + shown, args
 
 
 def test_series_not_utf8(proj: Path) -> None:

@@ -182,7 +182,9 @@ def upstream_030(corpus: Path) -> str:
 
 
 def test_signature_drift_on_the_real_runners(corpus: Path, upstream_030: str) -> None:
-    found = check.check_signatures(runners(corpus, "0.30.0"), upstream_030, label="cf0baa38dfb2")
+    found = check.check_signatures(
+        runners(corpus, "0.30.0"), upstream_030, base_class="NPUModelRunner", label="cf0baa38dfb2"
+    )
     got = sorted((f.file, f.message.split(" vs ")[0]) for f in found)
     assert got == [
         ("npu_generation_model_runner.py", "NPUGenerationModelRunner._dummy_run"),
@@ -196,7 +198,7 @@ def test_signature_drift_on_the_real_runners(corpus: Path, upstream_030: str) ->
 
 def test_signature_drift_fires_on_a_changed_parameter(upstream_030: str) -> None:
     text = "class R(NPUModelRunner):\n    def execute_model(self, scheduler_output):\n        pass\n"
-    found = check.check_signatures({"r.py": text}, upstream_030, label="x")
+    found = check.check_signatures({"r.py": text}, upstream_030, base_class="NPUModelRunner", label="x")
     assert len(found) == 1 and "missing intermediate_tensors" in found[0].message
 
 
@@ -205,7 +207,7 @@ def test_signature_drift_only_on_the_classes_of_a_runner(seeded_once: Path, upst
     # whose __init__ is no runner's: they were compared with NPUModelRunner.__init__
     files = {p.name: p.read_text() for p in sorted((seeded_once / "npu_worker").glob("*.py"))}
     assert "class _NPUHostCopyBatch:" in files["npu_generation_model_runner.py"]
-    found = check.check_signatures(files, upstream_030, label="cf0baa38dfb2")
+    found = check.check_signatures(files, upstream_030, base_class="NPUModelRunner", label="cf0baa38dfb2")
     assert sorted(f.message.split(" vs ")[0] for f in found) == [
         "NPUGenerationModelRunner._dummy_run",
         "OmniNPUModelRunner._dummy_run",
@@ -220,7 +222,7 @@ def test_signature_drift_follows_the_runner_classes_across_modules(upstream_030:
         "base.py": "class Base(Mixin, other.NPUModelRunner):\n    pass\nclass Helper:\n" + init,
         "r.py": "class R(Base):\n" + init + "class Out(Generic[T]):\n" + init,
     }
-    found = check.check_signatures(files, upstream_030, label="x")
+    found = check.check_signatures(files, upstream_030, base_class="NPUModelRunner", label="x")
     assert sorted(f.message.split(" vs ")[0] for f in found) == ["Mixin.__init__", "R.__init__"]
 
 
@@ -287,20 +289,20 @@ def test_a_planted_duplicate_statement_is_an_error(
     from patch_queue.checks.duplicates import check_duplicates
 
     ref = runners(corpus, "0.30.0")
-    assert check_duplicates(ref, ref, upstream_030) == []
+    assert check_duplicates(ref, ref, upstream_030, cls="NPUModelRunner") == []
     call = "self.input_batch.block_table.commit_block_table(num_reqs_padded)"
     text = ref["npu_model_runner.py"]
     assert text.count(call) == 1 and call in upstream_030
     lines = text.splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if call in line)
     doubled = "".join(lines[: at + 1] + [lines[at]] + lines[at + 1 :])
-    found = check_duplicates({**ref, "npu_model_runner.py": doubled}, ref, upstream_030)
+    found = check_duplicates({**ref, "npu_model_runner.py": doubled}, ref, upstream_030, cls="NPUModelRunner")
     assert [(f.file, f.line, f.rule, f.severity) for f in found] == [
         ("npu_model_runner.py", at + 2, "statement-duplicated", "error")
     ]
     assert "OmniNPUModelRunner._dummy_run runs" in found[0].message and "2 times" in found[0].message
     # a statement only one side has is new code, however often it is written
-    assert check_duplicates({**ref, "npu_model_runner.py": doubled}, {}, upstream_030) == []
+    assert check_duplicates({**ref, "npu_model_runner.py": doubled}, {}, upstream_030, cls="NPUModelRunner") == []
     proj = copy_project(adopted_030_once, tmp_path / "p")  # the corpus folder of 0.30.0 adopted at cf0baa38dfb2
     (proj / "npu_worker" / "npu_model_runner.py").write_text(doubled)
     proc = pq(proj, "check", "--no-sources", check=1)

@@ -13,6 +13,8 @@ from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import checked, symbols
 from patch_queue.series import adopt, queue, replay, rerere, stack
 
+UP_FILE = "vllm_ascend/worker/model_runner_v1.py"
+
 SOURCE = '''import x
 
 
@@ -82,8 +84,10 @@ def test_classify_skips_overrides_that_call_super() -> None:
     upstream = "class NPUModelRunner:\n    def go(self, a):\n        x = a + 1\n        y = x * 2\n        return y\n"
     copy = "class Mine(NPUModelRunner):\n    def go(self, a):\n        x = a + 1\n        y = x * 3\n        return y\n"
     override = "class Mine(NPUModelRunner):\n    def go(self, a):\n        return super().go(a)\n"
-    assert [c.upstream for c in adopt.classify({"m.py": copy}, upstream)] == ["NPUModelRunner.go"]
-    assert adopt.classify({"m.py": override}, upstream) == []
+    assert [
+        c.upstream for c in adopt.classify({"m.py": copy}, upstream, upstream_path=UP_FILE, cls="NPUModelRunner")
+    ] == ["NPUModelRunner.go"]
+    assert adopt.classify({"m.py": override}, upstream, upstream_path=UP_FILE, cls="NPUModelRunner") == []
 
 
 def test_queue_round_trip_and_errors() -> None:

@@ -980,7 +980,7 @@ def test_a_removal_of_code_the_gpu_side_moved_is_no_dropped_feature() -> None:
     [
         ("        y = self.old_thing()\n        return y\n", "leaves y read but no longer bound"),
         ("        if out:\n            self.old_thing()\n        return out\n", "leaves the method uncompilable"),
-        ("        self.old_thing()\n        return out\n", "vllm-ascend's method holds some of these statements"),
+        ("        self.old_thing()\n        return out\n", "the upstream method holds some of these statements"),
     ],
     ids=["local-still-read", "empty-block", "upstream-code"],
 )

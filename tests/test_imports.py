@@ -327,7 +327,7 @@ def real_trees(corpus: Path) -> Iterator[dict[str, SourceTree]]:
     """vllm-ascend at the declared commit (from the corpus bundle), vllm and vllm-omni 0.30.0 (registry)."""
     start = time.perf_counter()
     snapshot = resolve_upstream(ASCEND_COMMIT, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
-    ascend = tree_from_snapshot(snapshot)
+    ascend = tree_from_snapshot(snapshot, "vllm_ascend/")
     TIMINGS["vllm_ascend"] = time.perf_counter() - start
     try:
         start = time.perf_counter()
@@ -392,7 +392,7 @@ def test_real_runner_with_planted_imports(corpus: Path, real_trees: dict[str, So
 def test_real_runners_against_an_older_vllm_ascend(corpus: Path, real_trees: dict[str, SourceTree]) -> None:
     """Against vllm-ascend v0.11.0rc0 the 0.30.0 runners import what that release did not have yet."""
     snapshot = resolve_upstream("v0.11.0rc0", upstream_git=str(corpus / "vllm-ascend.bundle"))
-    trees = {**real_trees, "vllm_ascend": tree_from_snapshot(snapshot)}
+    trees = {**real_trees, "vllm_ascend": tree_from_snapshot(snapshot, "vllm_ascend/")}
     found = {(f.file, f.line, f.rule) for f in _check_runners(corpus, trees)}
     assert found == {
         ("base.py", 11, MODULE),  # vllm_ascend._310p came later

@@ -22,6 +22,7 @@ from test_errors import one_error_line
 
 from patch_queue.errors import SourceError
 from patch_queue.merge import symbols
+from patch_queue.presets import NPU
 from patch_queue.series import adopt, reimport
 
 # -- a class header over several lines -------------------------------------------------------------------------
@@ -286,9 +287,11 @@ def test_the_real_runners_agree_with_vllm_ascend_and_the_gpu_ones_do_not(corpus:
     for release in RELEASES:
         folder = corpus / f"vllm-omni-{release}"
         npu = {p.name: p.read_text() for p in (folder / "npu").glob("*.py")}
-        assert adopt.class_mismatch(npu, ascend) is None, release
+        assert adopt.class_mismatch(npu, ascend, upstream_path=NPU.upstream_file, cls=NPU.upstream_class) is None, (
+            release
+        )
         gpu = {p.name: p.read_text() for p in (folder / "gpu").glob("*.py")}
-        found = adopt.class_mismatch(gpu, ascend)
+        found = adopt.class_mismatch(gpu, ascend, upstream_path=NPU.upstream_file, cls=NPU.upstream_class)
         assert found is not None and found.path == "gpu_model_runner.py", release
         assert found.message.startswith("class OmniGPUModelRunner subclasses "), found
         assert "GPUModelRunner, not NPUModelRunner: " in found.message, found

@@ -21,13 +21,14 @@ from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.merge.calls import calls, counts, methods
 
 RULE = "statement-duplicated"
-UPSTREAM_CLASS = "NPUModelRunner"
 
 
-def check_duplicates(files: Mapping[str, str], reference: Mapping[str, str], upstream: str | None) -> list[Finding]:
+def check_duplicates(
+    files: Mapping[str, str], reference: Mapping[str, str], upstream: str | None, *, cls: str
+) -> list[Finding]:
     """One error per statement a method of ``files`` runs more often than the same method of ``reference``
-    (same module) and of upstream's ``NPUModelRunner`` (``upstream``: the vendored module text) both do."""
-    up = {k.split(".", 1)[1]: v for k, v in methods(upstream or "").items() if k.startswith(UPSTREAM_CLASS + ".")}
+    (same module) and of upstream's class ``cls`` (``upstream``: the vendored module text) both do."""
+    up = {k.split(".", 1)[1]: v for k, v in methods(upstream or "").items() if k.startswith(cls + ".")}
     out: list[Finding] = []
     for path, text in sorted(files.items()):
         before = methods(reference.get(path, ""))

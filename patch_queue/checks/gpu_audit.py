@@ -55,17 +55,15 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import NamedTuple
 
+from patch_queue import presets
 from patch_queue.checks.findings import WARNING, Finding
-from patch_queue.errors import SourceError
+from patch_queue.errors import QueueError, SourceError
 from patch_queue.merge import symbols
 from patch_queue.series import adopt
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.snapshot import release_snapshot
 
 RULE = "gpu-unported"
-VLLM_PROJECT = "vllm"
-VLLM_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
-VLLM_CLASS = "GPUModelRunner"
-ASCEND_CLASS = "NPUModelRunner"
 # A change counts as ported when this share of its meaningful lines is on the NPU side.  On
 # vllm-omni 0.30.0 (130 changes) the scores are 1.0 (51 changes), 0.6-0.89 (7: ports that differ
 # in a line or two), 0.5-0.56 (4: two-line changes with one line on NPU, and a partial port that
@@ -361,6 +359,43 @@ def _delegates(method: str, text: str, mro: Sequence[str], at: int) -> int | Non
 # -- the audit -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Mirror:
+    """A queue whose runners mirror GPU reference runners (its ``gpu_reference``): its own upstream class and file,
+    and the reference queue's upstream class, file and distribution and the reference runners' package."""
+
+    npu_class: str
+    npu_file: str
+    gpu_class: str
+    gpu_file: str
+    gpu_dist: str
+    gpu_package: str
+    first_party: str  # the queue's downstream top-level package (its imports' own section)
+
+    @property
+    def gpu_modules(self) -> str:
+        """The dotted package of the reference runners: ``<package>.`` begins the name of each of their modules."""
+        return self.gpu_package.replace("/", ".") + "."
+
+
+def mirror(queue: QueueSpec | None = None) -> Mirror:
+    """The :class:`Mirror` of the queue ``queue`` (None: the default preset's); one line when it has no GPU
+    reference runners."""
+    queue = queue or presets.DEFAULT
+    ref = presets.preset(queue.gpu_reference)
+    if ref is None:
+        raise QueueError(f"the queue of {queue.upstream_class} names no GPU reference runners (gpu_reference)")
+    return Mirror(
+        queue.upstream_class,
+        queue.upstream_file,
+        ref.upstream_class,
+        ref.upstream_file,
+        ref.upstream_dist,
+        ref.package,
+        queue.downstream_package,
+    )
+
+
 def npu_counterpart(gpu_file: str, npu_files: Mapping[str, str]) -> str | None:
     base = posixpath.basename(gpu_file)
     if not base.startswith("gpu_"):
@@ -383,14 +418,19 @@ class _Where:
 
 
 def _locate(
-    gpu_file: str, gpu_cls: str, method: str, npu_files: Mapping[str, str], classes: Mapping[str, RunnerClass]
+    gpu_file: str,
+    gpu_cls: str,
+    method: str,
+    npu_files: Mapping[str, str],
+    classes: Mapping[str, RunnerClass],
+    npu_class: str,
 ) -> _Where:
     npu_file = npu_counterpart(gpu_file, npu_files)
     if npu_file is None:
         return _Where("", missing=f"no NPU module for {posixpath.basename(gpu_file)}")
-    runners = [c for c in classes.values() if c.module == npu_file and ASCEND_CLASS in c3_mro(c.name, classes)[1:]]
+    runners = [c for c in classes.values() if c.module == npu_file and npu_class in c3_mro(c.name, classes)[1:]]
     if not runners:
-        return _Where(npu_file, missing=f"no subclass of {ASCEND_CLASS} in {npu_file}")
+        return _Where(npu_file, missing=f"no subclass of {npu_class} in {npu_file}")
     mro = c3_mro(runners[0].name, classes)
     modules = (
         npu_file,
@@ -420,7 +460,9 @@ def _locate(
     return _Where(npu_file, line, chain=tuple(chain), modules=modules, ends_in=ends_in)
 
 
-def _judge(gpu_file: str, method: str, hunk: _Hunk, where: _Where, npu_files: Mapping[str, str]) -> GpuChange:
+def _judge(
+    gpu_file: str, method: str, hunk: _Hunk, where: _Where, npu_files: Mapping[str, str], npu_class: str
+) -> GpuChange:
     lines = hunk.meaningful
     total = len(lines)
     unjudged = GpuChange(gpu_file, method, hunk.start, hunk.lines, False, "", where.npu_file, where.npu_line)
@@ -448,8 +490,8 @@ def _judge(gpu_file: str, method: str, hunk: _Hunk, where: _Where, npu_files: Ma
     wide = total - len(lacking_wide)
     if in_method is not None:
         runs = f"not found in {names} ({hits}/{total} lines)"
-    elif where.ends_in == ASCEND_CLASS:
-        runs = f"shadowed by {ASCEND_CLASS}.{method}"
+    elif where.ends_in == npu_class:
+        runs = f"shadowed by {npu_class}.{method}"
     elif where.ends_in:
         runs = f"the NPU side runs {where.ends_in}.{method}"
     else:
@@ -467,6 +509,7 @@ def audit(
     ascend_runner: str,
     *,
     history: Sequence[str] = (),
+    queue: QueueSpec | None = None,
 ) -> list[GpuChange]:
     """Every omni change of the GPU copies of ``GPUModelRunner`` methods, with its NPU status.
 
@@ -475,25 +518,27 @@ def audit(
     ``vllm/v1/worker/gpu_model_runner.py`` of the release the vllm-omni one goes with
     (:mod:`patch_queue.sources.vllm_release`); ``ascend_runner``:
     vllm-ascend's ``vllm_ascend/worker/model_runner_v1.py`` at the NPU runners' base;
-    ``history``: the vLLM file at older releases (optional; their code counts as upstream).
+    ``history``: the vLLM file at older releases (optional; their code counts as upstream).  ``queue``: the queue
+    of the NPU runners (None: the default preset's), whose upstream and GPU reference name the two classes.
     Changes come sorted by GPU file and line.
     """
+    m = mirror(queue)
     classes: dict[str, RunnerClass] = {}
     for side, files in (("npu", npu_files), ("gpu", gpu_files)):
         for path, text in sorted(files.items()):
             for name, cls in runner_classes(path, text, side).items():
                 classes.setdefault(name, cls)
     for upstream, text, side, path in (
-        (ASCEND_CLASS, ascend_runner, "ascend", adopt.UPSTREAM_FILE),
-        (VLLM_CLASS, vllm_runner, "vllm", VLLM_RUNNER),
+        (m.npu_class, ascend_runner, "ascend", m.npu_file),
+        (m.gpu_class, vllm_runner, "vllm", m.gpu_file),
     ):
         found = runner_classes(path, text, side).get(upstream)
         if found is not None:
             classes[upstream] = replace(found, module="")
-    vllm_syms = symbols.symbols_ast(vllm_runner, path=VLLM_RUNNER)
-    old_syms = [symbols.symbols_ast(text, path=VLLM_RUNNER) for text in history]
+    vllm_syms = symbols.symbols_ast(vllm_runner, path=m.gpu_file)
+    old_syms = [symbols.symbols_ast(text, path=m.gpu_file) for text in history]
     vocabulary = frozenset[str]().union(*(code_lines(t).all_names() for t in (vllm_runner, *history)))
-    carried = adopt.classify(dict(gpu_files), vllm_runner, upstream_path=VLLM_RUNNER, cls=VLLM_CLASS)
+    carried = adopt.classify(dict(gpu_files), vllm_runner, upstream_path=m.gpu_file, cls=m.gpu_class)
 
     out: list[GpuChange] = []
     for carry in carried:
@@ -505,8 +550,8 @@ def audit(
         hunks = _hunks(vllm_syms[carry.upstream].text, gsym.text, gsym.start, vocabulary, older)
         if not hunks:
             continue
-        where = _locate(carry.module, gpu_cls, method, npu_files, classes)
-        out.extend(_judge(carry.module, method, hunk, where, npu_files) for hunk in hunks)
+        where = _locate(carry.module, gpu_cls, method, npu_files, classes, m.npu_class)
+        out.extend(_judge(carry.module, method, hunk, where, npu_files, m.npu_class) for hunk in hunks)
     out.sort(key=lambda c: (c.gpu_file, c.gpu_line))
     return out
 
@@ -528,14 +573,16 @@ def findings(changes: Sequence[GpuChange]) -> list[Finding]:
 # -- vLLM's runner from the registry ---------------------------------------------------------
 
 
-def load_vllm_runner(version: str) -> str:
-    """``vllm/v1/worker/gpu_model_runner.py`` of the vLLM release ``version``, from the registry.
+def load_vllm_runner(version: str, queue: QueueSpec | None = None) -> str:
+    """The GPU reference's upstream file (vLLM's runner) of its release ``version``, from the registry (``queue``:
+    the queue whose GPU reference it is; None: the default preset's).
 
     vLLM's wheels are platform builds of about 300 MiB; :func:`patch_queue.sources.registry.pick_file`
     takes its 40 MiB sdist, which holds the same source.  The archive is pinned, cached and
     sha256-checked like every release pq reads.
     """
-    snapshot = release_snapshot(VLLM_PROJECT, version, progress=lambda _: None)
-    if not snapshot.exists(VLLM_RUNNER):
-        raise SourceError(f"{VLLM_PROJECT}=={version} holds no {VLLM_RUNNER}")
-    return snapshot.read(VLLM_RUNNER).decode("utf-8")
+    m = mirror(queue)
+    snapshot = release_snapshot(m.gpu_dist, version, progress=lambda _: None)
+    if not snapshot.exists(m.gpu_file):
+        raise SourceError(f"{m.gpu_dist}=={version} holds no {m.gpu_file}")
+    return snapshot.read(m.gpu_file).decode("utf-8")

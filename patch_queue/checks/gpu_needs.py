@@ -78,6 +78,7 @@ class HelperCtx:
     vllm_methods: frozenset[str]
     gpu_methods: Mapping[str, symbols.Symbol]
     upstream_attrs: frozenset[str]  # what the known classes of the NPU MRO outside the NPU modules set
+    mirror: gpu_audit.Mirror  # the two upstream classes
 
     def resolved(self, name: str) -> bool:
         return any(c in self.classes and name in self.classes[c].methods for c in self.order)
@@ -88,8 +89,15 @@ class HelperCtx:
 
 
 def helper_ctx(
-    npu_file: str, files: Mapping[str, str], gpu_files: Mapping[str, str], vllm_runner: str, ascend_runner: str
+    npu_file: str,
+    files: Mapping[str, str],
+    gpu_files: Mapping[str, str],
+    vllm_runner: str,
+    ascend_runner: str,
+    mirror: gpu_audit.Mirror | None = None,
 ) -> list[HelperCtx]:
+    """``mirror``: the two upstream classes (None: the default preset's)."""
+    m = mirror or gpu_audit.mirror()
     classes: dict[str, gpu_audit.RunnerClass] = {}
     for side, group in (("npu", files), ("gpu", gpu_files)):
         for path, text in sorted(group.items()):
@@ -97,14 +105,14 @@ def helper_ctx(
                 classes.setdefault(name, cls)
     upstream_attrs: set[str] = set()
     for upstream, text, side, path in (
-        (gpu_audit.ASCEND_CLASS, ascend_runner, "ascend", "model_runner_v1.py"),
-        (gpu_audit.VLLM_CLASS, vllm_runner, "vllm", gpu_audit.VLLM_RUNNER),
+        (m.npu_class, ascend_runner, "ascend", m.npu_file.rsplit("/", 1)[-1]),
+        (m.gpu_class, vllm_runner, "vllm", m.gpu_file),
     ):
         found = gpu_audit.runner_classes(path, text, side).get(upstream)
         if found is not None:
             classes[upstream] = replace(found, module="")
             upstream_attrs |= assigned_attrs(text)
-    vllm = classes.get(gpu_audit.VLLM_CLASS)
+    vllm = classes.get(m.gpu_class)
     vllm_methods = frozenset(vllm.methods) if vllm else frozenset()
     gpu_file = next((g for g in sorted(gpu_files) if Path(g).name == "gpu_" + Path(npu_file).name[len("npu_") :]), "")
     if not gpu_file or not Path(npu_file).name.startswith("npu_"):
@@ -112,14 +120,14 @@ def helper_ctx(
     gpu_runners = [
         c
         for c in classes.values()
-        if c.module == gpu_file and c.side == "gpu" and gpu_audit.VLLM_CLASS in gpu_audit.c3_mro(c.name, classes)[1:]
+        if c.module == gpu_file and c.side == "gpu" and m.gpu_class in gpu_audit.c3_mro(c.name, classes)[1:]
     ]
     out = []
     for cls in sorted(classes.values(), key=lambda c: c.name):
         if cls.module != npu_file or cls.side != "npu":
             continue
         mro = gpu_audit.c3_mro(cls.name, classes)
-        if gpu_audit.ASCEND_CLASS not in mro[1:]:
+        if m.npu_class not in mro[1:]:
             continue
         # the most derived GPU runner class of the counterpart module
         gpu = max(gpu_runners, key=lambda g: (len(gpu_audit.c3_mro(g.name, classes)), g.name), default=None)
@@ -136,6 +144,7 @@ def helper_ctx(
                 vllm_methods,
                 gpu.methods,
                 frozenset(upstream_attrs),
+                m,
             )  # fmt: skip
         )
     return out
@@ -184,6 +193,7 @@ def needed_bases(
     vllm_runner: str,
     ascend_runner: str,
     module_text: ModuleText,
+    mirror: gpu_audit.Mirror | None = None,
 ) -> list[list[Need]]:
     """Per (NPU module, NPU class, code of that class: a port's lines, or the class), the bases of the GPU class
     that the NPU class lacks and whose code alone provides what the code reads from ``self`` (``files``: the NPU
@@ -194,7 +204,7 @@ def needed_bases(
     out: list[list[Need]] = []
     for npu_file, npu_cls, text in code:
         if npu_file not in contexts:
-            contexts[npu_file] = helper_ctx(npu_file, files, gpu_files, vllm_runner, ascend_runner)
+            contexts[npu_file] = helper_ctx(npu_file, files, gpu_files, vllm_runner, ascend_runner, mirror)
         ctx = next((c for c in contexts[npu_file] if c.npu_cls == npu_cls), None)
         needs: list[Need] = []
         out.append(needs)
@@ -221,6 +231,7 @@ def findings(
     vllm_runner: str,
     ascend_runner: str,
     module_text: ModuleText,
+    mirror: gpu_audit.Mirror | None = None,
 ) -> list[Finding]:
     """``pq check``'s warnings: each NPU runner class reading from ``self`` what only a base of its GPU counterpart
     provides, which the NPU class lacks (at the first line reading it)."""
@@ -231,7 +242,7 @@ def findings(
     ]
     out = []
     needed = needed_bases(
-        [(p, n, sym.text) for p, n, sym in classes], files, gpu_files, vllm_runner, ascend_runner, module_text
+        [(p, n, sym.text) for p, n, sym in classes], files, gpu_files, vllm_runner, ascend_runner, module_text, mirror
     )
     for (path, name, sym), needs in zip(classes, needed, strict=True):
         lines = sym.text.splitlines()

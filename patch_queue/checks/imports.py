@@ -448,7 +448,7 @@ def _from_import(node: ast.ImportFrom, package: str, file: str, trees: Mapping[s
 # -- building trees from real sources ---------------------------------------------------------
 
 
-def tree_from_snapshot(snapshot: Snapshot, prefix: str = "vllm_ascend/") -> SourceTree:
+def tree_from_snapshot(snapshot: Snapshot, prefix: str) -> SourceTree:
     """The ``.py`` files under ``prefix`` of a :class:`~patch_queue.sources.snapshot.Snapshot`."""
     files = {path: snapshot.read(path) for path in snapshot.list_files(prefix) if path.endswith(_SOURCE_SUFFIX)}
     return SourceTree(files, label=snapshot.label)

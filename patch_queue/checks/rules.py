@@ -469,7 +469,7 @@ def _runner_classes(trees: Iterable[ast.Module], base_class: str) -> set[str]:
 
 
 def check_signatures(
-    files: Mapping[str, str], upstream: str, *, base_class: str = "NPUModelRunner", label: str = "upstream"
+    files: Mapping[str, str], upstream: str, *, base_class: str, label: str = "upstream"
 ) -> list[Finding]:
     """Methods of the runner classes whose parameters differ from ``base_class``'s method of that name.
 

@@ -58,12 +58,44 @@ def adopt(
     at: Annotated[str | None, typer.Option("--at", help="upstream commit, ref or release instead of searching")] = None,
     force: Annotated[bool, typer.Option("--force", help="replace an existing series")] = False,
     discard: DiscardOpt = False,
+    preset: Annotated[
+        str | None, typer.Option("--preset", help="the queue: npu (the default: vllm-ascend's runner) or gpu (vLLM's)")
+    ] = None,
+    upstream_dist: Annotated[str | None, typer.Option("--upstream-dist", help="the upstream distribution")] = None,
+    upstream_file: Annotated[
+        str | None, typer.Option("--upstream-file", help="the upstream module the runners copy, from its root")
+    ] = None,
+    upstream_class: Annotated[
+        str | None, typer.Option("--upstream-class", help="the upstream class whose methods are copied")
+    ] = None,
+    package: Annotated[
+        str | None, typer.Option("--package", help="the downstream package folder of the runners")
+    ] = None,
+    out: Annotated[str | None, typer.Option("--out", help="the output folder pq builds the runners into")] = None,
 ) -> None:
-    """Derive the patch series from a hand-maintained release and write patches/ and npu_worker/."""
-    from patch_queue.commands import adopt
+    """Derive the patch series from a hand-maintained release and write patches/ and the output folder.
 
-    with locked("adopt") as ws:
-        res = adopt.do_adopt(ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say)
+    The queue (which upstream file and class, which downstream package, which output) is recorded in
+    patches/queue.toml: a preset (--preset) and any option that sets one part of it; every later command reads it
+    from there."""
+    from patch_queue.commands import adopt
+    from patch_queue.outputs import folder
+
+    with locked("adopt", out_folder=False) as ws:
+        spec = adopt.queue_spec(
+            ws,
+            preset,
+            upstream_dist=upstream_dist,
+            upstream_file=upstream_file,
+            upstream_class=upstream_class,
+            package=package,
+            out=out,
+        )
+        ws.use_spec(spec)
+        folder.refuse_unusable(ws)
+        res = adopt.do_adopt(
+            ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say, spec=spec
+        )
     echo(res.discarded)
     if res.searched_auto:
         typer.echo(
@@ -279,7 +311,7 @@ def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
     if report is not None:
         write_output(report, json_bytes(data), REFRESH_JSON)
     if markdown is not None:
-        write_output(markdown, render.markdown(data).encode("utf-8"), REFRESH_MARKDOWN)
+        write_output(markdown, render.markdown(data, queue=ws.spec).encode("utf-8"), REFRESH_MARKDOWN)
     if annotations:
         echo(*render.annotations(data))
 

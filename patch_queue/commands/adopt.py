@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
+from patch_queue import presets
 from patch_queue.commands.write import (
-    DOWNSTREAM_PACKAGE,
     FORMATTER,
     StepInfo,
     finish,
@@ -27,6 +27,7 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, UpstreamPin, cut_slug, name_problem, shown_name
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import registry
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.cache import MethodCache
@@ -54,6 +55,30 @@ class AdoptResult:
     warnings: tuple[str, ...] = ()  # one line each: what the adopted series may not be what the user meant
 
 
+def queue_spec(ws: Workspace, preset: str | None, **options: str | None) -> QueueSpec:
+    """The queue ``pq adopt`` adopts: the preset named (else the queue ``queue.toml`` describes, else the default
+    preset's) with every option given set; an unknown preset, or an option that is no path of the kind it names,
+    is one line."""
+    if preset is not None:
+        base = presets.preset(preset)
+        if base is None:
+            raise QueueError(f"--preset {preset!r} is no preset (they are {', '.join(presets.PRESETS)})")
+    else:
+        base = ws.spec
+    for key in ("upstream_file", "package", "out"):
+        value = options.get(key)
+        if value is not None and (not value.strip() or value.startswith("/") or ".." in value.split("/")):
+            raise QueueError(f"--{key.replace('_', '-')} {value!r} must be a relative path inside the project")
+    for key in ("upstream_dist", "upstream_class"):
+        value = options.get(key)
+        if value is not None and not value.strip():
+            raise QueueError(f"--{key.replace('_', '-')} must not be empty")
+    if (f := options.get("upstream_file")) is not None and not f.endswith(".py"):
+        raise QueueError(f"--upstream-file {f!r} must name a Python module (*.py)")
+    options = {k: (v.strip("/") if k in ("upstream_file", "package", "out") and v else v) for k, v in options.items()}
+    return base.with_options(**options)
+
+
 class Downstream(NamedTuple):
     modules: dict[str, bytes]
     name: str  # the downstream distribution
@@ -61,8 +86,9 @@ class Downstream(NamedTuple):
     where: str  # where the modules were read: the folder, or "name==version: package"
 
 
-def read_downstream(source: str, progress: Progress | None = None) -> Downstream:
-    """The modules of a vllm-omni release spec or a directory, every module checked (:func:`_check_modules`): an
+def read_downstream(source: str, progress: Progress | None = None, spec: QueueSpec = presets.DEFAULT) -> Downstream:
+    """The modules of the queue ``spec``'s runners in a downstream release spec or a directory, every module
+    checked (:func:`_check_modules`): an
     existing directory is one whatever its path holds (``./x==1/npu``), a release is ``NAME==VERSION``
     (:func:`registry.parse_release`), anything else one line before anything is downloaded.
 
@@ -72,19 +98,17 @@ def read_downstream(source: str, progress: Progress | None = None) -> Downstream
     NPU ones mirror (``pq sync-gpu --omni`` reads those), never the runners of this series."""
     root = Path(source)
     if root.is_dir():
-        for candidate in (root / DOWNSTREAM_PACKAGE, root / "npu", root):
+        for candidate in (root / spec.package, root / "npu", root):
             modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
             if modules:
                 _check_modules(modules, str(candidate))
                 if candidate == root / "npu" and (root / "gpu").is_dir():
-                    from patch_queue.series.adopt import UPSTREAM_CLASS
-
                     say(
                         progress,
                         f"Reading {candidate}: {root} holds both npu/ and gpu/, and this queue's runners are the NPU "
-                        f"ones (copies of vllm-ascend's {UPSTREAM_CLASS}); gpu/ is not read",
+                        f"ones (copies of {spec.upstream_dist}'s {spec.upstream_class}); gpu/ is not read",
                     )
-                return Downstream(modules, "vllm-omni", "", str(candidate))
+                return Downstream(modules, spec.downstream_dist, "", str(candidate))
         gpu = " (gpu/ holds GPU runners, not this queue's: name the folder of the NPU runners)"
         raise QueueError("holds no NPU worker modules (*.py)" + (gpu if (root / "gpu").is_dir() else ""), path=source)
     release = registry.parse_release(source)
@@ -92,22 +116,22 @@ def read_downstream(source: str, progress: Progress | None = None) -> Downstream
         raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
     name, version = release[0], release[1].text
     return Downstream(
-        release_modules(name, version, progress), name, version, f"{name}=={version}: {DOWNSTREAM_PACKAGE}"
+        release_modules(name, version, progress, spec), name, version, f"{name}=={version}: {spec.package}"
     )
 
 
-def release_modules(name: str, version: str, progress: Progress | None = None) -> dict[str, bytes]:
-    """The NPU worker modules of the release ``name==version`` (read from the registry, never from a folder), every
-    module checked (:func:`_check_modules`).  Always ``DOWNSTREAM_PACKAGE``, whatever runners the series holds: a
-    series of other runners (a GPU queue) merging a release would take in the NPU modules (issue 49; the queue
-    described in queue.toml is to name the package)."""
-    prefix = DOWNSTREAM_PACKAGE + "/"
+def release_modules(
+    name: str, version: str, progress: Progress | None = None, spec: QueueSpec = presets.DEFAULT
+) -> dict[str, bytes]:
+    """The runner modules of the release ``name==version`` (read from the registry, never from a folder) in the
+    queue ``spec``'s package, every module checked (:func:`_check_modules`)."""
+    prefix = spec.package + "/"
     files = release_files(name, version, prefix, progress=progress)
     local = {k.removeprefix(prefix): v for k, v in files.items()}
     modules = {k: v for k, v in local.items() if "/" not in k and k.endswith(".py")}
     if not modules:
-        raise QueueError(f"{name}=={version} has no NPU worker modules under {DOWNSTREAM_PACKAGE}/")
-    _check_modules(modules, f"{name}=={version}: {DOWNSTREAM_PACKAGE}")
+        raise QueueError(f"{name}=={version} has no runner modules under {spec.package}/")
+    _check_modules(modules, f"{name}=={version}: {spec.package}")
     return modules
 
 
@@ -137,7 +161,9 @@ def do_adopt(
     force: bool,
     discard: bool = False,
     progress: Progress | None = None,
+    spec: QueueSpec | None = None,
 ) -> AdoptResult:
+    """Adopt ``source`` as the queue ``spec`` (None: the queue ``queue.toml`` describes, else the default preset's)."""
     operation.refuse_pending(ws, "a refresh is in progress; finish it with `pq continue` or `pq abort` first")
     if not force and patch_files(ws):
         raise QueueError("already holds a series; pass --force to replace it", path=str(ws.queue_dir.root))
@@ -150,7 +176,9 @@ def do_adopt(
                 path=ws.rel(ws.queue_dir.queue_path),
             )
     dropped = output.discarded(refuse_out_edits(ws, discard=discard))
-    loaded, result = plan_adopt(ws, source, upstream_git=upstream_git, at=at, progress=progress)
+    spec = spec or ws.spec
+    ws.use_spec(spec)
+    loaded, result = plan_adopt(ws, source, upstream_git=upstream_git, at=at, progress=progress, spec=spec)
     result = replace(result, discarded=dropped)
     writes = Writes(ws, "adopt")
     write_series(ws, loaded, writes=writes, step=StepInfo("adopt", "adopt", loaded.queue.upstream, result.downstream))
@@ -159,55 +187,76 @@ def do_adopt(
 
 
 def plan_adopt(
-    ws: Workspace, source: str, *, upstream_git: str | None, at: str | None, progress: Progress | None = None
+    ws: Workspace,
+    source: str,
+    *,
+    upstream_git: str | None,
+    at: str | None,
+    progress: Progress | None = None,
+    spec: QueueSpec | None = None,
 ) -> tuple[LoadedStack, AdoptResult]:
-    """The adopted stack as unreferenced commits (nothing written), and what the search found."""
+    """The adopted stack of the queue ``spec`` (None: the workspace's) as unreferenced commits (nothing written),
+    and what the search found."""
     from patch_queue.series import adopt as adopt_mod
 
-    modules, down_name, down_release, where = read_downstream(source, progress)
+    spec = spec or ws.spec
+    modules, down_name, down_release, where = read_downstream(source, progress, spec)
     texts = {k: v.decode("utf-8") for k, v in modules.items()}  # read_downstream checked them
-    upath = adopt_mod.UPSTREAM_FILE
+    upath, cls = spec.upstream_file, spec.upstream_class
     searched = None
     if at is None:
-        location = upstream_git_location(upstream_git)
+        location = upstream_git_location(upstream_git, spec)
+        if not location:
+            raise QueueError(
+                f"the queue names no git history of {spec.upstream_dist} to search for the base: name the base with "
+                f"--at ({spec.upstream_dist}==VERSION, or a folder of its sources), or its repository with --upstream"
+            )
         git = open_git(location, progress=progress)
         history = git.commits_touching(upath)
         say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
 
-        scans = MethodCache(adopt_mod.UPSTREAM_CLASS)
+        scans = MethodCache(cls)
         # the revisions not scanned before, read in one stream (history order: neighbours share deltas)
         unscanned = [b for b in dict.fromkeys(git.blob_id(c, upath) for c in history) if b and not scans.has(b)]
         for blob, data in git.read_blobs(unscanned):
-            scans.put(blob, symbols.scan_methods(data.decode("utf-8", errors="replace"), adopt_mod.UPSTREAM_CLASS))
+            scans.put(blob, symbols.scan_methods(data.decode("utf-8", errors="replace"), cls))
 
         def methods(commit: str, blob: str) -> dict[str, str]:
             found = scans.get(blob)
             if found is None:
                 data = git.read(commit, upath)
                 assert data is not None
-                found = symbols.scan_methods(data.decode("utf-8", errors="replace"), adopt_mod.UPSTREAM_CLASS)
+                found = symbols.scan_methods(data.decode("utf-8", errors="replace"), cls)
                 scans.put(blob, found)
             return found
 
         searched = adopt_mod.search_base(texts, history, lambda c: git.blob_id(c, upath), methods, git.commit_time)
         scans.save()
-        snapshot = resolve_upstream(searched.best.commit, upstream_git=location, progress=progress)
+        snapshot = resolve_upstream(searched.best.commit, upstream_git=location, progress=progress, queue=spec)
     else:
-        snapshot = resolve_upstream(at, upstream_git=upstream_git, progress=progress)
+        snapshot = resolve_upstream(at, upstream_git=upstream_git, progress=progress, queue=spec)
     upstream_text = snapshot.read(upath).decode("utf-8")
-    carried = adopt_mod.classify(texts, upstream_text)
+    carried = adopt_mod.classify(texts, upstream_text, upstream_path=upath, cls=cls)
     label = snapshot.label
-    warnings = _class_warnings(texts, upstream_text, carried, label, where)
+    warnings = _class_warnings(texts, upstream_text, carried, label, where, spec)
     layout, steps = adopt_mod.plan_series(
-        modules, carried, upstream_text, base_label=label, formatter=FORMATTER[0], line_length=FORMATTER[1]
+        modules,
+        carried,
+        upstream_text,
+        base_label=label,
+        upstream_path=upath,
+        downstream=spec.downstream_dist,
+        fence=spec.fence,
+        formatter=FORMATTER[0],
+        line_length=FORMATTER[1],
     )
-    pin = snapshot_pin(snapshot, "vllm-ascend", [upath])
-    queue = Queue(pin, down_name, down_release, DOWNSTREAM_PACKAGE, layout, FORMATTER[0], FORMATTER[1])
+    pin = snapshot_pin(snapshot, spec.upstream_dist, [upath])
+    queue = Queue(pin, down_name, down_release, spec.package, layout, FORMATTER[0], FORMATTER[1], spec=spec)
     projection = stack.project_modules(queue, snapshot.read, label=label)
     base = stack.base_commit(ws.repo, queue, projection)
     when = 0
     if snapshot.kind == "git":
-        when = open_git(upstream_git_location(upstream_git)).commit_time(snapshot.pin)
+        when = open_git(upstream_git_location(upstream_git, spec)).commit_time(snapshot.pin)
     person = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], when, 0)
     files = ws.repo.read_tree(ws.repo.commit_info(base).tree)
     parent = base
@@ -235,14 +284,19 @@ def plan_adopt(
 
 
 def _class_warnings(
-    texts: dict[str, str], upstream_text: str, carried: list[adopt_mod.Carried], label: str, where: str
+    texts: dict[str, str],
+    upstream_text: str,
+    carried: list[adopt_mod.Carried],
+    label: str,
+    where: str,
+    spec: QueueSpec,
 ) -> tuple[str, ...]:
     """The line that says the runners and the upstream file disagree on the upstream class
     (:func:`adopt_mod.class_mismatch`): an error when nothing at all is carried (no series to keep), else a warning
     that what was carried was matched by name alone."""
     from patch_queue.series import adopt as adopt_mod
 
-    mismatch = adopt_mod.class_mismatch(texts, upstream_text)
+    mismatch = adopt_mod.class_mismatch(texts, upstream_text, upstream_path=spec.upstream_file, cls=spec.upstream_class)
     if mismatch is None:
         return ()
     path = mismatch.path if mismatch.line is None else f"{where}/{mismatch.path}"

@@ -100,8 +100,9 @@ def run_checks(
         data = vendored.get(stack.VENDOR + path)
         if data is not None:
             upstream = data.decode("utf-8", errors="replace")
-            findings += check.check_signatures(files, upstream, label=queue.upstream.label)
-            findings += duplicates.check_duplicates(files, reference, upstream)
+            cls = queue.spec.upstream_class
+            findings += check.check_signatures(files, upstream, base_class=cls, label=queue.upstream.label)
+            findings += duplicates.check_duplicates(files, reference, upstream, cls=cls)
     if sources_on:
         findings += source_checks(queue, files, upstream_git=upstream_git, progress=progress)
     imported = ""
@@ -122,14 +123,16 @@ def source_checks(
     out: list[Finding] = []
     release = queue.downstream_release
     trees: dict[str, imports.SourceTree] = {}
+    downstream = queue.spec.downstream_package
     try:
-        say(progress, f"Reading the vllm-ascend source tree at {queue.upstream.label} ...")
-        snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
-        trees["vllm_ascend"] = imports.tree_from_snapshot(snapshot, "vllm_ascend/")
+        say(progress, f"Reading the {queue.spec.upstream_dist} source tree at {queue.upstream.label} ...")
+        snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress, queue=queue.spec)
+        upstream_package = queue.spec.upstream_package
+        trees[upstream_package] = imports.tree_from_snapshot(snapshot, upstream_package + "/")
         if release:
             vllm = vllm_release(queue.downstream_name, release, progress)
-            say(progress, f"Reading vllm-omni {release} and {vllm.describe()} ...")
-            trees["vllm_omni"] = imports.tree_from_release(queue.downstream_name, release, "vllm_omni/")
+            say(progress, f"Reading {queue.downstream_name} {release} and {vllm.describe()} ...")
+            trees[downstream] = imports.tree_from_release(queue.downstream_name, release, downstream + "/")
             trees["vllm"] = imports.tree_from_release(VLLM, vllm.version, "vllm/")
     except PqError as exc:
         return [
@@ -138,27 +141,30 @@ def source_checks(
     package = queue.package.replace("/", ".")
     for path, text in sorted(files.items()):
         out += imports.check_imports(text, file=path, package=package, trees=trees)
+    if not queue.spec.gpu_reference:  # a queue of runners that mirror none: nothing to audit
+        return out
     if not release or "vllm" not in trees:
         why = "the GPU-side audit needs the pinned vllm-omni release (the series was adopted from a folder)"
         return out + [_warning("gpu-audit-skipped", why)]
     try:
-        gpu = release_files(queue.downstream_name, release, "vllm_omni/worker/", progress=progress)
+        mirror = gpu_audit.mirror(queue.spec)
+        gpu = release_files(queue.downstream_name, release, mirror.gpu_package + "/", progress=progress)
         gpu_files = {
             k.rsplit("/", 1)[-1]: v.decode("utf-8", errors="replace")
             for k, v in gpu.items()
             if re.fullmatch(r"gpu_\w*model_runner\.py", k.rsplit("/", 1)[-1])
         }
-        vllm_runner = gpu_audit.load_vllm_runner(vllm.version)
+        vllm_runner = gpu_audit.load_vllm_runner(vllm.version, queue.spec)
     except PqError as exc:
         return out + [_warning("sources-unavailable", f"the GPU-side audit needs vLLM {vllm.version}: {exc}")]
-    ascend = snapshot.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8", errors="replace")
+    ascend = snapshot.read(queue.spec.upstream_file).decode("utf-8", errors="replace")
     broken = sorted(k for k, v in files.items() if not _parses(v))
     if broken:  # the parse rule reports them; an audit of half the runners would only mislead
         why = f"the GPU-side audit needs runners that parse; {', '.join(broken)} do not"
         return out + [_warning("gpu-audit-skipped", why)]
     try:
-        out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend))
-        out += gpu_needs.findings(files, gpu_files, vllm_runner, ascend, trees["vllm_omni"].text)
+        out += gpu_audit.findings(gpu_audit.audit(gpu_files, vllm_runner, files, ascend, queue=queue.spec))
+        out += gpu_needs.findings(files, gpu_files, vllm_runner, ascend, trees[downstream].text, mirror)
     except PqError as exc:
         return out + [_warning("gpu-audit-skipped", f"the GPU-side audit could not run: {exc}")]
     return out
@@ -211,7 +217,7 @@ def import_checks(
         return [], ""
     try:
         folder = import_env.build(versions, progress)
-        snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress)
+        snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress, queue=queue.spec)
         env = import_env.ImportEnv(
             import_env.python_of(folder), import_env.upstream_sources(snapshot, progress), versions
         )

@@ -476,6 +476,7 @@ def _follow_imports(
             written=written.get(path, b"").decode("utf-8", "replace"),
             line_length=imports.line_length,
             keep=keep.get(path, set()),
+            first_party=target.spec.downstream_package,
         )
         if text != texts[path]:
             work[path], changes[path] = text.encode("utf-8"), made
@@ -591,7 +592,7 @@ def import_sync(queue: Queue, patches: Sequence[tuple[str, str]]) -> replay.Impo
     modules = {m.path: m.upstream for m in queue.modules if m.upstream}
     if not modules or not patches:
         return None
-    return replay.Imports(modules, queue.line_length, patches[-1][1])
+    return replay.Imports(modules, queue.line_length, patches[-1][1], queue.spec.downstream_package)
 
 
 def normalizer(

@@ -42,7 +42,7 @@ def refuse_older(queue: Queue, to: str | None, shown: str) -> tuple[str, registr
     ref or a folder is taken as named: pq cannot order it against a release, and naming one is the deliberate way
     back.  The release ``to`` names when the series is on one (the newest one read from the index), else None."""
     pinned = registry.parse_release(queue.upstream.spec) if queue.upstream.kind == "release" else None
-    target = named_release(to) if pinned is not None else None
+    target = named_release(to, queue.spec) if pinned is not None else None
     if pinned is None or target is None:
         return None
     (name, version), (pinned_name, held) = target, pinned
@@ -77,12 +77,12 @@ def do_refresh(
     refuse_unwritable_queue(ws)
     dropped = refuse_out_edits(ws, discard=discard)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
-    say(progress, f"Resolving {to or 'the newest vllm-ascend release'} ...")
+    say(progress, f"Resolving {to or f'the newest {loaded.queue.spec.upstream_dist} release'} ...")
     release = refuse_older(loaded.queue, to, ws.rel(ws.queue_dir.queue_path))
     if release is not None:  # read once from the index: the release itself, not a folder of its name
         snapshot = release_snapshot(release[0], release[1].text, progress)
     else:
-        snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress)
+        snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress, queue=loaded.queue.spec)
     kill_point("after-download")
     pin = snapshot_pin(snapshot, loaded.queue.upstream.name, loaded.queue.upstream_paths())
     target, projection = target_queue(loaded.queue, pin, snapshot.read)
@@ -115,6 +115,7 @@ def do_refresh(
         upstream_git=upstream_git,
         progress=progress,
         files=(ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(vendored), new_files.get(vendored)),
+        queue=loaded.queue.spec,
     )
     begun = operation.Operation(
         old_base_label=loaded.queue.upstream.label,

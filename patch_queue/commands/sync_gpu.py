@@ -33,7 +33,7 @@ from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.progress import Progress, say
 from patch_queue.project.operation import refuse_pending
 from patch_queue.project.workspace import LoadedStack, Workspace
-from patch_queue.series import adopt, stack
+from patch_queue.series import stack
 from patch_queue.series.queue import Queue, cut_slug
 from patch_queue.sources import registry
 from patch_queue.sources.archives import release_files
@@ -233,14 +233,15 @@ def _runner_files(queue: Queue, spec: str, progress: Progress | None) -> tuple[d
         return {p.name: _text(p.read_bytes(), str(p)) for p in found}, str(folder)
     name = queue.downstream_name
     say(progress, f"Reading the GPU runners of {name} {version.text} ...")
-    data = release_files(name, version.text, "vllm_omni/worker/", progress=progress)
+    package = gpu_audit.mirror(queue.spec).gpu_package
+    data = release_files(name, version.text, package + "/", progress=progress)
     files = {
         k.rsplit("/", 1)[-1]: _text(v, f"{name}=={version.text}: {k}")
         for k, v in data.items()
         if _RUNNER.fullmatch(k.rsplit("/", 1)[-1])
     }
     if not files:
-        raise QueueError(f"{name}=={version.text} holds no vllm_omni/worker/gpu_*model_runner.py")
+        raise QueueError(f"{name}=={version.text} holds no {package}/gpu_*model_runner.py")
     return files, _label(queue, spec)
 
 
@@ -383,13 +384,14 @@ def plan_sync(
     from_spec = since or last_taken(loaded.queue)[1] or loaded.queue.downstream_release
     before = since_runners(loaded.queue, from_spec, source, progress=progress)
     vllm = vllm_release(loaded.queue.downstream_name, version, progress)
-    say(progress, f"Reading the GPUModelRunner of {vllm.describe()} ...")
-    vllm_runner = gpu_audit.load_vllm_runner(vllm.version)
+    mirror = gpu_audit.mirror(loaded.queue.spec)
+    say(progress, f"Reading the {mirror.gpu_class} of {vllm.describe()} ...")
+    vllm_runner = gpu_audit.load_vllm_runner(vllm.version, loaded.queue.spec)
     top = loaded.top()
     tree = ws.repo.read_tree(ws.repo.commit_info(top).tree)
-    vendored = ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(stack.VENDOR + adopt.UPSTREAM_FILE)
+    vendored = ws.repo.read_tree(ws.repo.commit_info(loaded.base).tree).get(stack.VENDOR + mirror.npu_file)
     if vendored is None:
-        raise QueueError(f"the stack's base vendors no {adopt.UPSTREAM_FILE}")
+        raise QueueError(f"the stack's base vendors no {mirror.npu_file}")
     ascend = vendored.decode("utf-8", errors="replace")
     start_files = module_texts(module_files(ws, top))
     rules = translation.load_rules(ws.queue_dir.root)
@@ -419,13 +421,13 @@ def plan_sync(
         unported = -1
         placed: list[Port | Unplaced] = []
         for _pass in range(_PASSES):  # a port can make another placeable: again until a pass ports nothing
-            changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend)
+            changes = gpu_audit.audit(gpu_files, vllm_runner, files, ascend, queue=loaded.queue.spec)
             partly: list[gpu_audit.GpuChange] = []
             if before is not None:
                 partly = kept(changed_since.partly_ported(before, changes, gpu_files))
                 if not backlog:
                     changes = [c for c in changes if not c.ported and _new_since(before, c)]
-                changes += changed_since.changes_since(before, gpu_files, files, vllm_runner, rules)
+                changes += changed_since.changes_since(before, gpu_files, files, vllm_runner, rules, mirror)
             changes = sorted(kept(changes), key=lambda c: (c.gpu_file, c.gpu_line))
             if unported < 0:
                 unported = sum(1 for c in [*changes, *partly] if not c.ported) + len(refused)
@@ -436,7 +438,7 @@ def plan_sync(
             for todo in (changes, partly):  # the partial ports after the others, each on its own
                 for name, group in _by_method([c for c in todo if not c.ported], files):
                     group = [_at_method(c, name, files) for c in group]
-                    found, files = placement.sync(group, gpu_files, vllm_runner, files, rules, before)
+                    found, files = placement.sync(group, gpu_files, vllm_runner, files, rules, before, mirror)
                     placed += found
             ports += [r for r in placed if isinstance(r, Port)]
             if not any(isinstance(r, Port) for r in placed):
@@ -459,14 +461,16 @@ def plan_sync(
     written = "".join(p.result for p in ports)
     if written.strip():  # the GPU helper methods the applied ports call (the backlog: every one the NPU lacks)
         called = None if backlog else set(re.findall(r"\bself\.(\w+)\s*\(", written))
-        helpers, files = helper_methods.copy_helpers(files, gpu_files, vllm_runner, ascend, rules, only=called)
+        helpers, files = helper_methods.copy_helpers(
+            files, gpu_files, vllm_runner, ascend, rules, only=called, mirror=mirror
+        )
         results += [h for h in helpers if isinstance(h, Unplaced)]
         ports += [h for h in helpers if isinstance(h, Port)]
     outcome = SyncOutcome(source, first.unported, declined=[first.declined[k] for k in sorted(first.declined)])
     outcome.since = before.label if before is not None else ""
     outcome.unplaced = results
     if backlog:  # the module functions the changes left unplaced call, which their hand ports will need
-        functions, files, refused = module_functions.copy_functions(outcome.unplaced, files, gpu_files, rules)
+        functions, files, refused = module_functions.copy_functions(outcome.unplaced, files, gpu_files, rules, mirror)
         ports += functions
         outcome.declined += refused
     left = [p for p in proposals if proposal_id(p) not in wanted]
@@ -478,7 +482,7 @@ def plan_sync(
         return _tree(loaded.queue.downstream_name, version).text(module) if released else None
 
     code = [(p.npu_file, p.symbol.partition(".")[0], p.result) for p in ports]
-    needed = gpu_needs.needed_bases(code, files, gpu_files, vllm_runner, ascend, read)
+    needed = gpu_needs.needed_bases(code, files, gpu_files, vllm_runner, ascend, read, mirror)
     ports = [
         replace(port, needs=tuple(n.message(port.symbol.partition(".")[0]) for n in needs)) if needs else port
         for port, needs in zip(ports, needed, strict=True)

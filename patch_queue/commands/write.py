@@ -24,9 +24,6 @@ from patch_queue.project.workspace import (
 from patch_queue.series import lineage, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_series
 
-DOWNSTREAM_PACKAGE = "vllm_omni/platforms/npu/worker"
-
-
 # the downstream's formatter: the vllm-omni runners are exactly what `ruff format --line-length 120` makes
 FORMATTER = ("ruff", 120)
 
@@ -260,7 +257,9 @@ def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progr
     snap = (
         None if queue.upstream.kind == "dir" else upstream_snapshot(queue, upstream_git=upstream_git, progress=progress)
     )
-    meta = wheel.wheel_meta(queue, package=package, patches=loaded.names, pinned=wheel.upstream_requirements(snap))
+    meta = wheel.wheel_meta(
+        queue, package=package, patches=loaded.names, pinned=wheel.upstream_requirements(snap, queue.spec)
+    )
     if progress is not None:
         progress(f"Building {meta.name} {meta.version} ({len(files)} modules in {package}/) ...")
     vendored = {k[len(stack.VENDOR) :]: v for k, v in tree.items() if k.startswith(stack.VENDOR)}

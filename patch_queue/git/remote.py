@@ -114,8 +114,7 @@ class UpstreamGit:
     def _unreadable(self, reason: str) -> SourceError:
         # offline, the public repository is out of reach: say where a local copy is named
         hint = (
-            "; offline? set PQ_UPSTREAM_GIT (or --upstream) to a local clone or bundle, such as "
-            "../shared/corpus/vllm-ascend.bundle"
+            "; offline? set PQ_UPSTREAM_GIT (or --upstream) to a local clone or bundle of it"
             if is_url(self.location)
             else ""
         )

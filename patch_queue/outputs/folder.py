@@ -29,7 +29,7 @@ from patch_queue.fsutil import clean_relative, linked_folder, not_text, read_fol
 from patch_queue.git.diff import line_hunks
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import MANIFEST as MANIFEST  # (the journal reads it too: defined below it)
-from patch_queue.project.workspace import OUT_DIR, Workspace
+from patch_queue.project.workspace import Workspace
 from patch_queue.series.stack import sha256
 
 _HEADER = "# files written by pq build: sha256 and path\n"
@@ -46,7 +46,7 @@ class Edited:
 def unusable(ws: Workspace, out: Path | None = None) -> QueueError | None:
     """Why the output folder (``out`` as given, default ``npu_worker/``) cannot be used, or None: it is a
     symbolic link, something other than a folder, or its manifest names a path that is no file below it."""
-    path = out if out is not None else ws.root / OUT_DIR
+    path = out if out is not None else ws.root / ws.spec.out
     parent = ws.rel(path.parent)  # the folder resolved, not the link
     shown = path.name if parent == "." else f"{parent}/{path.name}"
     if path.is_symlink():

@@ -18,6 +18,7 @@ Markdown parts are :mod:`patch_queue.outputs.report_parts`; :func:`markdown` fit
 # no ``from __future__ import annotations``: it would bind the name of :func:`annotations` below
 from collections.abc import Iterator, Sequence
 
+from patch_queue import presets
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs.report_parts import (
     EXCERPT,
@@ -39,8 +40,8 @@ from patch_queue.outputs.report_parts import (
     render,
     tell,
 )
+from patch_queue.series.spec import QueueSpec
 
-UPSTREAM_URL = "https://github.com/vllm-project/vllm-ascend"
 GITHUB_BODY_LIMIT = 65_536  # characters of a pull-request or comment body (HTTP 422 over it)
 BODY_BUDGET = 60_000  # what a body is kept to: well under the limit, as Renovate keeps to about 60,000
 JOB_SUMMARY_LIMIT = 1_048_576  # bytes of a step's job summary
@@ -162,12 +163,15 @@ def _shortened(counts: Sequence[int], flags_out: int, limit: int, unit: str, ful
 def markdown(
     report: dict[str, object],
     *,
-    upstream_url: str = UPSTREAM_URL,
+    upstream_url: str | None = None,
+    queue: QueueSpec | None = None,
     limit: int | None = BODY_BUDGET,
     in_bytes: bool = False,
     full_report: str = FULL_REPORT,
 ) -> str:
-    """The refresh report in Markdown: a pull-request body within ``limit``, or all of it (``limit=None``).
+    """The refresh report in Markdown: a pull-request body within ``limit``, or all of it (``limit=None``); of a
+    refresh of the queue ``queue`` (None: the default preset's), its commits linked in ``upstream_url`` (None: the
+    queue's upstream repository).
 
     Report (format 2)::
 
@@ -206,7 +210,8 @@ def markdown(
     ``<details>`` section: whole sections are replaced.  The default budget keeps well under
     GitHub's body limit, as Renovate does.
     """
-    r, url = read(report), upstream_url.rstrip("/")
+    queue = queue or presets.DEFAULT
+    r, url = read(report, queue), (queue.upstream_url if upstream_url is None else upstream_url).rstrip("/")
     size = utf8_bytes if in_bytes else github_chars
     unit = "bytes" if in_bytes else "characters"
     top = head(r, url)

@@ -17,8 +17,10 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from operator import attrgetter
 
+from patch_queue import presets
 from patch_queue.merge import explain
 from patch_queue.merge.conflict import Conflict, ConflictKind, boolean, integer, listing, mapping, string, wrong
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import cache
 
 TRUNCATED_NOTE = "… (truncated: see the full report)"
@@ -117,6 +119,7 @@ class Report:
     merged: str = ""  # a merge (pq merge): the release it takes in ("name==version")
     imported: str = ""  # what pq check --import imported ("" when it did not run)
     import_warnings: tuple[tuple[str, int, str, str], ...] = ()  # its warnings: (file, line, rule, message)
+    upstream_name: str = "the upstream"  # the queue's upstream distribution (not in the JSON: the queue's)
 
 
 def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
@@ -129,7 +132,10 @@ def _objects(report: Mapping[str, object], key: str) -> Iterator[tuple[str, Mapp
     return ((where, mapping(raw, where)) for where, raw in _items(report, key))
 
 
-def read(report: Mapping[str, object]) -> Report:
+def read(report: Mapping[str, object], queue: QueueSpec | None = None) -> Report:
+    """The report ``report`` (JSON) of a refresh of the queue ``queue`` (None: the default preset's), which names what
+    the JSON leaves out: the upstream's name, and the downstream and output folder of a report that has none."""
+    queue = queue or presets.DEFAULT
     fmt = report.get("format", 1)
     if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt not in SUPPORTED_FORMATS:
         raise ValueError(f"report format {fmt!r} is not supported (known: {', '.join(map(str, SUPPORTED_FORMATS))})")
@@ -148,9 +154,9 @@ def read(report: Mapping[str, object]) -> Report:
         target=string(upstream, "target", "upstream"),
         base_commit=string(upstream, "base_commit", "upstream"),
         target_commit=string(upstream, "target_commit", "upstream"),
-        downstream=string(downstream, "name", "downstream") or "vllm-omni",
+        downstream=string(downstream, "name", "downstream") or queue.downstream_dist,
         release=string(downstream, "release", "downstream"),
-        out=string(report, "out", "") or "npu_worker",
+        out=string(report, "out", "") or queue.out,
         patches=patches,
         conflicts=tuple(Conflict.from_json(e, where) for where, e in _items(report, "conflicts")),
         flags=tuple(Conflict.from_json(e, where, conflict=False) for where, e in _items(report, "flags")),
@@ -169,6 +175,7 @@ def read(report: Mapping[str, object]) -> Report:
         import_warnings=_check_errors(report, severity="warning", rules=IMPORT_WARNINGS),
         accepted=bool(listing(report, "accepted_errors", "")),
         merged=string(report, "merged", ""),
+        upstream_name=queue.upstream_dist,
     )
 
 
@@ -405,7 +412,8 @@ def head(r: Report, url: str) -> str:
 
     who = f"{r.downstream} {r.release}".strip()
     status = [
-        f"{_text(who)}'s NPU model runners replayed from vllm-ascend {upstream_ref(r.base, r.base_commit)} "
+        f"{_text(who)}'s NPU model runners replayed from {_text(r.upstream_name)} "
+        f"{upstream_ref(r.base, r.base_commit)} "
         f"onto {upstream_ref(r.target, r.target_commit)}."
     ]
     if r.merged:  # a merge: the maintainers' release taken into the series on its upstream

@@ -40,16 +40,15 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 import patch_queue
+from patch_queue import presets
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.series.queue import QUEUE_FILE, Queue
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.registry import parse_version
-from patch_queue.sources.snapshot import UPSTREAM_GIT_URL, Snapshot
+from patch_queue.sources.snapshot import Snapshot
 
-DIST_NAME = "vllm-omni-npu-worker"
 PYTHON_REQUIRES = ">=3.10"
 LICENSE = "Apache-2.0"  # vllm-omni's and vllm-ascend's licence
-UPSTREAM_COMMIT_URL = "https://github.com/vllm-project/vllm-ascend/commit/"
-PINNED_FROM_UPSTREAM = ("torch-npu", "torch")  # required as the upstream pins them
 MIN_EPOCH = 315532800  # 1980-01-01, the earliest time a zip entry can hold
 WHEEL_MODE = 0o644
 TAG = "py3-none-any"
@@ -128,7 +127,12 @@ def downstream_version(queue: Queue) -> str:
 
 def wheel_version(queue: Queue) -> str:
     """``<downstream release>+ascend.<target>``, e.g. ``0.30.0+ascend.gcf0baa38dfb2``."""
-    return f"{downstream_version(queue)}+ascend.{upstream_target(queue)}"
+    return f"{downstream_version(queue)}+{upstream_word(queue.spec)}.{upstream_target(queue)}"
+
+
+def upstream_word(spec: QueueSpec) -> str:
+    """The word of the wheel's local version that names the upstream: the last word of its distribution's name."""
+    return local_label(spec.upstream_dist.replace("_", "-").rsplit("-", 1)[-1])
 
 
 # -- requirements --------------------------------------------------------------------------------
@@ -157,10 +161,11 @@ def _requirement_lines(snap: Snapshot) -> tuple[str, list[tuple[int, str]]]:
     return path, found
 
 
-def upstream_requirements(snap: Snapshot | None) -> tuple[str, ...]:
-    """``torch-npu`` and ``torch`` as the upstream tree requires them: each of its requirements of them (one
-    with an environment marker too; none of an extra), in its order; a bare name where it requires none."""
-    found: dict[str, list[str]] = {name: [] for name in PINNED_FROM_UPSTREAM}
+def upstream_requirements(snap: Snapshot | None, spec: QueueSpec | None = None) -> tuple[str, ...]:
+    """The wheel's requirements of the queue ``spec`` (None: the default preset's; ``wheel_requires``) as the
+    upstream tree requires them: each of its requirements of them (one with an environment marker too; none of an
+    extra), in its order; a bare name where it requires none."""
+    found: dict[str, list[str]] = {name: [] for name in (spec or presets.DEFAULT).wheel_requires}
     where, lines = _requirement_lines(snap) if snap is not None else ("", [])
     for number, line in lines:
         try:
@@ -177,28 +182,29 @@ def upstream_requirements(snap: Snapshot | None) -> tuple[str, ...]:
 
 def upstream_text(queue: Queue) -> str:
     """The upstream the series is built on, in words: ``vllm-ascend 0.30.0rc2``, ``... commit <sha>``."""
-    name = queue.upstream.name or "vllm-ascend"
+    name = queue.upstream.name or queue.spec.upstream_dist
     release, commit = upstream_release(queue), upstream_commit(queue)
     return f"{name} {release}" if release else f"{name} commit {commit}" if commit else f"{name} from a folder"
 
 
-def wheel_meta(
-    queue: Queue, *, package: str, patches: list[str], pinned: Iterable[str] = PINNED_FROM_UPSTREAM
-) -> WheelMeta:
-    """The wheel's metadata; ``pinned``: the requirements :func:`upstream_requirements` read."""
+def wheel_meta(queue: Queue, *, package: str, patches: list[str], pinned: Iterable[str] | None = None) -> WheelMeta:
+    """The wheel's metadata; ``pinned``: the requirements :func:`upstream_requirements` read (None: the queue's
+    ``wheel_requires``, bare)."""
+    spec = queue.spec
     version = wheel_version(queue)
-    up_name = queue.upstream.name or "vllm-ascend"
-    down_name = queue.downstream_name or "vllm-omni"
+    up_name = queue.upstream.name or spec.upstream_dist
+    down_name = queue.downstream_name or spec.downstream_dist
     release = upstream_release(queue)
     commit = upstream_commit(queue)
-    requires = list(pinned)
+    requires = list(spec.wheel_requires if pinned is None else pinned)
     urls: list[tuple[str, str]] = []
     if release is not None:
         requires.append(f"{up_name}=={release}")
         upstream_line = f"{up_name} release {release}"
     elif commit is not None:
-        requires.append(f"{up_name} @ git+{UPSTREAM_GIT_URL}@{commit}")
-        urls.append((f"{up_name} commit", UPSTREAM_COMMIT_URL + commit))
+        requires.append(f"{up_name} @ git+{spec.upstream_git}@{commit}")
+        if spec.upstream_url:
+            urls.append((f"{up_name} commit", f"{spec.upstream_url}/commit/{commit}"))
         upstream_line = f"{up_name} git commit {commit} (a direct reference: no release holds it)"
     else:
         upstream_line = f"{up_name} from a folder (vendored files {upstream_target(queue)[1:]}; not required)"
@@ -210,7 +216,7 @@ def wheel_meta(
     )
     readme = "\n".join(
         [
-            f"# {DIST_NAME} {version}",
+            f"# {spec.wheel} {version}",
             "",
             f"{down_name}'s Ascend NPU model runners (`{queue.package}/`) as the standalone package `{package}`",
             f"(its `{queue.package.replace('/', '.')}` imports point into `{package}`), built by `pq build --wheel`",
@@ -225,7 +231,7 @@ def wheel_meta(
             "",
         ]
     )
-    return WheelMeta(DIST_NAME, version, summary, tuple(requires), tuple(urls), readme)
+    return WheelMeta(spec.wheel, version, summary, tuple(requires), tuple(urls), readme)
 
 
 # -- licence and notice --------------------------------------------------------------------------
@@ -249,7 +255,9 @@ def copyright_lines(files: dict[str, bytes]) -> list[str]:
 
 def notice(queue: Queue, meta: WheelMeta, package: str, modules: dict[str, bytes], vendored: dict[str, bytes]) -> str:
     """NOTICE: what the package is made of, and the copyright lines its sources carry."""
-    down = f"{queue.downstream_name or 'vllm-omni'} {queue.downstream_release.strip() or '(from a folder)'}"
+    down = (
+        f"{queue.downstream_name or queue.spec.downstream_dist} {queue.downstream_release.strip() or '(from a folder)'}"
+    )
     up = upstream_text(queue)
     lines = [
         f"{meta.name} {meta.version}",

@@ -19,17 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patch_queue import presets
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.progress import Progress
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, QueueDir
+from patch_queue.series.spec import QueueSpec
 
 if TYPE_CHECKING:  # the upstream is opened only when refs/pq/base does not hold the pinned files
     from patch_queue.git.remote import UpstreamGit
     from patch_queue.sources.snapshot import Snapshot
 
-OUT_DIR = "npu_worker"
 MANIFEST = ".pq-build"  # what pq wrote into an output folder (see patch_queue.outputs.folder)
 
 
@@ -38,7 +39,24 @@ class Workspace:
     repo: ProjectRepo
     root: Path
     queue_dir: QueueDir
-    out: Path
+    out_given: Path | None = None  # the output folder the command was told (None: the queue's own)
+    _spec: QueueSpec | None = None
+
+    @property
+    def spec(self) -> QueueSpec:
+        """What the queue here is: ``queue.toml``'s (read once), the default preset's before there is one, or the one
+        :meth:`use_spec` set (``pq adopt``)."""
+        if self._spec is None:
+            self._spec = self.queue_dir.load_spec() or presets.DEFAULT
+        return self._spec
+
+    def use_spec(self, spec: QueueSpec) -> None:
+        self._spec = spec
+
+    @property
+    def out(self) -> Path:
+        """The output folder: the one given, else the queue's (``spec.out``) in the project."""
+        return (self.out_given or self.root / self.spec.out).resolve()
 
     @property
     def state_dir(self) -> Path:
@@ -64,7 +82,7 @@ def open_workspace(cwd: Path | None = None, *, out: Path | None = None) -> Works
             f"lock and a refresh's state are not, so pq runs in the main work tree only ({repo.main_gitdir.parent})",
             path=str(root),
         )
-    return Workspace(repo, root, QueueDir(root / "patches"), (out or root / OUT_DIR).resolve())
+    return Workspace(repo, root, QueueDir(root / "patches"), out.resolve() if out else None)
 
 
 JOURNAL_FILE = "journal.json"  # see patch_queue/project/journal.py
@@ -101,7 +119,7 @@ def locked(ws: Workspace, command: str) -> Iterator[None]:
             if command not in READING_COMMANDS:
                 raise QueueError(
                     f"cannot take the pq lock ({exc.strerror or exc}): `pq {command}` writes patches/, "
-                    f"{OUT_DIR}/ and refs/pq/; make the repository writable (nothing was changed)",
+                    f"{ws.spec.out}/ and refs/pq/; make the repository writable (nothing was changed)",
                     path=ws.rel(lock),
                 ) from None
             # no lock can be taken here, so no writing pq runs beside this one either
@@ -236,7 +254,7 @@ def check_no_journal(ws: Workspace) -> None:
     except (OSError, ValueError, AttributeError):
         command = "?"
     raise QueueError(
-        f"`pq {command}` was interrupted while writing patches/, {OUT_DIR}/ and refs/pq/; "
+        f"`pq {command}` was interrupted while writing patches/, {ws.spec.out}/ and refs/pq/; "
         f"run `pq continue` to finish its writes or `pq abort` to undo them",
         path=ws.rel(path),
     )
@@ -248,8 +266,8 @@ def upstream_snapshot(queue: Queue, *, upstream_git: str | None, progress: Progr
 
     up = queue.upstream
     if up.kind != "git":
-        return resolve_upstream(up.spec, progress=progress)
-    location = upstream_git_location(upstream_git)
+        return resolve_upstream(up.spec, progress=progress, queue=queue.spec)
+    location = upstream_git_location(upstream_git, queue.spec)
     git = open_git(location, progress=progress)
     commit = up.pin if _has_commit(git, up.pin) else None
     if commit is None and up.public_commit:
@@ -259,7 +277,7 @@ def upstream_snapshot(queue: Queue, *, upstream_git: str | None, progress: Progr
             f"pinned upstream commit {up.public_commit or up.pin} is not in {location}; "
             "point --upstream or PQ_UPSTREAM_GIT at a repository that has it"
         )
-    return resolve_upstream(commit, upstream_git=location, progress=progress)
+    return resolve_upstream(commit, upstream_git=location, progress=progress, queue=queue.spec)
 
 
 def upstream_reader(

@@ -30,11 +30,8 @@ from patch_queue.merge import symbols
 from patch_queue.series import fmt
 from patch_queue.series.queue import Module
 
-UPSTREAM_FILE = "vllm_ascend/worker/model_runner_v1.py"
-UPSTREAM_CLASS = "NPUModelRunner"
 CARRY_RATIO = 0.28
 TOP = 10  # candidates reported by the search
-FENCE = re.compile(r"^\s*#.*Omni-new", re.MULTILINE)
 
 
 class _Matcher:
@@ -180,9 +177,7 @@ class Carried:
     ratio: float
 
 
-def classify(
-    modules: dict[str, str], upstream_text: str, *, upstream_path: str = UPSTREAM_FILE, cls: str = UPSTREAM_CLASS
-) -> list[Carried]:
+def classify(modules: dict[str, str], upstream_text: str, *, upstream_path: str, cls: str) -> list[Carried]:
     """The carried symbols of every module, in module order."""
     up = symbols.symbols_ast(upstream_text, path=upstream_path)
     matcher = _Matcher()
@@ -228,9 +223,7 @@ def _classes(text: str) -> list[ast.ClassDef]:
         return []
 
 
-def class_mismatch(
-    modules: dict[str, str], upstream_text: str, *, upstream_path: str = UPSTREAM_FILE, cls: str = UPSTREAM_CLASS
-) -> Mismatch | None:
+def class_mismatch(modules: dict[str, str], upstream_text: str, *, upstream_path: str, cls: str) -> Mismatch | None:
     """Why the runners' methods cannot be copies of ``cls``'s, if they cannot: the upstream file has no top-level
     class ``cls`` (the upstream class is absent), or no class of the runners subclasses ``cls`` while one subclasses
     a class the upstream file does not have (the runners name another class); None when they agree (or the runners
@@ -296,10 +289,13 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def _fences(what: str, text: str) -> list[str]:
-    """The description line that counts the Omni-new fence lines of ``text`` (none when it has none)."""
-    fences = len(FENCE.findall(text))
-    return [f"{what} holds {fences} Omni-new fence lines."] if fences else []
+def _fences(what: str, text: str, fence: str) -> list[str]:
+    """The description line that counts the fence lines (comments naming ``fence``, the downstream's fence word) of
+    ``text`` (none when it has none, or the downstream fences nothing)."""
+    if not fence:
+        return []
+    fences = len(re.findall(rf"^\s*#.*{re.escape(fence)}", text, re.MULTILINE))
+    return [f"{what} holds {fences} {fence} fence lines."] if fences else []
 
 
 def plan_series(
@@ -308,7 +304,9 @@ def plan_series(
     upstream_text: str,
     *,
     base_label: str,
-    upstream_path: str = UPSTREAM_FILE,
+    upstream_path: str,
+    downstream: str,
+    fence: str,
     formatter: str = "",
     line_length: int = 120,
 ) -> tuple[tuple[Module, ...], list[Step]]:
@@ -328,8 +326,8 @@ def plan_series(
         stem = path.removesuffix(".py")
         if not mine:
             layout.append(Module(path, "", ()))
-            desc = [f"Omni-only module {path}: new in vllm-omni, no upstream counterpart."]
-            desc += _fences("It", data.decode("utf-8", errors="replace"))
+            desc = [f"Omni-only module {path}: new in {downstream}, no upstream counterpart."]
+            desc += _fences("It", data.decode("utf-8", errors="replace"), fence)
             steps.append(Step(_slug(stem), f"{stem}: add omni-only module {path}", "\n".join(desc), path, data))
             continue
         text = data.decode("utf-8")
@@ -371,7 +369,7 @@ def plan_series(
                 f"Omni edits to {usym.name} as carried in {dsym.name} ({path}).",
                 f"Upstream: {upstream_path} at {base_label}.",
             ]
-            desc += _fences("The method", dsym.text)
+            desc += _fences("The method", dsym.text, fence)
             slug = f"{_slug(stem)}-{_slug(dsym.name.split('.')[-1])}"
             subject = f"{stem}: omni edits in {dsym.name}"
             steps.append(Step(slug, subject, "\n".join(desc), path, current.encode("utf-8")))

@@ -26,6 +26,7 @@ from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Conflict, Culprit
 from patch_queue.progress import Progress
 from patch_queue.series.queue import UpstreamPin
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.cache import code_stamp, derived_get, derived_json, derived_key, derived_put
 from patch_queue.sources.snapshot import open_git, upstream_git_location
 
@@ -162,9 +163,11 @@ def annotate(
     upstream_git: str | None,
     progress: Progress | None = None,
     files: tuple[bytes | None, bytes | None] = (None, None),
+    queue: QueueSpec | None = None,
 ) -> tuple[list[Conflict], str]:
     """``found`` with the ``culprits`` of every conflict and flag named from the upstream git history,
-    and a line saying between which commits they were searched, or why none were.
+    and a line saying between which commits they were searched, or why none were (``queue``: the queue, whose
+    upstream's history is searched; None: the default preset's).
 
     A git pin is its commit; a registry release is the commit its release tag (``v<version>``)
     points at when the tagged file is byte for byte the released one, else the first commit whose
@@ -176,7 +179,7 @@ def annotate(
     if not found or not paths:
         return found, ""
     try:
-        git = open_git(upstream_git_location(upstream_git), progress=progress)
+        git = open_git(upstream_git_location(upstream_git, queue), progress=progress)
     except PqError as exc:
         return found, f"no upstream commits named: the upstream history cannot be read ({exc})"
     ends = [_commit_of(git, pin, paths[0], data) for pin, data in zip((old, new), files, strict=True)]

@@ -105,9 +105,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patch_queue import presets
 from patch_queue.errors import QueueError
+from patch_queue.series.spec import KEYS, TABLE, QueueSpec
 
-FORMAT = 3
+FORMAT = 4
+IMPLICIT = 3  # the format written for a queue of the default preset: no [queue] table, as before format 4
 QUEUE_FILE = "queue.toml"
 SERIES_FILE = "series"
 
@@ -172,7 +175,8 @@ class Queue:
     line_length: int = 120
     lineage: tuple[Step, ...] = ()  # () for formats 1 and 2
     build: dict[str, str] = field(default_factory=dict)  # module -> sha256 at the top of the series
-    format: int = FORMAT  # the format the file was read in
+    format: int = 3  # the format the file was read in (one made in code: 3, before a [queue] table)
+    spec: QueueSpec = presets.DEFAULT  # what the queue is ([queue]; formats 1-3: the default preset)
 
     def module(self, path: str) -> Module | None:
         return next((m for m in self.modules if m.path == path), None)
@@ -256,11 +260,28 @@ def _list(key: str, values: Sequence[str]) -> list[str]:
     return [f"{key} = [", *(f"    {toml_string(v)}," for v in values), "]"]
 
 
+def written_format(spec: QueueSpec) -> int:
+    """The format pq writes a queue of ``spec`` in: a queue of the default preset as format 3 (no ``[queue]``
+    table: the file stays byte for byte what pq wrote before format 4), any other as format 4."""
+    return IMPLICIT if spec == presets.DEFAULT else FORMAT
+
+
+def _spec_lines(spec: QueueSpec) -> list[str]:
+    if written_format(spec) == IMPLICIT:
+        return []
+    out = [f"[{TABLE}]"]
+    for key in KEYS:
+        value = getattr(spec, key)
+        out += _list(key, value) if isinstance(value, tuple) else [f"{key} = {toml_string(value)}"]
+    return [*out, ""]
+
+
 def render_queue(q: Queue) -> str:
     lines = [
         "# pq patch queue; the format is documented in patch_queue/series/queue.py.",
-        f"format = {FORMAT}",
+        f"format = {written_format(q.spec)}",
         "",
+        *_spec_lines(q.spec),
         *_pin_lines("upstream", q.upstream),
         "",
         "[downstream]",
@@ -352,11 +373,82 @@ def parse_queue(text: str, *, path: str = QUEUE_FILE) -> Queue:
         build = {str(k): v for k, v in build.items()}
         if bad := next((k for k in build if name_problem(k)), None):
             raise QueueError(f"[build]: module {shown_name(bad)} {name_problem(bad)}", path=path)
-        return Queue(pin, name, release, package, tuple(modules), formatter, line_length, lineage, build, fmt)
+        spec = parse_spec(data, text, path)
+        return Queue(pin, name, release, package, tuple(modules), formatter, line_length, lineage, build, fmt, spec)
     except KeyError as exc:
         raise QueueError(f"missing table or key {exc.args[0]!r}", path=path) from None
     except AttributeError:
         raise QueueError("a table has the wrong type", path=path) from None
+
+
+def _key_line(text: str, table: str, key: str | None) -> int | None:
+    """The line of ``key`` in the table ``[table]`` of the TOML ``text`` (None: not found); of the table's header
+    when ``key`` is None."""
+    inside = False
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith("["):
+            inside = line.split("#", 1)[0].strip() == f"[{table}]"
+            if inside and key is None:
+                return lineno
+        elif inside and key is not None and re.match(rf'["\']?{re.escape(key)}["\']?\s*=', line):
+            return lineno
+    return None
+
+
+def parse_spec(data: dict[str, object], text: str, path: str) -> QueueSpec:
+    """The queue the parsed ``queue.toml`` (``data``, its ``text`` for the lines of errors) describes: its
+    ``[queue]`` table (format 4), every key given or taken from the table's ``preset``; a file of an earlier format,
+    which has none, is the default preset's queue (migrated: format 4 is written when pq writes it anyway)."""
+    fmt = data.get("format")
+    if not isinstance(fmt, int) or not 1 <= fmt <= FORMAT:  # parse_queue says so first
+        return presets.DEFAULT
+    raw = data.get(TABLE)
+    if raw is None:
+        if isinstance(fmt, int) and fmt >= FORMAT:
+            raise QueueError(f"format {fmt} needs a [{TABLE}] table (what the queue is)", path=path)
+        return presets.DEFAULT
+    if not isinstance(raw, dict):
+        raise QueueError(f"{TABLE} must be a table ([{TABLE}])", path=path, line=_key_line(text, TABLE, None))
+    if fmt < FORMAT:
+        raise QueueError(
+            f"[{TABLE}] needs format = {FORMAT} (this file says format = {fmt})",
+            path=path,
+            line=_key_line(text, TABLE, None),
+        )
+    if unknown := next((k for k in raw if k not in KEYS), None):
+        raise QueueError(
+            f"[{TABLE}].{unknown} is no key of a queue (they are {', '.join(KEYS)})",
+            path=path,
+            line=_key_line(text, TABLE, str(unknown)),
+        )
+    for key, value in raw.items():
+        ok = (
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+            if key == "wheel_requires"
+            else isinstance(value, str)
+        )
+        if not ok:
+            what = "a list of strings" if key == "wheel_requires" else "a string"
+            raise QueueError(f"[{TABLE}].{key} must be {what}", path=path, line=_key_line(text, TABLE, key))
+    name = raw.get("preset", "")
+    base = presets.preset(str(name)) if name else None
+    if name and base is None:
+        raise QueueError(
+            f"[{TABLE}].preset {name!r} is no preset (they are {', '.join(presets.PRESETS)})",
+            path=path,
+            line=_key_line(text, TABLE, "preset"),
+        )
+    values: dict[str, object] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items()}
+    if base is None:
+        missing = [k for k in KEYS if k not in values and k != "preset"]
+        if missing:
+            raise QueueError(
+                f"[{TABLE}] has no preset and no {', '.join(missing)}", path=path, line=_key_line(text, TABLE, None)
+            )
+        values.setdefault("preset", "")
+        return QueueSpec(**values)  # type: ignore[arg-type]
+    return QueueSpec(**{k: values.get(k, getattr(base, k)) for k in KEYS})  # type: ignore[arg-type]
 
 
 def _parse_pin(up: dict[str, object], where: str, path: str) -> UpstreamPin:
@@ -616,7 +708,7 @@ class QueueDir:
                 line=line,
             )
         queue = parse_queue(text, path=shown)
-        lost = _dropped(tomllib.loads(text), tomllib.loads(render_queue(queue))) if queue.format == FORMAT else None
+        lost = _dropped(tomllib.loads(text), tomllib.loads(render_queue(queue))) if queue.format >= IMPLICIT else None
         if lost is not None:
             raise QueueError(
                 f"holds {lost}, which pq would drop: {why}; remove it, then run the command again",
@@ -627,6 +719,18 @@ class QueueDir:
         if not self.queue_path.is_file():
             raise QueueError("no queue here; run `pq adopt vllm-omni==VERSION` first", path=str(self.queue_path))
         return parse_queue(self._text(self.queue_path), path=self.shown(QUEUE_FILE))
+
+    def load_spec(self) -> QueueSpec | None:
+        """What the queue here is (None: no ``queue.toml``; the default preset's when the file is no TOML, which
+        :meth:`load_queue` reports): its ``[queue]`` table alone, read as :func:`parse_queue` reads it."""
+        if not self.queue_path.is_file():
+            return None
+        try:
+            text = self._text(self.queue_path)
+            data = tomllib.loads(text)
+        except (QueueError, tomllib.TOMLDecodeError):
+            return presets.DEFAULT
+        return parse_spec(data, text, self.shown(QUEUE_FILE))
 
     def series_text(self) -> str:
         """``series`` as it is ("" when there is none): what a new one is written over."""

@@ -41,7 +41,6 @@ STALE = ConflictKind.IMPORT_STALE
 REMOVED = ConflictKind.IMPORT_REMOVED
 _USED_BEFORE = "the previous build used it in code the resolution does not keep"
 _ADDED_FOR_A_SIDE = "the refresh imported it for upstream code the result does not keep"
-_FIRST_PARTY = "vllm_omni"
 
 
 @dataclass(frozen=True)
@@ -163,6 +162,7 @@ def reconcile(
     old_base: str = "",
     line_length: int = 120,
     rewrite_from: str | None = None,
+    first_party: str = "",
 ) -> tuple[str, list[Change]]:
     """``text`` (a merged runner module, conflict regions allowed) with its imports reconciled with
     ``new_upstream`` (the text of the module ``upstream_module``).  ``old_upstream``: that module as the
@@ -171,6 +171,7 @@ def reconcile(
     before the patch in the old series.  A use the later patches will delete again does not count
     (:func:`_deleted_again`).  ``rewrite_from``: the old upstream module, whose rewrites of the names
     the new one no longer binds (:func:`api_rewrites`) are applied first to the lines that still read them.
+    ``first_party``: the downstream's top-level package, whose imports stand in their own section, last.
 
     The result is kept in the download cache by its inputs, the formatter binary and this code: a
     refresh of the same upgrade runs neither ruff nor the parses again.
@@ -187,12 +188,13 @@ def reconcile(
         str(line_length),
         "-" if rewrite_from is None else "+",
         rewrite_from or "",
+        *([first_party] if first_party else []),
     )
     kept = cache.derived_json("imports", key, _Kept)
     if kept is not None:
         return kept[0]["text"], list(kept[0]["changes"])
     out, changes = _reconcile(
-        text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length, rewrite_from
+        text, new_upstream, old_upstream, upstream_module, omni, old_base, line_length, rewrite_from, first_party
     )
     cache.derived_put("imports", key, json.dumps({"text": out, "changes": [asdict(c) for c in changes]}).encode())
     return out, changes
@@ -215,6 +217,7 @@ def _reconcile(
     old_base: str,
     line_length: int,
     rewrite_from: str | None = None,
+    first_party: str = "",
 ) -> tuple[str, list[Change]]:
     views = sides(text)
     found = [fmt.lint(v, ("F821", "F401")) for v in views]
@@ -244,7 +247,9 @@ def _reconcile(
         for number, (line, _used) in rewritten.items():
             lines[number - 1] = line
         carried = "".join(lines)
-        result, done = _reconcile(carried, new_upstream, old_upstream, upstream_module, omni, old_base, line_length)
+        result, done = _reconcile(
+            carried, new_upstream, old_upstream, upstream_module, omni, old_base, line_length, None, first_party
+        )
         hunks = line_hunks(carried.encode(), result.encode())
         done += [
             Change(
@@ -273,7 +278,18 @@ def _reconcile(
             changes.append(Change(STALE, own[i].first, "", (name,), said + "; unused: removed"))
         else:
             changes.append(Change(STALE, own[i].first, own[i].source, (name,), said + "; still used: check it"))
-    return _edit(text, own, add, plain, drop, upstream, line_length, changes, why="merged upstream code uses")
+    return _edit(
+        text,
+        own,
+        add,
+        plain,
+        drop,
+        upstream,
+        line_length,
+        changes,
+        why="merged upstream code uses",
+        first_party=first_party,
+    )
 
 
 def follow(
@@ -285,6 +301,7 @@ def follow(
     written: str,
     line_length: int = 120,
     keep: Collection[str] = (),
+    first_party: str = "",
 ) -> tuple[str, list[Change]]:
     """The imports of ``text`` (a runner module as a resolution left it, no conflict regions) made to follow it.
 
@@ -337,7 +354,17 @@ def follow(
         said = f"the resolved code does not use {', '.join(f'`{n}`' for n in names)} ({why}): "
         changes.append(Change(REMOVED, stmt.first, "", names, said + f"removed `{what}{', '.join(aliases)}`"))
     return _edit(
-        text, own, add, plain, drop, upstream, line_length, changes, why="the resolved code uses", previous=fallback
+        text,
+        own,
+        add,
+        plain,
+        drop,
+        upstream,
+        line_length,
+        changes,
+        why="the resolved code uses",
+        previous=fallback,
+        first_party=first_party,
     )
 
 
@@ -426,6 +453,7 @@ def _edit(
     *,
     why: str,
     previous: Mapping[str, _Binding] | None = None,
+    first_party: str = "",
 ) -> tuple[str, list[Change]]:
     """``text`` with the aliases of ``add`` joined into its ``from`` imports ``own`` (or in new statements at their
     place), the ``import x`` statements of ``plain`` placed, and the aliases of ``drop`` removed; ``changes`` (the
@@ -448,7 +476,7 @@ def _edit(
             new = _from_import(stmt.module, sorted(kept, key=_order), exploded) if kept else ""
         rewrites.append((stmt.first, stmt.last, new, _added(stmt.module, extra, upstream, why, prior)))
     for module, names in sorted(add.items()):
-        at = _insert_at(own, module, is_from=True)
+        at = _insert_at(own, module, is_from=True, first=first_party)
         rewrites.append(
             (
                 at,
@@ -463,7 +491,7 @@ def _edit(
         for first, last, new, change in rewrites
     ]
     for statement, name in plain:
-        at = _insert_at(own, statement.split()[1], is_from=False)
+        at = _insert_at(own, statement.split()[1], is_from=False, first=first_party)
         edits.append((at, at - 1, [statement + "\n"], _added(statement, [name], upstream, why, prior)))
     lines = text.splitlines(keepends=True)
     out: list[str] = []
@@ -630,9 +658,11 @@ def _takes(b: _Binding | None, origin: str, module: str | None, upstream_module:
     return b is not None and b.origin == origin and (b.module or upstream_module) == module
 
 
-def _section(module: str) -> int:
+def _section(module: str, first: str) -> int:
+    """isort's section of an import of ``module``: future, standard library, third party, first party (``first``:
+    the downstream's top-level package, or a relative import)."""
     top = module.split(".")[0]
-    if module.startswith(".") or top == _FIRST_PARTY:
+    if module.startswith(".") or (first and top == first):
         return 3
     if top == "__future__":
         return 0
@@ -646,11 +676,11 @@ def _order(alias: str) -> tuple[int, str]:
     return kind, bare.lower()
 
 
-def _insert_at(own: list[_Stmt], module: str, *, is_from: bool) -> int:
+def _insert_at(own: list[_Stmt], module: str, *, is_from: bool, first: str) -> int:
     """Where a new statement goes: after the last one of its section and kind that sorts before it, else
     before the first of its section, else after every import."""
-    key = (_section(module), is_from, module.lower())
-    peers = [s for s in own if _section(s.module) == key[0]]
+    key = (_section(module, first), is_from, module.lower())
+    peers = [s for s in own if _section(s.module, first) == key[0]]
     before = [s for s in peers if (key[0], isinstance(s.node, ast.ImportFrom), s.module.lower()) <= key]
     if before:
         return before[-1].last + 1

@@ -52,6 +52,7 @@ class Imports:
     modules: Mapping[str, str]
     line_length: int
     old_top: str
+    first_party: str = ""  # the downstream's top-level package (its imports are the last section)
 
 
 _IMPORT_LINE = re.compile(rb"^(?:from|import) .*$", re.MULTILINE)
@@ -247,6 +248,7 @@ def _reimport(
             old_base=p_files.get(path, b"").decode("utf-8"),
             line_length=imports.line_length,
             rewrite_from=None if old_up is None else old_up.decode("utf-8"),
+            first_party=imports.first_party,
         )
     except UnicodeDecodeError:
         return merged

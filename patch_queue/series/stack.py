@@ -109,7 +109,7 @@ def _project(queue: Queue, vendored: dict[str, bytes], *, label: str) -> Project
         if gone:
             raise SourceError(
                 f"has no class {', '.join(gone)}, whose methods {m.path} carries ({label}); "
-                "point --to at a vllm-ascend that has it, or edit the [[module]] in queue.toml",
+                f"point --to at a {queue.spec.upstream_dist} that has it, or edit the [[module]] in queue.toml",
                 path=m.upstream,
             )
         upstream = parsed[m.upstream]

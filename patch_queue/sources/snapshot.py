@@ -18,17 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from patch_queue import presets
 from patch_queue.errors import SourceError, without_userinfo
 from patch_queue.git import mirror_health
 from patch_queue.git.remote import UpstreamGit, normalize_location
 from patch_queue.progress import Progress, say, timed
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import archives, registry
 from patch_queue.sources.cache import cache_dir
-
-UPSTREAM_PROJECT = "vllm-ascend"
-UPSTREAM_PACKAGE = "vllm_ascend"
-UPSTREAM_GIT_URL = "https://github.com/vllm-project/vllm-ascend.git"
-
 
 # -- readers: where a snapshot's files come from ---------------------------------------------
 
@@ -123,14 +120,17 @@ def release_snapshot(name: str, version: str, progress: Progress | None = None) 
     )
 
 
-def dir_snapshot(path: str | Path) -> Snapshot:
-    """A directory on disk: a project root holding ``vllm_ascend/``, or that folder itself."""
+def dir_snapshot(path: str | Path, spec: QueueSpec | None = None) -> Snapshot:
+    """A directory on disk: a project root holding the upstream's package (``spec``'s; None: the default preset's),
+    or that folder itself."""
+    spec = spec or presets.DEFAULT
+    package = spec.upstream_package
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
         raise SourceError(f"no such directory {root}")
     # Pointed at the package folder itself: present it where a project root would hold it.
-    is_package = root.name == UPSTREAM_PACKAGE or (root / "worker" / "model_runner_v1.py").is_file()
-    mount = UPSTREAM_PACKAGE + "/" if is_package and not (root / UPSTREAM_PACKAGE).is_dir() else ""
+    is_package = root.name == package or (root / spec.upstream_file.split("/", 1)[-1]).is_file()
+    mount = package + "/" if is_package and not (root / package).is_dir() else ""
     return Snapshot(
         kind="dir",
         spec=f"dir:{root}",
@@ -140,8 +140,9 @@ def dir_snapshot(path: str | Path) -> Snapshot:
     )
 
 
-def _looks_like_upstream(path: Path) -> bool:
-    return (path / UPSTREAM_PACKAGE).is_dir() or path.resolve().name == UPSTREAM_PACKAGE
+def _looks_like_upstream(path: Path, spec: QueueSpec) -> bool:
+    package = spec.upstream_package
+    return (path / package).is_dir() or path.resolve().name == package
 
 
 def git_snapshot(repo: UpstreamGit, ref: str, progress: Progress | None = None) -> Snapshot:
@@ -174,9 +175,10 @@ def git_snapshot(repo: UpstreamGit, ref: str, progress: Progress | None = None) 
 # -- the upstream repository -----------------------------------------------------------------
 
 
-def upstream_git_location(upstream_git: str | None) -> str:
-    """Where the upstream history lives: the argument, else ``PQ_UPSTREAM_GIT``, else the public repo."""
-    return upstream_git or os.environ.get("PQ_UPSTREAM_GIT") or UPSTREAM_GIT_URL
+def upstream_git_location(upstream_git: str | None, spec: QueueSpec | None = None) -> str:
+    """Where the upstream history lives: the argument, else ``PQ_UPSTREAM_GIT``, else the public repository of the
+    queue ``spec`` (None: the default preset's)."""
+    return upstream_git or os.environ.get("PQ_UPSTREAM_GIT") or (spec or presets.DEFAULT).upstream_git
 
 
 _open_repos: dict[tuple[str, Path], UpstreamGit] = {}
@@ -224,23 +226,25 @@ def heal_mirror(location: str, path: Path, why: str, progress: Progress | None =
 # -- specs -----------------------------------------------------------------------------------
 
 
-def _is_folder(spec: str) -> bool:
+def _is_folder(spec: str, queue: QueueSpec) -> bool:
     """An existing folder named as one: a path (``/``, ``.``, ``~``; one holding ``==`` too: ``x==1/vllm_ascend`` is
     that folder, never a release), or a bare word naming the upstream's package folder; a bare word that happens to
     name a folder in the working directory ("main") is a ref."""
     return os.path.isdir(spec) and (
-        spec.startswith(("/", ".", "~")) or "==" in spec or _looks_like_upstream(Path(spec))
+        spec.startswith(("/", ".", "~")) or "==" in spec or _looks_like_upstream(Path(spec), queue)
     )
 
 
-def named_release(spec: str | None) -> tuple[str, registry.Version] | None:
+def named_release(spec: str | None, queue: QueueSpec | None = None) -> tuple[str, registry.Version] | None:
     """The registry release an upstream spec names, as :func:`resolve_upstream` reads it (``None``/``"latest"``: the
-    newest vllm-ascend release, from the index), without downloading it; None for a folder, a commit or a ref."""
+    newest release of the queue's upstream, from the index), without downloading it; None for a folder, a commit or
+    a ref."""
+    queue = queue or presets.DEFAULT
     if spec is None or spec.strip() in ("", "latest"):
-        newest = registry.parse_version(registry.newest_release(UPSTREAM_PROJECT))
-        return None if newest is None else (UPSTREAM_PROJECT, newest)
+        newest = registry.parse_version(registry.newest_release(queue.upstream_dist))
+        return None if newest is None else (queue.upstream_dist, newest)
     spec = spec.strip()
-    if spec.startswith(("git:", "dir:")) or _is_folder(spec):
+    if spec.startswith(("git:", "dir:")) or _is_folder(spec, queue):
         return None
     return registry.parse_release(spec)
 
@@ -255,17 +259,22 @@ def _no_repository(location: str) -> bool:
 
 
 def resolve_upstream(
-    spec: str | None, *, upstream_git: str | None = None, progress: Progress | None = None
+    spec: str | None,
+    *,
+    upstream_git: str | None = None,
+    progress: Progress | None = None,
+    queue: QueueSpec | None = None,
 ) -> Snapshot:
-    """Resolve an upstream spec to a pinned snapshot.
+    """Resolve an upstream spec of the queue ``queue`` (None: the default preset's) to a pinned snapshot.
 
-    ``None``/``"latest"``: the newest vllm-ascend release; ``NAME==VERSION``: that release;
+    ``None``/``"latest"``: the newest release of the queue's upstream; ``NAME==VERSION``: that release;
     ``dir:PATH`` or an existing directory: files on disk; ``git:LOCATION@REF``: a commit there;
     anything else: a ref, a (possibly abbreviated) commit, or a public upstream sha (matched by
     the ``Upstream-Commit`` trailer) in the upstream git repository.
     """
+    queue = queue or presets.DEFAULT
     if spec is None or spec.strip() in ("", "latest"):
-        return release_snapshot(UPSTREAM_PROJECT, registry.newest_release(UPSTREAM_PROJECT), progress)
+        return release_snapshot(queue.upstream_dist, registry.newest_release(queue.upstream_dist), progress)
     spec = spec.strip()
     try:
         spec.encode("utf-8")
@@ -286,12 +295,12 @@ def resolve_upstream(
             )
         return git_snapshot(open_git(location, progress), ref, progress)
     if spec.startswith("dir:"):
-        return dir_snapshot(spec[4:])
-    if _is_folder(spec):
-        return dir_snapshot(spec)
+        return dir_snapshot(spec[4:], queue)
+    if _is_folder(spec, queue):
+        return dir_snapshot(spec, queue)
     release = registry.parse_release(spec)
     if release is not None:
         return release_snapshot(release[0], release[1].text, progress)
     if registry.RELEASE_SPEC.match(spec):
         raise SourceError(f"'{spec}' is neither a release NAME==VERSION (VERSION a PEP 440 version) nor a folder")
-    return git_snapshot(open_git(upstream_git_location(upstream_git), progress), spec, progress)
+    return git_snapshot(open_git(upstream_git_location(upstream_git, queue), progress), spec, progress)

@@ -31,15 +31,20 @@ from patch_queue.sync.translation import Rules
 
 
 def changes_since(
-    since: Since, gpu_files: Mapping[str, str], npu_files: Mapping[str, str], vllm_runner: str, rules: Rules
+    since: Since,
+    gpu_files: Mapping[str, str],
+    npu_files: Mapping[str, str],
+    vllm_runner: str,
+    rules: Rules,
+    mirror: gpu_audit.Mirror | None = None,
 ) -> list[GpuChange]:
     """The hunks of the omni GPU methods changed since ``since`` that the counterpart NPU module overrides, as
-    unported changes of that NPU method, sorted by GPU file and line."""
+    unported changes of that NPU method, sorted by GPU file and line (``mirror``: the two upstream classes; None:
+    the default preset's)."""
+    m = mirror or gpu_audit.mirror()
     copies = {
         (c.module, c.downstream)
-        for c in adopt.classify(
-            dict(gpu_files), vllm_runner, upstream_path=gpu_audit.VLLM_RUNNER, cls=gpu_audit.VLLM_CLASS
-        )
+        for c in adopt.classify(dict(gpu_files), vllm_runner, upstream_path=m.gpu_file, cls=m.gpu_class)
     }
     out: list[GpuChange] = []
     for gpu_file in sorted(gpu_files):

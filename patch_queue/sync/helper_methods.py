@@ -76,7 +76,7 @@ def _overrides(ctx: HelperCtx) -> list[str]:
     out = []
     for name in sorted(ctx.gpu_methods):
         owner = next((c for c in ctx.order if c in ctx.classes and name in ctx.classes[c].methods), None)
-        if name not in ctx.vllm_methods or owner not in (gpu_audit.ASCEND_CLASS, gpu_audit.VLLM_CLASS):
+        if name not in ctx.vllm_methods or owner not in (ctx.mirror.npu_class, ctx.mirror.gpu_class):
             continue
         try:
             tree = ast.parse(textwrap.dedent(ctx.gpu_methods[name].text))
@@ -127,6 +127,7 @@ def copy_helpers(
     ascend_runner: str,
     rules: Rules,
     only: Set[str] | None = None,
+    mirror: gpu_audit.Mirror | None = None,
 ) -> tuple[list[Port | Unplaced], dict[str, str]]:
     """Copy every omni helper method of a GPU runner class that its NPU counterpart (a class that does not
     inherit the GPU class) calls and lacks: the whole method, translated, fenced at class-body indentation,
@@ -137,9 +138,9 @@ def copy_helpers(
     out: list[Port | Unplaced] = []
     refused: set[tuple[str, str]] = set()
     for npu_file in sorted(files):
-        for ctx0 in helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner):
+        for ctx0 in helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner, mirror):
             while True:
-                ctx = next(c for c in helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner)
+                ctx = next(c for c in helper_ctx(npu_file, out_files, gpu_files, vllm_runner, ascend_runner, mirror)
                            if c.npu_cls == ctx0.npu_cls)  # fmt: skip
                 text = out_files[npu_file]
                 syms = symbols.symbols_ast(text, path=npu_file)
@@ -174,7 +175,7 @@ def copy_helpers(
                     continue
                 for helper, calling in plan:
                     port = _copy_helper(ctx, helper, calling, out_files[npu_file], rules)
-                    port = completed(port, gpu_files[ctx.gpu_file], ctx.gpu_file)
+                    port = completed(port, gpu_files[ctx.gpu_file], ctx.gpu_file, ctx.mirror)
                     out_files[npu_file] = port.text
                     out.append(port)
     return out, out_files
@@ -203,6 +204,6 @@ def _copy_helper(ctx: HelperCtx, name: str, caller: str, text: str, rules: Rules
     )
     how = f"as a whole method after {ctx.npu_cls}.{caller}" if after else "as a whole method at the class end"
     if not caller:
-        how += f", an override of {gpu_audit.VLLM_CLASS}.{name} calling super(), as {ctx.gpu_cls}'s"
+        how += f", an override of {ctx.mirror.gpu_class}.{name} calling super(), as {ctx.gpu_cls}'s"
     return Port((change,), ctx.npu_file, f"{ctx.npu_cls}.{name}", row + 2, gsym.text, "", joined(["", *result]),
                 new_text, how=f"{HELPER} ({how})")  # fmt: skip

@@ -32,7 +32,6 @@ from patch_queue.sync.translation import Rules
 FUNCTION = "module function copied"
 # how many functions deep a copy follows the functions a copied function calls
 _MAX_DEPTH = 4
-_GPU_MODULE = re.compile(r"vllm_omni\.worker\.(gpu_\w+)$")
 
 
 def _top_functions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
@@ -43,7 +42,7 @@ def _top_functions(text: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDe
     return {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
-def _defining(name: str, gpu_file: str, gpu_files: Mapping[str, str]) -> str | None:
+def _defining(name: str, gpu_file: str, gpu_files: Mapping[str, str], gpu_modules: str) -> str | None:
     """The GPU runner module that defines ``name`` as a top-level function, for the code of ``gpu_file``: that module
     itself, or the GPU runner module it imports ``name`` from (``from vllm_omni.worker.gpu_x import name``)."""
     text = gpu_files.get(gpu_file, "")
@@ -54,7 +53,9 @@ def _defining(name: str, gpu_file: str, gpu_files: Mapping[str, str]) -> str | N
     except SyntaxError:
         return None
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module and (m := _GPU_MODULE.match(node.module)):
+        if isinstance(node, ast.ImportFrom) and (
+            m := re.fullmatch(re.escape(gpu_modules) + r"(gpu_\w+)", node.module or "")
+        ):
             if any((a.asname or a.name) == name and a.name == name for a in node.names):
                 found = next((g for g in sorted(gpu_files) if posixpath.basename(g) == m[1] + ".py"), None)
                 if found is not None and name in _top_functions(gpu_files[found]):
@@ -79,19 +80,26 @@ def _used(code: str) -> set[str]:
 
 
 def copy_functions(
-    unplaced: Sequence[Unplaced], files: Mapping[str, str], gpu_files: Mapping[str, str], rules: Rules
+    unplaced: Sequence[Unplaced],
+    files: Mapping[str, str],
+    gpu_files: Mapping[str, str],
+    rules: Rules,
+    mirror: gpu_audit.Mirror | None = None,
 ) -> tuple[list[Port], dict[str, str], list[GpuChange]]:
     """Copy every top-level function of a GPU runner module that the GPU code of a change in ``unplaced`` calls and
     the NPU counterpart of the defining module lacks (and that the NPU module of the change does not bind), once,
     in the order of the changes; returns the copies, the NPU modules after them, and the functions the project
-    declines (not copied)."""
+    declines (not copied).  ``mirror``: the two upstream classes and the GPU runners' package (None: the default
+    preset's)."""
+    m = mirror or gpu_audit.mirror()
+    gpu_modules = m.gpu_modules
     out_files = dict(files)
     out: list[Port] = []
     declined: list[GpuChange] = []
     done: set[tuple[str, str]] = set()
 
     def copy(name: str, gpu_file: str, needs: str, depth: int) -> None:
-        source = _defining(name, gpu_file, gpu_files)
+        source = _defining(name, gpu_file, gpu_files, gpu_modules)
         npu_file = gpu_audit.npu_counterpart(source, out_files) if source else None
         if source is None or npu_file is None or (source, name) in done or name in bound_names(out_files[npu_file]):
             return
@@ -109,7 +117,7 @@ def copy_functions(
                 copy(inner, source, f"{name}, copied for {needs}", depth + 1)
         port = _copy(name, source, npu_file, out_files[npu_file], gpu_files[source], needs, rules)
         if port is not None:
-            port = completed(port, gpu_files[source], source)
+            port = completed(port, gpu_files[source], source, m)
             out_files[npu_file] = port.text
             out.append(port)
 

@@ -514,12 +514,15 @@ def sync(
     npu_files: Mapping[str, str],
     rules: Rules,
     since: Since | None = None,
+    mirror: gpu_audit.Mirror | None = None,
 ) -> tuple[list[Port | Unplaced], dict[str, str]]:
     """Port the unported ``changes`` (the audit of these files) in GPU file and line order, each onto the
     NPU modules the ones before left; returns each outcome and the NPU modules after them all.  A change that
     cannot be placed against vLLM's method is placed against the GPU method of ``since`` (the release the NPU
-    series ports), when it has one: the NPU method then holds that release's omni code, which the change updates."""
-    vllm_syms = symbols.symbols_ast(vllm_runner, path=gpu_audit.VLLM_RUNNER)
+    series ports), when it has one: the NPU method then holds that release's omni code, which the change updates.
+    ``mirror``: the two upstream classes (None: the default preset's)."""
+    m = mirror or gpu_audit.mirror()
+    vllm_syms = symbols.symbols_ast(vllm_runner, path=m.gpu_file)
     files = dict(npu_files)
     out: list[Port | Unplaced] = []
     for group in _groups([c for c in changes if not c.ported], gpu_files):
@@ -537,10 +540,10 @@ def sync(
             why = f"no NPU method to place it into ({change.reason})"
             out.append(Unplaced(group.changes, why, change.npu_file, gpu_hunk=hunk))
             continue
-        vsym = vllm_syms.get(f"{gpu_audit.VLLM_CLASS}.{change.method}")
+        vsym = vllm_syms.get(f"{m.gpu_class}.{change.method}")
         try:
             if vsym is None and since is None:
-                raise NotPlaced(f"vLLM's runner has no {gpu_audit.VLLM_CLASS}.{change.method}")
+                raise NotPlaced(f"vLLM's runner has no {m.gpu_class}.{change.method}")
             if vsym is None:
                 raise NotPlaced("")  # an omni method: compared with the release's GPU method only
             port = _place(group, vsym, files[change.npu_file], change.npu_file, npu_sym.name, rules)
@@ -551,7 +554,7 @@ def sync(
                 out.append(Unplaced(group.changes, why, change.npu_file, npu_sym.name, hunk))
                 continue
             port = placed
-        port = completed(port, gpu_files[change.gpu_file], change.gpu_file)
+        port = completed(port, gpu_files[change.gpu_file], change.gpu_file, m)
         files[change.npu_file] = port.text
         out.append(port)
     return out, files

@@ -112,13 +112,15 @@ def bare_names(code: str) -> set[str]:
     return set(re.findall(r"(?<![\w.])[A-Za-z_]\w*", code))
 
 
-def with_imports(port: Port, gpu_text: str, gpu_file: str) -> Port:
+def with_imports(port: Port, gpu_text: str, gpu_file: str, mirror: gpu_audit.Mirror) -> Port:
     """The port with an import of every name it uses that the NPU module does not bind, taken the way the GPU
     module binds it (:func:`patch_queue.series.reimport.reconcile`; a name the GPU module defines at its top
     level is imported from that module, ``vllm_omni.worker.<its name>``, which the NPU runners already import
     from)."""
-    module = "vllm_omni.worker." + Path(gpu_file).stem
-    text, changes = reimport.reconcile(port.text, new_upstream=gpu_text, old_upstream=None, upstream_module=module)
+    module = mirror.gpu_modules + Path(gpu_file).stem
+    text, changes = reimport.reconcile(
+        port.text, new_upstream=gpu_text, old_upstream=None, upstream_module=module, first_party=mirror.first_party
+    )
     added = tuple(c.message for c in changes if c.kind == reimport.ADDED)
     if not added:
         return port
@@ -126,9 +128,9 @@ def with_imports(port: Port, gpu_text: str, gpu_file: str) -> Port:
     return replace(port, text=text, line=port.line + lines, imports=added, import_lines=lines)
 
 
-def completed(port: Port, gpu_text: str, gpu_file: str) -> Port:
-    """The port with its imports (:func:`with_imports`) and the names of the GPU module it uses that the NPU
-    module still neither defines nor imports."""
-    port = with_imports(port, gpu_text, gpu_file)
+def completed(port: Port, gpu_text: str, gpu_file: str, mirror: gpu_audit.Mirror) -> Port:
+    """The port with its imports (:func:`with_imports`; ``mirror``: where the GPU modules are) and the names of the
+    GPU module it uses that the NPU module still neither defines nor imports."""
+    port = with_imports(port, gpu_text, gpu_file, mirror)
     used = bare_names("\n".join(gpu_audit.code_lines(port.result).code.values()))
     return replace(port, missing_names=tuple(sorted((used & bound_names(gpu_text)) - bound_names(port.text))))

@@ -68,7 +68,7 @@ def removals(
     """The removals of omni GPU statements deleted since ``since`` from the NPU modules, in GPU file and line
     order, each on the modules the ones before left (``only``: just the removals of these GPU file and lines);
     returns each outcome and the NPU modules after them all."""
-    upstream = symbols.symbols_ast(ascend, path="vllm-ascend")
+    upstream = symbols.symbols_ast(ascend, path="upstream")
     files = dict(npu_files)
     out: list[Port | Unplaced] = []
     for gpu_file in sorted(gpu_files):
@@ -151,7 +151,7 @@ def _remove(
         return Unplaced((change,), why, npu_file, npu.name, hunk)
     first, last, how = found
     if any(u.key in upstream and not u.key.endswith(":") for u in statements.units(lines[first : last + 1])):
-        why = "vllm-ascend's method holds some of these statements too (upstream code is upstream's): not removed"
+        why = "the upstream method holds some of these statements too (upstream code is upstream's): not removed"
         return Unplaced((change,), why, npu_file, npu.name, hunk)
     first, last = _with_fences(lines, first, last)
     kept = lines[:first] + lines[last + 1 :]
