@@ -56,10 +56,27 @@ import traceback
 import types
 from typing import Any
 
-STUBBED_PACKAGES = ("torch_npu", "acl")
-BUILD_INFO = "vllm_ascend._build_info"
-BUILD_INFO_VALUES = {"__device_type__": "A2"}
-UPSTREAM_PACKAGE = "vllm_ascend"
+# what is stubbed: the request's ``stubs`` (the queue's rule set's, :data:`patch_queue.presets.IMPORT_STUBS`), set by
+# :func:`configure` before anything is imported; this script imports nothing of pq, so it is handed the data
+STUBBED_PACKAGES: tuple[str, ...] = ()
+BUILD_INFO = ""
+BUILD_INFO_VALUES: dict[str, str] = {}
+DEVICE = ""  # the torch device the stubbed package registers ("" = none)
+DEVICE_MODULE = ""  # the stubbed module that is that device's module
+UPSTREAM_PACKAGE = ""  # the upstream's top-level package: the classes whose methods the series carries live there
+
+
+def configure(stubs: dict[str, Any]) -> None:
+    """What is stubbed, from the request: ``packages``, ``build_info``, ``build_values``, ``device``,
+    ``device_module`` and ``upstream_package``."""
+    global STUBBED_PACKAGES, BUILD_INFO, BUILD_INFO_VALUES, DEVICE, DEVICE_MODULE, UPSTREAM_PACKAGE
+    STUBBED_PACKAGES = tuple(stubs.get("packages", ()))
+    BUILD_INFO = str(stubs.get("build_info", ""))
+    BUILD_INFO_VALUES = dict(stubs.get("build_values", {}))
+    DEVICE = str(stubs.get("device", ""))
+    DEVICE_MODULE = str(stubs.get("device_module", ""))
+    UPSTREAM_PACKAGE = str(stubs["upstream_package"])
+
 
 _reads: list[tuple[str, int, str]] = []
 _watched: list[str] = []  # folders whose frames' reads of a stub are recorded
@@ -127,7 +144,7 @@ class _StubModule(types.ModuleType):
 class _StubLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         module = _StubModule(spec.name)
-        if spec.name == BUILD_INFO:
+        if BUILD_INFO and spec.name == BUILD_INFO:
             module.__dict__.update(BUILD_INFO_VALUES)
         return module
 
@@ -137,7 +154,7 @@ class _StubLoader(importlib.abc.Loader):
 
 class _StubFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name == BUILD_INFO or name.split(".", 1)[0] in STUBBED_PACKAGES:
+        if (BUILD_INFO and name == BUILD_INFO) or name.split(".", 1)[0] in STUBBED_PACKAGES:
             return importlib.machinery.ModuleSpec(name, _StubLoader(), is_package=True)
         return None
 
@@ -162,13 +179,16 @@ class _OverlayFinder(importlib.abc.MetaPathFinder):
 
 
 def install_stubs() -> None:
-    """The stubs of the module's docstring, before anything imports torch_npu."""
+    """The stubs of the module's docstring (as :func:`configure` set them), before anything imports a stubbed
+    package."""
     sys.meta_path.insert(0, _StubFinder())
+    if not DEVICE:
+        return
     import torch
 
-    npu = importlib.import_module("torch_npu.npu")
-    torch.utils.rename_privateuse1_backend("npu")
-    torch._register_device_module("npu", npu)
+    device = importlib.import_module(DEVICE_MODULE)
+    torch.utils.rename_privateuse1_backend(DEVICE)
+    torch._register_device_module(DEVICE, device)
 
 
 def _where(exc: BaseException, folder: str) -> tuple[str, int]:
@@ -313,6 +333,7 @@ def main(request_path: str) -> None:
     sys.path[:0] = request["paths"]
     package: str = request["package"]
     jobs: list[dict[str, Any]] = request["jobs"]
+    configure(request["stubs"])
     try:
         install_stubs()
         for name in request["preload"]:

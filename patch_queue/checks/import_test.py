@@ -34,10 +34,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from patch_queue import presets
 from patch_queue.checks import import_stubs
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.errors import redact
 from patch_queue.git import command as git_command
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.import_env import ImportEnv
 
 # A module's import takes about 5 s of CPU (torch, vLLM); a module that takes this long is stuck.
@@ -95,6 +97,23 @@ def carried_methods(symbols: Mapping[str, list[str]]) -> dict[str, dict[str, lis
     return out
 
 
+def stubs_of(spec: QueueSpec) -> dict[str, object]:
+    """What the import test of the queue ``spec`` stubs (the request's ``stubs``: see :mod:`.import_stubs`): its rule
+    set's native packages (:data:`patch_queue.presets.IMPORT_STUBS`; none for a rule set without) and its upstream's
+    package."""
+    found = presets.IMPORT_STUBS.get(spec.rules)
+    data: dict[str, object] = {"upstream_package": spec.upstream_package}
+    if found is not None:
+        data.update(
+            packages=list(found.packages),
+            build_info=found.build_info,
+            build_values=dict(found.build_values),
+            device=found.device,
+            device_module=found.device_module,
+        )
+    return data
+
+
 def import_all(
     env: ImportEnv,
     package: str,
@@ -105,10 +124,11 @@ def import_all(
     control: list[str],
     preload: list[str],
     jobs: int | None = None,
+    stubs: Mapping[str, object] | None = None,
 ) -> tuple[list[Imported], list[Imported]]:
     """Import each of ``modules`` (file names) of the output (``overlay``: the folder of its modules), and first
     each of ``control`` of the release's own, every module in a process of its own (:func:`.import_stubs.main`,
-    after ``preload``): (the output's, the control's)."""
+    after ``preload``, with ``stubs``: :func:`stubs_of`): (the output's, the control's)."""
     parallel = jobs or max(1, min(4, os.cpu_count() or 1))
     with tempfile.TemporaryDirectory(prefix="pq-import-") as tmp:
         work = Path(tmp)
@@ -117,6 +137,7 @@ def import_all(
             "paths": [str(env.upstream)],
             "package": package,
             "preload": preload,
+            "stubs": dict(stubs if stubs is not None else stubs_of(presets.DEFAULT)),
             "parallel": parallel,
             "jobs": [
                 {

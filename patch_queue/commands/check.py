@@ -219,7 +219,7 @@ def import_checks(
         folder = import_env.build(versions, progress)
         snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress, queue=queue.spec)
         env = import_env.ImportEnv(
-            import_env.python_of(folder), import_env.upstream_sources(snapshot, progress), versions
+            import_env.python_of(folder), import_env.upstream_sources(snapshot, queue.spec, progress), versions
         )
         ours = release_files(queue.downstream_name, release, queue.package + "/", progress=progress)
     except PqError as exc:
@@ -235,7 +235,7 @@ def import_checks(
         "import-control",
         env.versions.key(),
         str(env.upstream),
-        json.dumps([controlled, carried, preload], sort_keys=True),
+        json.dumps([controlled, carried, preload, import_test.stubs_of(queue.spec)], sort_keys=True),
         code_stamp("checks/import_stubs.py", "checks/import_test.py"),
     )
     cached = derived_get("import-control", control_key)
@@ -251,7 +251,14 @@ def import_checks(
             (overlay / path).write_text(text, encoding="utf-8")
         package = queue.package.replace("/", ".")
         output, theirs = import_test.import_all(
-            env, package, sorted(files), carried, overlay, control=[] if known else controlled, preload=preload
+            env,
+            package,
+            sorted(files),
+            carried,
+            overlay,
+            control=[] if known else controlled,
+            preload=preload,
+            stubs=import_test.stubs_of(queue.spec),
         )
     if known is not None:
         theirs = known

@@ -51,9 +51,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from patch_queue import presets
 from patch_queue.errors import SourceError
 from patch_queue.git import command as git_command
 from patch_queue.progress import Progress, say
+from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import archives, registry
 from patch_queue.sources.cache import cache_dir
 from patch_queue.sources.snapshot import Snapshot
@@ -249,11 +251,13 @@ def _installed(tmp: Path) -> list[str]:
 # -- the upstream's sources -------------------------------------------------------------------
 
 
-def upstream_sources(snapshot: Snapshot, progress: Progress | None = None) -> Path:
-    """A folder holding ``vllm_ascend/`` of ``snapshot`` and its ``vllm_ascend.egg-info/``, written once per pin."""
-    key = hashlib.sha256(f"{FORMAT}\0{snapshot.pin}".encode()).hexdigest()[:16]
-    final = root() / f"ascend-{key}"
-    if (final / "vllm_ascend.egg-info" / "PKG-INFO").is_file():
+def upstream_sources(snapshot: Snapshot, spec: QueueSpec, progress: Progress | None = None) -> Path:
+    """A folder holding the upstream package of the queue ``spec`` (``<package>/``) of ``snapshot`` and its
+    ``<package>.egg-info/``, written once per pin."""
+    package = spec.upstream_package
+    key = hashlib.sha256(f"{FORMAT}\0{package}\0{snapshot.pin}".encode()).hexdigest()[:16]
+    final = root() / f"upstream-{key}"
+    if (final / f"{package}.egg-info" / "PKG-INFO").is_file():
         return final
     say(progress, f"Writing the sources of {snapshot.label} for the import test ...")
     top = root()
@@ -263,16 +267,16 @@ def upstream_sources(snapshot: Snapshot, progress: Progress | None = None) -> Pa
     except OSError as exc:
         raise SourceError(f"cannot write the upstream sources in {top}: {exc.strerror or exc}") from None
     try:
-        for path in snapshot.list_files("vllm_ascend/"):
+        for path in snapshot.list_files(package + "/"):
             if path.endswith(".py"):
                 target = tmp / path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(snapshot.read(path))
-        info = tmp / "vllm_ascend.egg-info"
+        info = tmp / f"{package}.egg-info"
         info.mkdir()
-        (info / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: vllm_ascend\nVersion: {_version(snapshot)}\n")
-        (info / "entry_points.txt").write_text(_entry_points(snapshot))
-        (info / "top_level.txt").write_text("vllm_ascend\n")
+        (info / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {_version(snapshot)}\n")
+        (info / "entry_points.txt").write_text(_entry_points(snapshot, spec))
+        (info / "top_level.txt").write_text(package + "\n")
         os.rename(tmp, final)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -293,10 +297,12 @@ def _version(snapshot: Snapshot) -> str:
     return "0+" + "".join(c for c in snapshot.pin if c.isalnum())[:12]
 
 
-def _entry_points(snapshot: Snapshot) -> str:
-    """The sdist's ``entry_points.txt``, else the one ``setup.py``'s literal ``entry_points=`` would give."""
-    if snapshot.exists("vllm_ascend.egg-info/entry_points.txt"):
-        return snapshot.read("vllm_ascend.egg-info/entry_points.txt").decode("utf-8", errors="replace")
+def _entry_points(snapshot: Snapshot, spec: QueueSpec) -> str:
+    """The sdist's ``entry_points.txt``, else the one ``setup.py``'s literal ``entry_points=`` would give (with the
+    platform plugin of the queue's rule set, :data:`patch_queue.presets.IMPORT_STUBS`, when it names none)."""
+    given = f"{spec.upstream_package}.egg-info/entry_points.txt"
+    if snapshot.exists(given):
+        return snapshot.read(given).decode("utf-8", errors="replace")
     groups: dict[str, list[str]] = {}
     if snapshot.exists("setup.py"):
         tree = ast.parse(snapshot.read("setup.py"))
@@ -308,8 +314,9 @@ def _entry_points(snapshot: Snapshot) -> str:
                     continue
                 if isinstance(value, dict):
                     groups = {str(k): [str(e) for e in v] for k, v in value.items() if isinstance(v, list)}
-    if "vllm.platform_plugins" not in groups:  # what the plugin has always been called
-        groups["vllm.platform_plugins"] = ["ascend = vllm_ascend:register"]
+    stubs = presets.IMPORT_STUBS.get(spec.rules)
+    if "vllm.platform_plugins" not in groups and stubs is not None and stubs.platform_plugin:
+        groups["vllm.platform_plugins"] = [stubs.platform_plugin]  # what the plugin has always been called
     return "".join(f"[{g}]\n" + "".join(f"{e}\n" for e in sorted(v)) + "\n" for g, v in sorted(groups.items()))
 
 
