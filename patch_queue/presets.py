@@ -47,6 +47,10 @@ GPU = QueueSpec(
 )
 
 PRESETS = {spec.preset: spec for spec in (NPU, GPU)}
+
+# the built-in `pq check` rules of a rule set (a queue's ``rules``), a file of patch_queue/checks/: the NPU rules
+# (CUDA graphs, forward contexts, ...) are errors on any GPU code, so they belong to the NPU queue alone
+RULE_FILES = {"npu": "rules.toml"}
 DEFAULT = NPU  # the queue of a queue.toml without a [queue] table (format 3), and of `pq adopt` without --preset
 
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import new_project, pq
 
 from patch_queue import presets
+from patch_queue.checks import rules
 from patch_queue.errors import QueueError
 from patch_queue.series import queue
 from patch_queue.series.spec import KEYS, QueueSpec
@@ -178,6 +179,11 @@ def test_adopt_with_the_gpu_preset_records_the_gpu_queue(tmp_path: Path) -> None
     assert read.upstream_paths() == ["vllm/v1/worker/gpu_model_runner.py"]
     assert (proj / "gpu_worker" / "gpu_model_runner.py").read_text() == DOWNSTREAM
     assert not (proj / "npu_worker").exists()
+    # the GPU queue's check runs no NPU rule (its runners are GPU code: CUDA graphs, vLLM's forward context)
+    assert {r.id for r in rules.load_rules(proj / "patches", read.spec.rules)} == set()
+    assert "no-cuda-graph-wrapper" in {r.id for r in rules.load_rules(None, presets.NPU.rules)}
+    checked = pq(proj, "check", check=None)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     # every later command reads the queue from queue.toml: a build writes the queue's own output folder
     (proj / "gpu_worker" / "gpu_model_runner.py").unlink()
     refused = pq(proj, "build", check=1).stderr  # the queue's output folder is the one guarded

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from patch_queue import presets
 from patch_queue.checks import rule_files
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.errors import QueueError
@@ -247,10 +248,15 @@ def parse_rules(text: str, *, path: str) -> list[Rule]:
     return rules
 
 
-def load_rules(project_patches: Path | None = None) -> list[Rule]:
-    """The built-in rules, with a project's ``patches/check-rules.toml`` added (same id replaces)."""
-    builtin = resources.files("patch_queue.checks").joinpath("rules.toml").read_text(encoding="utf-8")
-    rules = {r.id: r for r in parse_rules(builtin, path="patch_queue/checks/rules.toml")}
+def load_rules(project_patches: Path | None = None, rule_set: str | None = None) -> list[Rule]:
+    """The built-in rules of the queue's rule set (``rule_set``: a queue's ``rules``, None: the default preset's;
+    :data:`patch_queue.presets.RULE_FILES` names its file, none for a set without), with a project's
+    ``patches/check-rules.toml`` added (same id replaces)."""
+    name = presets.RULE_FILES.get(presets.DEFAULT.rules if rule_set is None else rule_set)
+    rules: dict[str, Rule] = {}
+    if name is not None:
+        builtin = resources.files("patch_queue.checks").joinpath(name).read_text(encoding="utf-8")
+        rules = {r.id: r for r in parse_rules(builtin, path=f"patch_queue/checks/{name}")}
     if project_patches is not None and (project_patches / USER_RULES).is_file():
         user = project_patches / USER_RULES
         for r in parse_rules(rule_files.read(user), path=str(user)):

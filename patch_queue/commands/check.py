@@ -94,7 +94,7 @@ def run_checks(
     checked, files = files, {k: v for k, v in files.items() if k not in large}
     findings += check.check_fences(files) + names.check_names(files)
     findings += check.check_blocks(reference, files, what=reference_label)
-    findings += check.check_rules(files, check.load_rules(ws.queue_dir.root))
+    findings += check.check_rules(files, check.load_rules(ws.queue_dir.root, queue.spec.rules))
     vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)
     for path in queue.upstream_paths():
         data = vendored.get(stack.VENDOR + path)

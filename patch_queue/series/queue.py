@@ -1,6 +1,6 @@
 """The queue on disk: ``patches/queue.toml``, ``patches/series`` and the ``NNNN-name.patch`` files.
 
-``queue.toml`` (format 3)::
+``queue.toml`` (format 3; format 4 adds ``[queue]``, below)::
 
     format = 3
 
@@ -88,6 +88,14 @@ of at most 250 bytes in UTF-8 (the 255 of a path component, less the ``.lock`` o
 with no control character and no backslash.
 A name pq makes itself (a patch of ``pq adopt``, ``pq merge``, ``pq sync-gpu``, ``pq import`` without ``-n``) is
 cut to fit (:func:`cut_slug`).
+
+**Format 4** adds the ``[queue]`` table after ``format``: what the queue is (:class:`patch_queue.series.spec.QueueSpec`:
+the upstream distribution, file and class and where its history is, the downstream distribution and package, the
+output folder, the wheel's name and requirements, the fence word, the check rule set, the GPU reference), every key
+written; a table that names a ``preset`` takes the keys it leaves out from it (:mod:`patch_queue.presets`).  A
+file without the table (formats 1-3) is the queue of the default preset (``npu``), and pq writes that queue as
+format 3, without the table, so its ``queue.toml`` stays byte for byte what it was; any other queue is written as
+format 4.  A wrong key of ``[queue]`` is one line naming the file and the key's line (:func:`parse_spec`).
 
 Format 1 (no ``[projection]`` table) is still read: its projection is the upstream text unchanged.
 Formats 1 and 2 have no lineage: pq adds one (an ``import`` step of the bodies in ``patches/``)
