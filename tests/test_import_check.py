@@ -205,7 +205,7 @@ def test_a_renamed_upstream_method_is_an_override_lost_and_a_new_argument_an_ove
     os.environ["PQ_CACHE"] = str(import_cache)
     try:
         built = sorted(p for p in (import_cache / "import-env").iterdir() if (p / "env.json").is_file())
-        ascend = sorted(p for p in (import_cache / "import-env").iterdir() if p.name.startswith("ascend-"))
+        ascend = sorted(p for p in (import_cache / "import-env").iterdir() if p.name.startswith("upstream-"))
     finally:
         os.environ["PQ_CACHE"] = old
     assert len(built) == 1 and len(ascend) == 1

@@ -19,7 +19,7 @@ What it holds (``import-env/<key>/`` in the cache, ``<key>`` a hash of every exa
 * ``env.json``: what was installed (the versions above and what pip reported), written last.
 
 The upstream (vllm-ascend) is not installed: its sources at the series' pin are written apart
-(``import-env/ascend-<key>/``, by the snapshot's pin), with a ``vllm_ascend.egg-info`` (the sdist's own, or made
+(``import-env/upstream-<key>/``, by the snapshot's pin), with a ``<package>.egg-info`` (the sdist's own, or made
 from ``setup.py``'s ``entry_points``) so that vLLM loads the ``ascend`` platform plugin as on hardware.  Its native
 modules are stubbed at import time (:mod:`patch_queue.checks.import_stubs`).
 
