@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 ALIKE = 0.6  # the mean likeness of a deleted statement's atoms to the helper's, for it to count as moved there
 _WORD = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d*)?|\S")
+_PUNCTUATION = frozenset(".,:()[]{}")  # no word of its own: two calls of other names are not alike by their brackets
 _CLAUSE = re.compile(r"(elif\b|else\s*:|except\b|finally\s*:)")
 
 
@@ -67,6 +68,7 @@ class Moved:
     blocked: str
     text: str | None
     orphans: tuple[str, ...] = ()  # locals the patch's method binds outside the region that only the copy reads
+    held_back: str = ""  # why no resolution is suggested though the copy may go (other code of the region)
 
     def said(self) -> str:
         """The explanation, in one line."""
@@ -84,6 +86,8 @@ class Moved:
         out += f": {', '.join(self.differs)}" if self.differs else ", the old lines as they were"
         if self.blocked:
             out += f"; {self.blocked}: the copy is not dropped, port it by hand"
+        elif self.held_back:
+            out += f"; the copy may go, but {self.held_back}: no resolution suggested"
         elif self.orphans:
             names = ", ".join(f"`{n}`" for n in self.orphans)
             out += f"; without it nothing in the method reads {names} (bound outside this region: remove it too)"
@@ -192,9 +196,10 @@ def _atoms(node: ast.stmt, names: dict[str, ast.expr], result: str | None = None
 
 def _words(atom: str) -> list[str]:
     """An atom's words for comparing: ``self.`` and leading underscores aside (a local that became an attribute,
-    or a private name), ``not`` aside (a guard clause is the old condition inverted)."""
+    or a private name), ``not`` aside (a guard clause is the old condition inverted), brackets, dots and commas
+    aside."""
     atom = re.sub(r"\bself\.", "", atom)
-    return [w.lstrip("_") or w for w in _WORD.findall(atom) if w != "not"]
+    return [w.lstrip("_") or w for w in _WORD.findall(atom) if w != "not" and w not in _PUNCTUATION]
 
 
 def _ratio(a: str, b: str) -> float:
@@ -524,12 +529,10 @@ def find(
     differs, blocked = _compare(old_atoms, copy_atoms, alias, known)
     for chain, name in sorted(words.items(), key=lambda kv: -len(kv[0])):  # the copy's conditions as it writes them
         differs = [d if d == alias else d.replace(chain, name) for d in differs]
-    text = None
+    text, held_back = None, ""
     if not blocked:
-        text = _resolution(b, o, t, (i1, i2, j1, j2), (first, last), (c0, c1))
-        if text is None:
-            blocked = "upstream changed more here than the moved lines"
-    return Moved(helper, count, of, alike, (c0 + 1, c1 + 1), tuple(differs), blocked, text, orphans)
+        text, held_back = _resolution(b, o, t, (i1, i2, j1, j2), (first, last), (c0, c1))
+    return Moved(helper, count, of, alike, (c0 + 1, c1 + 1), tuple(differs), blocked, text, orphans, held_back)
 
 
 def _copy(
@@ -715,20 +718,20 @@ def _resolution(
     hunk: tuple[int, int, int, int],
     moved: tuple[int, int],
     span: tuple[int, int],
-) -> str | None:
-    """The patch's side with its copy (lines ``copy``) replaced by upstream's new lines of the ``hunk`` that deleted
-    the ``moved`` lines; None where that would lose a change of either side: the hunk deletes code besides the
-    moved statements that the patch side still holds, or the patch side holds the old lines elsewhere."""
+) -> tuple[str | None, str]:
+    """The patch's side with its copy (lines ``span``) replaced by upstream's new lines of the ``hunk`` that deleted
+    the ``moved`` lines; None, and why, where that would lose a change of either side: the hunk deletes code besides
+    the moved statements that the patch side still holds (or holds edited)."""
     i1, i2, j1, j2 = hunk
     c0, c1 = span
-    kept = [x.strip() for k, x in enumerate(theirs) if not (c0 <= k <= c1) and x.strip()]
+    kept = [x.strip() for k, x in enumerate(theirs) if not (c0 <= k <= c1) and x.strip() and not _blank(x)]
     for k in range(i1, i2):
         line = base[k].strip()
         if moved[0] <= k <= moved[1] or _blank(base[k]):
             continue
-        if line in kept:
-            return None  # upstream deleted it, the patch kept it: not this rule's to decide
-    return "".join(theirs[:c0] + ours[j1:j2] + theirs[c1 + 1 :])
+        if line in kept or max((difflib.SequenceMatcher(None, line, x).ratio() for x in kept), default=0) >= 0.8:
+            return None, f"upstream also deleted `{_short(line)}`, which the patch side holds"
+    return "".join(theirs[:c0] + ours[j1:j2] + theirs[c1 + 1 :]), ""
 
 
 def known_names(texts: Iterable[str]) -> Callable[[str], bool]:
