@@ -119,6 +119,14 @@ def test_a_copy_reading_a_name_upstream_has_not_is_not_dropped() -> None:
     assert found.text is None and "`omni_stage_enabled`, which upstream's code does not have" in found.blocked
 
 
+def test_a_copy_storing_into_an_omni_name_is_not_dropped() -> None:
+    """Omni keeps the start time under a name of its own (not a small edit: the helper returns it to upstream's
+    caller, and omni's code reads its own)."""
+    found = _find(BASE, OURS, THEIRS.replace("self.start = now()", "self.omni_stage_t0 = now()"))
+    assert found.text is None
+    assert found.blocked == "omni's copy names `omni_stage_t0`, which upstream's code does not have", found.blocked
+
+
 def test_lines_upstream_rewrote_in_place_are_not_moved() -> None:
     """A statement still among upstream's new lines of the region was rewritten there, not moved."""
     base = "        return self.forward(batch)\n"

@@ -80,7 +80,7 @@ class Moved:
             f"deleted statement(s), {round(100 * self.alike)}% alike)"
         )
         if self.copy is None:
-            return out + "; the patch side holds no copy of them"
+            return out + "; no copy of them found on the patch side"
         first, last = self.copy
         out += f"; the patch side holds a copy (its lines {first}-{last})"
         out += f": {', '.join(self.differs)}" if self.differs else ", the old lines as they were"
@@ -526,7 +526,7 @@ def find(
     if held is None:
         return Moved(helper, count, of, alike, None, (), "", None)
     c0, c1, copy_atoms, alias, words, orphans = held
-    differs, blocked = _compare(old_atoms, copy_atoms, alias, known)
+    differs, blocked = _compare(old_atoms, copy_atoms, alias, known, _helper_atoms(helper))
     for chain, name in sorted(words.items(), key=lambda kv: -len(kv[0])):  # the copy's conditions as it writes them
         differs = [d if d == alias else d.replace(chain, name) for d in differs]
     text, held_back = None, ""
@@ -631,25 +631,30 @@ def _reads(node: ast.AST, name: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) for n in ast.walk(node))
 
 
-def _compare(old: list[str], copy: list[str], alias: str, known: Callable[[str], bool]) -> tuple[list[str], str]:
+def _compare(
+    old: list[str], copy: list[str], alias: str, known: Callable[[str], bool], helper: list[str]
+) -> tuple[list[str], str]:
     """What the omni copy's atoms have that the old lines' have not (small edits), and why it is not to be dropped
-    ("" when it may be): a call or a statement of its own, or a name upstream has not."""
+    ("" when it may be): a call neither the old lines nor the ``helper``'s atoms make, a statement of its own, or a
+    name upstream's code has nowhere."""
     differs = [alias] if alias else []
     blocked = ""
-    old_calls = {c for x in old for c in _calls(x)}
+    calls = {c for x in [*old, *helper] for c in _calls(x)}
+    names = {n for x in [*old, *helper] for n in _names(x)}
     for atom in copy:
         if atom in old:
             continue
         twin = max(old, key=lambda x: _ratio(atom, x))
-        new_calls = sorted(set(_calls(atom)) - old_calls)
+        new_calls = sorted(set(_calls(atom)) - calls)
+        unknown = sorted(n for n in set(_names(atom)) - names if not known(n))
         if new_calls:
             blocked = blocked or f"omni's copy calls `{new_calls[0]}()`, which the old lines and the helper do not"
             continue
-        unknown = sorted(n for n in set(_names(atom)) - {n for x in old for n in _names(x)} if not known(n))
+        if unknown:
+            blocked = blocked or f"omni's copy names `{unknown[0]}`, which upstream's code does not have"
+            continue
         extra = _conditions(twin, atom)
         if extra is not None:
-            if unknown:
-                blocked = blocked or f"omni's copy reads `{unknown[0]}`, which upstream's code does not have"
             differs += [f"the condition `{c}`" for c in extra]
             continue
         renamed = _renamed(twin, atom)
