@@ -153,8 +153,8 @@ def test_other_code_upstream_deleted_that_the_patch_holds_stops_the_suggestion()
     found = _find(base, OURS, theirs)
     assert found.blocked == "" and found.text is None
     assert found.said().endswith(
-        "the copy may go, but upstream also deleted `self.capture.clear()`, which the patch side holds: "
-        "no resolution suggested"
+        "the copy may go, but upstream also deleted `self.capture.clear()`, which the patch side holds "
+        "(decide that apart)"
     ), found.said()
 
 

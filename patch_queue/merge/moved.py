@@ -33,6 +33,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+SURE = 0.9  # the likeness a deleted statement of one atom needs
 ALIKE = 0.6  # the mean likeness of a deleted statement's atoms to the helper's, for it to count as moved there
 _WORD = re.compile(r"[A-Za-z_]\w*|\d+(?:\.\d*)?|\S")
 _PUNCTUATION = frozenset(".,:()[]{}")  # no word of its own: two calls of other names are not alike by their brackets
@@ -63,7 +64,7 @@ class Moved:
     statements: int  # deleted statements found in the helper
     of: int  # deleted statements in the hunk
     alike: float  # their mean likeness to the helper's
-    copy: tuple[int, int] | None
+    copy: tuple[int, int]
     differs: tuple[str, ...]
     blocked: str
     text: str | None
@@ -79,15 +80,13 @@ class Moved:
             f"upstream moved these lines into `{h.name}`{where}, which {caller} ({self.statements} of {self.of} "
             f"deleted statement(s), {round(100 * self.alike)}% alike)"
         )
-        if self.copy is None:
-            return out + "; no copy of them found on the patch side"
         first, last = self.copy
         out += f"; the patch side holds a copy (its lines {first}-{last})"
         out += f": {', '.join(self.differs)}" if self.differs else ", the old lines as they were"
         if self.blocked:
             out += f"; {self.blocked}: the copy is not dropped, port it by hand"
         elif self.held_back:
-            out += f"; the copy may go, but {self.held_back}: no resolution suggested"
+            out += f"; the copy may go, but {self.held_back}"
         elif self.orphans:
             names = ", ".join(f"`{n}`" for n in self.orphans)
             out += f"; without it nothing in the method reads {names} (bound outside this region: remove it too)"
@@ -482,41 +481,45 @@ def find(
 ) -> Moved | None:
     """The code upstream deleted from ``base`` (the region's old upstream side; ``ours``: its new one) that stands
     in one of the helpers ``found`` (:func:`helpers`), and the patch side ``theirs``'s copy of it; None when there
-    is none.  ``upstream_names``/``patch_names``: the locals each side's method reads attribute chains through
-    (:func:`aliases`); ``methods``: the upstream class's methods (a one-statement method called in the old lines is
-    read as its statement); ``known(name)``: the name is upstream's (a copy reading another is the omni edit's);
+    is none, or when the patch side holds no copy of it.
+
+    ``upstream_names``/``patch_names``: the locals each side's method reads attribute chains through
+    (:func:`aliases`); ``methods``: the upstream class's methods (a one-statement method called in the old lines
+    is read as its statement); ``known(name)``: the name is upstream's (a copy naming another is the omni edit's);
     ``patch_reads``: how often the patch side's method reads each name (:func:`reads`; a local the copy reads that
     the method reads nowhere else goes with it), None when only the region is known."""
     up_names, omni_names, methods = upstream_names or {}, patch_names or {}, methods or {}
     b, o, t = (x.splitlines(keepends=True) for x in (base, ours, theirs))
     hunks = [h for h in _hunks(b, o) if any(not _blank(x) for x in b[h[0] : h[1]])]
-    if len(hunks) != 1:
-        return None  # one stretch of deleted code (and its replacement): more is not this rule's
-    i1, i2, j1, j2 = hunks[0]
-    parsed = _parse(b[i1:i2])
-    if parsed is None:
-        return None
-    gone = [(n, a + i1, z + i1, _expanded(_atoms(n, up_names), methods)) for n, a, z in parsed]
     made = _window(o)  # upstream's new lines here: a statement still there was rewritten in place, not moved
     here = [x for n, _a, _z in (made[1] if made else []) for x in _atoms(n, up_names)]
-    best: tuple[float, int, Helper, list[tuple[ast.stmt, int, int, list[str]]]] | None = None
-    for h in found() if callable(found) else found:
-        theirs_atoms = _helper_atoms(h)
-        if not theirs_atoms:
+    helpers_: Sequence[Helper] | None = None
+    best: tuple[float, int, Helper, list[_Gone], list[_Gone], tuple[int, int, int, int]] | None = None
+    for i1, i2, j1, j2 in hunks:  # each stretch of code upstream deleted (or replaced)
+        parsed = _parse(b[i1:i2])
+        if parsed is None:
             continue
-        moved = []
-        scores = []
-        for stmt in gone:
-            score = sum(_best(x, theirs_atoms) for x in stmt[3]) / max(len(stmt[3]), 1)
-            stays = sum(_best(x, here) for x in stmt[3]) / max(len(stmt[3]), 1)
-            if score >= ALIKE and score > stays:
-                moved.append(stmt)
-                scores.append(score)
-        if moved and (best is None or (len(moved), sum(scores)) > (best[1], best[0] * best[1])):
-            best = (sum(scores) / len(scores), len(moved), h, moved)
+        gone = [(n, a + i1, z + i1, _expanded(_atoms(n, up_names), methods)) for n, a, z in parsed]
+        if helpers_ is None:
+            helpers_ = found() if callable(found) else found
+        for h in helpers_:
+            theirs_atoms = _helper_atoms(h)
+            if not theirs_atoms:
+                continue
+            moved = []
+            scores = []
+            for stmt in gone:
+                score = sum(_best(x, theirs_atoms) for x in stmt[3]) / max(len(stmt[3]), 1)
+                stays = sum(_best(x, here) for x in stmt[3]) / max(len(stmt[3]), 1)
+                # a statement of one atom is little to go on: it must be nearly the helper's
+                if score >= (ALIKE if len(stmt[3]) > 1 else SURE) and score > stays:
+                    moved.append(stmt)
+                    scores.append(score)
+            if moved and (best is None or (len(moved), sum(scores)) > (best[1], best[0] * best[1])):
+                best = (sum(scores) / len(scores), len(moved), h, moved, gone, (i1, i2, j1, j2))
     if best is None:
         return None
-    alike, count, helper, moved = best
+    alike, count, helper, moved, gone, (i1, i2, j1, j2) = best
     first, last = moved[0][1], moved[-1][2]
     if any(s[1] > first and s[2] < last and s not in moved for s in gone):
         return None  # the moved statements are not in one stretch
@@ -524,15 +527,20 @@ def find(
     old_atoms = [x for s in moved for x in s[3]]
     count, of = len(old_atoms), sum(len(s[3]) for s in gone)
     if held is None:
-        return Moved(helper, count, of, alike, None, (), "", None)
+        return None  # the patch side holds no copy: upstream's change alone, nothing to say of the omni edit
     c0, c1, copy_atoms, alias, words, orphans = held
     differs, blocked = _compare(old_atoms, copy_atoms, alias, known, _helper_atoms(helper))
     for chain, name in sorted(words.items(), key=lambda kv: -len(kv[0])):  # the copy's conditions as it writes them
         differs = [d if d == alias else d.replace(chain, name) for d in differs]
     text, held_back = None, ""
-    if not blocked:
+    if not blocked and len(hunks) > 1:
+        held_back = "upstream also changed other lines here (decide those apart)"
+    elif not blocked:
         text, held_back = _resolution(b, o, t, (i1, i2, j1, j2), (first, last), (c0, c1))
     return Moved(helper, count, of, alike, (c0 + 1, c1 + 1), tuple(differs), blocked, text, orphans, held_back)
+
+
+_Gone = tuple[ast.stmt, int, int, list[str]]  # a deleted statement, its first and last line, its atoms
 
 
 def _copy(
@@ -735,7 +743,7 @@ def _resolution(
         if moved[0] <= k <= moved[1] or _blank(base[k]):
             continue
         if line in kept or max((difflib.SequenceMatcher(None, line, x).ratio() for x in kept), default=0) >= 0.8:
-            return None, f"upstream also deleted `{_short(line)}`, which the patch side holds"
+            return None, f"upstream also deleted `{_short(line)}`, which the patch side holds (decide that apart)"
     return "".join(theirs[:c0] + ours[j1:j2] + theirs[c1 + 1 :]), ""
 
 
