@@ -5,6 +5,7 @@ vllm-ascend 0.30.0rc2."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -310,6 +311,11 @@ def test_the_timing_code_upstream_moved_on_the_real_refresh(
     tail = said["npu_worker/npu_ar_model_runner.py:1362"]
     assert "into `_finish_profiling_chunk_timing` (vllm_ascend/core/profiling_chunk_predictor.py), which " in tail
     assert "`execute_model` now calls" in tail, tail
+
+    # the JSON report says the same (`explanation.moved`)
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    reported = {f"npu_worker/{c['file']}:{c['line']}": c["explanation"]["moved"] for c in report["conflicts"]}
+    assert {k: v for k, v in reported.items() if v} == said
 
     ar = proj / "npu_worker" / "npu_ar_model_runner.py"
     for line, want in ((1362, lambda r: list(r.patch[:198])), (525, lambda r: [r.patch[0], *r.upstream[1:]])):
