@@ -4,8 +4,10 @@ conflict regions on disk (going on and putting back: :mod:`patch_queue.commands.
 from __future__ import annotations
 
 import functools
+import json
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ from patch_queue.project.workspace import Workspace, applied_count, check_no_jou
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue
 from patch_queue.series.status import PatchStatus
+from patch_queue.sources import cache
 
 if TYPE_CHECKING:
     from patch_queue.sources.snapshot import Snapshot
@@ -365,20 +368,21 @@ def moved_notes(ws: Workspace, conflicts: list[Conflict]) -> dict[tuple[str, int
     for c in conflicts:
         found = moved_code(ws, c) if _marked(ws, c) else None
         if found is not None:
-            out[(c.file, c.line or 0)] = found.said()
+            out[(c.file, c.line or 0)] = found.said
     return out
 
 
-def moved_code(ws: Workspace, conflict: Conflict) -> moved.Moved | None:
-    """:func:`moved.find` for the pending refresh's ``conflict``: the helpers the new upstream module calls (read
+def moved_code(ws: Workspace, conflict: Conflict) -> moved.Told | None:
+    """What :func:`moved.find` says of the pending refresh's ``conflict`` (:class:`moved.Told`: the ``moved:`` line,
+    the suggestion's reason and text), None where it finds nothing: the helpers the new upstream module calls (read
     from the target's snapshot where the module imports them), the locals each side's method reads chains through
     (the patch side's from the module on disk)."""
     if not conflict.base or conflict.ours is None or conflict.theirs is None or not conflict.symbol:
         return None
-    state = operation.load(ws)
-    if state is None or state.merging is not None:
+    pending = _pending(ws)
+    if pending is None:
         return None
-    target = state.target()
+    state, target = pending
     module = next((m for m in target.modules if m.path == conflict.file and m.upstream), None)
     if module is None:
         return None
@@ -391,14 +395,78 @@ def moved_code(ws: Workspace, conflict: Conflict) -> moved.Moved | None:
     if new is None:
         return None
     here = ws.out / conflict.file
-    patch_side = markers.whole_side(here.read_text(encoding="utf-8"), "patch") if here.is_file() else ""
-    return _moved_found(
+    patch_side = _patch_side(here.read_text(encoding="utf-8")) if here.is_file() else ""
+    inputs = (
         conflict.base, conflict.ours, conflict.theirs, new, old or "", module.upstream, carried, conflict.symbol,
         patch_side, state.target_queue, state.upstream_git or "",
     )  # fmt: skip
+    # kept in the download cache (`pq status` tells every region, ~40 ms each): the snapshot's files are those of
+    # the target's pin, named in its queue.toml
+    key = cache.derived_key(_moved_stamp(), *inputs)
+    hit = cache.derived_json("moved", key, moved.Told | None)
+    if hit is not None:
+        told: moved.Told | None = hit[0]
+        return told
+    found = _moved_found(*inputs)
+    told = None if found is None else found.told()
+    if state.target_queue not in _memo().unread:  # an upstream that could not be read is asked again next time
+        cache.derived_put("moved", key, json.dumps(None if told is None else asdict(told)).encode("utf-8"))
+    return told
+
+
+@functools.lru_cache(maxsize=1)
+def _moved_stamp() -> str:
+    """What :func:`moved_code` says depends on besides its inputs: the code that says it and Python's ``ast``."""
+    return sys.version + cache.code_stamp("merge/moved.py", "merge/explain.py", "commands/resolve.py")
+
+
+def _pending(ws: Workspace) -> tuple[operation.Operation, Queue] | None:
+    """The pending refresh and its target queue (not a merge), read once while the state file stays as it was
+    (`pq status` asks for each region)."""
+    path = ws.state_dir / operation.STATE_FILE
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    kept = _memo().pending
+    if key not in kept:
+        state = operation.load(ws)
+        kept.clear()
+        kept[key] = None if state is None or state.merging is not None else (state, state.target())
+    return kept[key]
+
+
+@dataclass
+class _Memo:
+    """What :func:`moved_code` keeps for the process: the pending state and its target (by the state file's path,
+    time and size), the vendored files read (by commit and path), the targets whose snapshot could not be read."""
+
+    pending: dict[tuple[str, int, int], tuple[operation.Operation, Queue] | None] = field(default_factory=dict)
+    vendored: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    unread: set[str] = field(default_factory=set)
+
+
+@functools.lru_cache(maxsize=1)
+def _memo() -> _Memo:
+    """The process's :class:`_Memo` (a functools cache: what forgets a process's caches forgets it too)."""
+    return _Memo()
+
+
+@functools.lru_cache(maxsize=8)
+def _patch_side(text: str) -> str:
+    return markers.whole_side(text, "patch")
 
 
 def _vendored(ws: Workspace, commit: str, path: str) -> str | None:
+    """The vendored upstream file ``path`` of the stack commit ``commit`` (read once: a commit never changes)."""
+    kept = _memo().vendored
+    if (commit, path) not in kept:
+        kept[(commit, path)] = _read_vendored(ws, commit, path)
+    return kept[(commit, path)]
+
+
+def _read_vendored(ws: Workspace, commit: str, path: str) -> str | None:
     if not commit:
         return None
     try:
@@ -462,8 +530,16 @@ def _reader(target: str, upstream_git: str) -> Callable[[str], str | None]:
     @functools.lru_cache(maxsize=32)
     def read(path: str) -> str | None:
         try:
-            return snapshot().read(path).decode("utf-8", "replace")
+            found = snapshot()
         except PqError:
+            _memo().unread.add(target)
+            return None
+        if not found.exists(path):
+            return None
+        try:
+            return found.read(path).decode("utf-8", "replace")
+        except PqError:
+            _memo().unread.add(target)
             return None
 
     return read

@@ -96,6 +96,19 @@ class Moved:
     def reason(self) -> str:
         return self.said() + "; the patch's side without its copy, upstream's new lines in its place"
 
+    def told(self) -> Told:
+        return Told(self.said(), self.reason, self.text)
+
+
+@dataclass(frozen=True)
+class Told:
+    """What is said of a :class:`Moved` (the ``moved:`` line), the reason of its suggestion and the suggested text
+    (None: none): what `pq status` shows, kept in the download cache."""
+
+    said: str
+    reason: str
+    text: str | None
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # parsing a side's lines
@@ -193,14 +206,16 @@ def _atoms(node: ast.stmt, names: dict[str, ast.expr], result: str | None = None
     return out
 
 
-def _words(atom: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _words(atom: str) -> tuple[str, ...]:
     """An atom's words for comparing: ``self.`` and leading underscores aside (a local that became an attribute,
     or a private name), ``not`` aside (a guard clause is the old condition inverted), brackets, dots and commas
     aside."""
     atom = re.sub(r"\bself\.", "", atom)
-    return [w.lstrip("_") or w for w in _WORD.findall(atom) if w != "not" and w not in _PUNCTUATION]
+    return tuple(w.lstrip("_") or w for w in _WORD.findall(atom) if w != "not" and w not in _PUNCTUATION)
 
 
+@functools.lru_cache(maxsize=16384)
 def _ratio(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, _words(a), _words(b), autojunk=False).ratio()
 
@@ -228,9 +243,11 @@ def _docstring(node: ast.stmt) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
+@functools.lru_cache(maxsize=64)
 def aliases(text: str, symbol: str) -> dict[str, ast.expr]:
     """The locals ``symbol`` (``Class.method`` or a function) of the module ``text`` binds once, to an attribute
-    chain (``cfg = self.ascend_config.scheduler_config.cfg``): what its statements read through them."""
+    chain (``cfg = self.ascend_config.scheduler_config.cfg``): what its statements read through them (kept: read it,
+    never change it)."""
     try:
         tree = _tree(text)
     except (SyntaxError, ValueError):
@@ -423,7 +440,7 @@ def methods(text: str, symbol: str) -> dict[str, ast.FunctionDef]:
         return {}
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=128)
 def _tree(text: str) -> ast.Module:
     """The syntax tree of ``text`` (kept: every region of a module reads the same upstream module); never change it."""
     return ast.parse(text)
@@ -437,21 +454,24 @@ def _methods(tree: ast.Module, klass: str) -> dict[str, ast.FunctionDef]:
 def _helper_atoms(h: Helper) -> list[str]:
     """The helper's body as atoms, its parameters as the call passes them (the caller's locals bound to an
     attribute chain put back as that chain: :func:`helpers`)."""
-    params = [a.arg for a in [*h.node.args.posonlyargs, *h.node.args.args]]
+    return list(_helper_atoms_of(h.node, ast.unparse(h.call), h.target))
+
+
+@functools.lru_cache(maxsize=256)
+def _helper_atoms_of(node: ast.FunctionDef, written: str, target: str | None) -> tuple[str, ...]:
+    """:func:`_helper_atoms` of the definition ``node`` (one of :func:`_tree`'s, kept) called as ``written``."""
+    call = ast.parse(written, mode="eval").body
+    assert isinstance(call, ast.Call)
+    params = [a.arg for a in [*node.args.posonlyargs, *node.args.args]]
     if params[:1] == ["self"]:
         params = params[1:]
-    passed: dict[str, ast.expr] = {}
-    for p, arg in zip(params, h.call.args, strict=False):
-        passed[p] = arg
-    for kw in h.call.keywords:
-        if kw.arg is not None:
-            passed[kw.arg] = kw.value
-    target = h.target
+    passed: dict[str, ast.expr] = dict(zip(params, call.args, strict=False))
+    passed.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
     out: list[str] = []
-    for node in h.node.body:
-        if not _docstring(node):
-            out += _atoms(node, passed, target)
-    return out
+    for statement in node.body:
+        if not _docstring(statement):
+            out += _atoms(statement, passed, target)
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------------------------
