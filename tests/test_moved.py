@@ -316,6 +316,8 @@ def test_the_timing_code_upstream_moved_on_the_real_refresh(
     report = json.loads((proj / "reports" / "refresh.json").read_text())
     reported = {f"npu_worker/{c['file']}:{c['line']}": c["explanation"]["moved"] for c in report["conflicts"]}
     assert {k: v for k, v in reported.items() if v} == said
+    markdown = (proj / "reports" / "refresh.md").read_text()
+    assert markdown.count("**Moved:** upstream moved these lines into `_") == 4, markdown
 
     ar = proj / "npu_worker" / "npu_ar_model_runner.py"
     for line, want in ((1362, lambda r: list(r.patch[:198])), (525, lambda r: [r.patch[0], *r.upstream[1:]])):
