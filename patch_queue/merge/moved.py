@@ -12,14 +12,17 @@ through the module's imports to its module in the upstream snapshot, or to a fun
 itself); :func:`find` compares.
 
 The measure: each side's statements are flattened to *atoms* (a simple statement; a compound statement's header
-test), written as ``ast.unparse`` writes them, with the locals a side binds to an expression (``cfg =
-self.ascend_config.x``) put back as that expression, the helper's parameters as its call passes them and a
-``return V`` as the binding the call makes (``t = V``); a deleted statement is in the helper when its atoms are
-alike the helper's (difflib's ratio of their words, ``self.`` and leading underscores aside, a ``not`` aside) by
-:data:`ALIKE` on average.  The omni copy may differ from the old lines by a local it reads them through, renamed
-names, a comment, or an ``and`` condition that reads upstream state without a call (``cfg.enabled and …``: the
-explanation names it); a copy that makes a call or writes a statement the old lines did not, or reads a name
-upstream's code does not have, is never dropped: the explanation says so.
+test), written as ``ast.unparse`` writes them, with the locals a method binds once to an attribute chain (``cfg =
+self.ascend_config.x``) put back as that chain, the helper's parameters as its call passes them, a ``return V``
+as the binding the call makes (``t = V``) and a call of a one-statement method of the class (``self._sync_device()``)
+as that statement; a deleted statement is in the helper when its atoms are alike the helper's (difflib's ratio of
+their words, ``self.``, leading underscores, ``not`` and brackets aside) by :data:`ALIKE` on average (:data:`SURE`
+for a statement of one atom), and more alike them than upstream's new lines of the region.  The omni copy may
+differ from the old lines by a local it reads them through, renamed names, a comment, or an ``and`` condition
+without a call (``cfg.enabled and …``): the explanation names each.  A copy that makes a call neither the old
+lines nor the helper make, writes a statement of its own, or names something upstream's code has nowhere, is never
+dropped: the explanation says so; nor is one where upstream changed other lines of the region too, or deleted code
+the patch side still holds (the explanation says the copy may go, and why nothing is suggested).
 """
 
 from __future__ import annotations
