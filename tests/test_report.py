@@ -694,3 +694,16 @@ def test_flags_to_read() -> None:
     assert not read("both-inserted", ours="# a note\n", theirs="y = 2\n")
     assert read("block-moved", resolution="\n    if x:\n        y()\n")
     assert not read("block-moved", resolution="\n")
+
+
+def test_a_conflict_section_says_where_upstream_moved_its_deleted_lines() -> None:
+    """`explanation.moved` (issue 48, point 3) is shown under the upstream change of its conflict, and only there."""
+    said = "upstream moved these lines into `_start_timing`, which the new code calls (3 of 3 deleted statement(s)"
+    data = make_report(
+        conflicts=[
+            conflict(explanation={"upstream": "", "block": "", "suggestion": None, "moved": said}),
+            conflict(line=400),
+        ]
+    )
+    first, second = sections(report.markdown(data))
+    assert f"**Moved:** {said}" in first and "**Moved:**" not in second, first

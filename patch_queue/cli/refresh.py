@@ -168,13 +168,14 @@ def _print_outcome(ws: Workspace, outcome: Outcome, listed: str | None = None) -
     print_placements(ws, outcome.placements)
     if outcome.state.conflicts and outcome.state.culprits_note:
         typer.echo(f"culprits: {outcome.state.culprits_note}")
-    tips = {}
+    tips, notes = {}, {}
     if outcome.state.conflicts:  # the suggestions `pq status` shows (the files are written, the state saved)
         from patch_queue.commands import resolve
 
         tips = resolve.suggestions(ws, outcome.state)
+        notes = resolve.moved_notes(ws, list(outcome.state.conflicts))
     for c in outcome.state.conflicts:
-        _print_conflict(ws, c, tips.get((c.file, c.line or 0)))
+        _print_conflict(ws, c, tips.get((c.file, c.line or 0)), notes.get((c.file, c.line or 0), ""))
     if outcome.state.conflicts:
         by_file = Counter(c.file for c in outcome.state.conflicts)
         summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
@@ -225,9 +226,10 @@ def _check_pending(ws: Workspace, result: CheckOutcome, said: str) -> int:
     return EXIT_ERROR
 
 
-def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -> None:
-    """A conflict and, indented, why it is one, what upstream changed there (and which commits), its omni block,
-    its suggestion (``tip``: what `pq status` shows, :func:`resolve.suggestions`)."""
+def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None, moved: str = "") -> None:
+    """A conflict and, indented, why it is one, what upstream changed there (and which commits), where upstream
+    moved the lines it deleted (``moved``: :func:`resolve.moved_notes`), its omni block, its suggestion (``tip``:
+    what `pq status` shows, :func:`resolve.suggestions`)."""
     from patch_queue.merge import explain
     from patch_queue.outputs import report_parts
 
@@ -237,6 +239,8 @@ def _print_conflict(ws: Workspace, c: Conflict, tip: Suggestion | None = None) -
     by = ", ".join(f"{u.commit[:12]}" + (f" (#{u.pr})" if u.pr is not None else "") for u in c.culprits)
     side = "series" if c.patch and not c.patch.endswith(".patch") else "upstream"  # a merge's one patch: the release
     typer.echo(f"  {side}: {report_parts.upstream_change(c)}" + (f" [{by}]" if by else ""))
+    if moved:
+        typer.echo(f"  moved: {moved}")
     typer.echo(f"  omni: {explain.omni_block(c)}")
     if tip is not None:  # this region's alone: the regions that go with it have suggestions of their own
         typer.echo(f"  suggestion: {tip.reason}: `pq resolve --suggested {shlex.quote(where)}`")
@@ -308,6 +312,14 @@ def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
 
     report, markdown = (Path(p) if p == "-" else ws.root / p if p else None for p in outcome.state.reports)
     data = machine.report_json(outcome)
+    if outcome.state.conflicts:  # code upstream moved into a helper, and the patch's copy of it (`moved:`)
+        from patch_queue.commands import resolve
+
+        notes = resolve.moved_notes(ws, list(outcome.state.conflicts))
+        entries = data["conflicts"]
+        assert isinstance(entries, list)
+        for entry in entries:
+            entry["explanation"]["moved"] = notes.get((entry["file"], entry["line"] or 0))
     if report is not None:
         write_output(report, json_bytes(data), REFRESH_JSON)
     if markdown is not None:
@@ -811,7 +823,7 @@ def status(
     for name, state in st.patches:
         typer.echo(f"  {state:10} {name}")
     for c in st.conflicts:
-        _print_conflict(ws, c, st.suggestions.get((c.file, c.line or 0)))
+        _print_conflict(ws, c, st.suggestions.get((c.file, c.line or 0)), st.moved.get((c.file, c.line or 0), ""))
     if st.resolved:
         typer.echo(f"{len(st.resolved)} of {len(st.resolved) + len(st.conflicts)} conflict region(s) resolved on disk")
     if st.in_progress:

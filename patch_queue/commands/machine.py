@@ -722,5 +722,6 @@ def explained(conflict: Conflict) -> dict[str, object]:
         "upstream": report_parts.upstream_change(conflict),
         "block": explain.omni_block(conflict),
         "suggestion": None if tip is None else {"side": tip.side, "reason": tip.reason, "text": tip.text},
+        "moved": None,  # said where the refresh is pending (it reads the target's snapshot): `_write_reports`
     }
     return data

@@ -3,14 +3,19 @@ conflict regions on disk (going on and putting back: :mod:`patch_queue.commands.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import functools
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patch_queue.commands.write import module_files, out_edits
-from patch_queue.errors import QueueError
+from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import atomic_write
 from patch_queue.git.diff import line_hunks
-from patch_queue.merge import explain, markers
+from patch_queue.merge import explain, markers, moved
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
 from patch_queue.project import operation
@@ -19,6 +24,10 @@ from patch_queue.project.workspace import Workspace, applied_count, check_no_jou
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue
 from patch_queue.series.status import PatchStatus
+from patch_queue.sources import cache
+
+if TYPE_CHECKING:
+    from patch_queue.sources.snapshot import Snapshot
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,8 @@ class Status:
     accepted: tuple[int, int] = (0, 0)  # (lineage step, errors) of the last step finished over errors of pq check
     accepted_kind: str = "refresh"  # that step's kind: "refresh" or "merge"
     operation: OperationKind = OperationKind.REFRESH  # what is in progress: a refresh onto ``target``, a merge of it
+    # what is said under a conflict (file, line on disk) whose deleted lines upstream moved into a helper
+    moved: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
@@ -63,7 +74,7 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         onto = state.merging.release if state.merging is not None else target.upstream.label
         return Status(True, state.old_base_label, onto, rows, open_, resolved=resolved, flags=flags,
                       downstream=_downstream(target), suggestions=tips, check_errors=errors,
-                      operation=state.kind)  # fmt: skip
+                      operation=state.kind, moved=moved_notes(ws, open_))  # fmt: skip
     loaded = load_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
     rows = [
@@ -290,7 +301,7 @@ def suggestion(
         text = (conflict.ours if side == "upstream" else conflict.theirs) or ""
         told = ", ".join(where(k) for k in partners)
         return explain.Suggestion(side, text, f"the {side} side, as the regions that go with it took ({told})")
-    return explain.suggest(now) or _forwarded(ws, conflict)
+    return explain.suggest(now) or _forwarded(ws, conflict) or _moved_tip(ws, conflict)
 
 
 def recorded_regions(ws: Workspace) -> list[tuple[Conflict, str, str]]:
@@ -339,6 +350,199 @@ def _forwarded(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
         return None
     vendored = ws.repo.read_tree(ws.repo.commit_info(state.new_base).tree).get(stack.VENDOR + module.upstream)
     return report_parts.forwarded(conflict, vendored.decode("utf-8", "replace")) if vendored is not None else None
+
+
+def _moved_tip(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
+    """The patch's side without its copy of code upstream moved into a helper, upstream's new lines in its place
+    (:func:`moved_code`), when the copy holds nothing of the omni edit's own."""
+    found = moved_code(ws, conflict)
+    if found is None or found.text is None:
+        return None
+    return explain.Suggestion("merged", found.text, found.reason, "the patch's side without its copy of the moved code")
+
+
+def moved_notes(ws: Workspace, conflicts: list[Conflict]) -> dict[tuple[str, int], str]:
+    """What `pq status` says under each open region of ``conflicts`` (at their lines on disk) where upstream moved
+    the lines it deleted into a helper its new code calls (:func:`moved_code`), by (file, line)."""
+    out = {}
+    for c in conflicts:
+        found = moved_code(ws, c) if _marked(ws, c) else None
+        if found is not None:
+            out[(c.file, c.line or 0)] = found.said
+    return out
+
+
+def moved_code(ws: Workspace, conflict: Conflict) -> moved.Told | None:
+    """What :func:`moved.find` says of the pending refresh's ``conflict`` (:class:`moved.Told`: the ``moved:`` line,
+    the suggestion's reason and text), None where it finds nothing: the helpers the new upstream module calls (read
+    from the target's snapshot where the module imports them), the locals each side's method reads chains through
+    (the patch side's from the module on disk)."""
+    if not conflict.base or conflict.ours is None or conflict.theirs is None or not conflict.symbol:
+        return None
+    pending = _pending(ws)
+    if pending is None:
+        return None
+    state, target = pending
+    module = next((m for m in target.modules if m.path == conflict.file and m.upstream), None)
+    if module is None:
+        return None
+    method = conflict.symbol.rpartition(".")[2]
+    carried = next((s for s in module.symbols if s.rpartition(".")[2] == method), "")
+    if not carried:
+        return None
+    new = _vendored(ws, state.new_base, module.upstream)
+    old = _vendored(ws, state.orig_refs.get(stack.REF_BASE, ""), module.upstream)
+    if new is None:
+        return None
+    here = ws.out / conflict.file
+    patch_side = _patch_side(here.read_text(encoding="utf-8")) if here.is_file() else ""
+    inputs = (
+        conflict.base, conflict.ours, conflict.theirs, new, old or "", module.upstream, carried, conflict.symbol,
+        patch_side, state.target_queue, state.upstream_git or "",
+    )  # fmt: skip
+    # kept in the download cache (`pq status` tells every region, ~40 ms each): the snapshot's files are those of
+    # the target's pin, named in its queue.toml
+    key = cache.derived_key(_moved_stamp(), *inputs)
+    hit = cache.derived_json("moved", key, moved.Told | None)
+    if hit is not None:
+        told: moved.Told | None = hit[0]
+        return told
+    found = _moved_found(*inputs)
+    told = None if found is None else found.told()
+    if state.target_queue not in _memo().unread:  # an upstream that could not be read is asked again next time
+        cache.derived_put("moved", key, json.dumps(None if told is None else asdict(told)).encode("utf-8"))
+    return told
+
+
+@functools.lru_cache(maxsize=1)
+def _moved_stamp() -> str:
+    """What :func:`moved_code` says depends on besides its inputs: the code that says it and Python's ``ast``."""
+    return sys.version + cache.code_stamp("merge/moved.py", "merge/explain.py", "commands/resolve.py")
+
+
+def _pending(ws: Workspace) -> tuple[operation.Operation, Queue] | None:
+    """The pending refresh and its target queue (not a merge), read once while the state file stays as it was
+    (`pq status` asks for each region)."""
+    path = ws.state_dir / operation.STATE_FILE
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    kept = _memo().pending
+    if key not in kept:
+        state = operation.load(ws)
+        kept.clear()
+        kept[key] = None if state is None or state.merging is not None else (state, state.target())
+    return kept[key]
+
+
+@dataclass
+class _Memo:
+    """What :func:`moved_code` keeps for the process: the pending state and its target (by the state file's path,
+    time and size), the vendored files read (by commit and path), the targets whose snapshot could not be read."""
+
+    pending: dict[tuple[str, int, int], tuple[operation.Operation, Queue] | None] = field(default_factory=dict)
+    vendored: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    unread: set[str] = field(default_factory=set)
+
+
+@functools.lru_cache(maxsize=1)
+def _memo() -> _Memo:
+    """The process's :class:`_Memo` (a functools cache: what forgets a process's caches forgets it too)."""
+    return _Memo()
+
+
+@functools.lru_cache(maxsize=8)
+def _patch_side(text: str) -> str:
+    return markers.whole_side(text, "patch")
+
+
+def _vendored(ws: Workspace, commit: str, path: str) -> str | None:
+    """The vendored upstream file ``path`` of the stack commit ``commit`` (read once: a commit never changes)."""
+    kept = _memo().vendored
+    if (commit, path) not in kept:
+        kept[(commit, path)] = _read_vendored(ws, commit, path)
+    return kept[(commit, path)]
+
+
+def _read_vendored(ws: Workspace, commit: str, path: str) -> str | None:
+    if not commit:
+        return None
+    try:
+        data = ws.repo.read_tree(ws.repo.commit_info(commit).tree).get(stack.VENDOR + path)
+    except (KeyError, ValueError, OSError):
+        return None
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+@functools.lru_cache(maxsize=64)
+def _moved_found(
+    base: str,
+    ours: str,
+    theirs: str,
+    new: str,
+    old: str,
+    path: str,
+    symbol: str,
+    patch_symbol: str,
+    patch_side: str,
+    target: str,
+    upstream_git: str,
+) -> moved.Moved | None:
+    """:func:`moved.find` of one region, once per process (`pq status` asks for every region's suggestion and
+    note); the target's snapshot is opened only when a helper is imported from another upstream module."""
+    read = _reader(target, upstream_git)
+    found: list[moved.Helper] = []
+
+    def helpers() -> list[moved.Helper]:  # only where the region has deleted code to look for
+        found.extend(moved.helpers(new, old, path, symbol, ours, read))
+        return found
+
+    def known(name: str) -> bool:
+        texts = [new, old, *(read(h.module) or "" for h in found if h.module)]
+        return moved.known_names(texts)(name)
+
+    return moved.find(
+        base,
+        ours,
+        theirs,
+        helpers,
+        upstream_names=moved.aliases(new, symbol),
+        patch_names=moved.aliases(patch_side, patch_symbol),
+        methods=moved.methods(new, symbol),
+        known=known,
+        patch_reads=moved.reads(patch_side, patch_symbol) if patch_side else None,
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _reader(target: str, upstream_git: str) -> Callable[[str], str | None]:
+    """An upstream file's text at the ``target`` queue's upstream (its queue.toml text; None when there is no such
+    file, or the snapshot cannot be had), the snapshot opened on the first read."""
+    from patch_queue.project.workspace import upstream_snapshot
+    from patch_queue.series.queue import parse_queue
+
+    @functools.cache
+    def snapshot() -> Snapshot:
+        return upstream_snapshot(parse_queue(target, path="target"), upstream_git=upstream_git or None)
+
+    @functools.lru_cache(maxsize=32)
+    def read(path: str) -> str | None:
+        try:
+            found = snapshot()
+        except PqError:
+            _memo().unread.add(target)
+            return None
+        if not found.exists(path):
+            return None
+        try:
+            return found.read(path).decode("utf-8", "replace")
+        except PqError:
+            _memo().unread.add(target)
+            return None
+
+    return read
 
 
 def do_mergetool(ws: Workspace, *, tool: str | None, names: list[str]) -> list[tuple[str, int]]:

@@ -193,7 +193,9 @@ def markdown(
                  "sides": {"base", "upstream", "patch"}, "resolution" (flags), "reused", "key",
                  "links": ["name:x" | "call:c"] (regions of the same patch and file sharing one go together),
                  "explanation" (conflicts): {"upstream": what upstream changed, "block": the omni block,
-                                             "suggestion": {"side", "reason", "text"} | null}}
+                                             "suggestion": {"side", "reason", "text"} | null,
+                                             "moved": where upstream moved the lines it deleted, and the
+                                                      patch side's copy of them (`moved:`) | null}}
 
     Layout: title, status paragraph (with the errors of `pq check`, listed, when there are any), a table of the
     patches with conflicts or flags, a table by

@@ -120,6 +120,8 @@ class Report:
     imported: str = ""  # what pq check --import imported ("" when it did not run)
     import_warnings: tuple[tuple[str, int, str, str], ...] = ()  # its warnings: (file, line, rule, message)
     upstream_name: str = "the upstream"  # the queue's upstream distribution (not in the JSON: the queue's)
+    # what is said of a conflict (file, line) whose deleted lines upstream moved into a helper (`explanation.moved`)
+    moved: tuple[tuple[str, int, str], ...] = ()
 
 
 def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
@@ -176,7 +178,17 @@ def read(report: Mapping[str, object], queue: QueueSpec | None = None) -> Report
         accepted=bool(listing(report, "accepted_errors", "")),
         merged=string(report, "merged", ""),
         upstream_name=queue.upstream_dist,
+        moved=tuple(_moved(report)),
     )
+
+
+def _moved(report: Mapping[str, object]) -> Iterator[tuple[str, int, str]]:
+    """(file, line, what is said) of each conflict whose explanation says where upstream moved its deleted lines."""
+    for where, e in _objects(report, "conflicts"):
+        said = e.get("explanation")
+        note = said.get("moved") if isinstance(said, Mapping) else None
+        if isinstance(note, str) and note:
+            yield string(e, "file", where), integer(e, "line", where) or 0, note
 
 
 # the warnings of pq check --import the Markdown report lists: the import test did not run, or the environment failed
@@ -348,6 +360,9 @@ def _section(r: Report, url: str, entry: Conflict, level: int, told: Told) -> st
         blocks.append(_text(entry.message))
     if entry.conflict:  # what upstream changed, the omni edit, a suggestion (never applied by pq)
         blocks.append(f"**{'The series' if r.merged else 'Upstream'} change:** {_text(told.upstream)}")
+        moved = next((said for f, n, said in r.moved if (f, n) == (entry.file, entry.line or 0)), "")
+        if moved:
+            blocks.append(f"**Moved:** {_text(moved)}")
         if entry.anchor is None:
             blocks.append(f"**Omni:** {_text(told.omni)}")
     if entry.anchor is not None:
