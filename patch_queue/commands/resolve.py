@@ -88,12 +88,25 @@ def suggestions(
         conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
     taken = _taken(ws, state)
     recorded = recorded_regions(ws)  # read once: every region's suggestion may carry one of them
+    recorded += merged_regions(ws, state)
     return {
         (now.file, now.line or 0): tip
         for was, now in zip(state.conflicts, conflicts, strict=True)
         if _marked(ws, now)
         and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts, recorded)) is not None
     }
+
+
+def merged_regions(ws: Workspace, state: operation.Operation) -> list[tuple[Conflict, str, str]]:
+    """The regions the pending refresh merged statement by statement itself (its ``merged-tokens`` flags), each
+    with its resolution and where it is now (``FILE:LINE``): a copy's region of the same upstream change is
+    resolved the same way (:func:`suggestion`), as if a maintainer had resolved it there."""
+    from patch_queue.outputs.report_parts import to_read
+
+    merges = (ConflictKind.MERGED_TOKENS, ConflictKind.BLOCK_MOVED, ConflictKind.MERGED_WORDS)
+    flags = [f for f in state.flags if f.kind in merges and to_read(f) and f.resolution is not None]
+    now = on_disk(ws, state.done[-1][1], flags) if flags else []
+    return [(f, f.resolution or "", f"{ws.rel(ws.out / n.file)}:{n.line}") for f, n in zip(flags, now, strict=True)]
 
 
 def _downstream(queue: Queue) -> str:
@@ -228,7 +241,8 @@ def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> explain.Su
     tip = None
     if found is not None:
         now = conflicts[state.conflicts.index(found)]
-        tip = suggestion(ws, found, now, _taken(ws, state), state.conflicts, conflicts)
+        recorded = recorded_regions(ws) + merged_regions(ws, state)
+        tip = suggestion(ws, found, now, _taken(ws, state), state.conflicts, conflicts, recorded)
     if tip is None:
         raise QueueError(f"no suggested resolution for the conflict at {ws.rel(path)}:{region.first}")
     return tip
@@ -265,7 +279,8 @@ def suggestion(
     """The resolution suggested for the open ``conflict`` (``now``: at its line on disk): the way the maintainer
     resolved the same upstream change in another copy (``taken``: what replaced each resolved conflict of
     ``conflicts``, at their lines on disk in ``moved``; else ``recorded``, the regions of refs/pq/resolutions:
-    :func:`recorded_regions`, read here when not given), carried over (:func:`explain.carried`), else the side
+    :func:`recorded_regions`, read here when not given, and those the refresh merged itself: :func:`merged_regions`),
+    carried over (:func:`explain.carried`), else the side
     taken in every resolved region that goes with it, else the one a rule is sure of (:func:`explain.suggest`)."""
 
     def where(k: int) -> str:

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field, replace
 from patch_queue.merge import anchors
 from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind
 from patch_queue.merge.folded import TOKEN, Hunk, apply_hunks, diff_hunks, fold, touching
+from patch_queue.merge.tokens import merge as merge_statements
 
 NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
 _WORD = re.compile(r"\w+|\s+|[^\w\s]")
@@ -544,6 +545,9 @@ def _decide(
             "both sides changed these lines in different words; merged word by word",
             words,
         )
+    by_tokens = merge_statements(b, o, t)
+    if by_tokens is not None and _tokens_whole(by_tokens.lines, b + o + t):
+        return ConflictKind.MERGED_TOKENS, by_tokens.message(), by_tokens.lines
     if keep and _replaced_wholesale(base, mine, pat, expand):
         return ConflictKind.KEPT_REPLACEMENT, "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
