@@ -98,15 +98,27 @@ def suggestions(
 
 
 def merged_regions(ws: Workspace, state: operation.Operation) -> list[tuple[Conflict, str, str]]:
-    """The regions the pending refresh merged statement by statement itself (its ``merged-tokens`` flags), each
-    with its resolution and where it is now (``FILE:LINE``): a copy's region of the same upstream change is
+    """The regions the pending refresh resolved itself where both sides changed code (its ``merged-tokens``,
+    ``merged-words`` and code-placing ``block-moved`` flags), each with the text now in its place (the maintainer
+    may have rewritten it) and where it is (``FILE:LINE``): a copy's region of the same upstream change is
     resolved the same way (:func:`suggestion`), as if a maintainer had resolved it there."""
+    from patch_queue.git.diff import move_line
     from patch_queue.outputs.report_parts import to_read
 
     merges = (ConflictKind.MERGED_TOKENS, ConflictKind.BLOCK_MOVED, ConflictKind.MERGED_WORDS)
-    flags = [f for f in state.flags if f.kind in merges and to_read(f) and f.resolution is not None]
-    now = on_disk(ws, state.done[-1][1], flags) if flags else []
-    return [(f, f.resolution or "", f"{ws.rel(ws.out / n.file)}:{n.line}") for f, n in zip(flags, now, strict=True)]
+    flags = [f for f in state.flags if f.kind in merges and to_read(f) and f.resolution is not None and f.line]
+    written = module_files(ws, state.done[-1][1]) if flags else {}
+    out = []
+    for f in flags:
+        path, text, first = ws.out / f.file, f.resolution or "", f.line or 0
+        if f.file in written and path.is_file():
+            now = path.read_bytes()
+            hunks = line_hunks(written[f.file], now)
+            first = move_line(f.line or 0, hunks)
+            after = move_line((f.line or 0) + len(text.splitlines()), hunks)
+            text = "".join(now.decode("utf-8", "replace").splitlines(keepends=True)[first - 1 : after - 1])
+        out.append((f, text, f"{ws.rel(path)}:{first}"))
+    return out
 
 
 def _downstream(queue: Queue) -> str:
