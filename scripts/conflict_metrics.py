@@ -232,7 +232,15 @@ def flagged_upstream_sides(items: Iterable[Mapping[str, object]], file: str) -> 
 
 # -- decision-level agreement -------------------------------------------------------------------
 
-DECISIONS = ("block-moved", "both-inserted", "kept-replacement", "layout-only", "comment-only", "merged-words")
+DECISIONS = (
+    "block-moved",
+    "both-inserted",
+    "kept-replacement",
+    "layout-only",
+    "comment-only",
+    "merged-words",
+    "merged-tokens",
+)
 _COMMENT_TAIL = re.compile(r"\s+#[^\"']*$")
 
 

@@ -20,6 +20,8 @@ The figures (regions, hand-written regions, right and wrong suggestions, decisio
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import re
 import tomllib
@@ -114,6 +116,27 @@ def load_fixture(path: Path = FIXTURE) -> list[Entry]:
     return entries
 
 
+def load_methods(path: Path = FIXTURE) -> dict[tuple[str, str], str]:
+    """(file, symbol) -> the sha256 of the method's text once the maintainer's resolution of all its regions is
+    applied (the fixture's ``[methods]``): where pq resolves some of those regions itself now, the method it gives,
+    the rest resolved by the maintainer, must be that very text."""
+    raw = tomllib.loads(path.read_text(encoding="utf-8")).get("methods", {})
+    return {tuple(key.split(" ", 1)): value for key, value in raw.items()}  # type: ignore[misc]
+
+
+def method_text(text: str, symbol: str) -> str | None:
+    """The lines of method ``Class.name`` of ``text`` (decorators included), or None."""
+    cls, name = symbol.split(".", 1)
+    lines = text.splitlines(keepends=True)
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for m in node.body:
+                if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef) and m.name == name:
+                    start = min([m.lineno, *(d.lineno for d in m.decorator_list)])
+                    return "".join(lines[start - 1 : m.end_lineno])
+    return None
+
+
 @pytest.mark.parametrize("fixture", [FIXTURE, FIXTURE_032], ids=lambda p: p.stem)
 def test_fixture_holds_no_code(fixture: Path) -> None:
     """Only side names, line numbers and reasons: every resolution item is a side and lines (or one line of pieces
@@ -131,6 +154,8 @@ def test_fixture_holds_no_code(fixture: Path) -> None:
             assert ITEM.fullmatch(item) or all(PIECE.fullmatch(p) for p in item.split(" + ")), (e.name, item)
         assert len(e.lines) == 3 and all(isinstance(n, int) and n >= 0 for n in e.lines), e.name
         assert "\n" not in e.why and not re.search(r"self\.\w+\(|\bdef \w+\(|^\s*(if|for|with) ", e.why), e.name
+    for (f, s), digest in load_methods(fixture).items():  # hashes of methods only, each of a method it names
+        assert re.fullmatch(r"[0-9a-f]{64}", digest) and any((e.file, e.symbol) == (f, s) for e in entries), (f, s)
 
 
 def groups(conflicts: Sequence[Mapping[str, Any]]) -> list[set[int]]:
@@ -204,10 +229,15 @@ def counts(item: Mapping[str, Any]) -> tuple[int, int, int]:
 
 
 def match(
-    conflicts: Sequence[Mapping[str, Any]], flags: Sequence[Mapping[str, Any]], entries: Sequence[Entry]
+    conflicts: Sequence[Mapping[str, Any]],
+    flags: Sequence[Mapping[str, Any]],
+    entries: Sequence[Entry],
+    methods: Mapping[tuple[str, str], str] | None = None,
 ) -> dict[int, tuple[str, int]]:
     """Each entry (by index) and what it names in the report: ("conflict", index) or, where pq merged the region
-    itself, ("merged", index into ``flags``): a `merged-tokens` flag of the same symbol with the fixture's sides.
+    itself, ("merged", index into ``flags``): a `merged-tokens` flag of the same symbol with the fixture's sides;
+    or ("clean", -1): a region of a method ``methods`` names that pq no longer leaves once it merged another region
+    of that method (a region grown or linked with it, `name-linked`), judged by the whole method's text (:func:`apply`).
     The regions of one symbol keep their order; every conflict is named once."""
     out: dict[int, tuple[str, int]] = {}
     used: set[int] = set()
@@ -237,6 +267,9 @@ def match(
                 out[k] = ("conflict", i)
             else:
                 f = next((f for f in merged if f not in used and counts(flags[f]) == e.lines), None)
+                if f is None and merged and (file, symbol) in (methods or {}):
+                    out[k] = ("clean", -1)
+                    continue
                 assert f is not None, f"{e.name}: no conflict region and no merged-tokens flag with sides {e.lines}"
                 used.add(f)
                 out[k] = ("merged", f)
@@ -247,11 +280,15 @@ def match(
     return out
 
 
-def apply(proj: Path, report: Mapping[str, Any], entries: list[Entry]) -> tuple[list[set[int]], list[dict[str, Any]]]:
+def apply(
+    proj: Path, report: Mapping[str, Any], entries: list[Entry], methods: Mapping[tuple[str, str], str] | None = None
+) -> tuple[list[set[int]], list[dict[str, Any]]]:
     """Resolve every conflict region of the refresh pending in ``proj`` (``report``: its JSON report) the way
-    ``entries`` say, in their order, through pq's commands; the decisions, and one row per entry applied."""
+    ``entries`` say, in their order, through pq's commands; the decisions, and one row per entry applied.  A region
+    pq resolved itself is right when the output holds the fixture's lines in its place (a `merged-tokens` flag) and,
+    for a method ``methods`` names, when the method, once every region is resolved, is the maintainer's text."""
     conflicts, flags = report["conflicts"], report["flags"]
-    named = match(conflicts, flags, entries)
+    named = match(conflicts, flags, entries, methods)
     entry_of = {i: entries[k] for k, (kind, i) in named.items() if kind == "conflict"}
     # a region pq merged itself: the refresh's output holds the fixture's lines in its place (read before anything
     # is resolved: the flag's line is the refresh's)
@@ -261,6 +298,14 @@ def apply(proj: Path, report: Mapping[str, Any], entries: list[Entry]) -> tuple[
             f, want = flags[i], entries[k].written(sides_of(flags[i]))
             text = (proj / "npu_worker" / f["file"]).read_text(encoding="utf-8").splitlines(keepends=True)
             merged_right[k] = text[f["line"] - 1 : f["line"] - 1 + len(want)] == want
+    # where pq's merge is not the maintainer's, the maintainer writes their lines in its place by hand (bottom up)
+    for k, (kind, i) in sorted(named.items(), key=lambda ki: -(flags[ki[1][1]]["line"] if ki[1][0] == "merged" else 0)):
+        if kind == "merged" and not merged_right[k]:
+            f = flags[i]
+            path = proj / "npu_worker" / f["file"]
+            text = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            at, length = f["line"] - 1, len((f["resolution"] or "").splitlines())
+            path.write_text("".join(text[:at] + entries[k].written(sides_of(f)) + text[at + length :]), "utf-8")
 
     decisions = groups(conflicts)
     decision_of = {i: d for d, members in enumerate(decisions) for i in members}
@@ -268,16 +313,20 @@ def apply(proj: Path, report: Mapping[str, Any], entries: list[Entry]) -> tuple[
     rows: list[dict[str, Any]] = []
     for k, e in enumerate(entries):
         kind, me = named[k]
-        if kind == "merged":
+        if kind in ("merged", "clean"):
             rows.append(
                 {
                     "region": e.name,
                     "decision": None,
                     "resolution": e.side or list(e.combine or ()),
-                    "lines": len(entries[k].written(sides_of(flags[me]))),
-                    "taken": "merged by pq",
-                    "suggestion": f"{flags[me]['kind']}: {flags[me]['message']}",
-                    "correct": merged_right[k],
+                    "lines": len(entries[k].written(sides_of(flags[me]))) if kind == "merged" else None,
+                    "taken": "merged by pq" if merged_right.get(k, True) else "hand",
+                    "suggestion": (
+                        f"{flags[me]['kind']}: {flags[me]['message']}"
+                        if kind == "merged"
+                        else "resolved by pq with the region it merged in the same method"
+                    ),
+                    "correct": merged_right.get(k, True),
                     "linked taken wrongly by the printed command": [],
                 }
             )
@@ -332,17 +381,31 @@ def apply(proj: Path, report: Mapping[str, Any], entries: list[Entry]) -> tuple[
             }
         )
 
+    # the methods where pq resolved regions itself: the maintainer's text, once every region is resolved
+    for k, e in enumerate(entries):
+        want = (methods or {}).get((e.file, e.symbol))
+        if named[k][0] in ("merged", "clean") and want is not None:
+            text = method_text((proj / "npu_worker" / e.file).read_text(encoding="utf-8"), e.symbol) or ""
+            rows[k]["correct"] = rows[k]["correct"] and hashlib.sha256(text.encode()).hexdigest() == want
     return decisions, rows
 
 
-def replay(proj: Path, entries: list[Entry], before: Mapping[str, str], tmp_path: Path, name: str) -> dict[str, Any]:
+def replay(
+    proj: Path,
+    entries: list[Entry],
+    before: Mapping[str, str],
+    tmp_path: Path,
+    name: str,
+    methods: Mapping[tuple[str, str], str] | None = None,
+) -> dict[str, Any]:
     """The maintainer's whole resolution of the refresh pending in ``proj`` (run with `--report
     reports/refresh.json`), then `pq continue` and `pq check`: the figures, printed and written to
-    ``tmp_path / name``. ``before``: the runners the refreshed series built before (their lint findings)."""
+    ``tmp_path / name``. ``before``: the runners the refreshed series built before (their lint findings);
+    ``methods``: the fixture's method hashes (:func:`load_methods`)."""
     report = json.loads((proj / "reports" / "refresh.json").read_text())  # `pq continue` writes it again
     conflicts = report["conflicts"]
 
-    decisions, rows = apply(proj, report, entries)
+    decisions, rows = apply(proj, report, entries, methods)
 
     # every region resolved, nothing else changed by hand
     for f in RUNNERS:
@@ -407,16 +470,25 @@ def test_maintainer_resolution_of_rc2(reported_030_once: tuple[Path, str], tmp_p
     released = {
         p.name: p.read_text(encoding="utf-8") for p in sorted((corpus / "vllm-omni-0.30.0" / "npu").glob("*.py"))
     }
-    figures = replay(proj, load_fixture(), released, tmp_path, "rc2_resolution.json")
+    figures = replay(proj, load_fixture(), released, tmp_path, "rc2_resolution.json", load_methods(FIXTURE))
     rows = figures["regions applied"]
 
-    # 14 decisions: the generation runner's pipeline-parallel block goes with no other region (its only link was
-    # `scheduler_output`, a parameter every statement of execute_model reads)
-    assert (figures["regions"], figures["decisions"]) == (28, 14), figures
-    # every suggestion pq showed was what the maintainer ships there: the AR runner's decisions carry over to the
+    # 12 decisions: the generation runner's pipeline-parallel block goes with no other region (its only link was
+    # `scheduler_output`, a parameter every statement of execute_model reads); pq merges the generation runner's
+    # `_dummy_run` header itself (merged-tokens), so the two regions that went with it are no conflicts either
+    assert (figures["regions"], figures["decisions"]) == (28, 12), figures
+    # every suggestion pq showed was what the maintainer ships there (the AR runner's decisions carry over to the
     # generation runner where the omni code is the same, the generation runner's _dummy_run to npu_model_runner's,
-    # and a name-linked region takes the side the regions it goes with took
-    assert figures["wrong suggestions"] == 0 and figures["right suggestions"] >= 13, rows
+    # and a name-linked region takes the side the regions it goes with took), but pq's own two merged-tokens
+    # merges: this maintainer kept one side of each (upstream's `super()` call, the omni header without upstream's
+    # new condition), where the maintainer of rc2_resolution_032.toml, on the very same three sides, merged them
+    # as pq does; this maintainer rewrites them by hand, and npu_model_runner's copy then carries that rewrite
+    merged_wrong = [r["region"] for r in rows if r["suggestion"] and not r["correct"]]
+    assert merged_wrong == [
+        "npu_generation_model_runner.py NPUGenerationModelRunner._dummy_run #2",
+        "npu_model_runner.py OmniNPUModelRunner._update_states #1",
+    ], rows
+    assert figures["wrong suggestions"] == 2 and figures["right suggestions"] >= 15, rows
     assert figures["hand-written regions"] <= 7, rows
     assert figures["decisions whose first region had a correct suggestion"] >= 6, figures
     assert figures["previous runners (F401, F821, F841)"] == 0  # the runners the series reproduces have none
@@ -433,17 +505,25 @@ def test_maintainer_resolution_of_032(reported_032_once: tuple[Path, str], tmp_p
     """This repository's series onto vllm-ascend 0.30.0rc2 (issue 48): 28 regions; on the day the fixture was
     written 13 of them were written by hand, and pq's 3 suggestions (the mamba copy call twice, the try/finally
     wrapper) were right. A resolution carried to the other copies (the AR runner's to the generation runner's, the
-    generation runner's `_dummy_run` to `OmniNPUModelRunner`'s, on disk or from refs/pq/resolutions) brings that to
-    8 by hand and 13 right; omni's copies of the timing code upstream moved into its profiling-chunk helpers
-    dropped (:mod:`patch_queue.merge.moved`) to 6 by hand and 15 right; the rest are edits inside one statement."""
+    generation runner's `_dummy_run` to `OmniNPUModelRunner`'s, on disk or from refs/pq/resolutions) brought that
+    to 8 by hand and 13 right. Statements merged by tokens (issue 48, point 2): pq merges the `_update_states` call
+    and the generation runner's `_dummy_run` header itself (merged-tokens, the fixture's lines), the two
+    generation-runner regions that went with that header are then no conflicts (the method is the maintainer's, by
+    its hash), and `OmniNPUModelRunner._dummy_run`'s header and forward regions carry the generation runner's merge
+    (pq's merged-tokens and block-moved flags are carried like a maintainer's resolution). Omni's copies of the
+    timing code upstream moved into its profiling-chunk helpers are dropped (:mod:`patch_queue.merge.moved`). The
+    rest are the `with (...)` header with upstream's new keyword in a statement the omni patch re-indented."""
     proj = copy_project(reported_032_once[0], tmp_path / "p")
     previous = {f: git(proj, "show", f"refs/pq/top:{f}") for f in RUNNERS}
-    figures = replay(proj, load_fixture(FIXTURE_032), previous, tmp_path, "rc2_resolution_032.json")
+    figures = replay(
+        proj, load_fixture(FIXTURE_032), previous, tmp_path, "rc2_resolution_032.json", load_methods(FIXTURE_032)
+    )
     rows = figures["regions applied"]
 
     assert figures["regions"] == 28, figures
     assert figures["wrong suggestions"] == 0, rows
-    assert figures["hand-written regions"] <= 6 and figures["right suggestions"] >= 15, rows
+    assert figures["hand-written regions"] <= 5 and figures["right suggestions"] >= 17, rows
+    assert figures["regions pq merged itself"] == 4, rows
     # the other copies' suggestions, carried from the first copy's resolution (the reason says where it was made)
     carried = [r for r in rows if r["correct"] and re.search(r" at npu_worker/\w+\.py:\d+", r["suggestion"] or "")]
     assert len(carried) >= 8, rows

@@ -682,6 +682,7 @@ def test_flags_to_read() -> None:
         "kept-replacement",
         "already-upstream",
         "merged-words",
+        "merged-tokens",
         "api-replaced",
         "import-stale",
         "import-removed",

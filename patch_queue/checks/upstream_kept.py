@@ -11,7 +11,10 @@ omni patch changed too (``ExecuteModelState(...)`` with an omni field): it is ke
 that upstream wrote new (code, layout aside, that no line of the old symbol has) is a line of the output's
 method on one side or the other, where a conflict region shows it, or when a line of the output much like it
 holds the words upstream changed in it (a word merge: upstream's ``flash_comm_v1_enabled`` for
-``sp_enabled`` in the omni patch's ``isinstance(model_output, ...)``).
+``sp_enabled`` in the omni patch's ``isinstance(model_output, ...)``).  A line of it that is only a run of the old
+symbol's code, laid out anew (``) or self.enable_prompt_embeds:`` where upstream split the old ``if`` header over
+lines), is nothing upstream wrote: a statement merged by tokens that drops that run, as the omni patch did, loses
+nothing of upstream's.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ def _statements(node: ast.AST) -> Iterator[tuple[str, int, int]]:
                 body = getattr(child, "body", None)
                 last = body[0].lineno - 1 if isinstance(body, list) and body else child.end_lineno or child.lineno
                 yield text, child.lineno, max(child.lineno, last)
+
+
+_RUN = 12  # characters of code: a new line that is a run this long of the old symbol's code is only re-laid out
 
 
 def _code(line: str) -> str:
@@ -132,6 +138,7 @@ def lost(old_upstream: str, new_upstream: str, output: str, carried: Iterable[st
         had = {text for text, _first, _last in _statements(old_unit)} if old_unit is not None else set()
         before = _span(old_unit, old_lines) if old_unit is not None else []
         had_code = {c for line in before if (c := _code(line))}
+        old_code = "".join(_code(line) for line in before)
         key = "." + symbol.split(".", 1)[1] if "." in symbol else symbol  # the output's class has its own name
         held: set[str] = set()
         after: list[str] = []
@@ -144,7 +151,11 @@ def lost(old_upstream: str, new_upstream: str, output: str, carried: Iterable[st
         for text, first, last in _statements(new_unit):
             if text in had or text in held:
                 continue
-            wrote = [line.strip() for line in new_lines[first - 1 : last] if (c := _code(line)) and c not in had_code]
+            wrote = [
+                line.strip()
+                for line in new_lines[first - 1 : last]
+                if (c := _code(line)) and c not in had_code and not (len(c) >= _RUN and c in old_code)
+            ]
             if any(_code(line) not in held_code and not _words_kept(line, before, after) for line in wrote):
                 found.append(Lost(file, symbol, first, text))
     return sorted(set(found))

@@ -99,12 +99,37 @@ def suggestions(
         conflicts = on_disk(ws, state.done[-1][1], list(state.conflicts))
     taken = _taken(ws, state)
     recorded = recorded_regions(ws)  # read once: every region's suggestion may carry one of them
+    recorded += merged_regions(ws, state)
     return {
         (now.file, now.line or 0): tip
         for was, now in zip(state.conflicts, conflicts, strict=True)
         if _marked(ws, now)
         and (tip := suggestion(ws, was, now, taken, state.conflicts, conflicts, recorded)) is not None
     }
+
+
+def merged_regions(ws: Workspace, state: operation.Operation) -> list[tuple[Conflict, str, str]]:
+    """The regions the pending refresh resolved itself where both sides changed code (its ``merged-tokens``,
+    ``merged-words`` and code-placing ``block-moved`` flags), each with the text now in its place (the maintainer
+    may have rewritten it) and where it is (``FILE:LINE``): a copy's region of the same upstream change is
+    resolved the same way (:func:`suggestion`), as if a maintainer had resolved it there."""
+    from patch_queue.git.diff import move_line
+    from patch_queue.outputs.report_parts import to_read
+
+    merges = (ConflictKind.MERGED_TOKENS, ConflictKind.BLOCK_MOVED, ConflictKind.MERGED_WORDS)
+    flags = [f for f in state.flags if f.kind in merges and to_read(f) and f.resolution is not None and f.line]
+    written = module_files(ws, state.done[-1][1]) if flags else {}
+    out = []
+    for f in flags:
+        path, text, first = ws.out / f.file, f.resolution or "", f.line or 0
+        if f.file in written and path.is_file():
+            now = path.read_bytes()
+            hunks = line_hunks(written[f.file], now)
+            first = move_line(f.line or 0, hunks)
+            after = move_line((f.line or 0) + len(text.splitlines()), hunks)
+            text = "".join(now.decode("utf-8", "replace").splitlines(keepends=True)[first - 1 : after - 1])
+        out.append((f, text, f"{ws.rel(path)}:{first}"))
+    return out
 
 
 def _downstream(queue: Queue) -> str:
@@ -239,7 +264,8 @@ def _suggestion(ws: Workspace, path: Path, region: markers.Region) -> explain.Su
     tip = None
     if found is not None:
         now = conflicts[state.conflicts.index(found)]
-        tip = suggestion(ws, found, now, _taken(ws, state), state.conflicts, conflicts)
+        recorded = recorded_regions(ws) + merged_regions(ws, state)
+        tip = suggestion(ws, found, now, _taken(ws, state), state.conflicts, conflicts, recorded)
     if tip is None:
         raise QueueError(f"no suggested resolution for the conflict at {ws.rel(path)}:{region.first}")
     return tip
@@ -276,7 +302,8 @@ def suggestion(
     """The resolution suggested for the open ``conflict`` (``now``: at its line on disk): the way the maintainer
     resolved the same upstream change in another copy (``taken``: what replaced each resolved conflict of
     ``conflicts``, at their lines on disk in ``moved``; else ``recorded``, the regions of refs/pq/resolutions:
-    :func:`recorded_regions`, read here when not given), carried over (:func:`explain.carried`), else the side
+    :func:`recorded_regions`, read here when not given, and those the refresh merged itself: :func:`merged_regions`),
+    carried over (:func:`explain.carried`), else the side
     taken in every resolved region that goes with it, else the one a rule is sure of (:func:`explain.suggest`)."""
 
     def where(k: int) -> str:

@@ -40,6 +40,7 @@ class ConflictKind(StrEnum):
     NEAR_BLOCK = "near-block"
     REUSED = "reused"
     MERGED_WORDS = "merged-words"
+    MERGED_TOKENS = "merged-tokens"
     LAYOUT_ONLY = "layout-only"
     COMMENT_ONLY = "comment-only"
     REFORMATTED = "reformatted"

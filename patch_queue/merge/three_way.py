@@ -23,6 +23,12 @@ follows from what the omni change is:
   code: upstream's code is taken and the dropped comment edit is listed (``comment-only``).
 - **Words merge.**  Both sides edited the same lines in different places of them: a word-level
   three-way merge of the region, accepted only when it is clean.
+- **Statements merge by tokens.**  Where the word merge fails (the region holds more than one statement and
+  other parts of it changed, or edits touch), a statement both sides changed in different tokens (a call, a
+  ``with``/``if`` header, a ``def`` line) is merged token by token, the region's other statements taken from the
+  side that changed them (:mod:`patch_queue.merge.tokens`): kept only when the merged statement parses and binds
+  no name neither side binds, and no omni block is cut (``merged-tokens``, a flag naming what each side
+  changed).  Overlapping token changes stay a conflict.
 - **Replaced code keeps its replacement, when nothing upstream wrote is lost.**  Upstream changed only
   lines the omni patch deleted or rewrote beyond recognition: where every line of code upstream wrote
   there is in the merged text anyway (upstream only deleted code, or wrote a comment, or its new line is
@@ -54,6 +60,7 @@ from dataclasses import dataclass, field, replace
 from patch_queue.merge import anchors
 from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind
 from patch_queue.merge.folded import TOKEN, Hunk, apply_hunks, diff_hunks, fold, touching
+from patch_queue.merge.tokens import merge as merge_statements
 
 NEAR = 3  # lines: a clean upstream change this close to an omni change is flagged
 _WORD = re.compile(r"\w+|\s+|[^\w\s]")
@@ -544,6 +551,9 @@ def _decide(
             "both sides changed these lines in different words; merged word by word",
             words,
         )
+    by_tokens = merge_statements(b, o, t)
+    if by_tokens is not None and _tokens_whole(by_tokens.lines, b + o + t):
+        return ConflictKind.MERGED_TOKENS, by_tokens.message(), by_tokens.lines
     if keep and _replaced_wholesale(base, mine, pat, expand):
         return ConflictKind.KEPT_REPLACEMENT, "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
