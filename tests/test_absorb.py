@@ -114,3 +114,22 @@ def test_this_repositorys_series_reproduces_byte_for_byte(corpus: Path, tmp_path
         shutil.copy(root / "patches" / name, proj / "patches" / name)
     out = pq(proj, "reproduce").stdout
     assert "every sha256 as queue.toml records" in out and "differs:" not in out, out
+
+
+def test_record_moves_what_a_merge_left_in_a_skeleton_into_the_methods_patch(seeded_once: Path, tmp_path: Path) -> None:
+    """`pq merge` places a release's edits of upstream lines in the skeleton (as the recorded merge steps did), so
+    this repository's series holds edits of five carried methods in their skeletons; the next `pq record` rewrites
+    the series and moves each into the patch that carries the method, one line each, the built modules unchanged."""
+    proj = copy_project(seeded_once, tmp_path / "p")
+    drifted = {p: names for p, names in skeleton_drift(proj).items() if names}
+    assert sum(len(names) for names in drifted.values()) == 5, drifted
+    runner = proj / "npu_worker" / GEN
+    line = insert_after(runner, ".execute_model", "num_reqs = self.input_batch.num_reqs", HAND)
+    mine = {f.name: f.read_bytes() for f in sorted((proj / "npu_worker").glob("*.py"))}
+    out = pq(proj, "record").stdout
+    assert f"recorded: npu_worker/{GEN}:{line} +1 -0 into patches/0009-npu-generation-model-runner-execute-model" in out
+    relocated = [x for x in out.splitlines() if x.startswith(("relocated:", "skeleton drift:"))]
+    assert len(relocated) == 5 and all(x.startswith("relocated: npu_worker/") for x in relocated), out
+    assert all(not names for names in skeleton_drift(proj).values()), skeleton_drift(proj)
+    assert {f.name: f.read_bytes() for f in sorted((proj / "npu_worker").glob("*.py"))} == mine
+    assert "nothing to record" in pq(proj, "record").stdout  # the series builds what is on disk
