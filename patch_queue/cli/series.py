@@ -25,7 +25,7 @@ from patch_queue.cli.app import (
     say,
     workspace,
 )
-from patch_queue.cli.refresh import print_placements, print_relocations
+from patch_queue.cli.refresh import print_placements
 from patch_queue.errors import EXIT_ERROR, EXIT_OK, PqError
 
 
@@ -107,9 +107,8 @@ def record(
     from patch_queue.commands import edit
 
     with locked("record") as ws:
-        placements, relocations = edit.do_record(ws, upstream_git=upstream, into=patch)
+        placements = edit.do_record(ws, upstream_git=upstream, into=patch)
     print_placements(ws, placements)
-    print_relocations(ws, relocations)
     if not placements:
         typer.echo("nothing to record")
 

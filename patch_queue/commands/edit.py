@@ -246,13 +246,9 @@ def _rechain(
     return out
 
 
-def do_record(
-    ws: Workspace, *, upstream_git: str | None, into: str | None = None
-) -> tuple[list[absorb.Placement], list[absorb.Relocation]]:
+def do_record(ws: Workspace, *, upstream_git: str | None, into: str | None = None) -> list[absorb.Placement]:
     """Put the maintainer's edits of the output files into the applied patches that own their lines
-    (all into ``into`` when given); returns where each edit went ([] when there was none) and, with every patch
-    applied and no ``into``, the edits of carried methods moved out of the skeletons (:func:`absorb.relocate`:
-    the series is rewritten, so what an earlier merge left in a skeleton goes where it belongs)."""
+    (all into ``into`` when given); returns where each edit went ([] when there was none)."""
     refuse_pending(ws)
     loaded = sync_stack(ws, upstream_git=upstream_git)
     applied = applied_count(ws, loaded)
@@ -267,17 +263,14 @@ def do_record(
         into = loaded.names[at]
     work = _work_edits(ws, loaded, loaded.top(applied))
     if not work:
-        return [], []
+        return []
     top = ws.repo.commit_info(loaded.patches[applied - 1][1])
     if into is None and top.tree == ws.repo.commit_info(top.parents[0]).tree:  # `pq new` then `pq record`
         into = loaded.names[applied - 1]  # as `stg refresh`: an empty top patch takes every edit
     absorbed, placements = absorb.absorb(ws.repo, loaded.base, loaded.patches[:applied], work, into=into)
-    relocations: list[absorb.Relocation] = []
-    if into is None and applied == len(loaded.patches):
-        absorbed, relocations = absorb.relocate(ws.repo, loaded.base, absorbed, loaded.queue)
     rebuilt = _rechain(ws, loaded, absorbed + loaded.patches[applied:], applied)
     write_edit(ws, loaded, LoadedStack(loaded.queue, loaded.base, rebuilt), applied, "record")
-    return placements, relocations
+    return placements
 
 
 def do_push_pop(
