@@ -11,7 +11,8 @@ method no later patch changes) into the module's skeleton patch (the first patch
 module).  ``into`` forces one patch (``pq record --patch``).  ``by_method=False`` (``pq merge``, which
 places a release's changes as the lineage recorded them) sends every edit of upstream lines to the skeleton:
 that placement is part of each recorded merge step's bodies, so a series merged and committed by an earlier
-pq reproduces byte for byte.
+pq reproduces byte for byte; :func:`relocate` moves such edits out of the skeleton when `pq continue` rewrites the
+series after a refresh (recorded with the refresh's edits, so that step reproduces too).
 
 Patch *k* then becomes ``merge3(base = top, ours = C_k, theirs = top + the edits owned by
 patches <= k)``: the edits carry into every later patch, and the top becomes exactly the
