@@ -585,7 +585,13 @@ def test_maintainer_resolution_of_032(reported_032_once: tuple[Path, str], tmp_p
             line,
         ), line
     report = json.loads((proj / "reports" / "refresh.json").read_text())
-    assert sorted(f"{f['file']} {f['symbol']}" for f in report["flags"] if f["kind"] == "relocated") == drifted
+    moved = [f for f in report["flags"] if f["kind"] == "relocated"]
+    assert sorted(f"{f['file']} {f['symbol']}" for f in moved) == drifted, moved
+    for f in moved:  # the lines moved, each now added by the patch that carries the method
+        body = (proj / "patches" / f["patch"]).read_text(encoding="utf-8").splitlines()
+        assert f["sides"]["patch"].strip() and all(
+            "+" + line in body for line in f["sides"]["patch"].splitlines() if line.strip()
+        ), f
 
     # a fresh clone of the pushed result (the commit and refs/pq/resolutions) reproduces it byte for byte
     origin = push_to_bare(proj, "pq: refresh onto vllm-ascend 0.30.0rc2")

@@ -448,8 +448,9 @@ def _relocate(
 
 
 def relocated_flags(ws: Workspace, top: str, relocations: Sequence[absorb.Relocation]) -> list[Conflict]:
-    """One ``relocated`` review flag per relocation (in the patch that took the edit; the method's first line in
-    ``top``); a method whose edit stayed in the skeleton (no patch carries it) has none."""
+    """One ``relocated`` review flag per relocation (in the patch that took the edit, its patch side the lines
+    moved; the method's first line in ``top``); a method whose edit stayed in the skeleton (no patch carries it)
+    has none."""
     files = module_files(ws, top)
     out = []
     for r in relocations:
@@ -461,6 +462,7 @@ def relocated_flags(ws: Workspace, top: str, relocations: Sequence[absorb.Reloca
                 ConflictKind.RELOCATED,
                 relocation_message(r),
                 conflict=False,
+                theirs=r.lines or None,
                 line=sym.start if sym is not None else 1,
                 patch=r.patch,
                 file=r.file,

@@ -238,6 +238,7 @@ class Relocation:
     patch: str
     added: int
     removed: int
+    lines: str = ""  # the lines of the skeleton's copy that upstream did not write, in order
 
 
 def projected_symbols(repo: ProjectRepo, base: str, queue: Queue) -> dict[str, list[Symbol]]:
@@ -311,17 +312,21 @@ def relocate(
             None,
         )
         added = removed = 0
-        for _s, count, _n, n_count in line_hunks(upstream.encode("utf-8"), copy.encode("utf-8")):
+        copy_lines = copy.splitlines(keepends=True)
+        written: list[str] = []
+        for _s, count, n_start, n_count in line_hunks(upstream.encode("utf-8"), copy.encode("utf-8")):
             added, removed = added + n_count, removed + count
+            written += copy_lines[n_start : n_start + n_count]
+        edit = "".join(written)
         if carrier is None:
-            moved.append(Relocation(path, name, names[skeleton - 1], "", added, removed))
+            moved.append(Relocation(path, name, names[skeleton - 1], "", added, removed, edit))
             continue
         for k in range(skeleton, carrier):
             sym = texts[k][name]
             lines = (history[k] or b"").decode("utf-8").splitlines(keepends=True)
             lines[sym.start - 1 : sym.end] = upstream.splitlines(keepends=True)
             new_trees[k][path] = "".join(lines).encode("utf-8")
-        moved.append(Relocation(path, name, names[skeleton - 1], names[carrier - 1], added, removed))
+        moved.append(Relocation(path, name, names[skeleton - 1], names[carrier - 1], added, removed, edit))
     out: list[tuple[str, str]] = []
     parent = base
     for k, (name, commit) in enumerate(chain, 1):
