@@ -312,12 +312,12 @@ def relocate(
             None,
         )
         added = removed = 0
-        copy_lines = copy.splitlines(keepends=True)
-        written: list[str] = []
+        copy_lines = copy.encode("utf-8").splitlines(keepends=True)  # as the line diff counts lines
+        written: list[bytes] = []
         for _s, count, n_start, n_count in line_hunks(upstream.encode("utf-8"), copy.encode("utf-8")):
             added, removed = added + n_count, removed + count
             written += copy_lines[n_start : n_start + n_count]
-        edit = "".join(written)
+        edit = b"".join(written).decode("utf-8")
         if carrier is None:
             moved.append(Relocation(path, name, names[skeleton - 1], "", added, removed, edit))
             continue
