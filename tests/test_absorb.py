@@ -114,3 +114,24 @@ def test_this_repositorys_series_reproduces_byte_for_byte(corpus: Path, tmp_path
         shutil.copy(root / "patches" / name, proj / "patches" / name)
     out = pq(proj, "reproduce").stdout
     assert "every sha256 as queue.toml records" in out and "differs:" not in out, out
+
+
+def test_record_on_a_series_with_skeleton_drift_adds_none(seeded_once: Path, tmp_path: Path) -> None:
+    """`pq merge` places a release's edits of upstream lines in the skeleton (as the recorded merge steps did), so
+    this repository's series holds edits of five carried methods in their skeletons (`pq continue` moves them once a
+    refresh is through: test_maintainer_resolution); a `pq record` there still puts a line written inside a carried
+    method into the method's patch, not into the skeleton, and adds no drift."""
+    proj = copy_project(seeded_once, tmp_path / "p")
+    drift = skeleton_drift(proj)
+    assert sum(len(names) for names in drift.values()) == 5, drift
+    runner = proj / "npu_worker" / GEN
+    line = insert_after(runner, ".execute_model", "num_reqs = self.input_batch.num_reqs", HAND)
+    bodies = {p.name: p.read_bytes() for p in sorted((proj / "patches").glob("*.patch"))}
+    out = pq(proj, "record").stdout
+    method_patch = "0009-npu-generation-model-runner-execute-model.patch"
+    assert f"recorded: npu_worker/{GEN}:{line} +1 -0 into patches/{method_patch}" in out, out
+    assert patch_of(proj, HAND) == [method_patch]
+    changed = sorted(p.name for p in sorted((proj / "patches").glob("*.patch")) if p.read_bytes() != bodies[p.name])
+    # the method's patch, and the later patches of that module (their line numbers and blob ids), nothing else
+    assert changed == [method_patch] + [n for n in changed if n > method_patch and "-npu-generation-model-" in n]
+    assert skeleton_drift(proj) == drift

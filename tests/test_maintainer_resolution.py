@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import copy_project, git, pq
+from conftest import copy_project, git, pq, push_to_bare
 
-from patch_queue.merge import markers
+from patch_queue.merge import markers, pieces, symbols
 from patch_queue.series import fmt
 
 FIXTURE = Path(__file__).parent / "data" / "rc2_resolution.toml"
@@ -101,6 +101,28 @@ class Entry:
             (f"--{o}" for o in ("keep-upstream", "keep-patch", "both") if region.side(o.removeprefix("keep-")) == want),
             None,
         )
+
+
+def skeleton_drift(proj: Path) -> dict[str, list[str]]:
+    """Per module of refs/pq/base that carries upstream symbols, the carried symbols whose copy in the module's
+    skeleton patch (the first patch of refs/pq/top that writes the module) is not upstream's text as projected
+    (the module in refs/pq/base): [] for every module when the skeleton's copies, laid out as the projection lays
+    them out, are the projection byte for byte."""
+    base = git(proj, "rev-parse", "refs/pq/base").strip()
+    chain = git(proj, "rev-list", "--reverse", f"{base}..refs/pq/top").split()
+    out: dict[str, list[str]] = {}
+    for path in [p for p in git(proj, "ls-tree", "--name-only", base).split() if p.endswith(".py")]:
+        projected = git(proj, "show", f"{base}:{path}")
+        carried = re.findall(r"^(?: {4})?(?:async def|def|class) (\w+)", projected, re.M)  # in projection order
+        skeleton = next(c for c in chain if git(proj, "show", f"{c}:{path}") != git(proj, "show", f"{c}~1:{path}"))
+        copies = {n.split(".")[-1]: s for n, s in pieces.symbols_of(git(proj, "show", f"{skeleton}:{path}")).items()}
+        assert all(n in copies for n in carried), (path, carried, sorted(copies))
+        laid_out = symbols.project([copies[n] for n in carried])
+        out[path] = (
+            [] if laid_out == projected else [copies[n].name for n in carried if copies[n].text not in projected]
+        )
+        assert out[path] or laid_out == projected, (path, "the copies are upstream's, their layout is not")
+    return out
 
 
 def load_fixture(path: Path = FIXTURE) -> list[Entry]:
@@ -412,6 +434,7 @@ def replay(
         assert not markers.regions((proj / "npu_worker" / f).read_text(encoding="utf-8")), f
     st = pq(proj, "status", check=0).stdout
     assert f"{len(conflicts)} of {len(conflicts)} conflict region(s) resolved on disk" in st
+    drift_before = skeleton_drift(proj)  # the series the refresh started from
     cont = pq(proj, "continue", check=None)
     checked = proj.parent / "check.json"
     result = pq(proj, "check", "--json", str(checked), check=None)
@@ -455,6 +478,9 @@ def replay(
         "unused locals (F841)": sorted(f"{f}:{n}" for f, code, n in now if code == "F841"),
         "undefined names (F821)": sum(code == "F821" for _f, code, _n in now),
         "previous runners (F401, F821, F841)": len(then),
+        "skeleton drift before": drift_before,
+        "skeleton drift after": skeleton_drift(proj) if cont.returncode == 0 else None,
+        "relocated": [line for line in cont.stdout.splitlines() if line.startswith(("relocated:", "skeleton drift:"))],
         "regions applied": rows,
     }
     (tmp_path / name).write_text(json.dumps(figures, indent=1) + "\n")
@@ -536,3 +562,46 @@ def test_maintainer_resolution_of_032(reported_032_once: tuple[Path, str], tmp_p
     ], rows
     assert figures["unused imports the refresh added"] == [], figures
     assert figures["ruff format: files it would change"] == [], figures  # 0.32.0rc1's runners are formatted
+    # edits go where they belong (issue 48, point 5): the series as `pq merge` took in the maintainers' releases
+    # held edits of five carried methods in their skeletons; `pq continue` moved each into the patch that carries
+    # the method and said so, and every skeleton's copy of a carried method is upstream's text as projected
+    drifted = sorted(f"{path} {name}" for path, names in figures["skeleton drift before"].items() for name in names)
+    assert drifted == [
+        "npu_ar_model_runner.py NPUARModelRunner.execute_model",
+        "npu_ar_model_runner.py NPUARModelRunner.sample_tokens",
+        "npu_generation_model_runner.py NPUGenerationModelRunner.execute_model",
+        "npu_generation_model_runner.py NPUGenerationModelRunner.sample_tokens",
+        "npu_model_runner.py OmniNPUModelRunner._model_forward",
+    ], figures["skeleton drift before"]
+    assert figures["skeleton drift after"] == {path: [] for path in figures["skeleton drift before"]}, figures
+    relocated = figures["relocated"]
+    assert len(relocated) == len(drifted) and all(line.startswith("relocated: npu_worker/") for line in relocated)
+    for line, name in zip(relocated, drifted, strict=True):
+        path, symbol = name.split(" ")
+        method = symbol.split(".")[-1].strip("_").replace("_", "-")
+        assert re.search(
+            rf"npu_worker/{path}: .* of {re.escape(symbol)} that upstream did not write: moved into "
+            rf"patches/\d{{4}}-{path.removesuffix('.py').replace('_', '-')}-{method}\.patch",
+            line,
+        ), line
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    moved = [f for f in report["flags"] if f["kind"] == "relocated"]
+    assert sorted(f"{f['file']} {f['symbol']}" for f in moved) == drifted, moved
+    for f in moved:  # the lines moved, each now added by the patch that carries the method
+        body = (proj / "patches" / f["patch"]).read_text(encoding="utf-8").splitlines()
+        assert f["sides"]["patch"].strip() and all(
+            "+" + line in body for line in f["sides"]["patch"].splitlines() if line.strip()
+        ), f
+
+    # a fresh clone of the pushed result (the commit and refs/pq/resolutions) reproduces it byte for byte
+    origin = push_to_bare(proj, "pq: refresh onto vllm-ascend 0.30.0rc2")
+    git(proj, "push", "-q", str(origin), "refs/pq/resolutions")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    pq(clone, "resolutions", "merge", "origin")
+    out = pq(clone, "reproduce").stdout
+    assert "every sha256 as queue.toml records" in out and "differs:" not in out, out
+    for folder, pattern in (("patches", "*"), ("npu_worker", "*.py")):
+        ours = {f.name: f.read_bytes() for f in sorted((proj / folder).glob(pattern)) if f.is_file()}
+        theirs = {f.name: f.read_bytes() for f in sorted((clone / folder).glob(pattern)) if f.is_file()}
+        assert ours.keys() == theirs.keys() and ours == theirs, (folder, sorted(ours), sorted(theirs))

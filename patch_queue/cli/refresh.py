@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from patch_queue.merge.conflict import Conflict
     from patch_queue.merge.explain import Suggestion
     from patch_queue.project.workspace import Workspace
-    from patch_queue.series.absorb import Placement
+    from patch_queue.series.absorb import Placement, Relocation
     from patch_queue.series.replay import PatchResult
 
 
@@ -156,6 +156,16 @@ def print_placements(ws: Workspace, placements: list[Placement]) -> None:
         )
 
 
+def print_relocations(ws: Workspace, relocations: Sequence[Relocation]) -> None:
+    """Each edit of a carried method moved out of its module's skeleton patch (or left there), one a line."""
+    from patch_queue.commands.machine import relocation_message
+
+    for r in relocations:
+        typer.echo(
+            f"{'relocated' if r.patch else 'skeleton drift'}: {ws.rel(ws.out / r.file)}: {relocation_message(r)}"
+        )
+
+
 def _print_outcome(ws: Workspace, outcome: Outcome, listed: str | None = None) -> int:
     """Conflicts first, then the review flags to read and the others counted by kind (those of ``listed``,
     KIND,… or `all`, one a line), then `pq check`; the exit code.  A `pq continue` that wrote nothing (over
@@ -166,6 +176,7 @@ def _print_outcome(ws: Workspace, outcome: Outcome, listed: str | None = None) -
         return _check_pending(ws, outcome.check, "nothing written (every line above is a line of the files on disk)")
     echo(outcome.state.discarded)
     print_placements(ws, outcome.placements)
+    print_relocations(ws, outcome.relocations)
     if outcome.state.conflicts and outcome.state.culprits_note:
         typer.echo(f"culprits: {outcome.state.culprits_note}")
     tips, notes = {}, {}

@@ -22,7 +22,7 @@ from patch_queue.fsutil import kill_point, read_folder
 from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, explain, markers
-from patch_queue.merge.conflict import Conflict
+from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
 from patch_queue.outputs import report_parts
 from patch_queue.progress import Bar, Progress, say, timed
@@ -52,6 +52,7 @@ class Outcome:
     fences: list[dict[str, object]] = field(default_factory=list)  # Omni-new fence problems in the output
     check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
     placements: list[absorb.Placement] = field(default_factory=list)  # where `pq continue` put edits
+    relocations: list[absorb.Relocation] = field(default_factory=list)  # skeleton edits moved (`pq continue`)
     check_pending: bool = False  # the series is through, but the errors of `pq check` keep the operation pending
     accepted: list[str] = field(default_factory=list)  # the errors of `pq check` it finished over (--accept-errors)
     written: bool = True  # False: nothing was written (`pq continue` over check errors; a merge with nothing to merge)
@@ -118,6 +119,7 @@ def advance(
     command: str = "refresh",
     store: rerere.Store,
     placements: list[absorb.Placement] | None = None,
+    relocations: list[absorb.Relocation] | None = None,
     accept_errors: bool = False,
 ) -> Outcome:
     """Finish the operation if the series is through and `pq check` finds no error in the result (or
@@ -142,6 +144,7 @@ def advance(
         blocks_after=count_blocks(top_files),
         fences=fence_problems(top_files),
         placements=placements or [],
+        relocations=relocations or [],
     )
     if outcome.finished and not state.conflicts:
         old_top = patches[-1][1] if patches else None
@@ -404,6 +407,12 @@ def do_continue(
         if changed:
             followed = replay.follow_lines(ws.repo, flags, top, results[-1].commit)
             flags = _added_after(module_files(ws, results[-1].commit), followed, removed) + changed
+    # a carried method's lines in its skeleton that upstream did not write (a release's merge left them there) go
+    # into the patch that carries the method: the series is rewritten now, and the top stays as it is
+    relocations: list[absorb.Relocation] = []
+    if not merging and len(results) == len(patches) and not any(r.conflicts for r in results):
+        results, relocations = _relocate(ws, state.new_base, target, results)
+        flags += relocated_flags(ws, results[-1].commit, relocations)
     state = replace(
         state,
         done=tuple((r.name, r.commit, r.status) for r in results),
@@ -419,7 +428,58 @@ def do_continue(
         command="continue",
         store=store,
         placements=placements,
+        relocations=relocations,
         accept_errors=accept_errors,
+    )
+
+
+def _relocate(
+    ws: Workspace, base: str, target: Queue, results: list[replay.PatchResult]
+) -> tuple[list[replay.PatchResult], list[absorb.Relocation]]:
+    """``results`` with every skeleton's copy of a carried method upstream's text as projected in ``base``, the
+    edits it held in the patch that carries the method (:func:`absorb.relocate`); what moved."""
+    chain = [(r.name, r.commit) for r in results]
+    moved, relocations = absorb.relocate(ws.repo, base, chain, target)
+    out = [
+        r if commit == r.commit else replay.PatchResult(r.name, PatchStatus.MODIFIED, commit, r.conflicts, r.flags)
+        for r, (_n, commit) in zip(results, moved, strict=True)
+    ]
+    return out, relocations
+
+
+def relocated_flags(ws: Workspace, top: str, relocations: Sequence[absorb.Relocation]) -> list[Conflict]:
+    """One ``relocated`` review flag per relocation (in the patch that took the edit, its patch side the lines
+    moved; the method's first line in ``top``); a method whose edit stayed in the skeleton (no patch carries it)
+    has none."""
+    files = module_files(ws, top)
+    out = []
+    for r in relocations:
+        if not r.patch:
+            continue
+        sym = absorb.methods_of(files.get(r.file)).get(r.symbol)
+        out.append(
+            Conflict(
+                ConflictKind.RELOCATED,
+                relocation_message(r),
+                conflict=False,
+                theirs=r.lines or None,
+                line=sym.start if sym is not None else 1,
+                patch=r.patch,
+                file=r.file,
+                symbol=r.symbol,
+            )
+        )
+    return out
+
+
+def relocation_message(r: absorb.Relocation) -> str:
+    """What a relocation did, in one line."""
+    edit = f"{r.added + r.removed} line(s) (+{r.added} -{r.removed}) of {r.symbol} that upstream did not write"
+    if not r.patch:
+        return f"the skeleton patches/{r.skeleton} holds {edit}, and no later patch changes the method: left there"
+    return (
+        f"the skeleton patches/{r.skeleton} held {edit}: moved into patches/{r.patch}, the patch that carries the "
+        "method; the skeleton's copy is upstream's text as projected again, the built module is unchanged"
     )
 
 

@@ -49,6 +49,7 @@ class ConflictKind(StrEnum):
     IMPORT_STALE = "import-stale"
     IMPORT_REMOVED = "import-removed"
     API_REPLACED = "api-replaced"
+    RELOCATED = "relocated"
     GPU_SYNCED = "gpu-synced"
     GPU_PROPOSED = "gpu-proposed"
     GPU_UNPLACED = "gpu-unplaced"

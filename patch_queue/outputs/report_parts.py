@@ -50,6 +50,7 @@ KIND_ORDER = (
     ConflictKind.IMPORT_STALE,
     ConflictKind.IMPORT_REMOVED,
     ConflictKind.API_REPLACED,
+    ConflictKind.RELOCATED,
     ConflictKind.GPU_SYNCED,
     ConflictKind.GPU_PROPOSED,
     ConflictKind.GPU_UNPLACED,

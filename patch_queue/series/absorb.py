@@ -11,7 +11,8 @@ method no later patch changes) into the module's skeleton patch (the first patch
 module).  ``into`` forces one patch (``pq record --patch``).  ``by_method=False`` (``pq merge``, which
 places a release's changes as the lineage recorded them) sends every edit of upstream lines to the skeleton:
 that placement is part of each recorded merge step's bodies, so a series merged and committed by an earlier
-pq reproduces byte for byte.
+pq reproduces byte for byte; :func:`relocate` moves such edits out of the skeleton when `pq continue` rewrites the
+series after a refresh (recorded with the refresh's edits, so that step reproduces too).
 
 Patch *k* then becomes ``merge3(base = top, ours = C_k, theirs = top + the edits owned by
 patches <= k)``: the edits carry into every later patch, and the top becomes exactly the
@@ -27,9 +28,10 @@ from dataclasses import dataclass
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import pieces
+from patch_queue.merge import pieces, symbols
 from patch_queue.merge.symbols import Symbol
-from patch_queue.series import stack
+from patch_queue.series import fmt, stack
+from patch_queue.series.queue import Queue
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def blame(repo: ProjectRepo, texts: list[bytes | None]) -> list[int]:
     return owners
 
 
-def _methods(data: bytes | None) -> dict[str, Symbol]:
+def methods_of(data: bytes | None) -> dict[str, Symbol]:
     """The methods (``Class.method``) and functions of a module text; {} when it does not parse."""
     try:
         return pieces.symbols_of((data or b"").decode("utf-8"))
@@ -81,18 +83,21 @@ def _methods(data: bytes | None) -> dict[str, Symbol]:
         return {}
 
 
+_NONE = Symbol("", 0, 0, "", 0)  # a symbol a text does not hold
+
+
 class _Carriers:
     """For one module along the chain: the patch that carries each carried upstream method's omni edits."""
 
     def __init__(self, history: list[bytes | None], owners: list[int], skeleton: int) -> None:
         self.history, self.owners, self.skeleton = history, owners, skeleton
-        self.top = _methods(history[-1])
+        self.top = methods_of(history[-1])
         self._texts: dict[int, dict[str, Symbol]] = {}
         self._found: dict[str, int] = {}
 
     def _at(self, k: int) -> dict[str, Symbol]:
         if k not in self._texts:
-            self._texts[k] = _methods(self.history[k])
+            self._texts[k] = methods_of(self.history[k])
         return self._texts[k]
 
     def of(self, start: int, count: int, new_lines: list[bytes]) -> int | None:
@@ -218,3 +223,116 @@ def absorb(
         out.append((name, commit))
         parent = commit
     return out, sorted(placements, key=lambda p: (p.file, p.line))
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """A carried method whose copy in its module's skeleton patch held lines upstream did not write (an edit a
+    release's merge or an earlier pq left there): the skeleton's copy is upstream's text as projected again, and
+    the edit is in ``patch``, the patch that carries the method's omni edits (``patch`` "": no patch does, so the
+    edit stays in the skeleton).  ``added``/``removed``: the lines of the edit, against upstream's text."""
+
+    file: str
+    symbol: str  # the downstream name (``Class.method``)
+    skeleton: str
+    patch: str
+    added: int
+    removed: int
+    lines: str = ""  # the lines of the skeleton's copy that upstream did not write, in order
+
+
+def projected_symbols(repo: ProjectRepo, base: str, queue: Queue) -> dict[str, list[Symbol]]:
+    """Per module that carries upstream symbols, each carried symbol as the projection in ``base`` lays it out (in
+    the module's order), read from the upstream files ``base`` vendors; a module whose projection in ``base`` is
+    not those symbols (an older layout) is left out."""
+    tree = repo.read_tree(repo.commit_info(base).tree)
+    found: list[tuple[str, list[Symbol]]] = []
+    for m in queue.modules:
+        vendored, projected = tree.get(stack.VENDOR + m.upstream), tree.get(m.path)
+        if not m.upstream or vendored is None or projected is None:
+            continue
+        upstream = methods_of(vendored)
+        if all(name in upstream for name in m.symbols):
+            found.append((m.path, [upstream[name] for name in m.symbols]))
+    every = iter(
+        fmt.format_symbols(
+            [s for _p, syms in found for s in syms], formatter=queue.formatter, line_length=queue.line_length
+        )
+    )
+    out: dict[str, list[Symbol]] = {}
+    for path, syms in found:
+        laid_out = [next(every) for _s in syms]
+        if symbols.project(laid_out).encode("utf-8") == tree[path]:
+            out[path] = laid_out
+    return out
+
+
+def skeleton_drift(
+    repo: ProjectRepo, base: str, chain: list[tuple[str, str]], queue: Queue
+) -> list[tuple[str, str, str, str]]:
+    """(module path, downstream symbol, the skeleton's text of it, upstream's text as projected) of each carried
+    symbol whose copy in the module's skeleton patch (the first of ``chain`` that writes the module) is not
+    upstream's text as projected in ``base``."""
+    trees = [repo.read_tree(repo.commit_info(c).tree) for c in [base] + [c for _n, c in chain]]
+    out = []
+    for path, carried in sorted(projected_symbols(repo, base, queue).items()):
+        history = [t.get(path) for t in trees]
+        skeleton = next((k for k in range(1, len(trees)) if history[k] != history[k - 1]), None)
+        if skeleton is None:
+            continue
+        copies = methods_of(history[skeleton])
+        for sym in carried:
+            for name in fmt.downstream_names(copies, [sym.name]):
+                if copies[name].text != sym.text:
+                    out.append((path, name, copies[name].text, sym.text))
+    return out
+
+
+def relocate(
+    repo: ProjectRepo, base: str, chain: list[tuple[str, str]], queue: Queue
+) -> tuple[list[tuple[str, str]], list[Relocation]]:
+    """The chain with each carried symbol's copy in its module's skeleton patch put back to upstream's text as
+    projected in ``base``, its edit moved into the patch that carries the symbol's omni edits (the first after the
+    skeleton that changes it): that patch and every later one keep their trees (the top stays as it is), the
+    skeleton and the patches between take upstream's text of the symbol.  A symbol no later patch changes keeps
+    its edit in the skeleton (said with ``patch`` ""); what was moved, in module and symbol order."""
+    drift = skeleton_drift(repo, base, chain, queue)
+    if not drift:
+        return chain, []
+    trees = [repo.read_tree(repo.commit_info(c).tree) for c in [base] + [c for _n, c in chain]]
+    new_trees = [dict(t) for t in trees]
+    names = [n for n, _c in chain]
+    moved: list[Relocation] = []
+    for path, name, copy, upstream in drift:
+        history = [t.get(path) for t in new_trees]
+        skeleton = next(k for k in range(1, len(trees)) if history[k] != history[k - 1])
+        texts = [methods_of(h) for h in history]
+        carrier = next(
+            (k for k in range(skeleton + 1, len(trees)) if texts[k].get(name, _NONE).text != copy),
+            None,
+        )
+        added = removed = 0
+        copy_lines = copy.encode("utf-8").splitlines(keepends=True)  # as the line diff counts lines
+        written: list[bytes] = []
+        for _s, count, n_start, n_count in line_hunks(upstream.encode("utf-8"), copy.encode("utf-8")):
+            added, removed = added + n_count, removed + count
+            written += copy_lines[n_start : n_start + n_count]
+        edit = b"".join(written).decode("utf-8")
+        if carrier is None:
+            moved.append(Relocation(path, name, names[skeleton - 1], "", added, removed, edit))
+            continue
+        for k in range(skeleton, carrier):
+            sym = texts[k][name]
+            lines = (history[k] or b"").decode("utf-8").splitlines(keepends=True)
+            lines[sym.start - 1 : sym.end] = upstream.splitlines(keepends=True)
+            new_trees[k][path] = "".join(lines).encode("utf-8")
+        moved.append(Relocation(path, name, names[skeleton - 1], names[carrier - 1], added, removed, edit))
+    out: list[tuple[str, str]] = []
+    parent = base
+    for k, (name, commit) in enumerate(chain, 1):
+        info = repo.commit_info(commit)
+        if parent != info.parents[0] or new_trees[k] != trees[k]:
+            commit = stack.commit_files(repo, parent, new_trees[k], info)
+        out.append((name, commit))
+        parent = commit
+    return out, moved
