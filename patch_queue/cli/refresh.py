@@ -99,9 +99,10 @@ def adopt(
     echo(res.discarded)
     if res.searched_auto:
         typer.echo(
-            f"upstream base: {res.commit_label} (public {res.public_commit[:12]}), score {res.matched}/{res.total}"
-            f" lines of the carried methods ({100.0 * res.matched / max(res.total, 1):.1f}%),"
-            f" best of {res.searched} revisions, {res.ties} tied"
+            f"upstream base: {res.commit_label}{f' (public {res.public_commit[:12]})' if res.public_commit else ''},"
+            f" score {res.matched}/{res.total} lines of the carried methods"
+            f" ({100.0 * res.matched / max(res.total, 1):.1f}%), best of {res.searched} {res.searched_kind},"
+            f" {res.ties} tied"
         )
     else:
         typer.echo(f"upstream base: {res.commit_label} (given with --at)")
