@@ -79,5 +79,22 @@ IMPORT_STUBS = {
 }
 
 
+# how messages name a preset's runners; a queue set by options has "the runners of <package>"
+RUNNERS = {"npu": "the NPU runners", "gpu": "the GPU runners"}
+# what a built wheel calls them (its summary and readme); a queue set by options has "model runners"
+RUNNER_KINDS = {"npu": "Ascend NPU model runners", "gpu": "GPU model runners"}
+
+
+def runners(spec: QueueSpec) -> str:
+    """How messages name the runners of the queue ``spec``: "the NPU runners", "the GPU runners", or for a queue
+    set by options "the runners of <its package>"."""
+    return RUNNERS.get(spec.preset) or f"the runners of {spec.package}"
+
+
+def runner_kind(spec: QueueSpec) -> str:
+    """What a built wheel calls the runners of the queue ``spec`` (:data:`RUNNER_KINDS`)."""
+    return RUNNER_KINDS.get(spec.preset, "model runners")
+
+
 def preset(name: str) -> QueueSpec | None:
     return PRESETS.get(name)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from patch_queue import presets
 from patch_queue.cli.app import (
     AcceptErrorsOpt,
     AnnotationsOpt,
@@ -427,7 +428,9 @@ def merge(
         )
     if not outcome.results:
         echo(outcome.state.discarded)
-        typer.echo(f"already up to date: the series holds the NPU runners of {outcome.merged}; nothing changed")
+        typer.echo(
+            f"already up to date: the series holds {presets.runners(ws.spec)} of {outcome.merged}; nothing changed"
+        )
         return EXIT_OK
     _write_reports(ws, outcome, annotations)
     code = _print_outcome(ws, outcome, "all" if verbose else flags)
@@ -756,7 +759,7 @@ def abort() -> None:
         if interrupted is None:
             operation = machine.do_abort(ws)
     if interrupted is None:
-        typer.echo(f"{operation} aborted; patches/, npu_worker/ and refs/pq/ are as before")
+        typer.echo(f"{operation} aborted; patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before")
     else:
         typer.echo(
             f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
