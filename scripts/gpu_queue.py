@@ -264,6 +264,17 @@ def measure(work: Path, source: str = SOURCE, targets: Sequence[str] = TARGETS, 
         measured["omni"] = omni
         row["refreshes"].append(measured)
 
+    say("== pq refresh --no-stop (the default: the newest vLLM release)")
+    code, out = run.pq(project, "refresh", "--no-stop", ok=(0, 1, 2, 3))
+    newest: dict[str, Any] = {"exit": code, "said": out.strip().splitlines()[-1] if out.strip() else ""}
+    suggested = re.search(r"`pq refresh --to (\S+)`", newest["said"])
+    if git(project, "for-each-ref", "refs/pq/refresh/base").strip():
+        run.pq(project, "abort")
+    if suggested is not None:
+        say(f"== pq refresh --no-stop --to {suggested[1]} (the newest release with the upstream file), then pq abort")
+        newest["refresh"] = measured_refresh(run, project, suggested[1])
+    row["newest"] = newest
+
     say(f"== pq merge vllm-omni=={merged}")
     run.pq(project, "merge", f"{name}=={merged}")
     row["merge_differs"] = differing(folder_modules(project / presets.GPU.out), release_runners(name, merged))
@@ -331,7 +342,7 @@ def ok(row: dict[str, Any]) -> bool:
         or row["merge_differs"]
         or row["reproduce_differs"]
         or row["npu_words"]
-        or any(r["lost"] for r in row["refreshes"])
+        or any(r["lost"] for r in row["refreshes"] + [row["newest"].get("refresh") or {"lost": []}])
         or row["resolved"]["exit"] != 0
         or any(r.startswith(("torch-npu", "torch_npu")) for r in row["wheel"]["requires"])
     )
@@ -358,6 +369,16 @@ def table(row: dict[str, Any]) -> str:
     for r in row["refreshes"]:
         lines.append(
             f"| refresh onto {r['target']} (vllm-omni {r['omni']}) | {r['regions']} regions "
+            f"({r['conflicted_lines']} conflicted lines) vs git merge-file --diff3 {r['git_merge_file']} "
+            f"({r['git_merge_file_lines']} lines); upstream statements lost outside a conflict: {len(r['lost'])}; "
+            f"{r['seconds']} s |"
+        )
+    newest = row["newest"]
+    lines.append(f"| `pq refresh` (the newest vLLM) | exit {newest['exit']}: {newest['said']} |")
+    if "refresh" in newest:
+        r = newest["refresh"]
+        lines.append(
+            f"| refresh onto {r['target']} (the newest with the file) | {r['regions']} regions "
             f"({r['conflicted_lines']} conflicted lines) vs git merge-file --diff3 {r['git_merge_file']} "
             f"({r['git_merge_file_lines']} lines); upstream statements lost outside a conflict: {len(r['lost'])}; "
             f"{r['seconds']} s |"

@@ -99,6 +99,18 @@ def test_refreshes_beat_git_merge_file_and_lose_no_upstream_statement(figures: d
     assert rows[0]["culprits"].startswith("culprits: no upstream commits named: the queue names no git history")
 
 
+def test_the_default_refresh_names_the_newest_release_that_still_has_the_upstream_file(figures: dict[str, Any]) -> None:
+    # vLLM 0.34.0 has no vllm/v1/worker/gpu_model_runner.py: the newest release is no target, and pq says which is
+    newest = figures["newest"]
+    assert newest["exit"] == 1
+    assert newest["said"].startswith(
+        "pq: error: vllm 0.34.0, the newest release, has no vllm/v1/worker/gpu_model_runner.py, the file the series "
+        "copies GPUModelRunner from (upstream removed or moved it); the newest release that has it is "
+    )
+    refreshed = newest["refresh"]
+    assert refreshed["regions"] < refreshed["git_merge_file"] and refreshed["lost"] == []
+
+
 def test_merge_resolve_reproduce_and_wheel(figures: dict[str, Any]) -> None:
     assert figures["merge_differs"] == []
     assert figures["resolved"]["exit"] == 0 and figures["resolved"]["resolve_commands"] > 0

@@ -327,7 +327,7 @@ def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
     if markdown is not None:
         write_output(markdown, render.markdown(data, queue=ws.spec).encode("utf-8"), REFRESH_MARKDOWN)
     if annotations:
-        echo(*render.annotations(data))
+        echo(*render.annotations(data, ws.spec))
 
 
 @command()
