@@ -59,24 +59,23 @@ def merge(
 
     with locked("resolutions merge") as ws:
         res = resolutions.do_merge(ws, source, theirs_wins=theirs)
+    from patch_queue.series.rerere import REF as store
+
     kept = "took theirs" if theirs else "kept the local one (--theirs takes theirs)"
     for path, ours, their in res.clashes:
-        err(
-            f"warning: refs/pq/resolutions:{path}: both stores hold it, differently (local {ours}, "
-            f"theirs {their}); {kept}"
-        )
+        err(f"warning: {store}:{path}: both stores hold it, differently (local {ours}, theirs {their}); {kept}")
     if res.how == "none":
-        typer.echo(f"{source} has no refs/pq/resolutions: nothing to merge")
+        typer.echo(f"{source} has no {store}: nothing to merge")
     elif res.how == "up to date":
-        typer.echo(f"refs/pq/resolutions already holds {res.source} ({res.theirs}): nothing to merge")
+        typer.echo(f"{store} already holds {res.source} ({res.theirs}): nothing to merge")
     elif res.how == "fast-forward":
         was = f"was {res.old}" if res.old else "this clone had no store"
-        typer.echo(f"refs/pq/resolutions: fast-forward to {res.source} ({res.new}; {was})")
+        typer.echo(f"{store}: fast-forward to {res.source} ({res.new}; {was})")
     elif res.how == "theirs":
-        typer.echo(f"refs/pq/resolutions: took {len(res.clashes)} entries of {res.source} ({res.theirs}): {res.new}")
+        typer.echo(f"{store}: took {len(res.clashes)} entries of {res.source} ({res.theirs}): {res.new}")
     else:
         clashes = f", {len(res.clashes)} clash(es)" if res.clashes else ""
-        typer.echo(f"refs/pq/resolutions: merged {res.source} ({res.theirs}) into {res.old}: {res.new}{clashes}")
+        typer.echo(f"{store}: merged {res.source} ({res.theirs}) into {res.old}: {res.new}{clashes}")
 
 
 @command(group=group)

@@ -11,7 +11,7 @@ from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, unreplaceable
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
-from patch_queue.project import operation
+from patch_queue.project import namespace, operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,
@@ -28,10 +28,10 @@ from patch_queue.series.queue import Queue, UpstreamPin, render_series
 FORMATTER = ("ruff", 120)
 
 
-REF_REFRESH = "refs/pq/refresh/"
+REF_REFRESH = namespace.refs() + "refresh/"
 
 
-REF_PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh: what `pq check` compares with
+REF_PREVIOUS = namespace.refs() + "previous"  # the top before the last finished refresh: what `pq check` compares with
 
 
 def patch_files(ws: Workspace) -> set[str]:

@@ -48,6 +48,7 @@ from patch_queue.fsutil import (
     written_path,
 )
 from patch_queue.git.repo import Person
+from patch_queue.project import namespace
 from patch_queue.project.workspace import JOURNAL_FILE, MANIFEST, REF_JOURNAL, REF_UNDO, UNDO_FILE, Workspace
 
 VERSION = 1
@@ -260,7 +261,8 @@ class _Unwritable(Exception):
         return QueueError(f"cannot be written ({why}){'; ' + self.after if self.after else ''}", path=ws.rel(self.path))
 
 
-_RESOLUTIONS = "refs/pq/resolutions"  # only grows but by `pq resolutions drop`: `pq undo` leaves it otherwise
+# only grows but by `pq resolutions drop`: `pq undo` leaves it otherwise
+_RESOLUTIONS = namespace.refs() + "resolutions"
 
 
 @dataclass(frozen=True)
