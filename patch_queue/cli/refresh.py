@@ -33,6 +33,7 @@ from patch_queue.cli.app import (
     workspace,
 )
 from patch_queue.errors import EXIT_CONFLICT, EXIT_ERROR, EXIT_OK
+from patch_queue.project import namespace
 
 if TYPE_CHECKING:
     from patch_queue.commands.check import CheckOutcome
@@ -759,11 +760,11 @@ def abort() -> None:
         if interrupted is None:
             operation = machine.do_abort(ws)
     if interrupted is None:
-        typer.echo(f"{operation} aborted; patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before")
+        typer.echo(f"{operation} aborted; patches/, {ws.rel(ws.out)}/ and {namespace.refs()} are as before")
     else:
         typer.echo(
             f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
-            "refs/pq/ are as before it (see `pq status`)"
+            f"{namespace.refs()} are as before it (see `pq status`)"
         )
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from patch_queue.cli.app import app, command, err, locked, workspace
+from patch_queue.project import namespace
 
 group = typer.Typer(
     no_args_is_help=True,
@@ -85,7 +86,7 @@ def log() -> None:
 
     held = resolutions.do_log(workspace())
     if not held:
-        typer.echo("no history of refs/pq/resolutions yet (pq starts it the first time it reads the store)")
+        typer.echo(f"no history of {namespace.refs()}resolutions yet (pq starts it the first time it reads the store)")
     for h in held:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.held.time)) if h.held.time else "-"
         hint = f" (`pq resolutions merge {h.held.commit[:12]}` merges it in)" if h.state == "not in the store" else ""

@@ -27,6 +27,7 @@ from patch_queue.cli.app import (
 )
 from patch_queue.cli.refresh import print_placements
 from patch_queue.errors import EXIT_ERROR, EXIT_OK, PqError
+from patch_queue.project import namespace
 
 
 @command()
@@ -314,7 +315,8 @@ def _undo(redo: bool, discard: bool) -> None:
         pending = operation.load(ws)
     echo(
         dropped,
-        f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before it",
+        f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and {namespace.refs()} are as "
+        "before it",
     )
     if pending is not None:  # a merge `pq continue` finished: back to where continue found it
         typer.echo(
