@@ -15,9 +15,11 @@ Steps, each with the installed pq in a fresh project (``git init``):
    its conflict regions against ``git merge-file --diff3`` on the same texts (per runner module: the module the
    series built on the old base, the old upstream projection, the new one), and the upstream statements dropped
    outside every conflict region (:func:`patch_queue.checks.upstream_kept.lost`); then ``pq abort``;
-5. ``pq merge vllm-omni==0.26.0``: the output against that release's GPU runners, byte for byte;
+5. ``pq merge vllm-omni==0.26.0`` onto the adopted series: the output against that release's GPU runners, byte for
+   byte (and what ``pq check`` says of them on the adopted base); then ``pq abort``;
 6. ``pq refresh --to vllm==V`` (V: the vLLM of the merged release) for real: every conflict region resolved
-   (``pq resolve --keep-patch``, to show the mechanics), ``pq continue`` to the end;
+   (``pq resolve --keep-patch``, to show the mechanics), ``pq continue`` to the end; then ``pq merge vllm-omni==0.26.0``
+   onto the refreshed series, the way a maintainer takes both;
 7. the project committed and pushed with its recorded resolutions to a bare repository; a fresh clone runs
    ``pq resolutions merge origin`` and ``pq reproduce``: ``patches/`` and the output folder byte for byte;
 8. ``pq build --wheel`` in that clone: the wheel's name and its pinned requirements;
@@ -275,9 +277,12 @@ def measure(work: Path, source: str = SOURCE, targets: Sequence[str] = TARGETS, 
         newest["refresh"] = measured_refresh(run, project, suggested[1])
     row["newest"] = newest
 
-    say(f"== pq merge vllm-omni=={merged}")
-    run.pq(project, "merge", f"{name}=={merged}")
+    say(f"== pq merge vllm-omni=={merged} onto the adopted series (on {row['base']['label']}), then pq abort")
+    code, out = run.pq(project, "merge", f"{name}=={merged}", ok=(0, 1))
     row["merge_differs"] = differing(folder_modules(project / presets.GPU.out), release_runners(name, merged))
+    row["merge_on_base"] = {"exit": code, "check": next((x for x in out.splitlines() if x.startswith("pq check:")), "")}
+    if git(project, "for-each-ref", "refs/pq/refresh/base").strip():  # pending over pq check's errors
+        run.pq(project, "abort")
 
     target = f"vllm=={vllm_of(merged)}"
     say(f"== pq refresh --to {target}, every region resolved, pq continue to the end")
@@ -290,6 +295,12 @@ def measure(work: Path, source: str = SOURCE, targets: Sequence[str] = TARGETS, 
         if continues > 50:
             raise StepError("more than 50 `pq continue`: the refresh does not end")
     row["resolved"] = {"target": target, "resolve_commands": resolves, "continues": continues, "exit": code}
+    say(f"== pq merge vllm-omni=={merged} onto the refreshed series")
+    code, out = run.pq(project, "merge", f"{name}=={merged}", ok=(0, 1, 3))
+    row["merge_refreshed"] = {
+        "exit": code,
+        "said": next((x for x in out.splitlines() if x.startswith(("merged ", "pq: error"))), ""),
+    }
     git(project, "add", "-A")
     git(project, "-c", "user.name=pq", "-c", "user.email=pq@localhost", "commit", "-qm", f"pq refresh --to {target}")
 
@@ -344,12 +355,19 @@ def ok(row: dict[str, Any]) -> bool:
         or row["npu_words"]
         or any(r["lost"] for r in row["refreshes"] + [row["newest"].get("refresh") or {"lost": []}])
         or row["resolved"]["exit"] != 0
+        or row["merge_refreshed"]["exit"] != 0
         or any(r.startswith(("torch-npu", "torch_npu")) for r in row["wheel"]["requires"])
     )
 
 
-def table(row: dict[str, Any]) -> str:
+def table(row: dict[str, Any], *, timings: bool = True) -> str:
+    """The figures as a Markdown table (``timings``: with the seconds each step took, which vary from run to run;
+    docs/gpu-queue.md shows it without them)."""
     b = row["base"]
+
+    def took(seconds: float) -> str:
+        return f"; {seconds} s" if timings else ""
+
     lines = [
         f"GPU queue, {row['source']}",
         "",
@@ -358,7 +376,7 @@ def table(row: dict[str, Any]) -> str:
         f"| base among vLLM's releases | {b['label']}: {b['matched']}/{b['total']} lines of the carried methods "
         f"({100.0 * b['matched'] / max(b['total'], 1):.1f}%), best of {b['searched']} {b['searched_kind']}, "
         f"{b['tied']} tied |",
-        f"| adopted | {row['patches']} patches, {row['carried']} carried methods ({row['adopt_seconds']} s) |",
+        f"| adopted | {row['patches']} patches, {row['carried']} carried methods{took(row['adopt_seconds'])} |",
         "| `pq build` = the release's `vllm_omni/worker/` | "
         + ("byte for byte" if not row["build_differs"] else f"differs: {', '.join(row['build_differs'])}")
         + " |",
@@ -370,8 +388,8 @@ def table(row: dict[str, Any]) -> str:
         lines.append(
             f"| refresh onto {r['target']} (vllm-omni {r['omni']}) | {r['regions']} regions "
             f"({r['conflicted_lines']} conflicted lines) vs git merge-file --diff3 {r['git_merge_file']} "
-            f"({r['git_merge_file_lines']} lines); upstream statements lost outside a conflict: {len(r['lost'])}; "
-            f"{r['seconds']} s |"
+            f"({r['git_merge_file_lines']} lines); upstream statements lost outside a conflict: {len(r['lost'])}"
+            f"{took(r['seconds'])} |"
         )
     newest = row["newest"]
     lines.append(f"| `pq refresh` (the newest vLLM) | exit {newest['exit']}: {newest['said']} |")
@@ -380,8 +398,8 @@ def table(row: dict[str, Any]) -> str:
         lines.append(
             f"| refresh onto {r['target']} (the newest with the file) | {r['regions']} regions "
             f"({r['conflicted_lines']} conflicted lines) vs git merge-file --diff3 {r['git_merge_file']} "
-            f"({r['git_merge_file_lines']} lines); upstream statements lost outside a conflict: {len(r['lost'])}; "
-            f"{r['seconds']} s |"
+            f"({r['git_merge_file_lines']} lines); upstream statements lost outside a conflict: {len(r['lost'])}"
+            f"{took(r['seconds'])} |"
         )
     culprits = next((r["culprits"] for r in row["refreshes"] if r["culprits"]), "")
     if culprits:
@@ -390,8 +408,12 @@ def table(row: dict[str, Any]) -> str:
         f"| `pq merge vllm-omni=={MERGED}` = its GPU runners | "
         + ("byte for byte" if not row["merge_differs"] else f"differs: {', '.join(row['merge_differs'])}")
         + " |",
+        f"| its `pq check` on the adopted base | exit {row['merge_on_base']['exit']}: "
+        f"{row['merge_on_base']['check'] or '(none)'} |",
         f"| refresh onto {row['resolved']['target']}, resolved and continued | {row['resolved']['resolve_commands']} "
         f"`pq resolve`, {row['resolved']['continues']} `pq continue`, exit {row['resolved']['exit']} |",
+        f"| then `pq merge vllm-omni=={MERGED}` | exit {row['merge_refreshed']['exit']}: "
+        f"{row['merge_refreshed']['said']} |",
         "| fresh clone: `pq resolutions merge origin && pq reproduce` | "
         + ("byte for byte" if not row["reproduce_differs"] else f"differs: {', '.join(row['reproduce_differs'])}")
         + " |",

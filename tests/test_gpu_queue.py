@@ -86,7 +86,10 @@ def test_adopt_finds_the_base_among_vllm_releases_and_builds_the_release_byte_fo
 
 
 def test_check_fires_no_npu_rule(figures: dict[str, Any]) -> None:
-    assert figures["npu_rules_fired"] == [] and figures["check"]["errors"] == 0
+    assert figures["npu_rules_fired"] == []
+    # the one error is true: vllm-omni 0.24.0's gpu_ar_worker.py imports a name vLLM 0.24.0 added, and the methods
+    # it copies match vLLM 0.23.0 best, the base the series (and its wheel) is on
+    assert figures["check"]["counts"] == {"import-name-unresolved": 1, "signature-drift": 1}
 
 
 def test_refreshes_beat_git_merge_file_and_lose_no_upstream_statement(figures: dict[str, Any]) -> None:
@@ -113,7 +116,9 @@ def test_the_default_refresh_names_the_newest_release_that_still_has_the_upstrea
 
 def test_merge_resolve_reproduce_and_wheel(figures: dict[str, Any]) -> None:
     assert figures["merge_differs"] == []
+    assert figures["merge_on_base"]["exit"] == 1  # the same import, now in 0.26.0's runners, on vLLM 0.23.0
     assert figures["resolved"]["exit"] == 0 and figures["resolved"]["resolve_commands"] > 0
+    assert figures["merge_refreshed"]["said"].startswith("merged vllm-omni==0.26.0 into the series, no conflicts")
     assert figures["reproduce_differs"] == []
     wheel = figures["wheel"]
     assert wheel["name"] == presets.GPU.wheel and wheel["file"].startswith("vllm_omni_gpu_worker-0.26.0+vllm.0.26.0-")
