@@ -6,11 +6,13 @@ built as a wheel (``scripts/gpu_queue.py``, run once for the module).  The relea
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import git, new_project, pq
 
 from patch_queue import presets
 from patch_queue.errors import PqError
@@ -130,3 +132,30 @@ def test_merge_resolve_reproduce_and_wheel(figures: dict[str, Any]) -> None:
 def test_nothing_pq_printed_names_the_npu_queue(figures: dict[str, Any]) -> None:
     assert figures["npu_words"] == []
     assert gpu_queue.ok(figures)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_docs_show_the_figures_measured(figures: dict[str, Any]) -> None:
+    doc = (ROOT / "docs" / "gpu-queue.md").read_text(encoding="utf-8")
+    rows = gpu_queue.table(figures, timings=False).split("\n", 2)[2]  # the table, without its title line
+    assert rows in doc, "docs/gpu-queue.md's table is not what scripts/gpu_queue.py measures now:\n" + rows
+
+
+def test_the_repository_s_gpu_queue_reproduces_the_release_byte_for_byte(
+    figures: dict[str, Any], tmp_path: Path
+) -> None:
+    proj = new_project(tmp_path / "p")
+    shutil.copytree(ROOT / "queues" / "gpu" / "patches", proj / "queues" / "gpu" / "patches")
+    done = pq(proj, "-C", "queues/gpu", "reproduce")
+    assert done.stdout == (
+        "reproduced 21 patches from 1 lineage step(s) (0 recorded edit(s) applied), every sha256 as queue.toml "
+        "records; runners in gpu_worker/\n"
+    )
+    built = gpu_queue.folder_modules(proj / "queues" / "gpu" / presets.GPU.out)
+    assert gpu_queue.differing(built, gpu_queue.release_runners("vllm-omni", "0.24.0")) == []
+    assert git(proj, "for-each-ref", "--format=%(refname)", "refs/pq").splitlines() == []
+    assert git(proj, "for-each-ref", "--format=%(refname)", "refs/pq-queues-gpu/base").splitlines() == [
+        "refs/pq-queues-gpu/base"
+    ]
