@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -159,3 +160,39 @@ def test_the_repository_s_gpu_queue_reproduces_the_release_byte_for_byte(
     assert git(proj, "for-each-ref", "--format=%(refname)", "refs/pq-queues-gpu/base").splitlines() == [
         "refs/pq-queues-gpu/base"
     ]
+
+
+def test_options_alone_that_name_another_upstream_make_a_pair_of_no_preset(tmp_path: Path) -> None:
+    from patch_queue.commands import adopt
+    from patch_queue.project.workspace import open_workspace
+
+    ws = open_workspace(new_project(tmp_path / "p"))
+    gpu = {k: getattr(presets.GPU, k) for k in ("upstream_dist", "upstream_file", "upstream_class", "package")}
+    spec = adopt.queue_spec(ws, None, "other-omni==1.0", out="runners", **gpu)
+    assert spec == replace(
+        presets.GPU,
+        preset="",
+        downstream_dist="other-omni",
+        out="runners",
+        wheel="other-omni-runners",
+        wheel_requires=(),
+    )
+    # the default (npu) queue's own upstream history, fence, rules and wheel never carry over to another upstream
+    assert (spec.upstream_git, spec.fence, spec.rules, spec.gpu_reference) == ("", "", "", "")
+    # a preset named, or options that keep the upstream, keep the rest of it
+    assert adopt.queue_spec(ws, None, "vllm-omni==0.30.0", out="runners") == presets.NPU.with_options(out="runners")
+    assert adopt.queue_spec(ws, "gpu", "", out="runners").wheel == presets.GPU.wheel
+
+
+def test_the_gpu_pair_by_options_alone(figures: dict[str, Any], tmp_path: Path) -> None:
+    proj = new_project(tmp_path / "p")
+    options = [f"--{k.replace('_', '-')}={getattr(presets.GPU, k)}" for k in ("upstream_dist", "upstream_file")]
+    options += [f"--upstream-class={presets.GPU.upstream_class}", f"--package={presets.GPU.package}", "--out=runners"]
+    out = pq(proj, "adopt", gpu_queue.SOURCE, *options).stdout
+    assert f"upstream base: {figures['base']['label']}, score" in out
+    built = gpu_queue.folder_modules(proj / "runners")
+    assert gpu_queue.differing(built, gpu_queue.release_runners("vllm-omni", "0.24.0")) == []
+    refreshed = pq(proj, "refresh", "--no-stop", "--to", "vllm==0.28.0", check=3)
+    regions = figures["refreshes"][1]["regions"]
+    assert f"{regions} conflict region(s)" in refreshed.stdout
+    assert not gpu_queue.NPU_WORDS.search(out + refreshed.stdout + refreshed.stderr)

@@ -87,6 +87,7 @@ def adopt(
         spec = adopt.queue_spec(
             ws,
             preset,
+            source,
             upstream_dist=upstream_dist,
             upstream_file=upstream_file,
             upstream_class=upstream_class,

@@ -56,10 +56,15 @@ class AdoptResult:
     searched_kind: str = "revisions"  # what the search read: git "revisions", or registry "releases"
 
 
-def queue_spec(ws: Workspace, preset: str | None, **options: str | None) -> QueueSpec:
+def queue_spec(ws: Workspace, preset: str | None, source: str = "", **options: str | None) -> QueueSpec:
     """The queue ``pq adopt`` adopts: the preset named (else the queue ``queue.toml`` describes, else the default
     preset's) with every option given set; an unknown preset, or an option that is no path of the kind it names,
-    is one line."""
+    is one line.
+
+    Without ``--preset``, options that name another upstream (its distribution, file or class) make another pair
+    (:func:`presets.other_pair`): nothing of the base's own upstream carries over (its git history, fence, check
+    rules, GPU reference, wheel).  A release ``source`` (``NAME==VERSION``) of another distribution than the base's
+    downstream names the downstream."""
     if preset is not None:
         base = presets.preset(preset)
         if base is None:
@@ -77,6 +82,12 @@ def queue_spec(ws: Workspace, preset: str | None, **options: str | None) -> Queu
     if (f := options.get("upstream_file")) is not None and not f.endswith(".py"):
         raise QueueError(f"--upstream-file {f!r} must name a Python module (*.py)")
     options = {k: (v.strip("/") if k in ("upstream_file", "package", "out") and v else v) for k, v in options.items()}
+    release = registry.parse_release(source) if source and not Path(source).is_dir() else None
+    if release is not None and registry.normalize_name(release[0]) != registry.normalize_name(base.downstream_dist):
+        options["downstream_dist"] = registry.normalize_name(release[0])
+    upstream = ("upstream_dist", "upstream_file", "upstream_class")
+    if preset is None and any(options.get(k) not in (None, getattr(base, k)) for k in upstream):
+        base = presets.other_pair(base.with_options(**options))
     return base.with_options(**options)
 
 
