@@ -315,7 +315,11 @@ def _search_releases(
             f"the queue names no git history of {spec.upstream_dist} and {window.why}: name the base with --at "
             f"({spec.upstream_dist}==VERSION, or a folder of its sources), or its repository with --upstream"
         )
-    say(progress, f"Searching {window.why}, for the base (the queue names no git history of {spec.upstream_dist}) ...")
+    unbounded = "" if down_release else " (a folder names no release to bound them: --at names the base)"
+    say(
+        progress,
+        f"Searching {window.why}, for the base (the queue names no git history of {spec.upstream_dist}){unbounded} ...",
+    )
     scans = MethodCache(cls)
     blobs: dict[str, str] = {}
     for version in window.versions:
