@@ -115,9 +115,9 @@ def test_corrupt_and_newer_queue(proj: Path) -> None:
     queue.write_text(good.replace("[downstream]", "[downstream"))
     line = one_error_line(pq(proj, "build", check=1))
     assert "patches/queue.toml:" in line and "not valid TOML" in line, line
-    queue.write_text(good.replace("format = 3", "format = 4"))
+    queue.write_text(good.replace("format = 3", "format = 5"))
     line = one_error_line(pq(proj, "build", check=1))
-    assert "format 4 is newer than this pq understands" in line, line
+    assert "format 5 is newer than this pq understands" in line, line
 
 
 def test_not_a_git_repository(tmp_path: Path) -> None:

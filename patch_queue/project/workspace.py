@@ -177,7 +177,7 @@ def check_refs(ws: Workspace) -> None:
         if kind != "commit":
             what = "an object the repository does not have" if kind is None else f"a {kind}, not a commit"
             fix = (  # the recorded resolutions are not rebuilt: an older value of the ref is in its reflog
-                "or set it to a store `pq resolutions log` lists (`git update-ref refs/pq/resolutions ID`)"
+                f"or set it to a store `pq resolutions log` lists (`git update-ref {namespace.refs()}resolutions ID`)"
                 if name == namespace.refs() + "resolutions"
                 else "and rebuild with `pq build` (or `pq abort` a refresh)"
             )
