@@ -232,7 +232,7 @@ def measure(work: Path, source: str = SOURCE, targets: Sequence[str] = TARGETS, 
     _code, out = run.pq(project, "adopt", source, "--preset", "gpu")
     row["adopt_seconds"] = round(time.perf_counter() - started, 2)
     base = next((line for line in out.splitlines() if line.startswith("upstream base: ")), "")
-    found = re.match(r"upstream base: (.+?), score (\d+)/(\d+) .*best of (\d+) (\w+), (\d+) tied", base)
+    found = re.match(r"upstream base: (.+?), score (\d+)/(\d+) .*best of (\d+) (\w+), (\d+) tied(?: \(([^;]*);)?", base)
     if found is None:
         raise StepError(f"pq adopt printed no upstream base:\n{out[-2000:]}")
     row["base"] = {
@@ -242,6 +242,7 @@ def measure(work: Path, source: str = SOURCE, targets: Sequence[str] = TARGETS, 
         "searched": int(found[4]),
         "searched_kind": found[5],
         "tied": int(found[6]),
+        "tied_with": found[7].split(", ") if found[7] else [],
     }
     row["patches"] = len(list((project / "patches").glob("*.patch")))
     row["carried"] = sum(1 for line in out.splitlines() if line.startswith("carried: "))
@@ -375,7 +376,13 @@ def table(row: dict[str, Any], *, timings: bool = True) -> str:
         "|---|---|",
         f"| base among vLLM's releases | {b['label']}: {b['matched']}/{b['total']} lines of the carried methods "
         f"({100.0 * b['matched'] / max(b['total'], 1):.1f}%), best of {b['searched']} {b['searched_kind']}, "
-        f"{b['tied']} tied |",
+        f"{b['tied']} tied"
+        + (
+            f" ({b['tied_with'][-1]} to {b['tied_with'][0]}; a tie goes to the newest)"
+            if len(b["tied_with"]) > 1
+            else ""
+        )
+        + " |",
         f"| adopted | {row['patches']} patches, {row['carried']} carried methods{took(row['adopt_seconds'])} |",
         "| `pq build` = the release's `vllm_omni/worker/` | "
         + ("byte for byte" if not row["build_differs"] else f"differs: {', '.join(row['build_differs'])}")

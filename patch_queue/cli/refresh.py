@@ -105,7 +105,7 @@ def adopt(
             f"upstream base: {res.commit_label}{f' (public {res.public_commit[:12]})' if res.public_commit else ''},"
             f" score {res.matched}/{res.total} lines of the carried methods"
             f" ({100.0 * res.matched / max(res.total, 1):.1f}%), best of {res.searched} {res.searched_kind},"
-            f" {res.ties} tied"
+            f" {res.ties} tied" + (f" ({', '.join(res.tied)}; a tie goes to the newest)" if len(res.tied) > 1 else "")
         )
     else:
         typer.echo(f"upstream base: {res.commit_label} (given with --at)")

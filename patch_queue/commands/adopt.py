@@ -54,6 +54,7 @@ class AdoptResult:
     discarded: str = ""  # what --discard dropped from the output folder
     warnings: tuple[str, ...] = ()  # one line each: what the adopted series may not be what the user meant
     searched_kind: str = "revisions"  # what the search read: git "revisions", or registry "releases"
+    tied: tuple[str, ...] = ()  # the releases that tie with the best, newest first (a search among releases)
 
 
 def queue_spec(ws: Workspace, preset: str | None, source: str = "", **options: str | None) -> QueueSpec:
@@ -296,6 +297,9 @@ def plan_adopt(
         carried=carried,
         searched_auto=searched is not None,
         searched_kind="releases" if searched is not None and not location else "revisions",
+        tied=tuple(c.commit for c in searched.ranking if c.matched == searched.best.matched)
+        if searched is not None and not location
+        else (),
         downstream=f"{down_name}=={down_release}" if down_release else "",
         warnings=warnings,
     )
