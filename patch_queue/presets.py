@@ -1,7 +1,7 @@
 """The presets: the two real queues pq keeps, as data (in the spirit of Renovate's presets).
 
 This is the one module of pq that names a queue's projects, files and classes; everything else is given a
-:class:`~patch_queue.series.spec.QueueSpec` (``queue.toml``'s ``[queue]`` table, or one of these).
+:class:`~patch_queue.spec.QueueSpec` (``queue.toml``'s ``[queue]`` table, or one of these).
 
 - ``npu`` (the default): vllm-ascend's ``NPUModelRunner`` copied into vllm-omni's NPU runners, fenced with
   ``Omni-new`` comments, built into ``npu_worker/``;
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from patch_queue.series.spec import QueueSpec
+from patch_queue.spec import QueueSpec
 
 NPU = QueueSpec(
     preset="npu",

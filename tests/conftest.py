@@ -239,7 +239,7 @@ def pq(cwd: Path, *args: str, check: int | None = 0) -> subprocess.CompletedProc
     exit code as `python -m patch_queue`, without ~0.3 s of interpreter start and imports per command), or in a
     subprocess with PQ_TEST_SUBPROCESS=1 or when a kill point would SIGKILL the process."""
     kill = os.environ.get("PQ_TEST_KILL_AT", "")
-    # `pq -C DIR` picks its refs before they are imported (patch_queue/project/namespace.py): a process of its own
+    # `pq -C DIR` picks its refs before they are imported (patch_queue/namespace.py): a process of its own
     if os.environ.get(SUBPROCESS_ENV) == "1" or (kill and not kill.startswith("bug:")) or args[:1] == ("-C",):
         proc = pq_subprocess(cwd, *args)
     else:

@@ -11,8 +11,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "patch_queue"
 # lowest first; a module may import its own folder and any folder of a lower layer
 LAYERS = (
-    {"errors"},
-    {"fsutil", "progress"},
+    {"errors", "spec", "namespace"},
+    {"fsutil", "progress", "presets"},
     {"git"},
     {"merge"},
     {"sources"},

@@ -16,7 +16,7 @@ from patch_queue import presets
 from patch_queue.checks import rules
 from patch_queue.errors import QueueError
 from patch_queue.series import queue
-from patch_queue.series.spec import KEYS, QueueSpec
+from patch_queue.spec import KEYS, QueueSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "patch_queue"

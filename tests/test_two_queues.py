@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import BASE_030, corpus_dir, git, new_project, pq
 
+from patch_queue import namespace
 from patch_queue.errors import PqError
-from patch_queue.project import namespace
 from patch_queue.sources import registry
 
 FOLDER = "queues/gpu"

@@ -60,8 +60,8 @@ from patch_queue.checks.findings import WARNING, Finding
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.merge import symbols
 from patch_queue.series import adopt
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.snapshot import release_snapshot
+from patch_queue.spec import QueueSpec
 
 RULE = "gpu-unported"
 # A change counts as ported when this share of its meaningful lines is on the NPU side.  On

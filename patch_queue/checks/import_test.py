@@ -39,8 +39,8 @@ from patch_queue.checks import import_stubs
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.errors import redact
 from patch_queue.git import command as git_command
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.import_env import ImportEnv
+from patch_queue.spec import QueueSpec
 
 # A module's import takes about 5 s of CPU (torch, vLLM); a module that takes this long is stuck.
 TIMEOUT = 600

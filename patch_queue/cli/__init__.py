@@ -27,13 +27,13 @@ def main() -> None:
 
 
 def queue_folder(args: list[str]) -> list[str]:
-    """Settle the queue this process works on (:mod:`patch_queue.project.namespace`) before anything that names a
+    """Settle the queue this process works on (:mod:`patch_queue.namespace`) before anything that names a
     ref is imported, and return the command line without its leading ``-C DIR`` options: ``pq -C DIR ...`` runs as
     if started in ``DIR`` (as ``git -C``; each one relative to the one before, an empty one naming the folder it is
     in), and names ``DIR`` the queue's folder (:func:`namespace.choose`)."""
     from pathlib import Path
 
-    from patch_queue.project import namespace
+    from patch_queue import namespace
 
     given = False
     while args and args[0] == "-C":

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from patch_queue import presets
+from patch_queue import namespace, presets
 from patch_queue.cli.app import (
     AcceptErrorsOpt,
     AnnotationsOpt,
@@ -33,7 +33,6 @@ from patch_queue.cli.app import (
     workspace,
 )
 from patch_queue.errors import EXIT_CONFLICT, EXIT_ERROR, EXIT_OK
-from patch_queue.project import namespace
 
 if TYPE_CHECKING:
     from patch_queue.commands.check import CheckOutcome

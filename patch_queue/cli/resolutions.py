@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
+from patch_queue import namespace
 from patch_queue.cli.app import app, command, err, locked, workspace
-from patch_queue.project import namespace
 
 group = typer.Typer(
     no_args_is_help=True,

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from patch_queue import namespace
 from patch_queue.cli.app import (
     AllOpt,
     DiscardOpt,
@@ -27,7 +28,6 @@ from patch_queue.cli.app import (
 )
 from patch_queue.cli.refresh import print_placements
 from patch_queue.errors import EXIT_ERROR, EXIT_OK, PqError
-from patch_queue.project import namespace
 
 
 @command()

@@ -27,11 +27,11 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, UpstreamPin, cut_slug, name_problem, shown_name
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import registry, release_search
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.cache import MethodCache
 from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
+from patch_queue.spec import QueueSpec
 
 if TYPE_CHECKING:  # the adopt search is imported where it runs: a refresh needs only snapshot_pin from here
     from patch_queue.series import adopt as adopt_mod

@@ -7,11 +7,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from patch_queue import namespace
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, unreplaceable
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
-from patch_queue.project import namespace, operation
+from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import (
     LoadedStack,

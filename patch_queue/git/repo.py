@@ -39,9 +39,9 @@ import pygit2
 from pygit2 import ffi
 from pygit2.enums import FileMode
 
+from patch_queue import namespace
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git import command, pack
-from patch_queue.project import namespace
 
 REF_PREFIX = namespace.refs()
 # objects are read as git reads them: inflated, not hashed again (libgit2 checks every object read against its

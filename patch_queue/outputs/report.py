@@ -40,7 +40,7 @@ from patch_queue.outputs.report_parts import (
     render,
     tell,
 )
-from patch_queue.series.spec import QueueSpec
+from patch_queue.spec import QueueSpec
 
 GITHUB_BODY_LIMIT = 65_536  # characters of a pull-request or comment body (HTTP 422 over it)
 BODY_BUDGET = 60_000  # what a body is kept to: well under the limit, as Renovate keeps to about 60,000

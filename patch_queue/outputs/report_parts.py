@@ -20,8 +20,8 @@ from operator import attrgetter
 from patch_queue import presets
 from patch_queue.merge import explain
 from patch_queue.merge.conflict import Conflict, ConflictKind, boolean, integer, listing, mapping, string, wrong
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import cache
+from patch_queue.spec import QueueSpec
 
 TRUNCATED_NOTE = "… (truncated: see the full report)"
 MESSAGE_CHARS = 200  # what a conflict's message keeps in its one-line form

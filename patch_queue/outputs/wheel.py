@@ -43,9 +43,9 @@ import patch_queue
 from patch_queue import presets
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.series.queue import QUEUE_FILE, Queue
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.registry import parse_version
 from patch_queue.sources.snapshot import Snapshot
+from patch_queue.spec import QueueSpec
 
 PYTHON_REQUIRES = ">=3.10"
 LICENSE = "Apache-2.0"  # vllm-omni's and vllm-ascend's licence

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from patch_queue import namespace
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import (
     atomic_write,
@@ -48,7 +49,6 @@ from patch_queue.fsutil import (
     written_path,
 )
 from patch_queue.git.repo import Person
-from patch_queue.project import namespace
 from patch_queue.project.workspace import JOURNAL_FILE, MANIFEST, REF_JOURNAL, REF_UNDO, UNDO_FILE, Workspace
 
 VERSION = 1

@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patch_queue import presets
+from patch_queue import namespace, presets
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.progress import Progress
-from patch_queue.project import namespace
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, QueueDir
-from patch_queue.series.spec import QueueSpec
+from patch_queue.spec import QueueSpec
 
 if TYPE_CHECKING:  # the upstream is opened only when refs/pq/base does not hold the pinned files
     from patch_queue.git.remote import UpstreamGit

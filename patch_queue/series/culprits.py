@@ -27,9 +27,9 @@ from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Conflict, Culprit
 from patch_queue.progress import Progress
 from patch_queue.series.queue import UpstreamPin
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources.cache import code_stamp, derived_get, derived_json, derived_key, derived_put
 from patch_queue.sources.snapshot import open_git, upstream_git_location
+from patch_queue.spec import QueueSpec
 
 _PR = re.compile(r"\(#(\d+)\)")
 _DROPPED = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ,\\()'\""

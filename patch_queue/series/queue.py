@@ -89,7 +89,7 @@ with no control character and no backslash.
 A name pq makes itself (a patch of ``pq adopt``, ``pq merge``, ``pq sync-gpu``, ``pq import`` without ``-n``) is
 cut to fit (:func:`cut_slug`).
 
-**Format 4** adds the ``[queue]`` table after ``format``: what the queue is (:class:`patch_queue.series.spec.QueueSpec`:
+**Format 4** adds the ``[queue]`` table after ``format``: what the queue is (:class:`patch_queue.spec.QueueSpec`:
 the upstream distribution, file and class and where its history is, the downstream distribution and package, the
 output folder, the wheel's name and requirements, the fence word, the check rule set, the GPU reference), every key
 written; a table that names a ``preset`` takes the keys it leaves out from it (:mod:`patch_queue.presets`).  A
@@ -115,7 +115,7 @@ from pathlib import Path
 
 from patch_queue import presets
 from patch_queue.errors import QueueError
-from patch_queue.series.spec import KEYS, TABLE, QueueSpec
+from patch_queue.spec import KEYS, TABLE, QueueSpec
 
 FORMAT = 4
 IMPLICIT = 3  # the format written for a queue of the default preset: no [queue] table, as before format 4

@@ -39,12 +39,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patch_queue import namespace
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import clean_relative, json_bytes
 from patch_queue.git import command
 from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
-from patch_queue.project import namespace
 from patch_queue.series.stack import PERSON, VENDOR, sha256
 
 REF = namespace.refs() + "resolutions"

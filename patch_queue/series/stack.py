@@ -24,10 +24,10 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_tz
 from typing import TypedDict
 
+from patch_queue import namespace
 from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.merge import symbols
-from patch_queue.project import namespace
 from patch_queue.series import fmt, patchfile
 from patch_queue.series.queue import BODIES, Queue
 from patch_queue.sources import cache

@@ -55,10 +55,10 @@ from patch_queue import presets
 from patch_queue.errors import SourceError
 from patch_queue.git import command as git_command
 from patch_queue.progress import Progress, say
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import archives, registry
 from patch_queue.sources.cache import cache_dir
 from patch_queue.sources.snapshot import Snapshot
+from patch_queue.spec import QueueSpec
 
 FORMAT = 1
 PACKAGES = Path(__file__).with_name("import_packages.txt")

@@ -23,9 +23,9 @@ from patch_queue.errors import SourceError, without_userinfo
 from patch_queue.git import mirror_health
 from patch_queue.git.remote import UpstreamGit, normalize_location
 from patch_queue.progress import Progress, say, timed
-from patch_queue.series.spec import QueueSpec
 from patch_queue.sources import archives, registry
 from patch_queue.sources.cache import cache_dir
+from patch_queue.spec import QueueSpec
 
 # -- readers: where a snapshot's files come from ---------------------------------------------
 
