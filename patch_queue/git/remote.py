@@ -113,8 +113,11 @@ class UpstreamGit:
 
     def _unreadable(self, reason: str) -> SourceError:
         # offline, the public repository is out of reach: say where a local copy is named
+        # (a corpus names its bundles after the repository: vllm-ascend.git -> ../shared/corpus/vllm-ascend.bundle)
+        bundle = self.location.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") + ".bundle"
         hint = (
-            "; offline? set PQ_UPSTREAM_GIT (or --upstream) to a local clone or bundle of it"
+            f"; offline? set PQ_UPSTREAM_GIT (or --upstream) to a local clone or bundle of it, such as "
+            f"../shared/corpus/{bundle}"
             if is_url(self.location)
             else ""
         )
