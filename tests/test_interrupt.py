@@ -598,3 +598,48 @@ def test_refs_move_only_from_their_expected_values(tmp_path: Path) -> None:
     (proj / ".git" / "refs" / "pq" / "a.lock").unlink()
     repo.update_refs({"refs/pq/a": (head, other), "refs/pq/b": (other, None)}, "test")
     assert git(proj, "for-each-ref", "--format=%(refname)", "refs/pq/").split() == ["refs/pq/a"]
+
+
+@pytest.mark.parametrize("short", [2, 3])
+def test_a_download_cut_short_is_taken_again(tmp_path: Path, short: int) -> None:
+    """A server that closes the connection before its Content-Length: the download is asked again (urllib's
+    chunked reads do not raise on it), up to 3 times; after that, one line saying so, and nothing in the cache."""
+    import hashlib
+
+    from patch_queue.errors import SourceError
+    from patch_queue.sources.registry import DistFile, download, parse_version
+
+    data = os.urandom(3 << 20)
+    served = [0]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            served[0] += 1
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data if served[0] > short else data[: len(data) // 3])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/x-1.0.tar.gz"
+        dist = DistFile("x-1.0.tar.gz", url, hashlib.sha256(data).hexdigest(), parse_version("1.0"), "sdist", False)
+        dest = tmp_path / "dist" / "x-1.0.tar.gz"
+        if short < 3:
+            assert download(dist, dest, None) == dist.sha256 and dest.read_bytes() == data
+        else:
+            with pytest.raises(SourceError) as raised:
+                download(dist, dest, None)
+            assert str(raised.value) == (
+                f"cannot download x-1.0.tar.gz from {url}: the connection closed after {len(data) // 3} of "
+                f"{len(data)} bytes, 3 times"
+            )
+            assert not dest.exists() and not list(dest.parent.iterdir())
+        assert served[0] == min(short + 1, 3)
+    finally:
+        server.shutdown()
+        server.server_close()

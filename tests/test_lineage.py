@@ -455,8 +455,10 @@ def test_an_edit_that_conflicts_with_another_merge_stops_reproduce(
     maintained_and_origin: tuple[Path, Path], tmp_path: Path
 ) -> None:
     maintained, origin = maintained_and_origin
-    # the line that differs is the patch side of the conflict the continue resolved (the method's last line,
-    # which upstream rewrote): both changed it
+    # the line that differs is the method's last line, the `_update_states` call upstream rewrote: both changed it.
+    # This pq merges that statement by tokens (merged-tokens) where the lineage's own refresh met it, so the lineage
+    # records no resolution there; with the recorded line's comment on it the tokens overlap: a conflict, and the
+    # lineage has nothing to resolve it with
     change = ("npu_model_runner.py", "OmniNPUModelRunner", "_update_states", True)
     work = spliced(origin, tmp_path / "near", change)
     before = state(work)
@@ -464,8 +466,9 @@ def test_an_edit_that_conflicts_with_another_merge_stops_reproduce(
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pq:")]
     assert len(errors) == 1, proc.stderr
     assert re.fullmatch(
-        r"pq: error: patches/0014-npu-model-runner-update-states\.patch: the recorded edit of lineage step 4 "
-        r"\(refresh, `pq continue`\) conflicts with this pq's merge of npu_model_runner\.py, lines \d+-\d+: .*",
+        r"pq: error: patches/0014-npu-model-runner-update-states\.patch: the merge of lineage step 4 \(refresh, "
+        r"`pq continue`\) leaves 1 conflict\(s\) \(first at npu_model_runner\.py:\d+\) and the lineage records no "
+        r"resolution for them",
         errors[0],
     ), errors[0]
     assert state(work) == before

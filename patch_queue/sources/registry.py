@@ -44,7 +44,7 @@ from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, NamedTuple, TypedDict
 
 from patch_queue.errors import SourceError, hide, without_userinfo
 from patch_queue.fsutil import unwritable_cache
@@ -669,6 +669,25 @@ def newest_release(name: str) -> str:
 # -- downloads -----------------------------------------------------------------------------
 
 
+_ATTEMPTS = 3  # a download whose connection closes before its Content-Length is taken again, this many times
+
+
+def _fetch(dist: DistFile, out: BinaryIO, digest: Any, progress: Progress | None) -> tuple[int, int]:
+    """One request for ``dist``'s bytes into ``out`` and ``digest``: (bytes read, Content-Length or 0)."""
+    with _open(_request(dist.url)) as response:
+        total = int(response.headers.get("Content-Length") or 0)
+        size = f" ({total / (1 << 20):.1f} MiB)" if total else ""
+        say(progress, f"Downloading {dist.filename}{size}")
+        with bar(dist.filename, unit="bytes") as shown:
+            done = 0
+            for chunk in iter(lambda: response.read(_CHUNK), b""):
+                out.write(chunk)
+                digest.update(chunk)
+                done += len(chunk)
+                shown.update(done, total or None)
+    return done, total
+
+
 def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
     """Download ``dist`` to ``dest`` through a temp file in the same folder; return its sha256.
 
@@ -686,21 +705,24 @@ def download(dist: DistFile, dest: Path, progress: Progress | None) -> str:
     except OSError as exc:
         raise unwritable_cache(dest.parent, exc, "the release archives") from None
     tmp = Path(tmp_name)
-    digest = hashlib.sha256()
     try:
         # mkstemp makes the file private; a cache entry is ordinary readable data.
         os.chmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as out, _open(_request(dist.url)) as response:
-            total = int(response.headers.get("Content-Length") or 0)
-            size = f" ({total / (1 << 20):.1f} MiB)" if total else ""
-            say(progress, f"Downloading {dist.filename}{size}")
-            with bar(dist.filename, unit="bytes") as shown:
-                done = 0
-                for chunk in iter(lambda: response.read(_CHUNK), b""):
-                    out.write(chunk)
-                    digest.update(chunk)
-                    done += len(chunk)
-                    shown.update(done, total or None)
+        with os.fdopen(fd, "wb") as out:
+            for attempt in range(1, _ATTEMPTS + 1):
+                out.seek(0)
+                out.truncate()
+                digest = hashlib.sha256()
+                done, total = _fetch(dist, out, digest, progress)
+                if not total or done >= total:
+                    break
+                # the server closed the connection early (urllib's chunked reads do not raise on it): again
+                if attempt == _ATTEMPTS:
+                    raise SourceError(
+                        f"cannot download {dist.filename} from {without_userinfo(dist.url)}: the connection closed "
+                        f"after {done} of {total} bytes, {_ATTEMPTS} times"
+                    )
+                say(progress, f"The download of {dist.filename} stopped after {done} of {total} bytes; again")
         actual = digest.hexdigest()
         if dist.sha256 is not None and actual != dist.sha256:
             raise SourceError(f"sha256 mismatch for {dist.filename}: the index says {dist.sha256}, downloaded {actual}")
