@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import sys
@@ -115,9 +116,13 @@ class Report:
 
     what: str
     keys: frozenset[str] = frozenset()
-    head: str = ""
+    head: str = ""  # what the first line starts with; with ``{}``: a pattern, where ``{}`` stands for any words
 
     def written_by_pq(self, data: bytes) -> bool:
+        if "{}" in self.head:
+            first = data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+            words = [re.escape(part) for part in self.head.split("{}")]
+            return re.match(r"[^\n]*?".join(words), first) is not None
         if self.head:
             return data.startswith(self.head.encode("utf-8"))
         try:
@@ -128,7 +133,8 @@ class Report:
 
 
 REFRESH_JSON = Report("a refresh report (--report)", keys=frozenset({"format", "upstream", "patches", "conflicts"}))
-REFRESH_MARKDOWN = Report("a refresh report (--markdown)", head="## NPU runners: ")
+# the heading names the queue's runners: "## NPU runners: ", "## GPU runners: ", "## Runners of <package>: "
+REFRESH_MARKDOWN = Report("a refresh report (--markdown)", head="## {}unners{}: ")
 CHECK_JSON = Report("a report of pq check (--json)", keys=frozenset({"format", "findings", "counts", "errors"}))
 SYNC_JSON = Report("a report of pq sync-gpu (--report)", keys=frozenset({"format", "source", "since", "proposals"}))
 SYNC_MARKDOWN = Report("a report of pq sync-gpu (--markdown)", head="## GPU-side sync: ")

@@ -10,7 +10,7 @@ This is the one module of pq that names a queue's projects, files and classes; e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from patch_queue.spec import QueueSpec
 
@@ -77,6 +77,39 @@ IMPORT_STUBS = {
         platform_plugin="ascend = vllm_ascend:register",
     ),
 }
+
+
+# how messages name a preset's runners; a queue set by options has "the runners of <package>"
+RUNNERS = {"npu": "the NPU runners", "gpu": "the GPU runners"}
+# what a built wheel calls them (its summary and readme); a queue set by options has "model runners"
+RUNNER_KINDS = {"npu": "Ascend NPU model runners", "gpu": "GPU model runners"}
+
+
+def runners(spec: QueueSpec) -> str:
+    """How messages name the runners of the queue ``spec``: "the NPU runners", "the GPU runners", or for a queue
+    set by options "the runners of <its package>"."""
+    return RUNNERS.get(spec.preset) or f"the runners of {spec.package}"
+
+
+def other_pair(base: QueueSpec) -> QueueSpec:
+    """``base`` (its upstream and downstream already set by options) as a pair of no preset: none of a preset's own
+    upstream carries over (its git history, its fence, its check rules, the GPU runners it mirrors), and the wheel
+    is named after the downstream and the output folder (as the presets' are) with no requirement of its own."""
+    return replace(
+        base,
+        preset="",
+        upstream_git="",
+        fence="",
+        rules="",
+        gpu_reference="",
+        wheel=f"{base.downstream_dist}-{base.out.replace('_', '-')}",
+        wheel_requires=(),
+    )
+
+
+def runner_kind(spec: QueueSpec) -> str:
+    """What a built wheel calls the runners of the queue ``spec`` (:data:`RUNNER_KINDS`)."""
+    return RUNNER_KINDS.get(spec.preset, "model runners")
 
 
 def preset(name: str) -> QueueSpec | None:

@@ -209,6 +209,7 @@ def pq_in_process(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         except SystemExit as done:
             code = done.code
         finally:
+            os.environ.pop("PQ_QUEUE_FOLDER", None)  # what main() settled for this command line only
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
@@ -238,7 +239,8 @@ def pq(cwd: Path, *args: str, check: int | None = 0) -> subprocess.CompletedProc
     exit code as `python -m patch_queue`, without ~0.3 s of interpreter start and imports per command), or in a
     subprocess with PQ_TEST_SUBPROCESS=1 or when a kill point would SIGKILL the process."""
     kill = os.environ.get("PQ_TEST_KILL_AT", "")
-    if os.environ.get(SUBPROCESS_ENV) == "1" or (kill and not kill.startswith("bug:")):
+    # `pq -C DIR` picks its refs before they are imported (patch_queue/namespace.py): a process of its own
+    if os.environ.get(SUBPROCESS_ENV) == "1" or (kill and not kill.startswith("bug:")) or args[:1] == ("-C",):
         proc = pq_subprocess(cwd, *args)
     else:
         proc = pq_in_process(cwd, *args)

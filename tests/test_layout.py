@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "patch_queue"
 # lowest first; a module may import its own folder and any folder of a lower layer
 LAYERS = (
-    {"errors", "spec"},
+    {"errors", "spec", "namespace"},
     {"fsutil", "progress", "presets"},
     {"git"},
     {"merge"},

@@ -11,6 +11,7 @@ the order of ``pq --help``.
 from __future__ import annotations
 
 import copy
+import os
 import sys
 
 import typer
@@ -21,7 +22,37 @@ from patch_queue.cli.app import app
 
 
 def main() -> None:
+    sys.argv[1:] = queue_folder(sys.argv[1:])
     only(sys.argv[1:2])(prog_name="pq")
+
+
+def queue_folder(args: list[str]) -> list[str]:
+    """Settle the queue this process works on (:mod:`patch_queue.namespace`) before anything that names a
+    ref is imported, and return the command line without its leading ``-C DIR`` options: ``pq -C DIR ...`` runs as
+    if started in ``DIR`` (as ``git -C``; each one relative to the one before, an empty one naming the folder it is
+    in), and names ``DIR`` the queue's folder (:func:`namespace.choose`)."""
+    from pathlib import Path
+
+    from patch_queue import namespace
+
+    given = False
+    while args and args[0] == "-C":
+        if len(args) < 2:
+            print("pq: error: -C needs a folder: pq -C DIR COMMAND ...", file=sys.stderr)
+            raise SystemExit(2)
+        if args[1]:
+            try:
+                os.chdir(args[1])
+            except OSError as exc:
+                print(f"pq: error: {args[1]}: cannot change into it ({exc.strerror or exc})", file=sys.stderr)
+                raise SystemExit(2) from None
+        given, args = True, args[2:]
+    try:
+        here = Path.cwd()
+    except OSError:  # a working directory removed under the shell: the workspace says so, in its words
+        return args
+    os.environ[namespace.ENV] = namespace.choose(here, given)
+    return args
 
 
 def only(first: list[str]) -> typer.Typer:

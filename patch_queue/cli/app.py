@@ -38,7 +38,9 @@ app = typer.Typer(
     add_completion=True,
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
-    help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases.",
+    help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases."
+    " `pq -C DIR COMMAND ...` works on the queue in the folder DIR (its own patches/queue.toml and output), as"
+    " `git -C DIR`.",
     epilog=EXIT_CODES,
 )
 

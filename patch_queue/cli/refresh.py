@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from patch_queue import namespace, presets
 from patch_queue.cli.app import (
     AcceptErrorsOpt,
     AnnotationsOpt,
@@ -85,6 +86,7 @@ def adopt(
         spec = adopt.queue_spec(
             ws,
             preset,
+            source,
             upstream_dist=upstream_dist,
             upstream_file=upstream_file,
             upstream_class=upstream_class,
@@ -99,9 +101,10 @@ def adopt(
     echo(res.discarded)
     if res.searched_auto:
         typer.echo(
-            f"upstream base: {res.commit_label} (public {res.public_commit[:12]}), score {res.matched}/{res.total}"
-            f" lines of the carried methods ({100.0 * res.matched / max(res.total, 1):.1f}%),"
-            f" best of {res.searched} revisions, {res.ties} tied"
+            f"upstream base: {res.commit_label}{f' (public {res.public_commit[:12]})' if res.public_commit else ''},"
+            f" score {res.matched}/{res.total} lines of the carried methods"
+            f" ({100.0 * res.matched / max(res.total, 1):.1f}%), best of {res.searched} {res.searched_kind},"
+            f" {res.ties} tied" + (f" ({', '.join(res.tied)}; a tie goes to the newest)" if len(res.tied) > 1 else "")
         )
     else:
         typer.echo(f"upstream base: {res.commit_label} (given with --at)")
@@ -336,7 +339,7 @@ def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
     if markdown is not None:
         write_output(markdown, render.markdown(data, queue=ws.spec).encode("utf-8"), REFRESH_MARKDOWN)
     if annotations:
-        echo(*render.annotations(data))
+        echo(*render.annotations(data, ws.spec))
 
 
 @command()
@@ -437,7 +440,9 @@ def merge(
         )
     if not outcome.results:
         echo(outcome.state.discarded)
-        typer.echo(f"already up to date: the series holds the NPU runners of {outcome.merged}; nothing changed")
+        typer.echo(
+            f"already up to date: the series holds {presets.runners(ws.spec)} of {outcome.merged}; nothing changed"
+        )
         return EXIT_OK
     _write_reports(ws, outcome, annotations)
     code = _print_outcome(ws, outcome, "all" if verbose else flags)
@@ -766,11 +771,11 @@ def abort() -> None:
         if interrupted is None:
             operation = machine.do_abort(ws)
     if interrupted is None:
-        typer.echo(f"{operation} aborted; patches/, npu_worker/ and refs/pq/ are as before")
+        typer.echo(f"{operation} aborted; patches/, {ws.rel(ws.out)}/ and {namespace.refs()} are as before")
     else:
         typer.echo(
             f"undid the writes of the interrupted `pq {interrupted}`; patches/, {ws.rel(ws.out)}/ and "
-            "refs/pq/ are as before it (see `pq status`)"
+            f"{namespace.refs()} are as before it (see `pq status`)"
         )
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from patch_queue import namespace
 from patch_queue.cli.app import app, command, err, locked, workspace
 
 group = typer.Typer(
@@ -59,24 +60,23 @@ def merge(
 
     with locked("resolutions merge") as ws:
         res = resolutions.do_merge(ws, source, theirs_wins=theirs)
+    from patch_queue.series.rerere import REF as store
+
     kept = "took theirs" if theirs else "kept the local one (--theirs takes theirs)"
     for path, ours, their in res.clashes:
-        err(
-            f"warning: refs/pq/resolutions:{path}: both stores hold it, differently (local {ours}, "
-            f"theirs {their}); {kept}"
-        )
+        err(f"warning: {store}:{path}: both stores hold it, differently (local {ours}, theirs {their}); {kept}")
     if res.how == "none":
-        typer.echo(f"{source} has no refs/pq/resolutions: nothing to merge")
+        typer.echo(f"{source} has no {store}: nothing to merge")
     elif res.how == "up to date":
-        typer.echo(f"refs/pq/resolutions already holds {res.source} ({res.theirs}): nothing to merge")
+        typer.echo(f"{store} already holds {res.source} ({res.theirs}): nothing to merge")
     elif res.how == "fast-forward":
         was = f"was {res.old}" if res.old else "this clone had no store"
-        typer.echo(f"refs/pq/resolutions: fast-forward to {res.source} ({res.new}; {was})")
+        typer.echo(f"{store}: fast-forward to {res.source} ({res.new}; {was})")
     elif res.how == "theirs":
-        typer.echo(f"refs/pq/resolutions: took {len(res.clashes)} entries of {res.source} ({res.theirs}): {res.new}")
+        typer.echo(f"{store}: took {len(res.clashes)} entries of {res.source} ({res.theirs}): {res.new}")
     else:
         clashes = f", {len(res.clashes)} clash(es)" if res.clashes else ""
-        typer.echo(f"refs/pq/resolutions: merged {res.source} ({res.theirs}) into {res.old}: {res.new}{clashes}")
+        typer.echo(f"{store}: merged {res.source} ({res.theirs}) into {res.old}: {res.new}{clashes}")
 
 
 @command(group=group)
@@ -86,7 +86,7 @@ def log() -> None:
 
     held = resolutions.do_log(workspace())
     if not held:
-        typer.echo("no history of refs/pq/resolutions yet (pq starts it the first time it reads the store)")
+        typer.echo(f"no history of {namespace.refs()}resolutions yet (pq starts it the first time it reads the store)")
     for h in held:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.held.time)) if h.held.time else "-"
         hint = f" (`pq resolutions merge {h.held.commit[:12]}` merges it in)" if h.state == "not in the store" else ""

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from patch_queue import namespace
 from patch_queue.cli.app import (
     AllOpt,
     DiscardOpt,
@@ -314,7 +315,8 @@ def _undo(redo: bool, discard: bool) -> None:
         pending = operation.load(ws)
     echo(
         dropped,
-        f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and refs/pq/ are as before it",
+        f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and {namespace.refs()} are as "
+        "before it",
     )
     if pending is not None:  # a merge `pq continue` finished: back to where continue found it
         typer.echo(

@@ -27,7 +27,7 @@ from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import stack
 from patch_queue.series.queue import Queue, UpstreamPin, cut_slug, name_problem, shown_name
-from patch_queue.sources import registry
+from patch_queue.sources import registry, release_search
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.cache import MethodCache
 from patch_queue.sources.snapshot import Snapshot, open_git, resolve_upstream, upstream_git_location
@@ -53,12 +53,19 @@ class AdoptResult:
     downstream: str = ""  # "name==version" of an adopted release
     discarded: str = ""  # what --discard dropped from the output folder
     warnings: tuple[str, ...] = ()  # one line each: what the adopted series may not be what the user meant
+    searched_kind: str = "revisions"  # what the search read: git "revisions", or registry "releases"
+    tied: tuple[str, ...] = ()  # the releases that tie with the best, newest first (a search among releases)
 
 
-def queue_spec(ws: Workspace, preset: str | None, **options: str | None) -> QueueSpec:
+def queue_spec(ws: Workspace, preset: str | None, source: str = "", **options: str | None) -> QueueSpec:
     """The queue ``pq adopt`` adopts: the preset named (else the queue ``queue.toml`` describes, else the default
     preset's) with every option given set; an unknown preset, or an option that is no path of the kind it names,
-    is one line."""
+    is one line.
+
+    Without ``--preset``, options that name another upstream (its distribution, file or class) make another pair
+    (:func:`presets.other_pair`): nothing of the base's own upstream carries over (its git history, fence, check
+    rules, GPU reference, wheel).  A release ``source`` (``NAME==VERSION``) of another distribution than the base's
+    downstream names the downstream."""
     if preset is not None:
         base = presets.preset(preset)
         if base is None:
@@ -76,6 +83,12 @@ def queue_spec(ws: Workspace, preset: str | None, **options: str | None) -> Queu
     if (f := options.get("upstream_file")) is not None and not f.endswith(".py"):
         raise QueueError(f"--upstream-file {f!r} must name a Python module (*.py)")
     options = {k: (v.strip("/") if k in ("upstream_file", "package", "out") and v else v) for k, v in options.items()}
+    release = registry.parse_release(source) if source and not Path(source).is_dir() else None
+    if release is not None and registry.normalize_name(release[0]) != registry.normalize_name(base.downstream_dist):
+        options["downstream_dist"] = registry.normalize_name(release[0])
+    upstream = ("upstream_dist", "upstream_file", "upstream_class")
+    if preset is None and any(options.get(k) not in (None, getattr(base, k)) for k in upstream):
+        base = presets.other_pair(base.with_options(**options))
     return base.with_options(**options)
 
 
@@ -98,19 +111,25 @@ def read_downstream(source: str, progress: Progress | None = None, spec: QueueSp
     NPU ones mirror (``pq sync-gpu --omni`` reads those), never the runners of this series."""
     root = Path(source)
     if root.is_dir():
-        for candidate in (root / spec.package, root / "npu", root):
+        # the corpus keeps a release's two runner folders as npu/ and gpu/: a preset's queue reads its own
+        own = root / (spec.preset or presets.DEFAULT.preset)
+        for candidate in (root / spec.package, own, root):
             modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
             if modules:
                 _check_modules(modules, str(candidate))
-                if candidate == root / "npu" and (root / "gpu").is_dir():
+                if own != root / "gpu" and candidate == own and (root / "gpu").is_dir():
                     say(
                         progress,
                         f"Reading {candidate}: {root} holds both npu/ and gpu/, and this queue's runners are the NPU "
                         f"ones (copies of {spec.upstream_dist}'s {spec.upstream_class}); gpu/ is not read",
                     )
                 return Downstream(modules, spec.downstream_dist, "", str(candidate))
-        gpu = " (gpu/ holds GPU runners, not this queue's: name the folder of the NPU runners)"
-        raise QueueError("holds no NPU worker modules (*.py)" + (gpu if (root / "gpu").is_dir() else ""), path=source)
+        if spec.fence:  # the NPU queue's own words (its runners fenced): as they always were
+            gpu = " (gpu/ holds GPU runners, not this queue's: name the folder of the NPU runners)"
+            raise QueueError(
+                "holds no NPU worker modules (*.py)" + (gpu if (root / "gpu").is_dir() else ""), path=source
+            )
+        raise QueueError(f"holds no runner modules (*.py) of {spec.downstream_dist}'s {spec.package}/", path=source)
     release = registry.parse_release(source)
     if release is None:
         raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
@@ -204,13 +223,12 @@ def plan_adopt(
     texts = {k: v.decode("utf-8") for k, v in modules.items()}  # read_downstream checked them
     upath, cls = spec.upstream_file, spec.upstream_class
     searched = None
+    location = ""
     if at is None:
         location = upstream_git_location(upstream_git, spec)
-        if not location:
-            raise QueueError(
-                f"the queue names no git history of {spec.upstream_dist} to search for the base: name the base with "
-                f"--at ({spec.upstream_dist}==VERSION, or a folder of its sources), or its repository with --upstream"
-            )
+    if at is None and not location:  # no git history: the upstream's registry releases are its history
+        searched, snapshot = _search_releases(spec, texts, down_release, progress)
+    elif at is None:
         git = open_git(location, progress=progress)
         history = git.commits_touching(upath)
         say(progress, f"Searching {len(history)} upstream commits that touched {upath} ...")
@@ -278,9 +296,55 @@ def plan_adopt(
         patches=[n for n, _ in commits],
         carried=carried,
         searched_auto=searched is not None,
+        searched_kind="releases" if searched is not None and not location else "revisions",
+        tied=tuple(c.commit for c in searched.ranking if c.matched == searched.best.matched)
+        if searched is not None and not location
+        else (),
         downstream=f"{down_name}=={down_release}" if down_release else "",
         warnings=warnings,
     )
+
+
+def _search_releases(
+    spec: QueueSpec, texts: dict[str, str], down_release: str, progress: Progress | None
+) -> tuple[adopt_mod.SearchResult, Snapshot]:
+    """The base of a queue whose upstream has no git history, searched among the upstream's registry releases
+    (:func:`release_search.release_window`), and its snapshot."""
+    from patch_queue.series import adopt as adopt_mod
+
+    upath, cls = spec.upstream_file, spec.upstream_class
+    window = release_search.release_window(spec.upstream_dist, down_release)
+    if not window.versions:
+        raise QueueError(
+            f"the queue names no git history of {spec.upstream_dist} and {window.why}: name the base with --at "
+            f"({spec.upstream_dist}==VERSION, or a folder of its sources), or its repository with --upstream"
+        )
+    unbounded = "" if down_release else " (a folder names no release to bound them: --at names the base)"
+    say(
+        progress,
+        f"Searching {window.why}, for the base (the queue names no git history of {spec.upstream_dist}){unbounded} ...",
+    )
+    scans = MethodCache(cls)
+    blobs: dict[str, str] = {}
+    for version in window.versions:
+        blob, data = release_search.file_blob(spec.upstream_dist, version, upath, progress)
+        if not blob:
+            continue
+        blobs[version] = blob
+        if not scans.has(blob):
+            assert data is not None
+            scans.put(blob, symbols.scan_methods(data.decode("utf-8", errors="replace"), cls))
+    scans.save()
+    if not blobs:
+        raise QueueError(f"no release of {window.why} holds {upath}: name the base with --at")
+    order = {v: i for i, v in enumerate(window.versions)}  # a tie goes to the newest release
+
+    def methods(_version: str, blob: str) -> dict[str, str]:
+        return scans.get(blob) or {}
+
+    searched = adopt_mod.search_base(texts, list(blobs), blobs.get, methods, order.__getitem__)
+    name = registry.normalize_name(spec.upstream_dist)
+    return searched, resolve_upstream(f"{name}=={searched.best.commit}", progress=progress, queue=spec)
 
 
 def _class_warnings(

@@ -129,7 +129,10 @@ def source_checks(
         snapshot = resolve_upstream(queue.upstream.spec, upstream_git=upstream_git, progress=progress, queue=queue.spec)
         upstream_package = queue.spec.upstream_package
         trees[upstream_package] = imports.tree_from_snapshot(snapshot, upstream_package + "/")
-        if release:
+        if release and VLLM in trees:  # the queue's upstream is vLLM itself: its tree is the series' upstream's
+            say(progress, f"Reading {queue.downstream_name} {release} ...")
+            trees[downstream] = imports.tree_from_release(queue.downstream_name, release, downstream + "/")
+        elif release:
             vllm = vllm_release(queue.downstream_name, release, progress)
             say(progress, f"Reading {queue.downstream_name} {release} and {vllm.describe()} ...")
             trees[downstream] = imports.tree_from_release(queue.downstream_name, release, downstream + "/")

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from patch_queue import presets
 from patch_queue.commands import machine
 from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream, release_modules
 from patch_queue.commands.write import (
@@ -89,9 +90,9 @@ def read_release(queue: Queue, spec: str, progress: Progress | None = None) -> R
     """The NPU runners of ``spec``: a release ``X`` / ``name==X`` of the series' downstream, or a folder."""
     version = release_version(queue, spec)
     if version is None:
-        files = read_downstream(spec, progress).modules
+        files = read_downstream(spec, progress, queue.spec).modules
         return Release(str(Path(spec)), "", files)
-    files = release_modules(queue.downstream_name, version.text, progress)
+    files = release_modules(queue.downstream_name, version.text, progress, queue.spec)
     return Release(f"{queue.downstream_name}=={version.text}", version.text, files)
 
 
@@ -146,7 +147,7 @@ def plan(repo: ProjectRepo, loaded: LoadedStack, since: Release, release: Releas
     # dated as the series' top: git format-patch of two sibling commits dated 0 lists their parent instead
     person = repo.commit_info(top).author
     before = repo.commit(repo.write_tree({**vendored, **since.files}), [top], f"{since.label}\n", person, person)
-    message = f"{release.label}: the NPU runners\n"
+    message = f"{release.label}: {presets.runners(loaded.queue.spec)}\n"
     after = repo.commit(repo.write_tree({**vendored, **release.files}), [before], message, person, person)
     labels = (f"base {since.label}", f"series on {loaded.queue.upstream.label}")
     return Planned(release.label, after, labels)
@@ -255,7 +256,9 @@ def do_merge(
     shown = ws.rel(ws.queue_dir.queue_path)
     old_v = release_version(queue, ancestor)  # a bad spec or an older release: refused before anything is read
     refuse_backwards(queue, release_version(queue, spec), shown, "nothing to merge", old_v if since else None)
-    say(progress, f"Reading the NPU runners of {spec} and of {ancestor}, the release the series holds ...")
+    say(
+        progress, f"Reading {presets.runners(queue.spec)} of {spec} and of {ancestor}, the release the series holds ..."
+    )
     release = read_release(queue, spec, progress)
     old = read_release(queue, ancestor, progress)
     if release.files == old.files:  # nothing written; the outcome names the release by its label

@@ -20,7 +20,7 @@ from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import culprits, replay, rerere, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue
 from patch_queue.sources import registry
-from patch_queue.sources.snapshot import named_release, release_snapshot, resolve_upstream
+from patch_queue.sources.snapshot import Snapshot, named_release, release_snapshot, resolve_upstream
 
 
 def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
@@ -56,6 +56,45 @@ def refuse_older(queue: Queue, to: str | None, shown: str) -> tuple[str, registr
     return target
 
 
+NEWER_TRIED = 4  # releases below the newest read for the newest that still has the upstream file
+
+
+def refuse_release_without_file(
+    queue: Queue,
+    release: tuple[str, registry.Version],
+    snapshot: Snapshot,
+    *,
+    newest: bool,
+    progress: Progress | None = None,
+) -> None:
+    """One line when the release a refresh goes to has no file the series copies (upstream removed or moved it):
+    for the default target, the newest release, it names the newest of the :data:`NEWER_TRIED` below it (and above
+    the series' own) that still has them, the release to name with ``--to``."""
+    missing = [p for p in queue.upstream_paths() if not snapshot.exists(p)]
+    if not missing:
+        return
+    name, version = release
+    what = (
+        f"{registry.normalize_name(name)} {version.text}{', the newest release,' if newest else ''} has no "
+        f"{missing[0]}, the file the series copies {queue.spec.upstream_class} from (upstream removed or moved it)"
+    )
+    held = registry.parse_release(queue.upstream.spec)
+    found = ""
+    if newest and held is not None:
+        from patch_queue.sources import release_search
+
+        window = release_search.release_window(name)
+        parsed = [registry.parse_version(v) for v in window.versions]
+        below = [v.text for v in parsed if v is not None and held[1].key < v.key < version.key]
+        for candidate in reversed(below[-NEWER_TRIED:]):
+            if release_search.file_blob(name, candidate, missing[0], progress)[0]:
+                found = candidate
+                break
+    if found:
+        raise QueueError(f"{what}; the newest release that has it is {found}: `pq refresh --to {name}=={found}`")
+    raise QueueError(f"{what}: refresh onto a release that has it with --to {name}==VERSION")
+
+
 def do_refresh(
     ws: Workspace,
     *,
@@ -84,6 +123,8 @@ def do_refresh(
     else:
         snapshot = resolve_upstream(to, upstream_git=upstream_git, progress=progress, queue=loaded.queue.spec)
     kill_point("after-download")
+    if release is not None:
+        refuse_release_without_file(loaded.queue, release, snapshot, newest=to is None, progress=progress)
     pin = snapshot_pin(snapshot, loaded.queue.upstream.name, loaded.queue.upstream_paths())
     target, projection = target_queue(loaded.queue, pin, snapshot.read)
     new_base = stack.base_commit(ws.repo, target, projection)

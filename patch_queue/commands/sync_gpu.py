@@ -232,8 +232,8 @@ def _runner_files(queue: Queue, spec: str, progress: Progress | None) -> tuple[d
             raise QueueError("holds no gpu_*model_runner.py", path=str(folder))
         return {p.name: _text(p.read_bytes(), str(p)) for p in found}, str(folder)
     name = queue.downstream_name
+    package = gpu_audit.mirror(queue.spec).gpu_package  # a queue that mirrors no GPU runners: one line, first
     say(progress, f"Reading the GPU runners of {name} {version.text} ...")
-    package = gpu_audit.mirror(queue.spec).gpu_package
     data = release_files(name, version.text, package + "/", progress=progress)
     files = {
         k.rsplit("/", 1)[-1]: _text(v, f"{name}=={version.text}: {k}")

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from patch_queue import namespace
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, unreplaceable
 from patch_queue.outputs import folder as output
@@ -28,10 +29,10 @@ from patch_queue.series.queue import Queue, UpstreamPin, render_series
 FORMATTER = ("ruff", 120)
 
 
-REF_REFRESH = "refs/pq/refresh/"
+REF_REFRESH = namespace.refs() + "refresh/"
 
 
-REF_PREVIOUS = "refs/pq/previous"  # the top before the last finished refresh: what `pq check` compares with
+REF_PREVIOUS = namespace.refs() + "previous"  # the top before the last finished refresh: what `pq check` compares with
 
 
 def patch_files(ws: Workspace) -> set[str]:

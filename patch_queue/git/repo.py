@@ -39,10 +39,11 @@ import pygit2
 from pygit2 import ffi
 from pygit2.enums import FileMode
 
+from patch_queue import namespace
 from patch_queue.errors import PqError, QueueError
 from patch_queue.git import command, pack
 
-REF_PREFIX = "refs/pq/"
+REF_PREFIX = namespace.refs()
 # objects are read as git reads them: inflated, not hashed again (libgit2 checks every object read against its
 # id by default, which costs as much as the inflate; git leaves that to ``git fsck``)
 pygit2.option(pygit2.enums.Option.ENABLE_STRICT_HASH_VERIFICATION, False)

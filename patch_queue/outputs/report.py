@@ -53,9 +53,10 @@ FULL_REPORT = "the JSON report (`pq refresh --report`)"  # where everything is, 
 # terminal
 
 
-def summary_line(report: dict[str, object]) -> str:
-    """One line for the terminal, e.g. ``3 conflicts, 12 review flags (2 reused), 24/24 omni blocks kept``."""
-    r = read(report)
+def summary_line(report: dict[str, object], queue: QueueSpec | None = None) -> str:
+    """One line for the terminal, e.g. ``3 conflicts, 12 review flags (2 reused), 24/24 omni blocks kept`` (``queue``:
+    the queue refreshed; None: the default preset's)."""
+    r = read(report, queue)
     parts = [plural(len(r.conflicts), "conflict") if r.conflicts else "no conflicts"]
     flags = plural(len(r.flags), "review flag")
     reused = sum(1 for f in r.flags if is_reused(f))
@@ -110,13 +111,14 @@ def _annotation(command: str, out: str, entry: Conflict) -> str:
     return f"::{command} {rendered}::{_escape_data(message)}"
 
 
-def annotations(report: dict[str, object]) -> list[str]:
+def annotations(report: dict[str, object], queue: QueueSpec | None = None) -> list[str]:
     """GitHub Actions workflow commands: one ``::error`` per conflict, then one per error of `pq check`, then one
     ``::warning`` per flag.
 
     ``::error file=<out>/<file>,line=<line>,title=<kind>::<message> (<symbol>; culprits: abc1234 #1234)``
+    (``<out>``: the report's output folder, else that of ``queue``, the queue refreshed; None: the default preset's)
     """
-    r = read(report)
+    r = read(report, queue)
     checked = [
         _annotation("error", r.out, Conflict(f"pq check: {rule}", message, file=file, line=line or None))
         for file, line, rule, message in r.check_errors

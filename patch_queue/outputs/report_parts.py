@@ -125,6 +125,7 @@ class Report:
     upstream_name: str = "the upstream"  # the queue's upstream distribution (not in the JSON: the queue's)
     # what is said of a conflict (file, line) whose deleted lines upstream moved into a helper (`explanation.moved`)
     moved: tuple[tuple[str, int, str], ...] = ()
+    runners: str = "NPU runners"  # the heading's name of the queue's runners (not in the JSON: the queue's)
 
 
 def _items(report: Mapping[str, object], key: str) -> Iterator[tuple[str, object]]:
@@ -182,7 +183,14 @@ def read(report: Mapping[str, object], queue: QueueSpec | None = None) -> Report
         merged=string(report, "merged", ""),
         upstream_name=queue.upstream_dist,
         moved=tuple(_moved(report)),
+        runners=_heading_runners(queue),
     )
+
+
+def _heading_runners(queue: QueueSpec) -> str:
+    """The runners of ``queue`` as the heading names them: "NPU runners", "GPU runners", "Runners of <package>"."""
+    words = presets.runners(queue).removeprefix("the ")
+    return words[:1].upper() + words[1:]
 
 
 def _moved(report: Mapping[str, object]) -> Iterator[tuple[str, int, str]]:
@@ -422,7 +430,7 @@ def _tally(entries: Sequence[Conflict], key: Callable[[Conflict], str]) -> dict[
 
 def head(r: Report, url: str) -> str:
     base, target = r.base or "(unknown)", r.target or "(unknown)"
-    blocks = [f"## NPU runners: {base} → {target}"]
+    blocks = [f"## {r.runners}: {base} → {target}"]
 
     def upstream_ref(label: str, commit: str) -> str:
         ref = code(label) if label else "(unknown)"

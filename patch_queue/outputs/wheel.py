@@ -211,14 +211,14 @@ def wheel_meta(queue: Queue, *, package: str, patches: list[str], pinned: Iterab
     down_release = queue.downstream_release.strip()
     requires.append(f"{down_name}=={downstream_version(queue)}" if down_release else down_name)
     summary = (
-        f"{down_name}'s Ascend NPU model runners as the standalone package {package}, "
+        f"{down_name}'s {presets.runner_kind(spec)} as the standalone package {package}, "
         f"replayed onto {up_name} {release or (commit[:12] if commit else 'from a folder')}"
     )
     readme = "\n".join(
         [
             f"# {spec.wheel} {version}",
             "",
-            f"{down_name}'s Ascend NPU model runners (`{queue.package}/`) as the standalone package `{package}`",
+            f"{down_name}'s {presets.runner_kind(spec)} (`{queue.package}/`) as the standalone package `{package}`",
             f"(its `{queue.package.replace('/', '.')}` imports point into `{package}`), built by `pq build --wheel`",
             "from the patch series below.",
             "",

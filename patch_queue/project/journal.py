@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from patch_queue import namespace
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import (
     atomic_write,
@@ -260,7 +261,8 @@ class _Unwritable(Exception):
         return QueueError(f"cannot be written ({why}){'; ' + self.after if self.after else ''}", path=ws.rel(self.path))
 
 
-_RESOLUTIONS = "refs/pq/resolutions"  # only grows but by `pq resolutions drop`: `pq undo` leaves it otherwise
+# only grows but by `pq resolutions drop`: `pq undo` leaves it otherwise
+_RESOLUTIONS = namespace.refs() + "resolutions"
 
 
 @dataclass(frozen=True)

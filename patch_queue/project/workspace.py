@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patch_queue import presets
+from patch_queue import namespace, presets
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.progress import Progress
@@ -60,7 +60,7 @@ class Workspace:
 
     @property
     def state_dir(self) -> Path:
-        return self.repo.gitdir / "pq"
+        return self.repo.gitdir / namespace.state()
 
     def rel(self, path: Path) -> str:
         try:
@@ -82,14 +82,15 @@ def open_workspace(cwd: Path | None = None, *, out: Path | None = None) -> Works
             f"lock and a refresh's state are not, so pq runs in the main work tree only ({repo.main_gitdir.parent})",
             path=str(root),
         )
+    if namespace.folder():  # a queue in a folder of its own (`pq -C DIR`): its patches/ and output are there
+        root = root / namespace.folder()
     return Workspace(repo, root, QueueDir(root / "patches"), out.resolve() if out else None)
 
 
 JOURNAL_FILE = "journal.json"  # see patch_queue/project/journal.py
-REF_JOURNAL = (
-    "refs/pq/journal"  # keeps the journal's saved contents reachable; only patch_queue/project/journal.py moves it
-)
-REF_UNDO = "refs/pq/undo"  # keeps the saved contents of the last undoable command reachable (pq undo)
+# keeps the journal's saved contents reachable; only patch_queue/project/journal.py moves it
+REF_JOURNAL = namespace.refs() + "journal"
+REF_UNDO = namespace.refs() + "undo"  # keeps the saved contents of the last undoable command reachable (pq undo)
 UNDO_FILE = "undo.json"  # what `pq undo` puts back; see patch_queue/project/journal.py
 RECOVERY_COMMANDS = ("continue", "abort")  # the commands that may run while a journal is left
 READING_COMMANDS = ("check", "blocks")  # locked commands that also run where no lock can be taken (read-only)
@@ -175,8 +176,8 @@ def check_refs(ws: Workspace) -> None:
         if kind != "commit":
             what = "an object the repository does not have" if kind is None else f"a {kind}, not a commit"
             fix = (  # the recorded resolutions are not rebuilt: an older value of the ref is in its reflog
-                "or set it to a store `pq resolutions log` lists (`git update-ref refs/pq/resolutions ID`)"
-                if name == "refs/pq/resolutions"
+                f"or set it to a store `pq resolutions log` lists (`git update-ref {namespace.refs()}resolutions ID`)"
+                if name == namespace.refs() + "resolutions"
                 else "and rebuild with `pq build` (or `pq abort` a refresh)"
             )
             raise QueueError(
@@ -238,7 +239,7 @@ def _start_time(pid: int) -> int | None:
 
 def _clear_ref_locks(ws: Workspace) -> None:
     """Remove the git ref locks under refs/pq/ that a killed pq left (pq is the only writer there)."""
-    refs = ws.repo.gitdir / "refs" / "pq"
+    refs = ws.repo.gitdir / namespace.refs().rstrip("/")
     if refs.is_dir():
         for stale in refs.rglob("*.lock"):
             stale.unlink(missing_ok=True)

@@ -21,6 +21,7 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from patch_queue import presets
 from patch_queue.errors import PqError
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Conflict, Culprit
@@ -178,8 +179,15 @@ def annotate(
     paths = sorted(old.files)
     if not found or not paths:
         return found, ""
+    location = upstream_git_location(upstream_git, queue)
+    if not location:
+        spec = queue or presets.DEFAULT
+        return found, (
+            f"no upstream commits named: the queue names no git history of {spec.upstream_dist} (its registry "
+            "releases are its history; --upstream names a repository of it)"
+        )
     try:
-        git = open_git(upstream_git_location(upstream_git, queue), progress=progress)
+        git = open_git(location, progress=progress)
     except PqError as exc:
         return found, f"no upstream commits named: the upstream history cannot be read ({exc})"
     ends = [_commit_of(git, pin, paths[0], data) for pin, data in zip((old, new), files, strict=True)]

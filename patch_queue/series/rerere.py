@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patch_queue import namespace
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import clean_relative, json_bytes
 from patch_queue.git import command
@@ -46,8 +47,9 @@ from patch_queue.git.diff import line_hunks
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.series.stack import PERSON, VENDOR, sha256
 
-REF = "refs/pq/resolutions"
-REMOTES = "refs/pq/remotes/"  # each remote's store as `pq resolutions merge REMOTE` last fetched it: REMOTE/resolutions
+REF = namespace.refs() + "resolutions"
+# each remote's store as `pq resolutions merge REMOTE` last fetched it: REMOTE/resolutions
+REMOTES = namespace.refs() + "remotes/"
 
 
 @dataclass(frozen=True)

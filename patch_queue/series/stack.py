@@ -24,6 +24,7 @@ from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_tz
 from typing import TypedDict
 
+from patch_queue import namespace
 from patch_queue.errors import PatchError, PqError, SourceError
 from patch_queue.git.repo import CommitInfo, Person, ProjectRepo
 from patch_queue.merge import symbols
@@ -35,9 +36,9 @@ VENDOR = ".pq-upstream/"
 BASE_PERSON_NAME = "pq"
 BASE_PERSON_EMAIL = "pq@localhost"
 PERSON = Person(BASE_PERSON_NAME, BASE_PERSON_EMAIL, 0, 0)  # the author of pq's own commits
-REF_BASE = "refs/pq/base"
-REF_TOP = "refs/pq/top"
-REF_PATCHES = "refs/pq/patches/"
+REF_BASE = namespace.refs() + "base"
+REF_TOP = namespace.refs() + "top"
+REF_PATCHES = namespace.refs() + "patches/"
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 
 

@@ -177,8 +177,13 @@ def git_snapshot(repo: UpstreamGit, ref: str, progress: Progress | None = None) 
 
 def upstream_git_location(upstream_git: str | None, spec: QueueSpec | None = None) -> str:
     """Where the upstream history lives: the argument, else ``PQ_UPSTREAM_GIT``, else the public repository of the
-    queue ``spec`` (None: the default preset's)."""
-    return upstream_git or os.environ.get("PQ_UPSTREAM_GIT") or (spec or presets.DEFAULT).upstream_git
+    queue ``spec`` (None: the default preset's).  A queue that names no git history ("": its registry releases are
+    its history) has none but the argument's: ``PQ_UPSTREAM_GIT`` stands in for a queue's repository, and the
+    environment of a machine that keeps two queues names one of them."""
+    queue = spec or presets.DEFAULT
+    if not queue.upstream_git:
+        return upstream_git or ""
+    return upstream_git or os.environ.get("PQ_UPSTREAM_GIT") or queue.upstream_git
 
 
 _open_repos: dict[tuple[str, Path], UpstreamGit] = {}
@@ -303,4 +308,11 @@ def resolve_upstream(
         return release_snapshot(release[0], release[1].text, progress)
     if registry.RELEASE_SPEC.match(spec):
         raise SourceError(f"'{spec}' is neither a release NAME==VERSION (VERSION a PEP 440 version) nor a folder")
-    return git_snapshot(open_git(upstream_git_location(upstream_git, queue), progress), spec, progress)
+    location = upstream_git_location(upstream_git, queue)
+    if not location:
+        raise SourceError(
+            f"'{spec}' is neither a release NAME==VERSION nor a folder, and the queue names no git history of "
+            f"{queue.upstream_dist} to read a ref in (its releases are its history): name a release, or a repository "
+            "with --upstream"
+        )
+    return git_snapshot(open_git(location, progress), spec, progress)
