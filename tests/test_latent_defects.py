@@ -4,7 +4,8 @@
   (:func:`patch_queue.merge.symbols.scan_methods`) finds every method, on a synthetic file and on vLLM's real
   ``vllm/v1/worker/gpu_model_runner.py`` (the 0.30.0 sdist, from the registry through pip's configuration).
 - A class-name mismatch between the runners and the upstream file: one line, an error when nothing is carried.
-- A folder holding both ``npu/`` and ``gpu/``: ``npu/`` is read, and a line says so and why.
+- A folder holding both ``npu/`` and ``gpu/``: the queue's own is read (``npu/`` for the npu queue, ``gpu/`` for
+  the gpu queue), and a line says so and why; a queue of another package set by options refuses it in one line.
 - ``pq sync-gpu --omni X`` on a series adopted from a folder, which pins no release to start the delta from: one
   line, and the downstream pin is not moved (it was moved from none to X while the sync said "nothing to do").
 - The relative imports of the upstream file resolve against the package its path names
@@ -297,6 +298,74 @@ def test_the_real_runners_agree_with_vllm_ascend_and_the_gpu_ones_do_not(corpus:
         assert "GPUModelRunner, not NPUModelRunner: " in found.message, found
         line = gpu["gpu_model_runner.py"].splitlines()[(found.line or 0) - 1]
         assert line.startswith("class OmniGPUModelRunner("), (release, line)
+
+
+GPU_FILE = "vllm/v1/worker/gpu_model_runner.py"
+
+
+def _two_queues(root: Path) -> tuple[Path, Path]:
+    """An upstream folder with both queues' upstream files, and a release folder holding npu/ and gpu/ runners (each
+    subclassing its own queue's upstream class), as the corpus keeps a vllm-omni release."""
+    up = _upstream(root / "up", "NPUModelRunner")
+    gpu_up = up / GPU_FILE
+    gpu_up.parent.mkdir(parents=True)
+    gpu_up.write_text(
+        "import os\n\n\nclass GPUModelRunner(\n    Mixin,\n):\n    def __init__(self):\n        pass\n\n" + _methods(4)
+    )
+    release = root / "release"
+    _runners(release / "npu", "NPUModelRunner")
+    gpu = release / "gpu"
+    gpu.mkdir()
+    (gpu / "gpu_model_runner.py").write_text(
+        "import os\n\n\nclass OmniGPUModelRunner(GPUModelRunner):\n    omni = 3\n\n" + _methods(4, " + self.omni")
+    )
+    return up, release
+
+
+def test_a_folder_with_npu_and_gpu_reads_the_gpu_queues_own_folder(tmp_path: Path) -> None:
+    """The gpu queue reads gpu/ (it read npu/, whose NPU runners it then adopted as GPU ones with a warning), and
+    says so in one line; the npu queue still reads npu/."""
+    up, release = _two_queues(tmp_path)
+    proj = new_project(tmp_path / "p")
+    done = pq(proj, "adopt", str(release), "--at", str(up), "--preset", "gpu")
+    said = [line for line in done.stderr.splitlines() if "npu/" in line]
+    assert said == [
+        f"Reading {release}/gpu: {release} holds both gpu/ and npu/, and this queue's runners are the GPU ones "
+        "(copies of vllm's GPUModelRunner); npu/ is not read"
+    ]
+    assert "warning" not in done.stdout and done.stdout.count("carried: gpu_model_runner.py OmniGPUModelRunner.") == 4
+    assert sorted(p.name for p in (proj / "gpu_worker").glob("*.py")) == ["gpu_model_runner.py"]
+    assert not (proj / "npu_worker").exists()
+    npu = pq(new_project(tmp_path / "q"), "adopt", str(release), "--at", str(up))
+    assert f"Reading {release}/npu: {release} holds both npu/ and gpu/" in npu.stderr
+    # gpu/ gone: the gpu queue reads nothing, and the error names npu/ as another queue's
+    (release / "gpu").rename(tmp_path / "moved")
+    line = one_error_line(
+        pq(new_project(tmp_path / "r"), "adopt", str(release), "--at", str(up), "--preset", "gpu", check=1)
+    )
+    assert line == (
+        f"pq: error: {release}: holds no GPU worker modules (*.py) (npu/ holds NPU runners, not this queue's: name the "
+        "folder of the GPU runners)"
+    )
+
+
+def test_a_queue_set_by_options_refuses_a_folder_of_other_queues_runners(tmp_path: Path) -> None:
+    """A queue of another downstream package, set by options, is neither preset's: a folder holding only npu/ and
+    gpu/ is one line (it was read as npu/ without a word), and nothing is written."""
+    up, release = _two_queues(tmp_path)
+    proj = new_project(tmp_path / "p")
+    before = state(proj)
+    args = ("--upstream-file", GPU_FILE, "--upstream-class", "GPUModelRunner", "--package", "other/worker")
+    line = one_error_line(pq(proj, "adopt", str(release), "--at", str(up), *args, check=1))
+    assert line == (
+        f"pq: error: {release}: holds no runner modules of vllm-omni's other/worker/ (*.py) (npu/ holds NPU runners, "
+        "gpu/ holds GPU runners, not this queue's: name the folder of this queue's runners)"
+    )
+    assert state(proj) == before
+    # the gpu preset changed by an option that keeps its package still reads gpu/
+    done = pq(proj, "adopt", str(release), "--at", str(up), "--preset", "gpu", "--out", "gw")
+    assert f"Reading {release}/gpu: " in done.stderr
+    assert sorted(p.name for p in (proj / "gw").glob("*.py")) == ["gpu_model_runner.py"]
 
 
 # -- sync-gpu on a series adopted from a folder -----------------------------------------------------------------
