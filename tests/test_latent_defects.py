@@ -8,6 +8,7 @@
   the gpu queue), and a line says so and why; a queue of another package set by options refuses it in one line.
 - ``pq sync-gpu --omni X`` on a series adopted from a folder, which pins no release to start the delta from: one
   line, and the downstream pin is not moved (it was moved from none to X while the sync said "nothing to do").
+- ``pq merge vllm-omni==X --since Y`` on the gpu queue reads the release's GPU runners, not its NPU modules.
 - The relative imports of the upstream file resolve against the package its path names
   (:func:`patch_queue.series.reimport.module_of`), vllm-ascend's as before and vLLM's ``vllm.v1.worker`` too.
 """
@@ -366,6 +367,37 @@ def test_a_queue_set_by_options_refuses_a_folder_of_other_queues_runners(tmp_pat
     done = pq(proj, "adopt", str(release), "--at", str(up), "--preset", "gpu", "--out", "gw")
     assert f"Reading {release}/gpu: " in done.stderr
     assert sorted(p.name for p in (proj / "gw").glob("*.py")) == ["gpu_model_runner.py"]
+
+
+# -- pq merge on a GPU queue reads the queue's own package of a release -----------------------------------------
+
+
+def test_merge_of_a_release_on_a_gpu_queue_reads_its_gpu_runners(tmp_path: Path, corpus: Path) -> None:
+    """`pq merge vllm-omni==X --since Y` on the gpu queue took in the release's NPU modules
+    (vllm_omni/platforms/npu/worker/, the default queue's package); it takes vllm_omni/worker/: the real vllm-omni
+    0.24.0 GPU runners (the corpus) on vLLM 0.23.0, merged with 0.30.0's from the registry, give 0.30.0's byte for
+    byte."""
+    from patch_queue.checks import gpu_audit
+    from patch_queue.presets import GPU
+    from patch_queue.sources.archives import release_files
+
+    try:
+        files = release_files("vllm-omni", VLLM, GPU.package + "/")
+        gpu_audit.load_vllm_runner("0.23.0")  # the base, read by adopt --at
+    except SourceError as exc:
+        if "cannot read package index" in str(exc) or "cannot download" in str(exc):
+            pytest.skip(f"package registry unreachable: {exc}")
+        raise
+    release = {k.rsplit("/", 1)[-1]: v for k, v in files.items() if "/" not in k.removeprefix(GPU.package + "/")}
+    folder = corpus / "vllm-omni-0.24.0"
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(folder), "--preset", "gpu", "--at", "vllm==0.23.0")
+    done = pq(proj, "merge", f"vllm-omni=={VLLM}", "--since", str(folder))
+    assert f"Reading {folder}/gpu: " in done.stderr
+    assert f"downstream: vllm-omni (none) -> {VLLM} in patches/queue.toml" in done.stdout
+    out = {p.name: p.read_bytes() for p in (proj / "gpu_worker").glob("*.py")}
+    assert not any(name.startswith("npu_") for name in out), sorted(out)
+    assert {k: v for k, v in release.items() if k.endswith(".py")} == out
 
 
 # -- sync-gpu on a series adopted from a folder -----------------------------------------------------------------

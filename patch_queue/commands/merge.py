@@ -89,9 +89,9 @@ def read_release(queue: Queue, spec: str, progress: Progress | None = None) -> R
     """The NPU runners of ``spec``: a release ``X`` / ``name==X`` of the series' downstream, or a folder."""
     version = release_version(queue, spec)
     if version is None:
-        files = read_downstream(spec, progress).modules
+        files = read_downstream(spec, progress, queue.spec).modules
         return Release(str(Path(spec)), "", files)
-    files = release_modules(queue.downstream_name, version.text, progress)
+    files = release_modules(queue.downstream_name, version.text, progress, queue.spec)
     return Release(f"{queue.downstream_name}=={version.text}", version.text, files)
 
 
