@@ -2,7 +2,8 @@
 
 - A class header over several lines (``class GPUModelRunner(\\n    A,\\n    B,\\n):``): the adopt search's scan
   (:func:`patch_queue.merge.symbols.scan_methods`) finds every method, on a synthetic file and on vLLM's real
-  ``vllm/v1/worker/gpu_model_runner.py`` (the 0.30.0 sdist, from the registry through pip's configuration).
+  ``vllm/v1/worker/gpu_model_runner.py`` (the 0.30.0 and 0.23.0 sdists, from the registry through pip's
+  configuration): vllm-omni 0.24.0's GPU runners find 0.23.0, not the newer 0.30.0.
 - A class-name mismatch between the runners and the upstream file: one line, an error when nothing is carried.
 - A folder holding both ``npu/`` and ``gpu/``: the queue's own is read (``npu/`` for the npu queue, ``gpu/`` for
   the gpu queue), and a line says so and why; a queue of another package set by options refuses it in one line.
@@ -162,6 +163,36 @@ def test_the_adopt_search_finds_the_real_vllm_runner(vllm_runner: str, omni_gpu_
     carried = adopt.classify(omni_gpu_runners, vllm_runner, upstream_path="vllm/v1/worker/gpu_model_runner.py",
                              cls="GPUModelRunner")  # fmt: skip
     assert len([c for c in carried if "." in c.downstream]) >= 8
+
+
+def test_the_adopt_search_finds_vllm_0_23_0_for_vllm_omni_0_24_0s_gpu_runners(vllm_runner: str, corpus: Path) -> None:
+    """The issue's measurement, on two real releases: vllm-omni 0.24.0's GPU runners (the corpus's gpu/) match vLLM
+    0.23.0's GPUModelRunner better than 0.30.0's.  Both files open the class over two lines (``class
+    GPUModelRunner(\n    LoRAModelRunnerMixin, ...\n):``); read only up to the header, both scored 0/0 and the tie
+    went to the newest, 0.30.0."""
+    from patch_queue.checks import gpu_audit
+
+    try:
+        old = gpu_audit.load_vllm_runner("0.23.0")
+    except SourceError as exc:
+        if "cannot read package index" in str(exc) or "cannot download" in str(exc):
+            pytest.skip(f"package registry unreachable: {exc}")
+        raise
+    texts = {"0.23.0": old, VLLM: vllm_runner}
+    for text in texts.values():
+        assert "\nclass GPUModelRunner(\n    LoRAModelRunnerMixin," in text
+        assert list(symbols.scan_methods(text, "GPUModelRunner")) == list(_exact(text, "GPUModelRunner"))
+    down = {p.name: p.read_text() for p in sorted((corpus / "vllm-omni-0.24.0" / "gpu").glob("*.py"))}
+    result = adopt.search_base(
+        down,
+        list(texts),
+        lambda version: version,
+        lambda _c, version: symbols.scan_methods(texts[version], "GPUModelRunner"),
+        {"0.23.0": 1, VLLM: 2}.__getitem__,
+    )
+    best, other = result.ranking
+    assert (best.commit, other.commit) == ("0.23.0", VLLM)
+    assert best.total > 2000 and best.matched > other.matched > best.total // 2, result.ranking
 
 
 # -- a class-name mismatch ----------------------------------------------------------------------------------------
