@@ -480,3 +480,21 @@ def test_the_real_vllm_runner_relative_imports_resolve_against_vllm_v1_worker(vl
     out, changes = reimport.reconcile(reads, new_upstream=vllm_runner, old_upstream=None, upstream_module=module)
     assert "from vllm.v1.worker.utils import bind_kv_cache\n" in out, out
     assert [c.kind for c in changes] == [reimport.ADDED]
+
+
+def test_a_gpu_queue_refresh_imports_what_merged_code_reads_from_vllm_v1_worker(tmp_path: Path) -> None:
+    """End to end on the gpu queue (no disguise): upstream code merged into a runner reads a name vLLM's file imports
+    relatively (``from .utils import helper``); the refresh adds ``from vllm.v1.worker.utils import helper``."""
+    up, release = _two_queues(tmp_path)
+    new = tmp_path / "new"
+    text = (up / GPU_FILE).read_text().replace("        return z\n", "        return helper(z)\n", 1)
+    (new / GPU_FILE).parent.mkdir(parents=True)
+    (new / GPU_FILE).write_text("from .utils import helper\n" + text)
+    (new / GPU_FILE).with_name("utils.py").write_text("def helper(z):\n    return z\n")
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(release), "--at", str(up), "--preset", "gpu")
+    done = pq(proj, "refresh", "--to", str(new))
+    out = (proj / "gpu_worker" / "gpu_model_runner.py").read_text()
+    assert "        y = x * 2 + self.omni\n        z = y - 0\n        return helper(z)\n" in out  # both sides' edits
+    assert "from vllm.v1.worker.utils import helper\n" in out, done.stdout
+    assert "vllm_ascend" not in out
