@@ -390,7 +390,7 @@ def test_a_queue_set_by_options_refuses_a_folder_of_other_queues_runners(tmp_pat
     args = ("--upstream-file", GPU_FILE, "--upstream-class", "GPUModelRunner", "--package", "other/worker")
     line = one_error_line(pq(proj, "adopt", str(release), "--at", str(up), *args, check=1))
     assert line == (
-        f"pq: error: {release}: holds no runner modules of vllm-omni's other/worker/ (*.py) (npu/ holds NPU runners, "
+        f"pq: error: {release}: holds no runner modules (*.py) of vllm-omni's other/worker/ (npu/ holds NPU runners, "
         "gpu/ holds GPU runners, not this queue's: name the folder of this queue's runners)"
     )
     assert state(proj) == before

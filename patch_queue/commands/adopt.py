@@ -113,11 +113,12 @@ def read_downstream(source: str, progress: Progress | None = None, spec: QueueSp
                         f"{'/, '.join(others)}/ {'is' if len(others) == 1 else 'are'} not read",
                     )
                 return Downstream(modules, spec.downstream_dist, "", str(candidate))
-        kind = f"{own.upper()} worker modules" if own else f"runner modules of {spec.downstream_dist}'s {spec.package}/"
+        own_kind = f"{own.upper()} worker modules (*.py)"
+        kind = own_kind if own else f"runner modules (*.py) of {spec.downstream_dist}'s {spec.package}/"
         held = ", ".join(f"{name}/ holds {name.upper()} runners" for name in others)
         name_it = f"the {own.upper()} runners" if own else "this queue's runners"
         why = f" ({held}, not this queue's: name the folder of {name_it})" if others else ""
-        raise QueueError(f"holds no {kind} (*.py){why}", path=source)
+        raise QueueError(f"holds no {kind}{why}", path=source)
     release = registry.parse_release(source)
     if release is None:
         raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
