@@ -99,6 +99,58 @@ def test_the_adopt_search_scores_revisions_with_a_header_over_several_lines() ->
     assert result.ties == 1
 
 
+def test_adopt_searches_a_history_whose_class_header_spans_several_lines(tmp_path: Path) -> None:
+    """`pq adopt` end to end on an upstream git history of two revisions, both opening the class over four lines:
+    the older one, which the runners copy, is found with its score; no warning."""
+    from conftest import git
+
+    repo = tmp_path / "upstream"
+    (repo / UPSTREAM).parent.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    header = "import os\n\n\nclass NPUModelRunner(\n    Base,\n    Mixin,\n):\n"
+    for i, body in enumerate((_methods(4), _methods(4).replace("z = y - ", "z = y + "))):
+        (repo / UPSTREAM).write_text(header + body)
+        git(repo, "add", "-A")
+        git(
+            repo,
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@example.org",
+            "commit",
+            "-qm",
+            f"r{i}",
+            "--date",
+            f"{i + 1}0000 +0000",
+        )
+    old = git(repo, "rev-parse", "HEAD~1").strip()
+    down = _runners(tmp_path / "down", "NPUModelRunner")
+    proj = new_project(tmp_path / "p")
+    out = pq(proj, "adopt", str(down), "--upstream", str(repo)).stdout
+    base = next(line for line in out.splitlines() if line.startswith("upstream base: "))
+    assert f"(public {old[:12]}), score 16/20 lines" in base, out
+    assert "warning" not in out and out.count("carried: npu_model_runner.py OmniNPUModelRunner.step") == 4
+
+
+def test_a_search_that_read_no_method_says_the_base_is_a_guess() -> None:
+    """Should the line scan ever miss the class again (every revision 0/0, the newest taken) while the base's syntax
+    tree carries methods, adopt says so in a warning instead of taking the newest without a word."""
+    from patch_queue.commands.adopt import search_warnings
+
+    def result(matched: int, total: int) -> adopt.SearchResult:
+        best = adopt.Candidate("c-new", matched, total, 2)
+        return adopt.SearchResult(best, 2, 2, (best, adopt.Candidate("c-old", matched, total, 1)))
+
+    carried = [adopt.Carried("m.py", "Mine.go", "Runner.go", 0.9), adopt.Carried("m.py", "helper", "helper", 1.0)]
+    assert search_warnings(result(0, 0), carried, "up.py", "Runner", "git c-new") == (
+        "up.py: the search read no method of Runner the runners define in any of 2 revision(s) (each scored 0/0; the "
+        "newest, git c-new, was taken), yet 1 method(s) are carried from it: the base is a guess; name it with --at",
+    )
+    assert search_warnings(result(5, 7), carried, "up.py", "Runner", "git c-new") == ()  # a real score
+    assert search_warnings(None, carried, "up.py", "Runner", "git c-new") == ()  # --at: no search
+    assert search_warnings(result(0, 0), carried[1:], "up.py", "Runner", "git c-new") == ()  # no method carried
+
+
 # -- the real file: vLLM's GPUModelRunner ---------------------------------------------------------------------
 
 VLLM = "0.30.0"  # the vLLM release test_gpu_audit reads too (one download for the run)

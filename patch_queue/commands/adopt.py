@@ -260,6 +260,7 @@ def plan_adopt(
     carried = adopt_mod.classify(texts, upstream_text, upstream_path=upath, cls=cls)
     label = snapshot.label
     warnings = _class_warnings(texts, upstream_text, carried, label, where, spec)
+    warnings += search_warnings(searched, carried, upath, cls, label)
     layout, steps = adopt_mod.plan_series(
         modules,
         carried,
@@ -330,6 +331,24 @@ def _class_warnings(
     at = f"{path}:{mismatch.line}" if mismatch.line is not None else path
     return (
         f"{at}: {what}: {methods} method(s) and {len(carried) - methods} top-level symbol(s) carried by name alone",
+    )
+
+
+def search_warnings(
+    searched: adopt_mod.SearchResult | None, carried: list[adopt_mod.Carried], upath: str, cls: str, label: str
+) -> tuple[str, ...]:
+    """The line that says the search for the base read no method of ``cls`` in any revision (every one scored 0/0,
+    so the tie went to the newest) while the base taken carries methods of it: the search's line scan
+    (:func:`symbols.scan_methods`) and the syntax tree disagree, and the base is a guess."""
+    if searched is None or searched.best.total:
+        return ()
+    methods = sum(1 for c in carried if "." in c.downstream)
+    if not methods:
+        return ()
+    return (
+        f"{upath}: the search read no method of {cls} the runners define in any of {searched.searched} revision(s) "
+        f"(each scored 0/0; the newest, {label}, was taken), yet {methods} method(s) are carried from it: the base is "
+        "a guess; name it with --at",
     )
 
 
