@@ -2,11 +2,14 @@
 
 - A class header over several lines (``class GPUModelRunner(\\n    A,\\n    B,\\n):``): the adopt search's scan
   (:func:`patch_queue.merge.symbols.scan_methods`) finds every method, on a synthetic file and on vLLM's real
-  ``vllm/v1/worker/gpu_model_runner.py`` (the 0.30.0 sdist, from the registry through pip's configuration).
+  ``vllm/v1/worker/gpu_model_runner.py`` (the 0.30.0 and 0.23.0 sdists, from the registry through pip's
+  configuration): vllm-omni 0.24.0's GPU runners find 0.23.0, not the newer 0.30.0.
 - A class-name mismatch between the runners and the upstream file: one line, an error when nothing is carried.
-- A folder holding both ``npu/`` and ``gpu/``: ``npu/`` is read, and a line says so and why.
+- A folder holding both ``npu/`` and ``gpu/``: the queue's own is read (``npu/`` for the npu queue, ``gpu/`` for
+  the gpu queue), and a line says so and why; a queue of another package set by options refuses it in one line.
 - ``pq sync-gpu --omni X`` on a series adopted from a folder, which pins no release to start the delta from: one
   line, and the downstream pin is not moved (it was moved from none to X while the sync said "nothing to do").
+- ``pq merge vllm-omni==X --since Y`` on the gpu queue reads the release's GPU runners, not its NPU modules.
 - The relative imports of the upstream file resolve against the package its path names
   (:func:`patch_queue.series.reimport.module_of`), vllm-ascend's as before and vLLM's ``vllm.v1.worker`` too.
 """
@@ -96,6 +99,58 @@ def test_the_adopt_search_scores_revisions_with_a_header_over_several_lines() ->
     assert result.ties == 1
 
 
+def test_adopt_searches_a_history_whose_class_header_spans_several_lines(tmp_path: Path) -> None:
+    """`pq adopt` end to end on an upstream git history of two revisions, both opening the class over four lines:
+    the older one, which the runners copy, is found with its score; no warning."""
+    from conftest import git
+
+    repo = tmp_path / "upstream"
+    (repo / UPSTREAM).parent.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    header = "import os\n\n\nclass NPUModelRunner(\n    Base,\n    Mixin,\n):\n"
+    for i, body in enumerate((_methods(4), _methods(4).replace("z = y - ", "z = y + "))):
+        (repo / UPSTREAM).write_text(header + body)
+        git(repo, "add", "-A")
+        git(
+            repo,
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@example.org",
+            "commit",
+            "-qm",
+            f"r{i}",
+            "--date",
+            f"{i + 1}0000 +0000",
+        )
+    old = git(repo, "rev-parse", "HEAD~1").strip()
+    down = _runners(tmp_path / "down", "NPUModelRunner")
+    proj = new_project(tmp_path / "p")
+    out = pq(proj, "adopt", str(down), "--upstream", str(repo)).stdout
+    base = next(line for line in out.splitlines() if line.startswith("upstream base: "))
+    assert f"(public {old[:12]}), score 16/20 lines" in base, out
+    assert "warning" not in out and out.count("carried: npu_model_runner.py OmniNPUModelRunner.step") == 4
+
+
+def test_a_search_that_read_no_method_says_the_base_is_a_guess() -> None:
+    """Should the line scan ever miss the class again (every revision 0/0, the newest taken) while the base's syntax
+    tree carries methods, adopt says so in a warning instead of taking the newest without a word."""
+    from patch_queue.commands.adopt import search_warnings
+
+    def result(matched: int, total: int) -> adopt.SearchResult:
+        best = adopt.Candidate("c-new", matched, total, 2)
+        return adopt.SearchResult(best, 2, 2, (best, adopt.Candidate("c-old", matched, total, 1)))
+
+    carried = [adopt.Carried("m.py", "Mine.go", "Runner.go", 0.9), adopt.Carried("m.py", "helper", "helper", 1.0)]
+    assert search_warnings(result(0, 0), carried, "up.py", "Runner", "git c-new") == (
+        "up.py: the search read no method of Runner the runners define in any of 2 revision(s) (each scored 0/0; the "
+        "newest, git c-new, was taken), yet 1 method(s) are carried from it: the base is a guess; name it with --at",
+    )
+    assert search_warnings(result(5, 7), carried, "up.py", "Runner", "git c-new") == ()  # a real score
+    assert search_warnings(None, carried, "up.py", "Runner", "git c-new") == ()  # --at: no search
+    assert search_warnings(result(0, 0), carried[1:], "up.py", "Runner", "git c-new") == ()  # no method carried
+
+
 # -- the real file: vLLM's GPUModelRunner ---------------------------------------------------------------------
 
 VLLM = "0.30.0"  # the vLLM release test_gpu_audit reads too (one download for the run)
@@ -160,6 +215,36 @@ def test_the_adopt_search_finds_the_real_vllm_runner(vllm_runner: str, omni_gpu_
     carried = adopt.classify(omni_gpu_runners, vllm_runner, upstream_path="vllm/v1/worker/gpu_model_runner.py",
                              cls="GPUModelRunner")  # fmt: skip
     assert len([c for c in carried if "." in c.downstream]) >= 8
+
+
+def test_the_adopt_search_finds_vllm_0_23_0_for_vllm_omni_0_24_0s_gpu_runners(vllm_runner: str, corpus: Path) -> None:
+    """The issue's measurement, on two real releases: vllm-omni 0.24.0's GPU runners (the corpus's gpu/) match vLLM
+    0.23.0's GPUModelRunner better than 0.30.0's.  Both files open the class over two lines (``class
+    GPUModelRunner(\n    LoRAModelRunnerMixin, ...\n):``); read only up to the header, both scored 0/0 and the tie
+    went to the newest, 0.30.0."""
+    from patch_queue.checks import gpu_audit
+
+    try:
+        old = gpu_audit.load_vllm_runner("0.23.0")
+    except SourceError as exc:
+        if "cannot read package index" in str(exc) or "cannot download" in str(exc):
+            pytest.skip(f"package registry unreachable: {exc}")
+        raise
+    texts = {"0.23.0": old, VLLM: vllm_runner}
+    for text in texts.values():
+        assert "\nclass GPUModelRunner(\n    LoRAModelRunnerMixin," in text
+        assert list(symbols.scan_methods(text, "GPUModelRunner")) == list(_exact(text, "GPUModelRunner"))
+    down = {p.name: p.read_text() for p in sorted((corpus / "vllm-omni-0.24.0" / "gpu").glob("*.py"))}
+    result = adopt.search_base(
+        down,
+        list(texts),
+        lambda version: version,
+        lambda _c, version: symbols.scan_methods(texts[version], "GPUModelRunner"),
+        {"0.23.0": 1, VLLM: 2}.__getitem__,
+    )
+    best, other = result.ranking
+    assert (best.commit, other.commit) == ("0.23.0", VLLM)
+    assert best.total > 2000 and best.matched > other.matched > best.total // 2, result.ranking
 
 
 # -- a class-name mismatch ----------------------------------------------------------------------------------------
@@ -299,6 +384,105 @@ def test_the_real_runners_agree_with_vllm_ascend_and_the_gpu_ones_do_not(corpus:
         assert line.startswith("class OmniGPUModelRunner("), (release, line)
 
 
+GPU_FILE = "vllm/v1/worker/gpu_model_runner.py"
+
+
+def _two_queues(root: Path) -> tuple[Path, Path]:
+    """An upstream folder with both queues' upstream files, and a release folder holding npu/ and gpu/ runners (each
+    subclassing its own queue's upstream class), as the corpus keeps a vllm-omni release."""
+    up = _upstream(root / "up", "NPUModelRunner")
+    gpu_up = up / GPU_FILE
+    gpu_up.parent.mkdir(parents=True)
+    gpu_up.write_text(
+        "import os\n\n\nclass GPUModelRunner(\n    Mixin,\n):\n    def __init__(self):\n        pass\n\n" + _methods(4)
+    )
+    release = root / "release"
+    _runners(release / "npu", "NPUModelRunner")
+    gpu = release / "gpu"
+    gpu.mkdir()
+    (gpu / "gpu_model_runner.py").write_text(
+        "import os\n\n\nclass OmniGPUModelRunner(GPUModelRunner):\n    omni = 3\n\n" + _methods(4, " + self.omni")
+    )
+    return up, release
+
+
+def test_a_folder_with_npu_and_gpu_reads_the_gpu_queues_own_folder(tmp_path: Path) -> None:
+    """The gpu queue reads gpu/ (it read npu/, whose NPU runners it then adopted as GPU ones with a warning), and
+    says so in one line; the npu queue still reads npu/."""
+    up, release = _two_queues(tmp_path)
+    proj = new_project(tmp_path / "p")
+    done = pq(proj, "adopt", str(release), "--at", str(up), "--preset", "gpu")
+    said = [line for line in done.stderr.splitlines() if "npu/" in line]
+    assert said == [
+        f"Reading {release}/gpu: {release} holds both gpu/ and npu/, and this queue's runners are the GPU ones "
+        "(copies of vllm's GPUModelRunner); npu/ is not read"
+    ]
+    assert "warning" not in done.stdout and done.stdout.count("carried: gpu_model_runner.py OmniGPUModelRunner.") == 4
+    assert sorted(p.name for p in (proj / "gpu_worker").glob("*.py")) == ["gpu_model_runner.py"]
+    assert not (proj / "npu_worker").exists()
+    npu = pq(new_project(tmp_path / "q"), "adopt", str(release), "--at", str(up))
+    assert f"Reading {release}/npu: {release} holds both npu/ and gpu/" in npu.stderr
+    # gpu/ gone: the gpu queue reads nothing, and the error names npu/ as another queue's
+    (release / "gpu").rename(tmp_path / "moved")
+    line = one_error_line(
+        pq(new_project(tmp_path / "r"), "adopt", str(release), "--at", str(up), "--preset", "gpu", check=1)
+    )
+    assert line == (
+        f"pq: error: {release}: holds no GPU worker modules (*.py) (npu/ holds NPU runners, not this queue's: name the "
+        "folder of the GPU runners)"
+    )
+
+
+def test_a_queue_set_by_options_refuses_a_folder_of_other_queues_runners(tmp_path: Path) -> None:
+    """A queue of another downstream package, set by options, is neither preset's: a folder holding only npu/ and
+    gpu/ is one line (it was read as npu/ without a word), and nothing is written."""
+    up, release = _two_queues(tmp_path)
+    proj = new_project(tmp_path / "p")
+    before = state(proj)
+    args = ("--upstream-file", GPU_FILE, "--upstream-class", "GPUModelRunner", "--package", "other/worker")
+    line = one_error_line(pq(proj, "adopt", str(release), "--at", str(up), *args, check=1))
+    assert line == (
+        f"pq: error: {release}: holds no runner modules (*.py) of vllm-omni's other/worker/ (npu/ holds NPU runners, "
+        "gpu/ holds GPU runners, not this queue's: name the folder of this queue's runners)"
+    )
+    assert state(proj) == before
+    # the gpu preset changed by an option that keeps its package still reads gpu/
+    done = pq(proj, "adopt", str(release), "--at", str(up), "--preset", "gpu", "--out", "gw")
+    assert f"Reading {release}/gpu: " in done.stderr
+    assert sorted(p.name for p in (proj / "gw").glob("*.py")) == ["gpu_model_runner.py"]
+
+
+# -- pq merge on a GPU queue reads the queue's own package of a release -----------------------------------------
+
+
+def test_merge_of_a_release_on_a_gpu_queue_reads_its_gpu_runners(tmp_path: Path, corpus: Path) -> None:
+    """`pq merge vllm-omni==X --since Y` on the gpu queue took in the release's NPU modules
+    (vllm_omni/platforms/npu/worker/, the default queue's package); it takes vllm_omni/worker/: the real vllm-omni
+    0.24.0 GPU runners (the corpus) on vLLM 0.23.0, merged with 0.30.0's from the registry, give 0.30.0's byte for
+    byte."""
+    from patch_queue.checks import gpu_audit
+    from patch_queue.presets import GPU
+    from patch_queue.sources.archives import release_files
+
+    try:
+        files = release_files("vllm-omni", VLLM, GPU.package + "/")
+        gpu_audit.load_vllm_runner("0.23.0")  # the base, read by adopt --at
+    except SourceError as exc:
+        if "cannot read package index" in str(exc) or "cannot download" in str(exc):
+            pytest.skip(f"package registry unreachable: {exc}")
+        raise
+    release = {k.rsplit("/", 1)[-1]: v for k, v in files.items() if "/" not in k.removeprefix(GPU.package + "/")}
+    folder = corpus / "vllm-omni-0.24.0"
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(folder), "--preset", "gpu", "--at", "vllm==0.23.0")
+    done = pq(proj, "merge", f"vllm-omni=={VLLM}", "--since", str(folder))
+    assert f"Reading {folder}/gpu: " in done.stderr
+    assert f"downstream: vllm-omni (none) -> {VLLM} in patches/queue.toml" in done.stdout
+    out = {p.name: p.read_bytes() for p in (proj / "gpu_worker").glob("*.py")}
+    assert not any(name.startswith("npu_") for name in out), sorted(out)
+    assert {k: v for k, v in release.items() if k.endswith(".py")} == out
+
+
 # -- sync-gpu on a series adopted from a folder -----------------------------------------------------------------
 
 
@@ -348,3 +532,21 @@ def test_the_real_vllm_runner_relative_imports_resolve_against_vllm_v1_worker(vl
     out, changes = reimport.reconcile(reads, new_upstream=vllm_runner, old_upstream=None, upstream_module=module)
     assert "from vllm.v1.worker.utils import bind_kv_cache\n" in out, out
     assert [c.kind for c in changes] == [reimport.ADDED]
+
+
+def test_a_gpu_queue_refresh_imports_what_merged_code_reads_from_vllm_v1_worker(tmp_path: Path) -> None:
+    """End to end on the gpu queue (no disguise): upstream code merged into a runner reads a name vLLM's file imports
+    relatively (``from .utils import helper``); the refresh adds ``from vllm.v1.worker.utils import helper``."""
+    up, release = _two_queues(tmp_path)
+    new = tmp_path / "new"
+    text = (up / GPU_FILE).read_text().replace("        return z\n", "        return helper(z)\n", 1)
+    (new / GPU_FILE).parent.mkdir(parents=True)
+    (new / GPU_FILE).write_text("from .utils import helper\n" + text)
+    (new / GPU_FILE).with_name("utils.py").write_text("def helper(z):\n    return z\n")
+    proj = new_project(tmp_path / "p")
+    pq(proj, "adopt", str(release), "--at", str(up), "--preset", "gpu")
+    done = pq(proj, "refresh", "--to", str(new))
+    out = (proj / "gpu_worker" / "gpu_model_runner.py").read_text()
+    assert "        y = x * 2 + self.omni\n        z = y - 0\n        return helper(z)\n" in out  # both sides' edits
+    assert "from vllm.v1.worker.utils import helper\n" in out, done.stdout
+    assert "vllm_ascend" not in out

@@ -105,31 +105,33 @@ def read_downstream(source: str, progress: Progress | None = None, spec: QueueSp
     existing directory is one whatever its path holds (``./x==1/npu``), a release is ``NAME==VERSION``
     (:func:`registry.parse_release`), anything else one line before anything is downloaded.
 
-    A directory holds the modules in the downstream package's path, in ``npu/`` or itself (the first that holds
-    ``*.py``).  One that holds both ``npu/`` and ``gpu/`` (a vllm-omni release's two runner folders, as the corpus
-    keeps them) gives ``npu/``, this queue's runners, and says so in one line: ``gpu/`` holds the GPU runners the
-    NPU ones mirror (``pq sync-gpu --omni`` reads those), never the runners of this series."""
+    A directory holds the modules in the downstream package's path, in the folder named after the queue's preset
+    (``npu/``, ``gpu/``: a vllm-omni release's two runner folders, as the corpus keeps them; :func:`_preset_folder`)
+    or itself (the first that holds ``*.py``).  Reading its preset's folder where the folders of other presets stand
+    beside it says so in one line (they hold the runners of other queues, never of this series); a directory that
+    holds only other presets' folders is one line naming them."""
     root = Path(source)
     if root.is_dir():
-        # the corpus keeps a release's two runner folders as npu/ and gpu/: a preset's queue reads its own
-        own = root / (spec.preset or presets.DEFAULT.preset)
-        for candidate in (root / spec.package, own, root):
+        own = _preset_folder(spec)
+        others = [name for name in presets.PRESETS if name != own and (root / name).is_dir()]
+        for candidate in (root / spec.package, *([root / own] if own else []), root):
             modules = {p.name: p.read_bytes() for p in sorted(candidate.glob("*.py")) if p.is_file()}
             if modules:
                 _check_modules(modules, str(candidate))
-                if own != root / "gpu" and candidate == own and (root / "gpu").is_dir():
+                if own and candidate == root / own and others:
                     say(
                         progress,
-                        f"Reading {candidate}: {root} holds both npu/ and gpu/, and this queue's runners are the NPU "
-                        f"ones (copies of {spec.upstream_dist}'s {spec.upstream_class}); gpu/ is not read",
+                        f"Reading {candidate}: {root} holds both {own}/ and {'/, '.join(others)}/, and this queue's "
+                        f"runners are the {own.upper()} ones (copies of {spec.upstream_dist}'s {spec.upstream_class}); "
+                        f"{'/, '.join(others)}/ {'is' if len(others) == 1 else 'are'} not read",
                     )
                 return Downstream(modules, spec.downstream_dist, "", str(candidate))
-        if spec.fence:  # the NPU queue's own words (its runners fenced): as they always were
-            gpu = " (gpu/ holds GPU runners, not this queue's: name the folder of the NPU runners)"
-            raise QueueError(
-                "holds no NPU worker modules (*.py)" + (gpu if (root / "gpu").is_dir() else ""), path=source
-            )
-        raise QueueError(f"holds no runner modules (*.py) of {spec.downstream_dist}'s {spec.package}/", path=source)
+        own_kind = f"{own.upper()} worker modules (*.py)"
+        kind = own_kind if own else f"runner modules (*.py) of {spec.downstream_dist}'s {spec.package}/"
+        held = ", ".join(f"{name}/ holds {name.upper()} runners" for name in others)
+        name_it = f"the {own.upper()} runners" if own else "this queue's runners"
+        why = f" ({held}, not this queue's: name the folder of {name_it})" if others else ""
+        raise QueueError(f"holds no {kind}{why}", path=source)
     release = registry.parse_release(source)
     if release is None:
         raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
@@ -137,6 +139,19 @@ def read_downstream(source: str, progress: Progress | None = None, spec: QueueSp
     return Downstream(
         release_modules(name, version, progress, spec), name, version, f"{name}=={version}: {spec.package}"
     )
+
+
+def _preset_folder(spec: QueueSpec) -> str:
+    """The folder a directory of several queues' runners keeps the queue ``spec``'s in: its preset's name, or for a
+    queue set by options the name of the preset whose downstream package it keeps ("" for none)."""
+    if spec.preset:
+        return spec.preset
+    same = [
+        p.preset
+        for p in presets.PRESETS.values()
+        if (p.downstream_dist, p.package) == (spec.downstream_dist, spec.package)
+    ]
+    return same[0] if len(same) == 1 else ""
 
 
 def release_modules(
@@ -257,6 +272,7 @@ def plan_adopt(
     carried = adopt_mod.classify(texts, upstream_text, upstream_path=upath, cls=cls)
     label = snapshot.label
     warnings = _class_warnings(texts, upstream_text, carried, label, where, spec)
+    warnings += search_warnings(searched, carried, upath, cls, label)
     layout, steps = adopt_mod.plan_series(
         modules,
         carried,
@@ -373,6 +389,24 @@ def _class_warnings(
     at = f"{path}:{mismatch.line}" if mismatch.line is not None else path
     return (
         f"{at}: {what}: {methods} method(s) and {len(carried) - methods} top-level symbol(s) carried by name alone",
+    )
+
+
+def search_warnings(
+    searched: adopt_mod.SearchResult | None, carried: list[adopt_mod.Carried], upath: str, cls: str, label: str
+) -> tuple[str, ...]:
+    """The line that says the search for the base read no method of ``cls`` in any revision (every one scored 0/0,
+    so the tie went to the newest) while the base taken carries methods of it: the search's line scan
+    (:func:`symbols.scan_methods`) and the syntax tree disagree, and the base is a guess."""
+    if searched is None or searched.best.total:
+        return ()
+    methods = sum(1 for c in carried if "." in c.downstream)
+    if not methods:
+        return ()
+    return (
+        f"{upath}: the search read no method of {cls} the runners define in any of {searched.searched} revision(s) "
+        f"(each scored 0/0; the newest, {label}, was taken), yet {methods} method(s) are carried from it: the base is "
+        "a guess; name it with --at",
     )
 
 
