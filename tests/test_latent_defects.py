@@ -475,7 +475,9 @@ def test_merge_of_a_release_on_a_gpu_queue_reads_its_gpu_runners(tmp_path: Path,
     folder = corpus / "vllm-omni-0.24.0"
     proj = new_project(tmp_path / "p")
     pq(proj, "adopt", str(folder), "--preset", "gpu", "--at", "vllm==0.23.0")
-    done = pq(proj, "merge", f"vllm-omni=={VLLM}", "--since", str(folder))
+    # 0.30.0's gpu_ar_worker.py imports a name vLLM has only from 0.24.0 on, and pq check reads the series' own
+    # upstream (0.23.0): a real error, finished over here (the merge is what this test is about)
+    done = pq(proj, "merge", f"vllm-omni=={VLLM}", "--since", str(folder), "--accept-errors")
     assert f"Reading {folder}/gpu: " in done.stderr
     assert f"downstream: vllm-omni (none) -> {VLLM} in patches/queue.toml" in done.stdout
     out = {p.name: p.read_bytes() for p in (proj / "gpu_worker").glob("*.py")}
