@@ -134,6 +134,26 @@ def _apply(top: list[bytes], hunks: list[_Hunk]) -> bytes:
     return b"".join(out)
 
 
+def _rewrite(
+    repo: ProjectRepo,
+    base: str,
+    chain: list[tuple[str, str]],
+    trees: list[dict[str, bytes]],
+    new_trees: list[dict[str, bytes]],
+) -> list[tuple[str, str]]:
+    """``chain`` recommitted on ``base`` with ``new_trees`` (index k: the k-th patch's tree; 0 is the base's): a
+    patch whose parent and tree are unchanged keeps its commit."""
+    out: list[tuple[str, str]] = []
+    parent = base
+    for k, (name, commit) in enumerate(chain, 1):
+        info = repo.commit_info(commit)
+        if parent != info.parents[0] or new_trees[k] != trees[k]:
+            commit = stack.commit_files(repo, parent, new_trees[k], info)
+        out.append((name, commit))
+        parent = commit
+    return out
+
+
 def absorb(
     repo: ProjectRepo,
     base: str,
@@ -214,15 +234,7 @@ def absorb(
             placements.append(
                 Placement(path, h.new_start + 1, len(h.new_lines), h.count, names[h.owner - 1], moved_from)
             )
-    out: list[tuple[str, str]] = []
-    parent = base
-    for k, (name, commit) in enumerate(chain, 1):
-        info = repo.commit_info(commit)
-        if parent != info.parents[0] or new_trees[k] != trees[k]:
-            commit = stack.commit_files(repo, parent, new_trees[k], info)
-        out.append((name, commit))
-        parent = commit
-    return out, sorted(placements, key=lambda p: (p.file, p.line))
+    return _rewrite(repo, base, chain, trees, new_trees), sorted(placements, key=lambda p: (p.file, p.line))
 
 
 @dataclass(frozen=True)
@@ -327,12 +339,4 @@ def relocate(
             lines[sym.start - 1 : sym.end] = upstream.splitlines(keepends=True)
             new_trees[k][path] = "".join(lines).encode("utf-8")
         moved.append(Relocation(path, name, names[skeleton - 1], names[carrier - 1], added, removed, edit))
-    out: list[tuple[str, str]] = []
-    parent = base
-    for k, (name, commit) in enumerate(chain, 1):
-        info = repo.commit_info(commit)
-        if parent != info.parents[0] or new_trees[k] != trees[k]:
-            commit = stack.commit_files(repo, parent, new_trees[k], info)
-        out.append((name, commit))
-        parent = commit
-    return out, moved
+    return _rewrite(repo, base, chain, trees, new_trees), moved
