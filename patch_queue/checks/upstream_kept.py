@@ -12,9 +12,10 @@ that upstream wrote new (code, layout aside, that no line of the old symbol has)
 method on one side or the other, where a conflict region shows it, or when a line of the output much like it
 holds the words upstream changed in it (a word merge: upstream's ``flash_comm_v1_enabled`` for
 ``sp_enabled`` in the omni patch's ``isinstance(model_output, ...)``).  A line of it that is only a run of the old
-symbol's code, laid out anew (``) or self.enable_prompt_embeds:`` where upstream split the old ``if`` header over
-lines), is nothing upstream wrote: a statement merged by tokens that drops that run, as the omni patch did, loses
-nothing of upstream's.
+statement's own code (the old statement most like it), laid out anew (``) or self.enable_prompt_embeds:`` where
+upstream split the old ``if`` header over lines), is nothing upstream wrote: a statement merged by tokens that drops
+that run, as the omni patch did, loses nothing of upstream's. The same run found only in another statement of the
+old symbol is upstream's new line.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def _statements(node: ast.AST) -> Iterator[tuple[str, int, int]]:
                 yield text, child.lineno, max(child.lineno, last)
 
 
-_RUN = 12  # characters of code: a new line that is a run this long of the old symbol's code is only re-laid out
+_RUN = 12  # characters of code: a new line that is a run this long of its old statement's code is only re-laid out
 
 
 def _code(line: str) -> str:
@@ -84,6 +85,8 @@ def _words_kept(line: str, old: list[str], out: list[str]) -> bool:
     if before:
         sm = difflib.SequenceMatcher(None, _WORD.findall(before[0]), words, autojunk=False)
         changed = {w for tag, _i1, _i2, j1, j2 in sm.get_opcodes() if tag != "equal" for w in words[j1:j2]}
+        if not changed:
+            return False  # only old words: a piece of the old line re-laid out (its statement's run), or of another
     return any(changed <= set(_WORD.findall(m)) for m in difflib.get_close_matches(line, out, n=5, cutoff=0.5))
 
 
@@ -135,10 +138,14 @@ def lost(old_upstream: str, new_upstream: str, output: str, carried: Iterable[st
         if new_unit is None:
             continue  # upstream removed the symbol: a symbol-removed conflict says so
         old_unit = _unit(old_tree, symbol)
-        had = {text for text, _first, _last in _statements(old_unit)} if old_unit is not None else set()
+        old_statements = list(_statements(old_unit)) if old_unit is not None else []
+        had = {text for text, _first, _last in old_statements}
+        # each old statement's code without layout, by its text: where a new line may be only re-laid out
+        old_code: dict[str, str] = {}
+        for text, first, last in old_statements:
+            old_code[text] = old_code.get(text, "") + "".join(_code(line) for line in old_lines[first - 1 : last])
         before = _span(old_unit, old_lines) if old_unit is not None else []
         had_code = {c for line in before if (c := _code(line))}
-        old_code = "".join(_code(line) for line in before)
         key = "." + symbol.split(".", 1)[1] if "." in symbol else symbol  # the output's class has its own name
         held: set[str] = set()
         after: list[str] = []
@@ -151,10 +158,11 @@ def lost(old_upstream: str, new_upstream: str, output: str, carried: Iterable[st
         for text, first, last in _statements(new_unit):
             if text in had or text in held:
                 continue
+            own = "".join(old_code[t] for t in difflib.get_close_matches(text, list(old_code), n=1, cutoff=0.6))
             wrote = [
                 line.strip()
                 for line in new_lines[first - 1 : last]
-                if (c := _code(line)) and c not in had_code and not (len(c) >= _RUN and c in old_code)
+                if (c := _code(line)) and c not in had_code and not (len(c) >= _RUN and c in own)
             ]
             if any(_code(line) not in held_code and not _words_kept(line, before, after) for line in wrote):
                 found.append(Lost(file, symbol, first, text))
