@@ -36,7 +36,11 @@ from patch_queue.spec import QueueSpec
 if TYPE_CHECKING:  # the adopt search is imported where it runs: a refresh needs only snapshot_pin from here
     from patch_queue.series import adopt as adopt_mod
 
-ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
+
+def author(spec: QueueSpec, when: int = 0) -> Person:
+    """The author of the patches that hold the maintainers' own edits (``pq adopt``'s, and a module new in a merged
+    release): the contributors of the queue's downstream, at ``when``."""
+    return Person(f"{spec.downstream_dist} contributors (adopted by pq)", "pq@localhost", when, 0)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ class Downstream(NamedTuple):
     subpackages: tuple[str, ...] = ()  # the folders below the package holding Python files, not read (sorted)
 
 
-def read_downstream(source: str, progress: Progress | None = None, spec: QueueSpec = presets.DEFAULT) -> Downstream:
+def read_downstream(source: str, progress: Progress | None, spec: QueueSpec) -> Downstream:
     """The modules of the queue ``spec``'s runners in a downstream release spec or a directory, every module
     checked (:func:`_check_modules`): an
     existing directory is one whatever its path holds (``./x==1/npu``), a release is ``NAME==VERSION``
@@ -155,9 +159,7 @@ def _preset_folder(spec: QueueSpec) -> str:
     return same[0] if len(same) == 1 else ""
 
 
-def release_modules(
-    name: str, version: str, progress: Progress | None = None, spec: QueueSpec = presets.DEFAULT
-) -> dict[str, bytes]:
+def release_modules(name: str, version: str, progress: Progress | None, spec: QueueSpec) -> dict[str, bytes]:
     """The runner modules of the release ``name==version`` (read from the registry, never from a folder) in the
     queue ``spec``'s package, every module checked (:func:`_check_modules`)."""
     return _release_package(name, version, progress, spec)[0]
@@ -311,7 +313,7 @@ def plan_adopt(
     when = 0
     if snapshot.kind == "git":
         when = open_git(upstream_git_location(upstream_git, spec)).commit_time(snapshot.pin)
-    person = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], when, 0)
+    person = author(spec, when)
     files = ws.repo.read_tree(ws.repo.commit_info(base).tree)
     parent = base
     commits: list[tuple[str, str]] = []

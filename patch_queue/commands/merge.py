@@ -27,7 +27,7 @@ from pathlib import Path
 
 from patch_queue import presets
 from patch_queue.commands import machine
-from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream, release_modules
+from patch_queue.commands.adopt import author, read_downstream, release_modules
 from patch_queue.commands.write import (
     StepInfo,
     module_files,
@@ -37,7 +37,7 @@ from patch_queue.commands.write import (
     sync_stack,
 )
 from patch_queue.errors import QueueError
-from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
@@ -47,8 +47,7 @@ from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import absorb, replay, rerere, stack
 from patch_queue.series.queue import Module, Queue, Step, cut_slug, render_queue
 from patch_queue.sources import registry
-
-MERGE_PERSON = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], 0, 0)  # the author of a patch a merge makes
+from patch_queue.spec import QueueSpec
 
 
 @dataclass(frozen=True)
@@ -171,11 +170,17 @@ def wide_queue(queue: Queue, release: Release) -> Queue:
 
 
 def into_series(
-    repo: ProjectRepo, base: str, chain: list[tuple[str, str]], merged: dict[str, bytes], release_label: str
+    repo: ProjectRepo,
+    base: str,
+    chain: list[tuple[str, str]],
+    merged: dict[str, bytes],
+    release_label: str,
+    spec: QueueSpec,
 ) -> list[tuple[str, str]]:
     """The series ``chain`` (on ``base``) holding ``merged`` (module -> text after the merge): each change of a
     module it has goes into the patch that owns the lines (:func:`absorb.absorb`), a module it lacks becomes a
-    new patch on top, one ``merged`` lacks leaves every patch (a patch left empty leaves the series)."""
+    new patch on top (by the contributors of the queue ``spec``'s downstream), one ``merged`` lacks leaves every
+    patch (a patch left empty leaves the series)."""
     top = repo.read_tree(repo.commit_info(chain[-1][1]).tree)
     modules = {p for p in top if not p.startswith(stack.VENDOR)}
     gone = sorted(modules - set(merged))
@@ -196,7 +201,8 @@ def into_series(
         files = repo.read_tree(repo.commit_info(chain[-1][1]).tree)
         files[path] = merged[path]
         message = f"{path}: new in {release_label}\n\nThe module as the maintainers wrote it, taken in by `pq merge`.\n"
-        chain.append((name, repo.commit(repo.write_tree(files), [chain[-1][1]], message, MERGE_PERSON, MERGE_PERSON)))
+        person = author(spec)
+        chain.append((name, repo.commit(repo.write_tree(files), [chain[-1][1]], message, person, person)))
         names.add(name)
     return chain
 
@@ -366,7 +372,7 @@ def finish_merge(
     writes.move_refs(store.ref_update())
     release = Release(m.release, m.version, merged)
     queue = target_queue(state.target(), release, merged)
-    chain = into_series(ws.repo, m.base, list(m.chain), merged, name)
+    chain = into_series(ws.repo, m.base, list(m.chain), merged, name, queue.spec)
     step = StepInfo(
         "merge",
         command,
@@ -404,5 +410,5 @@ def reproduce_merge(
         p: d for p, d in repo.read_tree(repo.commit_info(result.commit).tree).items() if not p.startswith(stack.VENDOR)
     }
     queue = target_queue(loaded.queue, release, merged)
-    chain = into_series(repo, loaded.base, list(loaded.patches), merged, planned.name)
+    chain = into_series(repo, loaded.base, list(loaded.patches), merged, planned.name, queue.spec)
     return LoadedStack(queue, loaded.base, chain), planned.name, result
