@@ -207,7 +207,8 @@ def measure(work: Path, pair: Pair) -> dict[str, Any]:
 
     say("== pq refresh --no-stop (the newest upstream release), then pq abort")
     code, out = run.pq(project, "refresh", "--no-stop", ok=(0, 1, 2, 3))
-    row["newest"] = {"exit": code, "said": out.strip().splitlines()[-1] if out.strip() else ""}
+    ends = ("pq: error", "refreshed onto", "all patches replayed", "stopped at")
+    row["newest"] = {"exit": code, "said": next((x for x in out.splitlines() if x.startswith(ends)), "")}
     if git(project, "for-each-ref", "refs/pq/refresh/base").strip():
         run.pq(project, "abort")
 
