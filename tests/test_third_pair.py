@@ -48,12 +48,15 @@ def test_a_folder_of_runners_finds_the_base_its_release_finds(tmp_path: Path) ->
     folder.mkdir()
     for name, data in pair_queue.package_modules("vllm-omni==0.24.0", "vllm_omni/worker").items():
         (folder / name).write_bytes(data)
+    (folder / "helpers").mkdir()  # a subpackage: no module of the series, and adopt says so
+    (folder / "helpers" / "__init__.py").write_text("X = 1\n", encoding="utf-8")
     by_release = pq(new_project(tmp_path / "release"), "adopt", "vllm-omni==0.24.0", *GPU_OPTIONS)
     by_folder = pq(new_project(tmp_path / "folder"), "adopt", str(folder), *GPU_OPTIONS)
     said = by_folder.stdout + by_folder.stderr  # the search's progress goes to stderr
     first = re.search(r"Searching the \d+ newest final releases of vllm, (\S+) to ", said)
     assert first is not None, said
     assert "widening the search" in said
+    assert f"warning: {folder}: helpers/ not read: the series keeps the modules of vllm_omni/worker/ itself" in said
     assert _base(by_folder.stdout) == _base(by_release.stdout)
     base = registry.parse_version(_base(by_folder.stdout).split()[3].rstrip(","))
     oldest_first = registry.parse_version(first[1])
