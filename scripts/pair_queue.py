@@ -22,7 +22,7 @@ project (``git init``), no preset named:
    (:func:`gpu_queue.measured_refresh`); then plain ``pq refresh --no-stop`` (the newest upstream release);
 5. ``pq merge MERGE`` (a newer downstream release) onto the adopted series: its exit and the output against that
    release's package, byte for byte;
-6. ``pq build --wheel``: the wheel's name;
+6. ``pq build --wheel``: the wheel's name, and the imports of its modules that still point into the downstream's tree;
 7. every line pq printed, scanned for a name of the NPU queue that the pair's own files do not hold (a pair whose
    downstream is vllm-ascend names vllm-ascend rightly).
 
@@ -41,6 +41,7 @@ import shutil
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,22 @@ def new_project(path: Path, out: str) -> Path:
     return path
 
 
+def in_tree_imports(wheel: Path, pair: Pair) -> list[str]:
+    """The import lines of the wheel's modules that still name a module of the series in the downstream's tree
+    (the wheel's package stands for it): ``file:line: text``.  A subpackage of the downstream's is no such module."""
+    dotted = re.escape(pair.package.replace("/", "."))
+    found = []
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.startswith(pair.out + "/") and n.endswith(".py")]
+        modules = {n.removeprefix(pair.out + "/").removesuffix(".py") for n in names if n.count("/") == 1}
+        for name in sorted(names):
+            for number, line in enumerate(zf.read(name).decode("utf-8").splitlines(), 1):
+                m = re.match(rf"\s*(?:from|import)\s+{dotted}(?:\.(\w+))?(?:\s+import\s+(\w+))?", line)
+                if m and (m[1] in modules or (m[1] is None and m[2] in modules)):
+                    found.append(f"{name}:{number}: {line.strip()}")
+    return found
+
+
 def wrong_names(run: Run, own: dict[str, bytes]) -> list[str]:
     """The lines pq printed that hold a name of the NPU queue which none of the pair's own modules holds."""
     texts = b"\n".join(own.values()).decode("utf-8", errors="replace")
@@ -229,7 +246,9 @@ def measure(work: Path, pair: Pair) -> dict[str, Any]:
 
     say("== pq build --wheel")
     _code, out = run.pq(project, "build", "--wheel")
-    row["wheel"] = Path(next(line for line in out.splitlines() if line.endswith(".whl"))).name
+    wheel = project / next(line for line in out.splitlines() if line.endswith(".whl"))
+    row["wheel"] = wheel.name
+    row["wheel_in_tree"] = in_tree_imports(wheel, pair)
     row["npu_words"] = wrong_names(run, own)
     row["commands"] = len(run.printed)
     return row
@@ -240,6 +259,7 @@ def ok(row: dict[str, Any]) -> bool:
         row["build_differs"]
         or row["npu_rules_fired"]
         or row["npu_words"]
+        or row["wheel_in_tree"]
         or any(r["lost"] for r in row["refreshes"])
         or ("merge" in row and (row["merge"]["exit"] != 0 or row["merge"]["differs"]))
     )
@@ -278,7 +298,8 @@ def table(row: dict[str, Any]) -> str:
             + f"; {m['check'] or '(no check line)'}; {m['seconds']} s |"
         )
     lines += [
-        f"| `pq build --wheel` | `{row['wheel']}` |",
+        f"| `pq build --wheel` | `{row['wheel']}`; imports of the series' modules left in the downstream's tree: "
+        f"{len(row['wheel_in_tree'])} |",
         f"| lines naming the NPU queue in what pq printed ({row['commands']} commands) | {len(row['npu_words'])} |",
     ]
     return "\n".join(lines)

@@ -79,6 +79,8 @@ def test_model_runner_v2_round_trips_and_names_what_it_leaves(worker_v2: dict[st
     assert worker_v2["npu_rules_fired"] == []
     assert worker_v2["npu_words"] == []
     assert worker_v2["wheel"].startswith("vllm_omni_worker_v2-")
+    # its modules import each other in the wheel's package, and model_states from vllm-omni
+    assert worker_v2["wheel_in_tree"] == []
 
 
 def test_model_runner_v2_refreshes_with_every_conflict_explained(worker_v2: dict[str, Any]) -> None:
@@ -115,6 +117,7 @@ def test_vllm_ascend_on_vllm_by_options(ascend: tuple[dict[str, Any], Path]) -> 
     # a newer vllm-ascend merged: its modules byte for byte (pending over the true import errors of its base)
     assert row["merge"]["differs"] == []
     assert row["wheel"].startswith("vllm_ascend_ascend_worker-")
+    assert row["wheel_in_tree"] == []
     # the maintainers' edits are the downstream's contributors', not another project's
     first = (project / "patches" / "0001-init.patch").read_text(encoding="utf-8")
     assert first.splitlines()[1] == 'From: "vllm-ascend contributors (adopted by pq)" <pq@localhost>'
