@@ -161,7 +161,7 @@ def print_placements(ws: Workspace, placements: list[Placement]) -> None:
 
 def print_relocations(ws: Workspace, relocations: Sequence[Relocation]) -> None:
     """Each edit of a carried method moved out of its module's skeleton patch (or left there), one a line."""
-    from patch_queue.commands.machine import relocation_message
+    from patch_queue.commands.pending import relocation_message
 
     for r in relocations:
         typer.echo(
@@ -609,23 +609,23 @@ def continue_(
     import_test: ImportAutoOpt = None,
 ) -> int:
     """Take the resolved files in npu_worker/ and go on with the refresh (rewriting the refresh's reports)."""
-    from patch_queue.commands import machine
+    from patch_queue.commands import pending
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
     from patch_queue.project import operation
 
     check_output(report, REFRESH_JSON)
     check_output(markdown, REFRESH_MARKDOWN)
     with locked("continue") as ws:
-        interrupted = machine.recover_interrupted(ws, forward=True)
+        interrupted = pending.recover_interrupted(ws, forward=True)
         if interrupted is not None:
             typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
             return 0
-        pending = operation.load(ws) if report is None or markdown is None else None
-        if pending is not None:  # the refresh's own report paths, which continue rewrites: still its reports?
+        state = operation.load(ws) if report is None or markdown is None else None
+        if state is not None:  # the refresh's own report paths, which continue rewrites: still its reports?
             kinds = (REFRESH_JSON, REFRESH_MARKDOWN)
-            for given, kept, kind in zip((report, markdown), pending.reports, kinds, strict=True):
+            for given, kept, kind in zip((report, markdown), state.reports, kinds, strict=True):
                 check_output(ws.root / kept if kept and given is None else None, kind, shown=kept)
-        outcome = machine.do_continue(
+        outcome = pending.do_continue(
             ws,
             progress=say,
             on_patch=_on_patch,
@@ -763,13 +763,13 @@ def blocks(
 @command()
 def abort() -> None:
     """Put every file and ref back as it was before the refresh (or merge)."""
-    from patch_queue.commands import machine
+    from patch_queue.commands import pending
 
     operation = "refresh"
     with locked("abort") as ws:
-        interrupted = machine.recover_interrupted(ws, forward=False)
+        interrupted = pending.recover_interrupted(ws, forward=False)
         if interrupted is None:
-            operation = machine.do_abort(ws)
+            operation = pending.do_abort(ws)
     if interrupted is None:
         typer.echo(f"{operation} aborted; patches/, {ws.rel(ws.out)}/ and {namespace.refs()} are as before")
     else:

@@ -10,7 +10,7 @@ It is the refresh's machine with one patch: the release's change is a commit (th
 modules -> the release's, on the vendored tree of the series' top), replayed onto the top of the
 series with the same anchor-aware merge, recorded resolutions and conflict regions (the series'
 side first, the release's side last), stopped and gone on with by ``pq continue``, put back by
-``pq abort`` (:mod:`patch_queue.commands.machine`).  Once it is
+``pq abort`` (:mod:`patch_queue.commands.machine`, :mod:`patch_queue.commands.pending`).  Once it is
 through, the merged modules go into the patches that own their lines, by blame over the stack as
 ``pq record`` puts edits (:func:`patch_queue.series.absorb.absorb`); a module new in the release
 becomes a new patch (and a ``[[module]]``), one the release removed leaves every patch.  The lineage
@@ -312,7 +312,15 @@ def do_merge(
     )
     state = machine.start(ws, begun)
     return machine.advance(
-        ws, state, target, results, progress=progress, command="merge", store=store, accept_errors=accept_errors
+        ws,
+        state,
+        target,
+        results,
+        own=finish_merge,
+        progress=progress,
+        command="merge",
+        store=store,
+        accept_errors=accept_errors,
     )
 
 
@@ -340,6 +348,7 @@ def _relabel(finding: Conflict) -> Conflict:
 def finish_merge(
     ws: Workspace,
     state: operation.Operation,
+    target: Queue,
     writes: Writes,
     command: str,
     store: rerere.Store,
@@ -347,7 +356,8 @@ def finish_merge(
 ) -> tuple[LoadedStack, StepInfo, str | None]:
     """The merge's own writes when it finishes (:func:`machine.finish` writes the rest): its recorded resolution.
     The series it leaves (the merged modules in the patches that own their lines), its lineage step and the top
-    of the series as it stood."""
+    of the series as it stood.  ``target`` is not read: the queue left is the state's, laid out anew over the
+    merged modules as resolved."""
     m = state.merging
     assert m is not None
     name, synthetic = state.patches[0]

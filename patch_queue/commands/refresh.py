@@ -1,5 +1,6 @@
 """pq refresh: re-vendor the target, replay the series onto it, write once (the pending operation's machine:
-:mod:`patch_queue.commands.machine`); what a finished refresh writes of its own."""
+:mod:`patch_queue.commands.machine`; going on and putting back: :mod:`patch_queue.commands.pending`); what a
+finished refresh writes of its own."""
 
 from __future__ import annotations
 
@@ -182,7 +183,9 @@ def do_refresh(
         culprits_note=note,
     )
     state = machine.start(ws, begun)
-    return machine.advance(ws, state, target, results, progress=progress, store=store, accept_errors=accept_errors)
+    return machine.advance(
+        ws, state, target, results, own=finish_refresh, progress=progress, store=store, accept_errors=accept_errors
+    )
 
 
 def _mark_removed(conflicts: list[Conflict], removed: list[str]) -> list[Conflict]:

@@ -1,5 +1,5 @@
 """pq status, pq resolve and pq mergetool: where a pending refresh or merge stands, and the resolution of its
-conflict regions on disk (going on and putting back: :mod:`patch_queue.commands.machine`)."""
+conflict regions on disk (going on and putting back: :mod:`patch_queue.commands.pending`)."""
 
 from __future__ import annotations
 
