@@ -313,7 +313,7 @@ def proposal_id(port: Port) -> str:
 def is_sure(port: Port) -> bool:
     """Applied without asking: the removal of omni code both sides held the same way that the GPU side dropped
     (a name it uses is in no GPU runner any more: a feature gone, not code moved).  Measured on every pair of
-    releases (scripts/sync_delta.py), replacements of shared omni code and removals of code the GPU side moved
+    releases (bench/sync_delta.py), replacements of shared omni code and removals of code the GPU side moved
     elsewhere are what the maintainers did not do half the time or more: those are proposals."""
     return removals.is_dropped_feature(port)
 
