@@ -53,7 +53,7 @@ def _on_patch(result: PatchResult) -> None:
 @command()
 def adopt(
     source: Annotated[
-        str, typer.Argument(help="vllm-omni release (vllm-omni==0.30.0) or a folder of NPU worker files")
+        str, typer.Argument(help="a release of the downstream (DIST==VERSION) or a folder of its runner files")
     ],
     upstream: UpstreamOpt = None,
     at: Annotated[str | None, typer.Option("--at", help="upstream commit, ref or release instead of searching")] = None,
@@ -117,22 +117,22 @@ def adopt(
 
 @command()
 def build(
-    out: Annotated[Path | None, typer.Option("--out", help="output folder (default npu_worker/)")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="output folder (default: the queue's)")] = None,
     standalone: Annotated[
-        bool, typer.Option("--standalone", help="point vllm_omni.platforms.npu.worker imports into the package")
+        bool, typer.Option("--standalone", help="point imports of the downstream package into the built one")
     ] = False,
     wheel: Annotated[
         bool,
         typer.Option(
             "--wheel",
             help="build an installable wheel of the standalone package into --out "
-            "(default dist/); npu_worker/ is not touched",
+            "(default dist/); the output folder is not touched",
         ),
     ] = False,
     upstream: UpstreamOpt = None,
     discard: DiscardOpt = False,
 ) -> None:
-    """Write the top of the stack as the npu_worker package (or, with --wheel, as a wheel of it)."""
+    """Write the top of the stack as the runner package in the output folder (or, with --wheel, as a wheel of it)."""
     from patch_queue.commands import machine, write
 
     if wheel:
@@ -345,7 +345,7 @@ def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
 @command()
 def refresh(
     to: Annotated[
-        str | None, typer.Option("--to", help="vllm-ascend==VER, an upstream ref or commit, or a folder")
+        str | None, typer.Option("--to", help="an upstream release (DIST==VERSION), ref or commit, or a folder")
     ] = None,
     no_stop: Annotated[bool, typer.Option("--no-stop", help="go through every patch and record all conflicts")] = False,
     report: ReportOpt = None,
@@ -357,13 +357,16 @@ def refresh(
     upstream: UpstreamOpt = None,
     discard: DiscardOpt = False,
     sync_gpu: Annotated[
-        bool, typer.Option("--sync-gpu", help="after a clean refresh, port the unported omni GPU changes (pq sync-gpu)")
+        bool,
+        typer.Option(
+            "--sync-gpu", help="after a clean refresh, port the unported omni changes of the GPU runners (pq sync-gpu)"
+        ),
     ] = False,
     flags: FlagsOpt = None,
     verbose: VerboseOpt = False,
     accept_errors: AcceptErrorsOpt = False,
 ) -> int:
-    """Re-vendor the target upstream, replay the series onto it, export the patches, build npu_worker/."""
+    """Re-vendor the target upstream, replay the series onto it, export the patches, build the output folder."""
     from patch_queue.commands import refresh
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
 
@@ -400,12 +403,12 @@ def merge(
     spec: Annotated[
         str | None,
         typer.Argument(
-            help="vllm-omni release (X or vllm-omni==X) or a folder of NPU worker files; default the newest"
+            help="a release of the downstream (X or DIST==X) or a folder of its runner files; default the newest"
         ),
     ] = None,
     since: Annotated[
         str | None,
-        typer.Option("--since", help="the release the series' NPU runners are (default: the last adopted or merged)"),
+        typer.Option("--since", help="the release the series' runners are (default: the last adopted or merged)"),
     ] = None,
     report: ReportOpt = None,
     markdown: MarkdownOpt = None,
@@ -418,7 +421,7 @@ def merge(
     verbose: VerboseOpt = False,
     accept_errors: AcceptErrorsOpt = False,
 ) -> int:
-    """Take a newer vllm-omni release's NPU runners into the series, three-way (conflicts as for a refresh)."""
+    """Take a newer downstream release's runners into the series, three-way (conflicts as for a refresh)."""
     from patch_queue.commands import merge as merge_mod
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
 
@@ -548,12 +551,12 @@ def _ids(text: str | None) -> frozenset[str]:
 def sync_gpu_(
     omni: Annotated[
         str | None,
-        typer.Option("--omni", help="vllm-omni release (X or vllm-omni==X) or folder; default the series' release"),
+        typer.Option("--omni", help="the downstream release (X or DIST==X) or folder; default the series' release"),
     ] = None,
     since: Annotated[
         str | None,
         typer.Option(
-            "--since", help="the vllm-omni release the delta starts from (X or folder); default the last taken"
+            "--since", help="the downstream release the delta starts from (X or folder); default the last taken"
         ),
     ] = None,
     apply: Annotated[str | None, typer.Option("--apply", help="apply these proposals too: ID[,ID...], or all")] = None,
@@ -561,14 +564,18 @@ def sync_gpu_(
         str | None, typer.Option("--decline", help="decline these proposals: ID[,ID...] (patches/gpu-sync-rules.toml)")
     ] = None,
     backlog: Annotated[
-        bool, typer.Option("--backlog", help="also the unported GPU omni code older than the release (as proposals)")
+        bool,
+        typer.Option(
+            "--backlog", help="also the unported omni code of the GPU runners older than the release (as proposals)"
+        ),
     ] = False,
     report: ReportOpt = None,
     markdown: MarkdownOpt = None,
     upstream: UpstreamOpt = None,
 ) -> int:
-    """Port the omni changes of the GPU runners since the series' release: the sure ones applied (one patch per NPU
-    method), the rest proposed with an id (--apply ID, --decline ID)."""
+    """Port the omni changes of the downstream's GPU runners since the series' release (a queue that mirrors them,
+    as npu does): the sure ones applied (one patch per method), the rest proposed with an id (--apply ID, --decline
+    ID)."""
     from patch_queue.commands import sync_gpu
     from patch_queue.fsutil import SYNC_JSON, SYNC_MARKDOWN, check_output, json_bytes, write_output
 
@@ -608,7 +615,7 @@ def continue_(
     accept_errors: AcceptErrorsOpt = False,
     import_test: ImportAutoOpt = None,
 ) -> int:
-    """Take the resolved files in npu_worker/ and go on with the refresh (rewriting the refresh's reports)."""
+    """Take the resolved files in the output folder and go on with the refresh (rewriting the refresh's reports)."""
     from patch_queue.commands import pending
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
     from patch_queue.project import operation
@@ -657,7 +664,7 @@ def resolve_(
     old_upstream: Annotated[bool, typer.Option("--upstream", hidden=True)] = False,
     old_patch: Annotated[bool, typer.Option("--patch", hidden=True)] = False,
 ) -> None:
-    """Resolve the one conflict region at FILE:LINE in npu_worker/ to one side (the others: `pq mergetool`);
+    """Resolve the one conflict region at FILE:LINE in the output folder to one side (the others: `pq mergetool`);
     with --keep-upstream or --keep-patch also the regions of the refresh that go with it (a name, a call)."""
     from patch_queue.commands import resolve
 
@@ -690,13 +697,13 @@ def resolve_(
 @command()
 def mergetool(
     files: Annotated[
-        list[str] | None, typer.Argument(help="modules of npu_worker/ (default: every conflicted one)")
+        list[str] | None, typer.Argument(help="modules of the output folder (default: every conflicted one)")
     ] = None,
     tool: Annotated[
         str | None, typer.Option("--tool", "-t", help="the merge tool (default: git config merge.tool)")
     ] = None,
 ) -> None:
-    """Resolve the conflict regions of npu_worker/ with your merge tool, as `git mergetool` does (LOCAL: upstream,
+    """Resolve the conflict regions of the output folder with your merge tool, as `git mergetool` does (LOCAL: upstream,
     REMOTE: the patch, BASE: the old upstream)."""
     from patch_queue.commands import resolve
 
@@ -717,8 +724,9 @@ def check(
     upstream: UpstreamOpt = None,
     import_test: ImportOpt = False,
 ) -> int:
-    """Check the built npu_worker/: compile, fences, omni blocks, NPU rules, imports, signatures, GPU audit (and with
-    --import, each module imported against the real releases)."""
+    """Check the built output folder: compile, fences, omni blocks, the queue's rules (npu: the NPU rules), imports,
+    signatures, the GPU audit where the queue mirrors GPU runners (and with --import, each module imported against the
+    real releases)."""
     from patch_queue.commands import check
     from patch_queue.fsutil import CHECK_JSON, check_output, json_bytes, write_output
 

@@ -77,11 +77,12 @@ def new(
     name: Annotated[str, typer.Argument(help="patch name")],
     message: Annotated[str | None, typer.Option("-m", "--message", help="the message (first line: subject)")] = None,
     take: Annotated[
-        bool, typer.Option("--record", "-r", help="take the unrecorded edits of npu_worker/ into it (as git commit)")
+        bool,
+        typer.Option("--record", "-r", help="take the unrecorded edits of the output folder into it (as git commit)"),
     ] = False,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Make a new, empty patch above the applied ones (as stg new; --record: of the edits in npu_worker/)."""
+    """Make a new, empty patch above the applied ones (as stg new; --record: of the edits in the output folder)."""
     from patch_queue.commands import edit
 
     with locked("new") as ws:
@@ -103,8 +104,8 @@ def record(
     ] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Put the edits of npu_worker/ into the patches that own the lines they touch (all into an empty top patch, or
-    into --patch)."""
+    """Put the edits of the output folder into the patches that own the lines they touch (all into an empty top
+    patch, or into --patch)."""
     from patch_queue.commands import edit
 
     with locked("record") as ws:
@@ -297,7 +298,7 @@ def show(name: OptPatchArg = None, upstream: UpstreamOpt = None) -> None:
 
 @command()
 def diff(upstream: UpstreamOpt = None) -> None:
-    """Print the edits of npu_worker/ that no patch holds, as a diff against the applied patches."""
+    """Print the edits of the output folder that no patch holds, as a diff against the applied patches."""
     from patch_queue.commands import edit
     from patch_queue.outputs import folder
 
