@@ -6,7 +6,6 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -182,14 +181,9 @@ def _print_outcome(ws: Workspace, outcome: Outcome, listed: str | None = None) -
     print_relocations(ws, outcome.relocations)
     if outcome.state.conflicts and outcome.state.culprits_note:
         typer.echo(f"culprits: {outcome.state.culprits_note}")
-    tips, notes = {}, {}
-    if outcome.state.conflicts:  # the suggestions `pq status` shows (the files are written, the state saved)
-        from patch_queue.commands import resolve
-
-        tips = resolve.suggestions(ws, outcome.state)
-        notes = resolve.moved_notes(ws, list(outcome.state.conflicts))
-    for c in outcome.state.conflicts:
-        _print_conflict(ws, c, tips.get((c.file, c.line or 0)), notes.get((c.file, c.line or 0), ""))
+    for c in outcome.state.conflicts:  # with what `pq status` says under each
+        at = (c.file, c.line or 0)
+        _print_conflict(ws, c, outcome.suggestions.get(at), outcome.moved.get(at, ""))
     if outcome.state.conflicts:
         by_file = Counter(c.file for c in outcome.state.conflicts)
         summary = ", ".join(f"{f}: {n}" for f, n in sorted(by_file.items()))
@@ -302,46 +296,6 @@ def _print_check(ws: Workspace, result: CheckOutcome) -> None:
     )
 
 
-def _report_paths(ws: Workspace, report: Path | None, markdown: Path | None) -> tuple[str, str]:
-    """The report paths as the refresh state keeps them: relative to the repository when inside it."""
-
-    def kept(path: Path | None) -> str:
-        if path is not None and str(path) == "-":  # stdout, at this run and at the `pq continue` that ends it
-            return "-"
-        full = path.resolve() if path else None
-        if full is None:
-            return ""
-        return full.relative_to(ws.root).as_posix() if full.is_relative_to(ws.root) else str(full)
-
-    return kept(report), kept(markdown)
-
-
-def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
-    """The reports of ``outcome`` at the paths the refresh was given (the later `pq continue` rewrites them)."""
-    if not any(outcome.state.reports) and not annotations:
-        return  # no report asked for: none is made
-    from patch_queue.commands import machine
-    from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, json_bytes, write_output
-    from patch_queue.outputs import report as render
-
-    report, markdown = (Path(p) if p == "-" else ws.root / p if p else None for p in outcome.state.reports)
-    data = machine.report_json(outcome)
-    if outcome.state.conflicts:  # code upstream moved into a helper, and the patch's copy of it (`moved:`)
-        from patch_queue.commands import resolve
-
-        notes = resolve.moved_notes(ws, list(outcome.state.conflicts))
-        entries = data["conflicts"]
-        assert isinstance(entries, list)
-        for entry in entries:
-            entry["explanation"]["moved"] = notes.get((entry["file"], entry["line"] or 0))
-    if report is not None:
-        write_output(report, json_bytes(data), REFRESH_JSON)
-    if markdown is not None:
-        write_output(markdown, render.markdown(data, queue=ws.spec).encode("utf-8"), REFRESH_MARKDOWN)
-    if annotations:
-        echo(*render.annotations(data, ws.spec))
-
-
 @command()
 def refresh(
     to: Annotated[
@@ -373,7 +327,7 @@ def refresh(
     check_output(report, REFRESH_JSON)
     check_output(markdown, REFRESH_MARKDOWN)
     with locked("refresh") as ws:
-        outcome = refresh.do_refresh(
+        done = refresh.do_refresh(
             ws,
             to=to,
             no_stop=no_stop,
@@ -384,17 +338,15 @@ def refresh(
             check_sources=not no_sources,
             check_import=import_test,
             discard=discard,
-            reports=_report_paths(ws, report, markdown),
+            reports=(report, markdown),
+            annotations=annotations,
             accept_errors=accept_errors,
+            sync_gpu=sync_gpu,
         )
-        synced = _refresh_sync_gpu(ws, outcome, upstream) if sync_gpu else None
-    reported = outcome  # the report lists the flags of the ports too
-    if synced is not None:
-        reported = replace(outcome, state=replace(outcome.state, flags=outcome.state.flags + tuple(synced.flags)))
-    _write_reports(ws, reported, annotations)
-    code = _print_outcome(ws, outcome, "all" if verbose else flags)
-    if synced is not None:
-        _print_sync(ws, synced)
+    echo(done.sync_waits, *done.outcome.annotations)
+    code = _print_outcome(ws, done.outcome, "all" if verbose else flags)
+    if done.synced is not None:
+        _print_sync(ws, done.synced)
     return code
 
 
@@ -428,7 +380,6 @@ def merge(
     check_output(report, REFRESH_JSON)
     check_output(markdown, REFRESH_MARKDOWN)
     with locked("merge") as ws:
-        before = ws.queue_dir.load_queue()
         outcome = merge_mod.do_merge(
             ws,
             spec,
@@ -438,7 +389,8 @@ def merge(
             check=not no_check,
             check_sources=not no_sources,
             discard=discard,
-            reports=_report_paths(ws, report, markdown),
+            reports=(report, markdown),
+            annotations=annotations,
             accept_errors=accept_errors,
         )
     if not outcome.results:
@@ -447,27 +399,14 @@ def merge(
             f"already up to date: the series holds {presets.runners(ws.spec)} of {outcome.merged}; nothing changed"
         )
         return EXIT_OK
-    _write_reports(ws, outcome, annotations)
+    echo(*outcome.annotations)
     code = _print_outcome(ws, outcome, "all" if verbose else flags)
-    if not outcome.pending and outcome.downstream[1] != before.downstream_release:
+    name, release = outcome.downstream_before
+    if not outcome.pending and outcome.downstream[1] != release:
         typer.echo(
-            f"downstream: {before.downstream_name} {before.downstream_release or '(none)'} -> {outcome.downstream[1]} "
-            f"in {ws.rel(ws.queue_dir.queue_path)}"
+            f"downstream: {name} {release or '(none)'} -> {outcome.downstream[1]} in {ws.rel(ws.queue_dir.queue_path)}"
         )
     return code
-
-
-def _refresh_sync_gpu(ws: Workspace, outcome: Outcome, upstream: str | None) -> SyncOutcome | None:
-    """``pq sync-gpu`` after a clean refresh (with conflicts it waits: resolve, then run it)."""
-    from patch_queue.commands import sync_gpu
-
-    if outcome.state.conflicts:
-        typer.echo("sync-gpu skipped: the refresh left conflicts; resolve them, then run `pq sync-gpu`")
-        return None
-    if outcome.check_pending:
-        typer.echo("sync-gpu skipped: pq check's errors keep the refresh pending; fix them, then run `pq sync-gpu`")
-        return None
-    return sync_gpu.do_sync_gpu(ws, omni=None, since=None, upstream_git=upstream, progress=say)
 
 
 def _print_sync(ws: Workspace, outcome: SyncOutcome) -> None:
@@ -618,7 +557,6 @@ def continue_(
     """Take the resolved files in the output folder and go on with the refresh (rewriting the refresh's reports)."""
     from patch_queue.commands import pending
     from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output
-    from patch_queue.project import operation
 
     check_output(report, REFRESH_JSON)
     check_output(markdown, REFRESH_MARKDOWN)
@@ -627,21 +565,16 @@ def continue_(
         if interrupted is not None:
             typer.echo(f"finished the writes of the interrupted `pq {interrupted}`; see `pq status`")
             return 0
-        state = operation.load(ws) if report is None or markdown is None else None
-        if state is not None:  # the refresh's own report paths, which continue rewrites: still its reports?
-            kinds = (REFRESH_JSON, REFRESH_MARKDOWN)
-            for given, kept, kind in zip((report, markdown), state.reports, kinds, strict=True):
-                check_output(ws.root / kept if kept and given is None else None, kind, shown=kept)
         outcome = pending.do_continue(
             ws,
             progress=say,
             on_patch=_on_patch,
-            reports=_report_paths(ws, report, markdown),
+            reports=(report, markdown),
+            annotations=annotations,
             accept_errors=accept_errors,
             check_import=import_test,
         )
-    if outcome.written:  # over errors of pq check nothing is written: the reports stay as they were too
-        _write_reports(ws, outcome, annotations)
+    echo(*outcome.annotations)
     return _print_outcome(ws, outcome, "all" if verbose else flags)
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-from patch_queue.commands import write
+from patch_queue.commands import resolve, write
 from patch_queue.commands.write import REF_PREVIOUS, REF_REFRESH, StepInfo, module_files, write_series
 from patch_queue.errors import PqError
 from patch_queue.fsutil import kill_point, read_folder
-from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge import anchors, explain, markers
 from patch_queue.merge.conflict import Conflict
@@ -64,6 +64,12 @@ class Outcome:
     accepted: list[str] = field(default_factory=list)  # the errors of `pq check` it finished over (--accept-errors)
     written: bool = True  # False: nothing was written (`pq continue` over check errors; a merge with nothing to merge)
     standing: int = 0  # errors of `pq check` in a refresh that changed nothing: the series had them already
+    # under each conflict as `pq status` says it, by (file, line) on disk: its suggestion, where upstream moved the
+    # lines it deleted (the refresh's `moved:` line)
+    suggestions: dict[tuple[str, int], explain.Suggestion] = field(default_factory=dict)
+    moved: dict[tuple[str, int], str] = field(default_factory=dict)
+    downstream_before: tuple[str, str] = ("", "")  # a merge: the downstream pin (name, release) it started from
+    annotations: list[str] = field(default_factory=list)  # GitHub workflow commands of the report (--annotations)
 
     @property
     def target_label(self) -> str:
@@ -188,6 +194,9 @@ def advance(
     state.save(ws, writes)
     output.sync(ws.out, module_files(ws, top), writes)
     writes.commit()
+    if state.conflicts:  # what `pq status` says under each region, now that the files are written and the state saved
+        outcome.suggestions = resolve.suggestions(ws, state)
+        outcome.moved = resolve.moved_notes(ws, list(state.conflicts))
     return outcome
 
 
@@ -261,24 +270,12 @@ def _check_result(
 
 def on_disk_findings(ws: Workspace, written: dict[str, bytes], result: CheckOutcome) -> CheckOutcome:
     """``result`` (findings at lines of ``written``, module path -> text) with each finding at its line in the
-    output folder now (:func:`on_disk_lines`)."""
+    output folder now (:func:`resolve.on_disk_lines`)."""
     from patch_queue.commands.check import CheckOutcome
 
-    lines = on_disk_lines(ws, written, [(f.file, f.line) for f in result.findings])
+    lines = resolve.on_disk_lines(ws, written, [(f.file, f.line) for f in result.findings])
     moved = [replace(f, line=line) for f, line in zip(result.findings, lines, strict=True)]
     return CheckOutcome(moved, result.reference, result.files, result.sources, result.imported)
-
-
-def on_disk_lines(ws: Workspace, written: dict[str, bytes], places: Sequence[tuple[str, int]]) -> list[int]:
-    """For each (module path, 1-based line of ``written``: module path -> text pq wrote), that line in the output
-    folder now, after the maintainer's edits (a line the output folder no longer holds: the line standing in its
-    place); 0 (the whole file) stays 0."""
-    hunks: dict[str, list[tuple[int, int, int, int]]] = {}
-    for path in sorted({p for p, line in places if line and p in written}):
-        have = ws.out / path
-        now = have.read_bytes() if have.is_file() else b""
-        hunks[path] = line_hunks(written[path], now) if now != written[path] else []
-    return [move_line(line, hunks[path]) if line and path in hunks else line for path, line in places]
 
 
 def count_blocks(files: dict[str, bytes]) -> int:
@@ -414,7 +411,7 @@ def report_json(outcome: Outcome) -> dict[str, object]:
         "downstream": {"name": outcome.downstream[0], "release": outcome.downstream[1]},
         "out": outcome.out,
         "patches": [{"name": r.name, "status": r.status} for r in outcome.results],
-        "conflicts": [explained(c) for c in state.conflicts],
+        "conflicts": [explained(c, outcome.moved.get((c.file, c.line or 0))) for c in state.conflicts],
         "flags": [c.as_json(report=True) for c in state.flags],
         "removed_symbols": list(state.removed_symbols),
         "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
@@ -430,14 +427,47 @@ def report_json(outcome: Outcome) -> dict[str, object]:
     return data
 
 
-def explained(conflict: Conflict) -> dict[str, object]:
-    """A conflict's report entry with what upstream changed, its omni block and a suggested resolution."""
+def explained(conflict: Conflict, moved: str | None = None) -> dict[str, object]:
+    """A conflict's report entry with what upstream changed, its omni block, a suggested resolution and where
+    upstream moved the lines it deleted (``moved``: :attr:`Outcome.moved`)."""
     data = conflict.as_json(report=True)
     tip = explain.suggest(conflict)
     data["explanation"] = {
         "upstream": report_parts.upstream_change(conflict),
         "block": explain.omni_block(conflict),
         "suggestion": None if tip is None else {"side": tip.side, "reason": tip.reason, "text": tip.text},
-        "moved": None,  # said where the refresh is pending (it reads the target's snapshot): `_write_reports`
+        "moved": moved,
     }
     return data
+
+
+def report_paths(ws: Workspace, report: Path | None, markdown: Path | None) -> tuple[str, str]:
+    """The report paths as the operation's state keeps them (for `pq continue` to rewrite): relative to the
+    repository when inside it, ``-`` for stdout."""
+
+    def kept(path: Path | None) -> str:
+        if path is not None and str(path) == "-":  # stdout, at this run and at the `pq continue` that ends it
+            return "-"
+        full = path.resolve() if path else None
+        if full is None:
+            return ""
+        return full.relative_to(ws.root).as_posix() if full.is_relative_to(ws.root) else str(full)
+
+    return kept(report), kept(markdown)
+
+
+def write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> list[str]:
+    """The reports of ``outcome`` at the paths the operation was given (the later `pq continue` rewrites them);
+    with ``annotations``, the report's GitHub workflow commands, for the terminal."""
+    if not any(outcome.state.reports) and not annotations:
+        return []  # no report asked for: none is made
+    from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, json_bytes, write_output
+    from patch_queue.outputs import report as render
+
+    report, markdown = (Path(p) if p == "-" else ws.root / p if p else None for p in outcome.state.reports)
+    data = report_json(outcome)
+    if report is not None:
+        write_output(report, json_bytes(data), REFRESH_JSON)
+    if markdown is not None:
+        write_output(markdown, render.markdown(data, queue=ws.spec).encode("utf-8"), REFRESH_MARKDOWN)
+    return render.annotations(data, ws.spec) if annotations else []

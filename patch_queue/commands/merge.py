@@ -229,12 +229,13 @@ def do_merge(
     check: bool = True,
     check_sources: bool = True,
     discard: bool = False,
-    reports: tuple[str, str] = ("", ""),
+    reports: tuple[Path | None, Path | None] = (None, None),
+    annotations: bool = False,
     accept_errors: bool = False,
 ) -> machine.Outcome:
     """Merge ``spec`` (default: the newest release of the downstream on the registry, pre-releases included) into
     the series; the refresh's outcome (``merged`` names the release; nothing to merge: ``merged`` and no
-    ``results``)."""
+    ``results``, and no report).  ``reports``, ``annotations``: as for `pq refresh`."""
     operation.refuse_pending(ws, "a refresh is in progress; `pq continue` or `pq abort` it first")
     refuse_unwritable_queue(ws)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -300,7 +301,7 @@ def do_merge(
         upstream_commits=(queue.upstream.public_commit, queue.upstream.public_commit),
         recorded=any(f.kind in (ConflictKind.REUSED, ConflictKind.RECORDED_EDITS) for f in flags),
         discarded=output.discarded(dropped),
-        reports=reports,
+        reports=machine.report_paths(ws, *reports),
         merging=operation.Merging(
             release.spec,
             release.version,
@@ -311,7 +312,7 @@ def do_merge(
         ),
     )
     state = machine.start(ws, begun)
-    return machine.advance(
+    outcome = machine.advance(
         ws,
         state,
         target,
@@ -322,6 +323,9 @@ def do_merge(
         store=store,
         accept_errors=accept_errors,
     )
+    outcome.downstream_before = (queue.downstream_name, queue.downstream_release)
+    outcome.annotations = machine.write_reports(ws, outcome, annotations)
+    return outcome
 
 
 _SIDES = (

@@ -11,13 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
-from patch_queue.commands.machine import Outcome, OwnWrites, advance, edit_lookup, import_sync, killable, normalizer
+from patch_queue.commands.machine import (
+    Outcome,
+    OwnWrites,
+    advance,
+    edit_lookup,
+    import_sync,
+    killable,
+    normalizer,
+    report_paths,
+    write_reports,
+)
 from patch_queue.commands.merge import finish_merge
 from patch_queue.commands.refresh import finish_refresh
 from patch_queue.commands.write import module_files
 from patch_queue.errors import QueueError
-from patch_queue.fsutil import read_folder
+from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, check_output, read_folder
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
@@ -41,17 +52,23 @@ def do_continue(
     *,
     progress: Progress | None = None,
     on_patch: Callable[[replay.PatchResult], None] | None = None,
-    reports: tuple[str, str] = ("", ""),
+    reports: tuple[Path | None, Path | None] = (None, None),
+    annotations: bool = False,
     accept_errors: bool = False,
     check_import: bool | None = None,
 ) -> Outcome:
-    """``reports``: report paths given again (each replaces the refresh's; "" keeps it); ``check_import``: ``pq
-    check --import`` on the result (True/False: asked or declined here; None: as the refresh was told);
-    ``accept_errors``: finish over the errors of `pq check` (recorded in the lineage step), else they leave the
-    refresh pending and nothing written (:func:`advance`)."""
+    """``reports``: the JSON and Markdown report paths given again (each replaces the refresh's; None keeps it, if
+    it is still the refresh's report), rewritten once something is written (``annotations``: with the report's
+    workflow commands in the outcome); ``check_import``: ``pq check --import`` on the result (True/False: asked or
+    declined here; None: as the refresh was told); ``accept_errors``: finish over the errors of `pq check`
+    (recorded in the lineage step), else they leave the refresh pending and nothing written (:func:`advance`)."""
     on_patch = killable(on_patch)
     state = operation.require(ws)
-    state = replace(state, reports=(reports[0] or state.reports[0], reports[1] or state.reports[1]))
+    for given, held, kind in zip(reports, state.reports, (REFRESH_JSON, REFRESH_MARKDOWN), strict=True):
+        if given is None:  # the refresh's own report path, which continue rewrites: still its report?
+            check_output(ws.root / held if held else None, kind, shown=held)
+    paths = report_paths(ws, *reports)
+    state = replace(state, reports=(paths[0] or state.reports[0], paths[1] or state.reports[1]))
     if check_import is not None:
         state = replace(state, check_import=check_import)
     target = state.target()
@@ -176,7 +193,7 @@ def do_continue(
         conflicts=tuple(c for r in results for c in r.conflicts),
         flags=tuple(sorted(flags, key=lambda f: order.get(f.patch, 0))),
     )
-    return advance(
+    outcome = advance(
         ws,
         state,
         target,
@@ -189,6 +206,9 @@ def do_continue(
         relocations=relocations,
         accept_errors=accept_errors,
     )
+    if outcome.written:  # over errors of pq check nothing is written: the reports stay as they were too
+        outcome.annotations = write_reports(ws, outcome, annotations)
+    return outcome
 
 
 def _relocate(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import PqError, QueueError
 from patch_queue.fsutil import atomic_write
-from patch_queue.git.diff import line_hunks
+from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.merge import explain, markers, moved
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
@@ -66,8 +66,6 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
         tips = suggestions(ws, state, conflicts)
-        from patch_queue.commands.machine import on_disk_lines  # (the replay's machinery: only while one is pending)
-
         written = module_files(ws, state.done[-1][1])
         lines = on_disk_lines(ws, written, [(file, line) for file, line, _r, _m in state.check_errors])
         errors = [(f, n, r, m) for (f, _l, r, m), n in zip(state.check_errors, lines, strict=True)]
@@ -113,7 +111,6 @@ def merged_regions(ws: Workspace, state: operation.Operation) -> list[tuple[Conf
     ``merged-words`` and code-placing ``block-moved`` flags), each with the text now in its place (the maintainer
     may have rewritten it) and where it is (``FILE:LINE``): a copy's region of the same upstream change is
     resolved the same way (:func:`suggestion`), as if a maintainer had resolved it there."""
-    from patch_queue.git.diff import move_line
     from patch_queue.outputs.report_parts import to_read
 
     merges = (ConflictKind.MERGED_TOKENS, ConflictKind.BLOCK_MOVED, ConflictKind.MERGED_WORDS)
@@ -149,6 +146,18 @@ def on_disk(ws: Workspace, top: str, findings: list[Conflict]) -> list[Conflict]
         if path in written and now != written[path]:
             hunks[path] = line_hunks(written[path], now)
     return [replay.moved(f, hunks[f.file]) if f.file in hunks else f for f in findings]
+
+
+def on_disk_lines(ws: Workspace, written: dict[str, bytes], places: Sequence[tuple[str, int]]) -> list[int]:
+    """For each (module path, 1-based line of ``written``: module path -> text pq wrote), that line in the output
+    folder now, after the maintainer's edits (a line the output folder no longer holds: the line standing in its
+    place); 0 (the whole file) stays 0."""
+    hunks: dict[str, list[tuple[int, int, int, int]]] = {}
+    for path in sorted({p for p, line in places if line and p in written}):
+        have = ws.out / path
+        now = have.read_bytes() if have.is_file() else b""
+        hunks[path] = line_hunks(written[path], now) if now != written[path] else []
+    return [move_line(line, hunks[path]) if line and path in hunks else line for path, line in places]
 
 
 def _marked(ws: Workspace, conflict: Conflict) -> bool:
