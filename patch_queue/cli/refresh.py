@@ -79,23 +79,25 @@ def adopt(
     patches/queue.toml: a preset (--preset) and any option that sets one part of it; every later command reads it
     from there."""
     from patch_queue.commands import adopt
-    from patch_queue.outputs import folder
 
+    options = {
+        "upstream_dist": upstream_dist,
+        "upstream_file": upstream_file,
+        "upstream_class": upstream_class,
+        "package": package,
+        "out": out,
+    }
     with locked("adopt", out_folder=False) as ws:
-        spec = adopt.queue_spec(
+        res = adopt.adopt_queue(
             ws,
-            preset,
             source,
-            upstream_dist=upstream_dist,
-            upstream_file=upstream_file,
-            upstream_class=upstream_class,
-            package=package,
-            out=out,
-        )
-        ws.use_spec(spec)
-        folder.refuse_unusable(ws)
-        res = adopt.do_adopt(
-            ws, source, upstream_git=upstream, at=at, force=force, discard=discard, progress=say, spec=spec
+            preset=preset,
+            options=options,
+            upstream_git=upstream,
+            at=at,
+            force=force,
+            discard=discard,
+            progress=say,
         )
     echo(res.discarded)
     if res.searched_auto:
@@ -132,7 +134,7 @@ def build(
     discard: DiscardOpt = False,
 ) -> None:
     """Write the top of the stack as the runner package in the output folder (or, with --wheel, as a wheel of it)."""
-    from patch_queue.commands import machine, write
+    from patch_queue.commands import write
 
     if wheel:
         with locked("build") as ws:
@@ -140,12 +142,12 @@ def build(
         typer.echo(ws.rel(built))
         return
     with locked("build", out_folder=out is None) as ws:
-        files, dropped = write.do_build(
+        files, dropped, fences = write.do_build(
             ws, out=out, standalone_pkg=standalone, upstream_git=upstream, discard=discard, progress=say
         )
     echo(dropped)
     where = ws.rel(out.resolve() if out else ws.out)
-    for problem in machine.fence_problems(files):  # built all the same: the fences are the patches' business
+    for problem in fences:
         typer.echo(f"warning: {where}/{problem['file']}:{problem['line']}: {problem['message']}")
     typer.echo(f"built {len(files)} files into {where}/")
 
@@ -516,7 +518,7 @@ def sync_gpu_(
     as npu does): the sure ones applied (one patch per method), the rest proposed with an id (--apply ID, --decline
     ID)."""
     from patch_queue.commands import sync_gpu
-    from patch_queue.fsutil import SYNC_JSON, SYNC_MARKDOWN, check_output, json_bytes, write_output
+    from patch_queue.fsutil import SYNC_JSON, SYNC_MARKDOWN, check_output
 
     check_output(report, SYNC_JSON)
     check_output(markdown, SYNC_MARKDOWN)
@@ -531,15 +533,9 @@ def sync_gpu_(
             decline=_ids(decline),
             backlog=backlog,
             progress=say,
+            report=report,
+            markdown=markdown,
         )
-
-    def shown(npu_file: str) -> str:
-        return ws.rel(ws.out / npu_file)
-
-    if report is not None:
-        write_output(report, json_bytes(sync_gpu.report_json(outcome, shown)), SYNC_JSON)
-    if markdown is not None:
-        write_output(markdown, sync_gpu.report_markdown(outcome, shown).encode("utf-8"), SYNC_MARKDOWN)
     _print_sync(ws, outcome)
     return EXIT_OK
 
@@ -680,14 +676,12 @@ def blocks(
     upstream: UpstreamOpt = None,
 ) -> None:
     """List every omni block and unfenced omni edit of the series, with the patch that carries it."""
-    from patch_queue.commands import write
-    from patch_queue.fsutil import BLOCKS_MARKDOWN, check_output, write_output
-    from patch_queue.outputs import inventory
+    from patch_queue.commands import check
+    from patch_queue.fsutil import BLOCKS_MARKDOWN, check_output
 
     check_output(markdown, BLOCKS_MARKDOWN)
     with locked("blocks") as ws:
-        loaded = write.sync_stack(ws, upstream_git=upstream, progress=say)
-    entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
+        entries = check.do_blocks(ws, upstream_git=upstream, markdown=markdown, progress=say)
     for e in entries:
         where = f"{ws.rel(ws.out / e.file)}:{e.line}"
         label = f"block {e.index}" if e.index is not None else "unfenced"
@@ -696,9 +690,6 @@ def blocks(
         )
     counts = Counter(e.kind for e in entries)
     typer.echo(", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no omni blocks")
-    if markdown is not None:
-        title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
-        write_output(markdown, inventory.markdown(entries, title=title).encode("utf-8"), BLOCKS_MARKDOWN)
 
 
 @command()
@@ -729,46 +720,18 @@ def status(
 ) -> int:
     """Where the queue stands: upstream pin, patches, a refresh in progress and its conflicts."""
     from patch_queue.commands import resolve
-    from patch_queue.outputs import folder
     from patch_queue.project.operation import OperationKind
 
     ws = workspace()
     st = resolve.do_status(ws, upstream_git=upstream)
-    code = (
-        EXIT_ERROR
-        if st.in_progress and st.check_errors and not st.conflicts
-        else EXIT_CONFLICT
-        if st.in_progress and st.conflicts
-        else EXIT_OK
-    )
     if as_json:
         import json
 
-        unusable = folder.unusable(ws)
-        data = {
-            "upstream": st.upstream,
-            "downstream": st.downstream,
-            "warning": None if unusable is None else str(unusable),
-            "in_progress": str(st.operation) if st.in_progress else None,
-            "target": st.target if st.in_progress else None,
-            "patches": [{"name": name, "state": str(state)} for name, state in st.patches],
-            "conflicts": [c.as_json(report=True) for c in st.conflicts],
-            "resolved": len(st.resolved),
-            "check_errors": [
-                {"file": file, "line": line, "rule": rule, "message": message}
-                for file, line, rule, message in st.check_errors
-            ],
-            "unrecorded": [{"file": e.file, "added": e.added, "removed": e.removed} for e in st.edits],
-            "accepted_errors": {"step": st.accepted[0], "errors": st.accepted[1], "kind": st.accepted_kind}
-            if st.accepted[1]
-            else None,
-        }
-        typer.echo(json.dumps(data, indent=2))
-        return code
+        typer.echo(json.dumps(st.as_json(), indent=2))
+        return st.exit_code
     typer.echo(f"upstream: {st.upstream}")
-    unusable = folder.unusable(ws)
-    if unusable is not None:  # said, not refused: status reports
-        typer.echo(f"warning: {unusable}")
+    if st.warning:  # said, not refused: status reports
+        typer.echo(f"warning: {st.warning}")
     if st.downstream:
         typer.echo(f"downstream: {st.downstream}")
     if st.in_progress:
@@ -806,4 +769,4 @@ def status(
         typer.echo("next: `pq continue` (no conflict region is left on disk); or `pq abort`")
     elif st.in_progress:
         typer.echo("next: resolve the markers, then `pq continue`; or `pq abort`")
-    return code
+    return st.exit_code

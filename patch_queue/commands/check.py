@@ -6,6 +6,8 @@ import re
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.commands.write import REF_PREVIOUS, module_files, sync_stack
@@ -19,6 +21,9 @@ from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.snapshot import resolve_upstream
 from patch_queue.sources.vllm_release import VLLM, vllm_release
+
+if TYPE_CHECKING:
+    from patch_queue.outputs.inventory import Entry
 
 
 @dataclass
@@ -323,3 +328,20 @@ def do_check(
         imports=imports,
         imports_required=imports is True,
     )
+
+
+def do_blocks(
+    ws: Workspace, *, upstream_git: str | None, markdown: Path | None = None, progress: Progress | None = None
+) -> list[Entry]:
+    """`pq blocks`: every omni block and unfenced omni edit of the series, with the patch that carries it; with
+    ``markdown``, the inventory written there too."""
+    from patch_queue.outputs import inventory  # (the replay's diffs: pq check reads none)
+
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
+    if markdown is not None:
+        from patch_queue.fsutil import BLOCKS_MARKDOWN, write_output
+
+        title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
+        write_output(markdown, inventory.markdown(entries, title=title).encode("utf-8"), BLOCKS_MARKDOWN)
+    return entries

@@ -22,7 +22,7 @@ from patch_queue.commands.write import REF_PREVIOUS, REF_REFRESH, StepInfo, modu
 from patch_queue.errors import PqError
 from patch_queue.fsutil import kill_point, read_folder
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import anchors, explain, markers
+from patch_queue.merge import anchors, explain
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.outputs import report_parts
@@ -156,7 +156,7 @@ def advance(
         results,
         out=ws.rel(ws.out),
         blocks_after=count_blocks(top_files),
-        fences=fence_problems(top_files),
+        fences=write.fence_problems(top_files),
         placements=placements or [],
         relocations=relocations or [],
     )
@@ -284,19 +284,6 @@ def count_blocks(files: dict[str, bytes]) -> int:
         if path.endswith(".py") and not path.startswith(stack.VENDOR):
             total += len(anchors.parse_blocks(data.decode("utf-8", errors="replace"))[0])
     return total
-
-
-def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
-    """Unbalanced or misplaced Omni-new fences in the output modules, with file and line."""
-    out: list[dict[str, object]] = []
-    for path in sorted(files):
-        if not path.endswith(".py") or path.startswith(stack.VENDOR):
-            continue
-        # conflict regions read as the patch's side; line numbers kept
-        text = markers.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
-        _blocks, problems = anchors.parse_blocks(text)
-        out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
-    return out
 
 
 def import_sync(queue: Queue, patches: Sequence[tuple[str, str]]) -> replay.Imports | None:

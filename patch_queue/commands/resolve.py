@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patch_queue.commands.write import module_files, out_edits
-from patch_queue.errors import PqError, QueueError
+from patch_queue.errors import EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, PqError, QueueError
 from patch_queue.fsutil import atomic_write
 from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.merge import explain, markers, moved
@@ -50,9 +50,44 @@ class Status:
     operation: OperationKind = OperationKind.REFRESH  # what is in progress: a refresh onto ``target``, a merge of it
     # what is said under a conflict (file, line on disk) whose deleted lines upstream moved into a helper
     moved: dict[tuple[str, int], str] = field(default_factory=dict)
+    warning: str = ""  # why the output folder cannot be used (said, not refused: status reports)
+
+    @property
+    def exit_code(self) -> int:
+        """1 while errors of `pq check` alone keep the operation pending, 3 while conflicts do, else 0."""
+        if self.in_progress and self.check_errors and not self.conflicts:
+            return EXIT_ERROR
+        return EXIT_CONFLICT if self.in_progress and self.conflicts else EXIT_OK
+
+    def as_json(self) -> dict[str, object]:
+        """`pq status --json`."""
+        return {
+            "upstream": self.upstream,
+            "downstream": self.downstream,
+            "warning": self.warning or None,
+            "in_progress": str(self.operation) if self.in_progress else None,
+            "target": self.target if self.in_progress else None,
+            "patches": [{"name": name, "state": str(state)} for name, state in self.patches],
+            "conflicts": [c.as_json(report=True) for c in self.conflicts],
+            "resolved": len(self.resolved),
+            "check_errors": [
+                {"file": file, "line": line, "rule": rule, "message": message}
+                for file, line, rule, message in self.check_errors
+            ],
+            "unrecorded": [{"file": e.file, "added": e.added, "removed": e.removed} for e in self.edits],
+            "accepted_errors": {"step": self.accepted[0], "errors": self.accepted[1], "kind": self.accepted_kind}
+            if self.accepted[1]
+            else None,
+        }
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
+    status = _status(ws, upstream_git=upstream_git)
+    unusable = output.unusable(ws)
+    return replace(status, warning="" if unusable is None else str(unusable))
+
+
+def _status(ws: Workspace, *, upstream_git: str | None) -> Status:
     check_no_journal(ws)  # a killed command's half-done writes: say how to finish or undo them
     state = operation.load(ws)
     if state is not None:
