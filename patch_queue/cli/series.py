@@ -26,7 +26,7 @@ from patch_queue.cli.app import (
     say,
     workspace,
 )
-from patch_queue.cli.refresh import print_placements
+from patch_queue.cli.show import print_placements
 from patch_queue.errors import EXIT_ERROR, EXIT_OK, PqError
 
 
