@@ -430,13 +430,13 @@ def check(
     signatures, the GPU audit where the queue mirrors GPU runners (and with --import, each module imported against the
     real releases)."""
     from patch_queue.commands import check
-    from patch_queue.fsutil import CHECK_JSON, check_output, json_bytes, write_output
+    from patch_queue.fsutil import CHECK_JSON, check_output
 
     check_output(json_out, CHECK_JSON)
     with locked("check") as ws:
-        result = check.do_check(ws, upstream_git=upstream, sources_on=not no_sources, progress=say, imports=import_test)
-    if json_out is not None:
-        write_output(json_out, json_bytes(result.as_json()), CHECK_JSON)
+        result = check.do_check(
+            ws, upstream_git=upstream, sources_on=not no_sources, progress=say, imports=import_test, json_out=json_out
+        )
     print_check(ws, result)
     return EXIT_ERROR if result.errors else EXIT_OK
 

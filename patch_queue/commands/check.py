@@ -299,8 +299,10 @@ def do_check(
     sources_on: bool,
     progress: Progress | None = None,
     imports: bool | None = False,
+    json_out: Path | None = None,
 ) -> CheckOutcome:
-    """Check the built package in the output folder against the series and the upstream sources."""
+    """Check the built package in the output folder against the series and the upstream sources; with
+    ``json_out``, the findings written there as JSON too."""
     modules = ws.out.glob("*.py") if ws.out.is_dir() else ()
     if not any(p.is_file() and not p.is_symlink() for p in modules):  # what module_texts would keep, unread
         raise QueueError(f"nothing to check: no modules in {ws.rel(ws.out)}/; run `pq build` first")
@@ -315,7 +317,7 @@ def do_check(
     files = module_texts(read_folder(ws.out))  # read after the stack: never both in memory at once
     label = "the previous build" if ws.repo.ref(REF_PREVIOUS) == previous else "the series"
     reference = module_texts(module_files(ws, previous), but=_too_large(files))
-    return run_checks(
+    result = run_checks(
         ws,
         files,
         queue=queue,
@@ -328,6 +330,11 @@ def do_check(
         imports=imports,
         imports_required=imports is True,
     )
+    if json_out is not None:
+        from patch_queue.fsutil import CHECK_JSON, json_bytes, write_output
+
+        write_output(json_out, json_bytes(result.as_json()), CHECK_JSON)
+    return result
 
 
 def do_blocks(
