@@ -54,7 +54,7 @@ class Outcome:
     state: Operation
     target: Queue  # the queue the operation moves the series onto (a finished merge: the queue it left)
     results: list[replay.PatchResult]
-    out: str = "npu_worker"
+    out: str = ""  # the output folder, as the maintainer names it
     blocks_after: int = 0  # omni blocks after (before: the state's)
     fences: list[dict[str, object]] = field(default_factory=list)  # Omni-new fence problems in the output
     check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
