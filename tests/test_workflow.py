@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "refresh.yml"
 TEST_WORKFLOW = ROOT / ".github" / "workflows" / "test.yml"
 WORKFLOWS = (WORKFLOW, TEST_WORKFLOW)
-CACHE_REPORT = ROOT / "bench" / "cache_report.py"
+CACHE_REPORT = ROOT / "scripts" / "cache_report.py"
 BIN = Path(sys.executable).parent  # the venv's bin: actionlint, shellcheck and zizmor come with the dev extra
 SCRIPT = ROOT / "scripts" / "refresh_pr.py"
 PINNED = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[^@\s]+)?@[0-9a-f]{40}$")
@@ -562,7 +562,7 @@ def test_test_workflow_runs_the_readme_command(test_workflow: dict[str, Any]) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# bench/cache_report.py on real mirrors
+# scripts/cache_report.py on real mirrors
 
 
 def _report(when: str, cache: Path, state: Path, **env: str) -> subprocess.CompletedProcess[str]:
