@@ -1,6 +1,6 @@
 """Pairs of the presets' shape set by ``pq adopt``'s options alone, on the real releases (issue 49's last acceptance):
 vllm-omni's model runner v2 (``vllm_omni/worker_v2/``) on vLLM's ``vllm/v1/worker/gpu/model_runner.py``, and
-vllm-ascend's own ``NPUModelRunner`` on vLLM's ``GPUModelRunner`` (``scripts/pair_queue.py``, one run per pair with
+vllm-ascend's own ``NPUModelRunner`` on vLLM's ``GPUModelRunner`` (``bench/pair_queue.py``, one run per pair with
 fewer targets than the script's); and a folder of runners, which names no release to bound the search for the base.
 The releases come from the registry (downloads cached under PQ_CACHE); without it the module is skipped."""
 
@@ -20,7 +20,7 @@ from patch_queue.errors import PqError
 from patch_queue.merge import markers
 from patch_queue.sources import registry
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import pair_queue  # noqa: E402
 

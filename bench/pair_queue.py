@@ -1,11 +1,11 @@
 """A queue set by options alone, end to end on the real releases: issue 49's last acceptance ("a third real pair of
-the same shape, adopted and refreshed by options alone"), measured as ``scripts/gpu_queue.py`` measures the GPU
+the same shape, adopted and refreshed by options alone"), measured as ``bench/gpu_queue.py`` measures the GPU
 queue.
 
 Usage::
 
-    python scripts/pair_queue.py PAIR [--keep DIR] [--json OUT]
-    python scripts/pair_queue.py --source vllm-omni==0.31.0rc1 --upstream-dist vllm \\
+    python bench/pair_queue.py PAIR [--keep DIR] [--json OUT]
+    python bench/pair_queue.py --source vllm-omni==0.31.0rc1 --upstream-dist vllm \\
         --upstream-file vllm/v1/worker/gpu/model_runner.py --upstream-class GPUModelRunner \\
         --package vllm_omni/worker_v2 --out worker_v2 --targets vllm==0.31.0,vllm==0.32.0 --merge vllm-omni==0.32.0rc1
 
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 from gpu_queue import Run, StepError, differing, git, measured_refresh, npu_rule_ids, say  # noqa: E402
@@ -320,8 +320,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         given = [args.source, args.upstream_dist, args.upstream_file, args.upstream_class, args.package, args.out]
         if not all(given):
             parser.error("name a PAIR, or give --source and every option of the pair")
-        targets = tuple(t for t in (args.targets or "").split(",") if t)
-        pair = Pair(*given, targets, args.merge or "")  # type: ignore[arg-type]
+        pair = Pair(
+            source=args.source,
+            upstream_dist=args.upstream_dist,
+            upstream_file=args.upstream_file,
+            upstream_class=args.upstream_class,
+            package=args.package,
+            out=args.out,
+            targets=tuple(t for t in (args.targets or "").split(",") if t),
+            merge=args.merge or "",
+        )
     work = args.keep or Path(tempfile.mkdtemp(prefix="pq-pair-queue-"))
     try:
         row = measure(work, pair)
