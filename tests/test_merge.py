@@ -457,6 +457,28 @@ def test_replaced_code_keeps_the_replacement_when_the_patch_has_upstreams_line_e
     assert [r.kind for r in result.regions] == ["kept-replacement"]
 
 
+def test_upstreams_new_line_found_only_in_another_function_is_not_kept_elsewhere() -> None:
+    """vllm-ascend on vLLM 0.30.0: upstream added a keyword line to `bind_kv_cache(...)`, which the downstream patch
+    rewrote (moved into an `else:`); the same keyword line in another method does not hold upstream's change, so
+    keeping the replacement would lose it: a conflict showing upstream's change."""
+    other = ["    def other(self, config):", "        g(", "            groups=config.groups,", "        )"]
+    call = ["        bind(", "            caches,", "        )"]
+    base = [*other, "    def init(self, config):", "        caches = make(config)", *call, "        return caches"]
+    ours = [*other, "    def init(self, config):", "        caches = make(config)"]
+    ours += [
+        "        bind(",
+        "            caches,",
+        "            groups=config.groups,",
+        "        )",
+        "        return caches",
+    ]
+    theirs = [*other, "    def init(self, config):", "        caches = make(config)", "        if self.flat:"]
+    theirs += ["            pass", "        else:", "            bind(caches)", "        return caches"]
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert [(r.kind, r.conflict) for r in result.regions] == [("upstream-changed-replaced", True)]
+    check_regions(result)
+
+
 def test_real_overlapping_edit_is_a_diff3_conflict() -> None:
     base = [
         "    def load_model(self):",

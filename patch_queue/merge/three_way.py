@@ -370,7 +370,8 @@ def _merge(
     for k, r in enumerate(regions):
         if r.anchor is not None:
             regions[k] = replace(r, anchor=replace(r.anchor, line=placed_at.get(tokens.get(id(r.anchor), ""))))
-    return MergeResult("".join(text), regions, spans), _lossy(upstream_code, text)
+    placed_line = {r.group: r.line for r in regions if r.kind == ConflictKind.KEPT_REPLACEMENT and r.line is not None}
+    return MergeResult("".join(text), regions, spans), _lossy(upstream_code, text, placed_line)
 
 
 class _Inputs:
@@ -412,13 +413,45 @@ def _prepared(base: str, ours: str, theirs: str) -> _Inputs:
     return _Inputs(base, ours, theirs)
 
 
-def _lossy(upstream: dict[int, list[str]], merged: Sequence[str]) -> frozenset[int]:
+def _lossy(upstream: dict[int, list[str]], merged: Sequence[str], placed: dict[int, int]) -> frozenset[int]:
     """The groups among ``upstream`` (group -> upstream's lines of a kept replacement) with a line of code, layout
-    and comments aside, that no line of the ``merged`` text has."""
+    and comments aside, that no line of the function holding the replacement in the ``merged`` text has (``placed``:
+    group -> its 1-based line there; the whole text for a group not placed).  The same line in another function
+    is not upstream's: a keyword line upstream added to a call the patch rewrote (``kv_cache_groups=...``) is found
+    in many other calls of a large module."""
     if not upstream:
         return frozenset()
-    have = {_line_code(line) for line in merged}
-    return frozenset(g for g, lines in upstream.items() if any((c := _line_code(x)) and c not in have for x in lines))
+    lossy: set[int] = set()
+    for g, lines in upstream.items():
+        first, last = _function_at(merged, placed[g]) if g in placed else (0, len(merged))
+        have = {_line_code(line) for line in merged[first:last]}
+        if any((c := _line_code(x)) and c not in have for x in lines):
+            lossy.add(g)
+    return frozenset(lossy)
+
+
+_DEF = re.compile(r"(\s*)(?:async\s+)?def\s")
+_MARKS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")  # a conflict's marker lines end no function
+
+
+def _function_at(lines: Sequence[str], line: int) -> tuple[int, int]:
+    """The 0-based range of the lines of the innermost ``def`` that holds 1-based ``line`` (from its ``def`` line
+    to the first line after it indented no deeper, conflict markers aside); the whole text when none holds it."""
+    for start in range(min(line, len(lines)) - 1, -1, -1):
+        found = _DEF.match(lines[start])
+        if found is None:
+            continue
+        indent = len(found.group(1))
+        end = start + 1
+        while end < len(lines):
+            text = lines[end]
+            stripped = text.lstrip()
+            if stripped and not stripped.startswith(("#", ")", *_MARKS)) and len(text) - len(stripped) <= indent:
+                break
+            end += 1
+        if end >= line:
+            return start, end
+    return 0, len(lines)
 
 
 def _grown(groups: list[list[Hunk]], grow: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, list[Hunk], bool]]:
