@@ -605,3 +605,31 @@ def test_maintainer_resolution_of_032(reported_032_once: tuple[Path, str], tmp_p
         ours = {f.name: f.read_bytes() for f in sorted((proj / folder).glob(pattern)) if f.is_file()}
         theirs = {f.name: f.read_bytes() for f in sorted((clone / folder).glob(pattern)) if f.is_file()}
         assert ours.keys() == theirs.keys() and ours == theirs, (folder, sorted(ours), sorted(theirs))
+
+
+def test_the_reports_tell_the_suggestions_status_shows(reported_032_once: tuple[Path, str]) -> None:
+    """Every suggestion where the maintainer reads (issue 48, point 4): the refresh's JSON and Markdown reports and
+    its output carry, under each region, the suggestion `pq status` shows, those carried from another copy's
+    resolution (here pq's own merges: the generation runner's `_dummy_run` header, carried to
+    `OmniNPUModelRunner`'s) and those of code upstream moved into a helper among them; the JSON holds what
+    `pq resolve --suggested` writes and says it wrote."""
+    proj, printed = reported_032_once
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    shown = {(o.file, o.line): o.reason for o in status(proj)}
+    told = {
+        (c["file"], c["line"]): c["explanation"]["suggestion"] and c["explanation"]["suggestion"]["reason"]
+        for c in report["conflicts"]
+    }
+    assert told == shown, (told, shown)
+    reasons = [r for r in told.values() if r]
+    assert any(re.search(r" at npu_worker/\w+\.py:\d+$", r) for r in reasons), reasons  # carried
+    assert any(r.startswith("upstream moved these lines into") for r in reasons), reasons  # moved code
+    markdown = (proj / "reports" / "refresh.md").read_text()
+    for c in report["conflicts"]:
+        tip = c["explanation"]["suggestion"]
+        if tip is None:
+            continue
+        assert f"`pq resolve --suggested npu_worker/{c['file']}:{c['line']}`" in printed, c
+        assert tip["writes"], tip
+        # the Markdown says the reason (its own escaping aside: compare the words)
+        assert " ".join(re.findall(r"\w+", tip["reason"])) in " ".join(re.findall(r"\w+", markdown)), tip

@@ -326,14 +326,12 @@ def _write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> None:
 
     report, markdown = (Path(p) if p == "-" else ws.root / p if p else None for p in outcome.state.reports)
     data = machine.report_json(outcome)
-    if outcome.state.conflicts:  # code upstream moved into a helper, and the patch's copy of it (`moved:`)
+    if outcome.state.conflicts:  # what `pq status` says under each region: its suggestion, moved code (`moved:`)
         from patch_queue.commands import resolve
 
-        notes = resolve.moved_notes(ws, list(outcome.state.conflicts))
         entries = data["conflicts"]
         assert isinstance(entries, list)
-        for entry in entries:
-            entry["explanation"]["moved"] = notes.get((entry["file"], entry["line"] or 0))
+        resolve.explain_report(ws, outcome.state, entries)
     if report is not None:
         write_output(report, json_bytes(data), REFRESH_JSON)
     if markdown is not None:

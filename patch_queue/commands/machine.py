@@ -781,7 +781,7 @@ def explained(conflict: Conflict) -> dict[str, object]:
     data["explanation"] = {
         "upstream": report_parts.upstream_change(conflict),
         "block": explain.omni_block(conflict),
-        "suggestion": None if tip is None else {"side": tip.side, "reason": tip.reason, "text": tip.text},
+        "suggestion": explain.suggestion_json(tip),  # `pq status`'s, where the refresh is pending: `_write_reports`
         "moved": None,  # said where the refresh is pending (it reads the target's snapshot): `_write_reports`
     }
     return data

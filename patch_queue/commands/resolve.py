@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patch_queue.commands.write import module_files, out_edits
 from patch_queue.errors import PqError, QueueError
@@ -386,6 +386,18 @@ def _moved_tip(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
     if found is None or found.text is None:
         return None
     return explain.Suggestion("merged", found.text, found.reason, "the patch's side without its copy of the moved code")
+
+
+def explain_report(ws: Workspace, state: operation.Operation, entries: list[dict[str, Any]]) -> None:
+    """The report's conflict entries of the pending ``state`` (``entries``: :func:`machine.report_json`'s, at the
+    lines pq wrote) told what `pq status` tells under each region: its suggestion (a rule's, the resolution of
+    another copy carried over, moved code) and where upstream moved the lines it deleted."""
+    tips = suggestions(ws, state)
+    notes = moved_notes(ws, list(state.conflicts))
+    for entry in entries:
+        where = (entry["file"], entry["line"] or 0)
+        entry["explanation"]["suggestion"] = explain.suggestion_json(tips.get(where))
+        entry["explanation"]["moved"] = notes.get(where)
 
 
 def moved_notes(ws: Workspace, conflicts: list[Conflict]) -> dict[tuple[str, int], str]:
