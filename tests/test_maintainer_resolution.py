@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import copy_project, git, pq, push_to_bare
+from conftest import copy_project, git, pq, push_to_bare, skeleton_drift
 
-from patch_queue.merge import markers, pieces, symbols
+from patch_queue.merge import markers
 from patch_queue.series import fmt
 
 FIXTURE = Path(__file__).parent / "data" / "rc2_resolution.toml"
@@ -101,28 +101,6 @@ class Entry:
             (f"--{o}" for o in ("keep-upstream", "keep-patch", "both") if region.side(o.removeprefix("keep-")) == want),
             None,
         )
-
-
-def skeleton_drift(proj: Path) -> dict[str, list[str]]:
-    """Per module of refs/pq/base that carries upstream symbols, the carried symbols whose copy in the module's
-    skeleton patch (the first patch of refs/pq/top that writes the module) is not upstream's text as projected
-    (the module in refs/pq/base): [] for every module when the skeleton's copies, laid out as the projection lays
-    them out, are the projection byte for byte."""
-    base = git(proj, "rev-parse", "refs/pq/base").strip()
-    chain = git(proj, "rev-list", "--reverse", f"{base}..refs/pq/top").split()
-    out: dict[str, list[str]] = {}
-    for path in [p for p in git(proj, "ls-tree", "--name-only", base).split() if p.endswith(".py")]:
-        projected = git(proj, "show", f"{base}:{path}")
-        carried = re.findall(r"^(?: {4})?(?:async def|def|class) (\w+)", projected, re.M)  # in projection order
-        skeleton = next(c for c in chain if git(proj, "show", f"{c}:{path}") != git(proj, "show", f"{c}~1:{path}"))
-        copies = {n.split(".")[-1]: s for n, s in pieces.symbols_of(git(proj, "show", f"{skeleton}:{path}")).items()}
-        assert all(n in copies for n in carried), (path, carried, sorted(copies))
-        laid_out = symbols.project([copies[n] for n in carried])
-        out[path] = (
-            [] if laid_out == projected else [copies[n].name for n in carried if copies[n].text not in projected]
-        )
-        assert out[path] or laid_out == projected, (path, "the copies are upstream's, their layout is not")
-    return out
 
 
 def load_fixture(path: Path = FIXTURE) -> list[Entry]:
