@@ -168,10 +168,9 @@ def audit(name: str, old: str, new: str, corpus: Path, work: Path) -> dict[str, 
             row[verdict] += 1
             if problems and verdict != "disagree":
                 row["insane"] += 1
-            if problems:
-                row["notes"].append(
-                    f"{verdict}: {file}:{here['line']} {here['symbol']} ({here['tip']}): " + " | ".join(problems)
-                )
+            # every suggestion taken is listed, with what is wrong with it
+            where = f"{file}:{here['line']} {here['symbol']}"
+            row["notes"].append(f"{verdict}: {where} ({here['tip']})" + "".join(f" | {p}" for p in problems))
             if not problems:
                 continue
             path.write_text(before, encoding="utf-8")  # put back: the maintainer writes their own there
