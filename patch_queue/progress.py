@@ -6,7 +6,7 @@ clone has got, and only when stderr is a terminal: piped or captured (tests, CI,
 carries the messages and nothing else.  rich draws the bar; it is imported only when one is shown.
 
 With ``PQ_TIMINGS`` naming a file, :func:`timed` appends how long the phases of a command took
-(``scripts/main.sh`` names it, and ``scripts/bench.py`` reads its breakdown from it).
+(``scripts/main.sh`` names it, and ``bench/bench.py`` reads its breakdown from it).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Usage (the scheduled workflow runs it around `scripts/refresh_pr.py prepare`)::
 
-    python scripts/cache_report.py before --state FILE
-    python scripts/cache_report.py after --state FILE
+    python bench/cache_report.py before --state FILE
+    python bench/cache_report.py after --state FILE
 
 ``before`` (after the cache is restored) prints whether the cache hit (``CACHE_HIT``, the `cache-hit`
 output of actions/cache: ``true`` only for the exact key), which entry it restored (``CACHE_MATCHED``) and

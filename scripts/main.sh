@@ -11,7 +11,7 @@
 # PQ=<command> uses that pq instead of setting up .venv (the tests run this script that way).
 # PQ_TIMINGS=<file>: append the seconds of each step to it, `step NAME SECONDS` (set-up, download, reproduce,
 # merge, refresh), and pq adds `within download|check SECONDS` lines for the parts of its commands that fetch
-# sources and check the result (scripts/bench.py reads them).
+# sources and check the result (bench/bench.py reads them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clock() {  # seconds since the epoch: to the microsecond in bash 5 (whatever the locale's decimal mark), else whole

@@ -1,5 +1,5 @@
-"""scripts/bench.py --quick on one real upgrade (vllm-omni 0.18.0 -> 0.20.0): the tables are there and parse;
-the work saved measures on small texts; scripts/work_saved.py on that upgrade."""
+"""bench/bench.py --quick on one real upgrade (vllm-omni 0.18.0 -> 0.20.0): the tables are there and parse;
+the work saved measures on small texts; bench/work_saved.py on that upgrade."""
 
 from __future__ import annotations
 
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-SCRIPT = SCRIPTS / "bench.py"
-sys.path.insert(0, str(SCRIPTS))
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+SCRIPT = BENCH / "bench.py"
+sys.path.insert(0, str(BENCH))
+
+import conflict_metrics as cm  # noqa: E402
 
 import bench  # noqa: E402
-import conflict_metrics as cm  # noqa: E402
 
 
 def _table(text: str, first_header: str) -> list[list[str]]:
@@ -62,7 +63,7 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
         "## 5. Work saved on real history",
     ):
         assert heading in text
-    assert "scripts/bench.py --quick --out" in text and "- pygit2: " in text and "- git: git version" in text
+    assert "bench/bench.py --quick --out" in text and "- pygit2: " in text and "- git: git version" in text
 
     [quality] = _table(text, "upgrade")
     assert quality[0] == "0.18.0 → 0.20.0"
@@ -132,7 +133,7 @@ def test_quick_bench_on_one_upgrade(corpus: Path, tmp_path: Path) -> None:
 def test_work_saved_alone(corpus: Path, tmp_path: Path) -> None:
     md, data = tmp_path / "ws.md", tmp_path / "ws.json"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "work_saved.py"), "--only", "0.18.0", "--out", str(md), "--json", str(data)],
+        [sys.executable, str(BENCH / "work_saved.py"), "--only", "0.18.0", "--out", str(md), "--json", str(data)],
         capture_output=True,
         text=True,
         env={**os.environ, "PQ_CORPUS": str(corpus)},

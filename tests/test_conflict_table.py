@@ -1,4 +1,4 @@
-"""scripts/conflict_table.py: its pure measurements, and a real run on U3 (vllm-omni 0.18.0 -> 0.20.0)."""
+"""bench/conflict_table.py: its pure measurements, and a real run on U3 (vllm-omni 0.18.0 -> 0.20.0)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
 
 import conflict_metrics as cm  # noqa: E402
 
@@ -115,7 +115,7 @@ def test_fence_lines_multiset() -> None:
 def test_u3_on_the_corpus(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "table.json"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPTS / "conflict_table.py"), "--only", "0.18.0", "--json", str(out)],
+        [sys.executable, str(BENCH / "conflict_table.py"), "--only", "0.18.0", "--json", str(out)],
         capture_output=True,
         text=True,
         env={**os.environ, "PQ_CORPUS": str(corpus)},

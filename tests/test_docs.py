@@ -1,7 +1,7 @@
 """The documentation: README.md and docs/.
 
-docs/reference.md is generated from pq's --help by scripts/reference.py and must equal what it generates
-now (a changed command, option or help text fails here: rerun `python scripts/reference.py`); every
+docs/reference.md is generated from pq's --help by bench/reference.py and must equal what it generates
+now (a changed command, option or help text fails here: rerun `python bench/reference.py`); every
 relative link of README.md and docs/*.md names a file that exists and, with `#anchor`, a heading of it;
 the README stays short, holds the two commands for a fresh machine exactly, and lists the exit codes
 `pq --help` lists; docs/commands.md has a section for every command. On the real corpus, what the README shows
@@ -27,11 +27,11 @@ from patch_queue.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
-SCRIPT = ROOT / "scripts" / "reference.py"
+SCRIPT = ROOT / "bench" / "reference.py"
 README_LIMIT = 12_000
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import reference  # noqa: E402  (scripts/ is not a package)
+sys.path.insert(0, str(ROOT / "bench"))
+import reference  # noqa: E402  (bench/ is not a package)
 
 LINK = re.compile(r"(?<!`)\[[^\]\n]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
@@ -77,7 +77,7 @@ def broken_links(doc: Path, root: Path = ROOT) -> list[str]:
 
 def test_reference_is_current() -> None:
     committed = (DOCS / "reference.md").read_text(encoding="utf-8")
-    assert committed == reference.render(), "docs/reference.md is stale: run `python scripts/reference.py`"
+    assert committed == reference.render(), "docs/reference.md is stale: run `python bench/reference.py`"
 
 
 def test_reference_ignores_the_terminal(tmp_path: Path) -> None:
@@ -106,7 +106,7 @@ def test_reference_check_mode(tmp_path: Path) -> None:
         [sys.executable, str(SCRIPT), "--check", "--out", str(stale)], capture_output=True, text=True, check=False
     )
     assert (proc.returncode, proc.stdout) == (1, "")
-    assert proc.stderr == f"{stale}: stale: run `python scripts/reference.py`\n"
+    assert proc.stderr == f"{stale}: stale: run `python bench/reference.py`\n"
     stale.write_text(reference.render())
     before = stale.stat().st_mtime_ns
     proc = subprocess.run(

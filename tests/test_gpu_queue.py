@@ -1,7 +1,7 @@
 """The GPU queue end to end on the real releases (issue 49, point 3): vllm-omni 0.24.0's GPU runners adopted onto
 vLLM's GPUModelRunner with the base searched among vLLM's registry releases, built, checked, refreshed onto the
 vLLM of vllm-omni 0.26.0, 0.28.0 and 0.30.0, merged with vllm-omni 0.26.0, resolved, reproduced in a fresh clone and
-built as a wheel (``scripts/gpu_queue.py``, run once for the module).  The releases come from the registry
+built as a wheel (``bench/gpu_queue.py``, run once for the module).  The releases come from the registry
 (downloads cached under PQ_CACHE); without it the module is skipped with one line."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from patch_queue.series.queue import UpstreamPin
 from patch_queue.sources import registry, release_search
 from patch_queue.sources.snapshot import upstream_git_location
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import gpu_queue  # noqa: E402
 
@@ -141,7 +141,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_docs_show_the_figures_measured(figures: dict[str, Any]) -> None:
     doc = (ROOT / "docs" / "gpu-queue.md").read_text(encoding="utf-8")
     rows = gpu_queue.table(figures, timings=False).split("\n", 2)[2]  # the table, without its title line
-    assert rows in doc, "docs/gpu-queue.md's table is not what scripts/gpu_queue.py measures now:\n" + rows
+    assert rows in doc, "docs/gpu-queue.md's table is not what bench/gpu_queue.py measures now:\n" + rows
 
 
 def test_the_repository_s_gpu_queue_reproduces_the_release_byte_for_byte(

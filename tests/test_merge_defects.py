@@ -1,4 +1,4 @@
-"""scripts/merge_defects.py on two real upgrades: the table a change to the merge or the imports is judged by."""
+"""bench/merge_defects.py on two real upgrades: the table a change to the merge or the imports is judged by."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_merge_defects_on_real_upgrades(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "defects.md"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "merge_defects.py"), "--only", "0.14.0,0.16.0", "--out", str(out)]
+        [sys.executable, str(REPO / "bench" / "merge_defects.py"), "--only", "0.14.0,0.16.0", "--out", str(out)]
         + ["--keep", str(tmp_path / "work")],
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""scripts/merge_saved.py's statement measure on synthetic modules: what the maintainers added, per enclosing
+"""bench/merge_saved.py's statement measure on synthetic modules: what the maintainers added, per enclosing
 function, and when a merge output holds it (outside conflict regions, or on the release's side of one)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 import merge_saved as ms  # noqa: E402
 

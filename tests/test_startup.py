@@ -77,6 +77,7 @@ def test_status_imports_neither_rich_nor_the_refresh(adopted_030: Path) -> None:
         GITPYTHON,
         "patch_queue.commands.refresh",
         "patch_queue.commands.machine",
+        "patch_queue.commands.pending",
         "patch_queue.commands.adopt",
         "patch_queue.series.replay",
         "patch_queue.sources.snapshot",

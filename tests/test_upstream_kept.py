@@ -1,6 +1,6 @@
 """The measure of upstream statements a refresh lost (`checks/upstream_kept.py`), on small cases of its edges.
 
-The real upgrades are measured by `scripts/upstream_kept.py` and `tests/test_end_to_end.py`; these pin the rule
+The real upgrades are measured by `bench/upstream_kept.py` and `tests/test_end_to_end.py`; these pin the rule
 that lets a re-laid-out line pass: only a run of the *same* statement's old code is not upstream's new line.
 """
 

@@ -23,7 +23,7 @@ from patch_queue.merge.checked import merge3_checked
 from patch_queue.merge.window import Window
 from patch_queue.series import replay
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import bench_scale  # noqa: E402
 
 FENCE = "        # ---------------------------------------Omni-new----------------------------------------------\n"

@@ -339,8 +339,10 @@ def main(request_path: str) -> None:
         for name in request["preload"]:
             importlib.import_module(name)
     except BaseException as exc:  # noqa: BLE001
+        # raised outside every package imported below (in the upstream, vLLM or torch): never the output's own cause
+        raised = _raised_in(exc, os.path.abspath(request["paths"][0])) if request["paths"] else ""
         failed: dict[str, object] = {
-            "error": {"message": one_line(exc), "file": "", "line": 0},
+            "error": {"message": one_line(exc), "file": "", "line": 0, "raised": raised, "inside": False},
             "stubbed": [],
             "overrides": [],
         }

@@ -1,11 +1,11 @@
 """The ``pq`` command line: thin commands that parse options, call ``commands/`` and map exit codes.
 
 ``app.py`` holds the Typer app, the shared options and the exit-code handling; ``refresh.py`` the commands
-of a refresh and what they print (adopt, build, refresh, sync-gpu, continue, resolve, mergetool, check,
-blocks, abort, status); ``series.py`` the series verbs (series, new, record, goto, delete, rename, show,
-diff, undo, redo, reproduce, accept, push, pop); ``resolutions.py`` the ``pq resolutions`` verbs (list, drop,
-merge, log). Importing them registers their commands in that order,
-the order of ``pq --help``.
+of a refresh (adopt, build, refresh, sync-gpu, continue, resolve, mergetool, check, blocks, abort, status);
+``show.py`` what they print of an operation, of `pq check` and of `pq sync-gpu`; ``series.py`` the series
+verbs (series, new, record, goto, delete, rename, show, diff, undo, redo, reproduce, accept, push, pop);
+``resolutions.py`` the ``pq resolutions`` verbs (list, drop, merge, log). Importing them registers their
+commands in that order, the order of ``pq --help``.
 """
 
 from __future__ import annotations

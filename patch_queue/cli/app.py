@@ -38,7 +38,8 @@ app = typer.Typer(
     add_completion=True,
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
-    help="Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases."
+    help="Keep a downstream's copies of an upstream class's methods (vllm-omni's NPU runners of vllm-ascend's,"
+    " say) as a patch series and replay it onto new upstream releases."
     " `pq -C DIR COMMAND ...` works on the queue in the folder DIR (its own patches/queue.toml and output), as"
     " `git -C DIR`.",
     epilog=EXIT_CODES,
@@ -60,7 +61,8 @@ def _options(
         typer.Option("--version", callback=_version, is_eager=True, help="print pq's version and exit"),
     ] = False,
 ) -> None:
-    """Keep vllm-omni's NPU runners as a patch series on vllm-ascend and replay it onto new upstream releases."""
+    """Keep a downstream's copies of an upstream class's methods (vllm-omni's NPU runners of vllm-ascend's, say)
+    as a patch series and replay it onto new upstream releases."""
 
 
 UpstreamOpt = Annotated[
@@ -78,8 +80,8 @@ ImportOpt = Annotated[
     bool,
     typer.Option(
         "--import",
-        help="also import each built module in a fresh interpreter against the real releases, only the NPU's "
-        "native modules stubbed (its environment is built once, in pq's cache)",
+        help="also import each built module in a fresh interpreter against the real releases, only the "
+        "accelerator's native modules stubbed (its environment is built once, in pq's cache)",
     ),
 ]
 ImportAutoOpt = Annotated[
@@ -274,7 +276,7 @@ def workspace() -> Workspace:
 @contextmanager
 def locked(name: str, *, out_folder: bool = True) -> Iterator[Workspace]:
     """The workspace, with the repository's lock held for the command ``name``; with ``out_folder``, refused
-    when ``npu_worker`` is not a folder of the project (a file, a symbolic link)."""
+    when the output folder is not a folder of the project (a file, a symbolic link)."""
     from patch_queue.outputs import folder
     from patch_queue.project import workspace as project
 

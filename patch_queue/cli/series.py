@@ -26,7 +26,7 @@ from patch_queue.cli.app import (
     say,
     workspace,
 )
-from patch_queue.cli.refresh import print_placements
+from patch_queue.cli.show import print_placements
 from patch_queue.errors import EXIT_ERROR, EXIT_OK, PqError
 
 
@@ -38,27 +38,10 @@ def series(
     """List the patches in order, as StGit does: > the top patch, + applied, - unapplied, ! in conflict."""
     import json
 
-    from patch_queue.commands import edit, resolve
-    from patch_queue.project.operation import OperationKind
-    from patch_queue.project.workspace import vanished
-    from patch_queue.series.replay import PatchStatus as S
+    from patch_queue.commands import edit
+    from patch_queue.series.status import PatchStatus as S
 
-    ws = workspace()
-    status = resolve.do_status(ws, upstream_git=upstream)
-    rows = []
-    for name, state in status.patches:
-        try:
-            subject = edit.patch_subject(ws, name)
-        except OSError as exc:  # removed by a `pq delete` since the listing: one line, not half a listing
-            raise vanished(ws, ws.queue_dir.root / name, exc) from None
-        applied = state in (S.APPLIED, S.MODIFIED, S.UNCHANGED, S.EMPTY)
-        rows.append({"name": name, "state": str(state), "applied": applied, "top": False, "subject": subject})
-    top = [r for r in rows if r["applied"]]
-    if top and status.operation is not OperationKind.MERGE:
-        top[-1]["top"] = True
-    merge = None
-    if status.operation is OperationKind.MERGE:
-        merge = {"target": status.target, "conflicts": len(status.conflicts)}
+    rows, merge = edit.do_series(workspace(), upstream_git=upstream)
     if as_json:
         typer.echo(json.dumps({"patches": rows, "merge": merge}, indent=2))
         return
@@ -68,7 +51,7 @@ def series(
         lines.append(f"{mark} {r['name']}  {r['subject']}")
     if merge is not None:
         mark = "!" if merge["conflicts"] else ">"
-        lines.append(f"{mark} (merge of {status.target})  goes into the patches above at `pq continue`")
+        lines.append(f"{mark} (merge of {merge['target']})  goes into the patches above at `pq continue`")
     echo(*lines)
 
 
@@ -77,11 +60,12 @@ def new(
     name: Annotated[str, typer.Argument(help="patch name")],
     message: Annotated[str | None, typer.Option("-m", "--message", help="the message (first line: subject)")] = None,
     take: Annotated[
-        bool, typer.Option("--record", "-r", help="take the unrecorded edits of npu_worker/ into it (as git commit)")
+        bool,
+        typer.Option("--record", "-r", help="take the unrecorded edits of the output folder into it (as git commit)"),
     ] = False,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Make a new, empty patch above the applied ones (as stg new; --record: of the edits in npu_worker/)."""
+    """Make a new, empty patch above the applied ones (as stg new; --record: of the edits in the output folder)."""
     from patch_queue.commands import edit
 
     with locked("new") as ws:
@@ -103,8 +87,8 @@ def record(
     ] = None,
     upstream: UpstreamOpt = None,
 ) -> None:
-    """Put the edits of npu_worker/ into the patches that own the lines they touch (all into an empty top patch, or
-    into --patch)."""
+    """Put the edits of the output folder into the patches that own the lines they touch (all into an empty top
+    patch, or into --patch)."""
     from patch_queue.commands import edit
 
     with locked("record") as ws:
@@ -297,7 +281,7 @@ def show(name: OptPatchArg = None, upstream: UpstreamOpt = None) -> None:
 
 @command()
 def diff(upstream: UpstreamOpt = None) -> None:
-    """Print the edits of npu_worker/ that no patch holds, as a diff against the applied patches."""
+    """Print the edits of the output folder that no patch holds, as a diff against the applied patches."""
     from patch_queue.commands import edit
     from patch_queue.outputs import folder
 
@@ -308,11 +292,9 @@ def diff(upstream: UpstreamOpt = None) -> None:
 
 def _undo(redo: bool, discard: bool) -> None:
     from patch_queue.commands import undo as undo_mod
-    from patch_queue.project import operation
 
     with locked("redo" if redo else "undo") as ws:
-        undone, dropped = undo_mod.do_undo(ws, redo=redo, discard=discard)
-        pending = operation.load(ws)
+        undone, dropped, pending = undo_mod.do_undo(ws, redo=redo, discard=discard)
     echo(
         dropped,
         f"{'took back' if redo else 'undid'} `pq {undone}`: patches/, {ws.rel(ws.out)}/ and {namespace.refs()} are as "
@@ -320,8 +302,7 @@ def _undo(redo: bool, discard: bool) -> None:
     )
     if pending is not None:  # a merge `pq continue` finished: back to where continue found it
         typer.echo(
-            f"the {pending.kind} is pending again, as `pq continue` found it: `pq continue` finishes it, "
-            "`pq abort` drops it"
+            f"the {pending} is pending again, as `pq continue` found it: `pq continue` finishes it, `pq abort` drops it"
         )
 
 
@@ -366,12 +347,11 @@ def reproduce(upstream: UpstreamOpt = None, discard: DiscardOpt = False) -> None
         )
         + f"; runners in {ws.rel(ws.out)}/"
     )
-    for i, step in enumerate(ws.queue_dir.load_queue().lineage, 1):
-        if step.accepted_errors:  # reproduced like any other step; the errors are still the series' to fix
-            typer.echo(
-                f"note: lineage step {i} (`pq {step.command}`) was finished over {len(step.accepted_errors)} "
-                f"error(s) of pq check (--accept-errors); `pq check` lists them"
-            )
+    for i, verb, errors in res.accepted:  # the errors are still the series' to fix
+        typer.echo(
+            f"note: lineage step {i} (`pq {verb}`) was finished over {errors} "
+            f"error(s) of pq check (--accept-errors); `pq check` lists them"
+        )
 
 
 @command()

@@ -186,6 +186,28 @@ def _check_modules(modules: dict[str, bytes], where: str) -> None:
             )
 
 
+def adopt_queue(
+    ws: Workspace,
+    source: str,
+    *,
+    preset: str | None,
+    options: dict[str, str | None],
+    upstream_git: str | None,
+    at: str | None,
+    force: bool,
+    discard: bool = False,
+    progress: Progress | None = None,
+) -> AdoptResult:
+    """`pq adopt`: the queue it adopts (:func:`queue_spec`: ``preset`` with ``options`` set) made the workspace's,
+    its output folder refused where it is unusable, then :func:`do_adopt`."""
+    spec = queue_spec(ws, preset, source, **options)
+    ws.use_spec(spec)
+    output.refuse_unusable(ws)
+    return do_adopt(
+        ws, source, upstream_git=upstream_git, at=at, force=force, discard=discard, progress=progress, spec=spec
+    )
+
+
 def do_adopt(
     ws: Workspace,
     source: str,

@@ -6,6 +6,8 @@ import re
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patch_queue.checks.findings import ERROR, WARNING, Finding
 from patch_queue.commands.write import REF_PREVIOUS, module_files, sync_stack
@@ -19,6 +21,9 @@ from patch_queue.series.queue import Queue
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.snapshot import resolve_upstream
 from patch_queue.sources.vllm_release import VLLM, vllm_release
+
+if TYPE_CHECKING:
+    from patch_queue.outputs.inventory import Entry
 
 
 @dataclass
@@ -294,8 +299,10 @@ def do_check(
     sources_on: bool,
     progress: Progress | None = None,
     imports: bool | None = False,
+    json_out: Path | None = None,
 ) -> CheckOutcome:
-    """Check the built package in the output folder against the series and the upstream sources."""
+    """Check the built package in the output folder against the series and the upstream sources; with
+    ``json_out``, the findings written there as JSON too."""
     modules = ws.out.glob("*.py") if ws.out.is_dir() else ()
     if not any(p.is_file() and not p.is_symlink() for p in modules):  # what module_texts would keep, unread
         raise QueueError(f"nothing to check: no modules in {ws.rel(ws.out)}/; run `pq build` first")
@@ -310,7 +317,7 @@ def do_check(
     files = module_texts(read_folder(ws.out))  # read after the stack: never both in memory at once
     label = "the previous build" if ws.repo.ref(REF_PREVIOUS) == previous else "the series"
     reference = module_texts(module_files(ws, previous), but=_too_large(files))
-    return run_checks(
+    result = run_checks(
         ws,
         files,
         queue=queue,
@@ -323,3 +330,25 @@ def do_check(
         imports=imports,
         imports_required=imports is True,
     )
+    if json_out is not None:
+        from patch_queue.fsutil import CHECK_JSON, json_bytes, write_output
+
+        write_output(json_out, json_bytes(result.as_json()), CHECK_JSON)
+    return result
+
+
+def do_blocks(
+    ws: Workspace, *, upstream_git: str | None, markdown: Path | None = None, progress: Progress | None = None
+) -> list[Entry]:
+    """`pq blocks`: every omni block and unfenced omni edit of the series, with the patch that carries it; with
+    ``markdown``, the inventory written there too."""
+    from patch_queue.outputs import inventory  # (the replay's diffs: pq check reads none)
+
+    loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
+    entries = inventory.inventory(ws.repo, loaded.base, loaded.patches)
+    if markdown is not None:
+        from patch_queue.fsutil import BLOCKS_MARKDOWN, write_output
+
+        title = f"{loaded.queue.downstream_name} {loaded.queue.downstream_release} on {loaded.queue.upstream.label}"
+        write_output(markdown, inventory.markdown(entries, title=title).encode("utf-8"), BLOCKS_MARKDOWN)
+    return entries

@@ -392,6 +392,32 @@ def _lines(data: bytes | None) -> list[str]:
     return [line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines]
 
 
+def do_series(ws: Workspace, *, upstream_git: str | None) -> tuple[list[dict[str, object]], dict[str, object] | None]:
+    """`pq series`: a row for each patch in order (name, state, applied, top, subject) and, while a merge is
+    pending, the merge (its target and how many conflicts it has), which goes into the patches at `pq continue`."""
+    from patch_queue.commands import resolve
+    from patch_queue.project.operation import OperationKind
+    from patch_queue.project.workspace import vanished
+    from patch_queue.series.status import PatchStatus as S
+
+    status = resolve.do_status(ws, upstream_git=upstream_git)
+    rows = []
+    for name, state in status.patches:
+        try:
+            subject = patch_subject(ws, name)
+        except OSError as exc:  # removed by a `pq delete` since the listing: one line, not half a listing
+            raise vanished(ws, ws.queue_dir.root / name, exc) from None
+        applied = state in (S.APPLIED, S.MODIFIED, S.UNCHANGED, S.EMPTY)
+        rows.append({"name": name, "state": str(state), "applied": applied, "top": False, "subject": subject})
+    top = [r for r in rows if r["applied"]]
+    if top and status.operation is not OperationKind.MERGE:
+        top[-1]["top"] = True
+    merge: dict[str, object] | None = None
+    if status.operation is OperationKind.MERGE:
+        merge = {"target": status.target, "conflicts": len(status.conflicts)}
+    return rows, merge
+
+
 def patch_subject(ws: Workspace, name: str) -> str:
     try:
         return patchfile.parse((ws.queue_dir.root / name).read_bytes(), path=f"patches/{name}").subject

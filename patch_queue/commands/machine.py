@@ -3,40 +3,47 @@
 An operation starts (:func:`start`: what `pq abort` puts back, with the refresh's or the merge's own
 target, replay and findings), advances (:func:`advance`: finished when the series is through without
 conflicts and `pq check` finds no error, else stopped with its state in ``.git/pq/refresh.json``,
-:class:`~patch_queue.project.operation.Operation`), goes on after the maintainer resolved its conflicts
-(:func:`do_continue`), is put back (:func:`do_abort`) or finished (:func:`finish`: the refresh's or the
-merge's own writes, then what every operation writes).  What the terminal prints and the report renders is
-:class:`Outcome`: the operation's state and what the step computed from it, never a copy of it.
+:class:`~patch_queue.project.operation.Operation`) and is finished (:func:`finish`: the operation's own
+writes, :data:`OwnWrites`, which each kind hands in, then what every operation writes).  Going on after the
+maintainer resolved its conflicts and putting it back are :mod:`patch_queue.commands.pending`'s, above both
+kinds.  What the terminal prints and the report renders is :class:`Outcome`: the operation's state and what
+the step computed from it, never a copy of it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
-from patch_queue.commands import write
-from patch_queue.commands.write import REF_PREVIOUS, REF_REFRESH, module_files, write_series
-from patch_queue.errors import PqError, QueueError
+from patch_queue.commands import resolve, write
+from patch_queue.commands.write import REF_PREVIOUS, REF_REFRESH, StepInfo, module_files, write_series
+from patch_queue.errors import PqError
 from patch_queue.fsutil import kill_point, read_folder
-from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.git.repo import ProjectRepo
-from patch_queue.merge import anchors, explain, markers
-from patch_queue.merge.conflict import Conflict, ConflictKind
+from patch_queue.merge import anchors, explain
+from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs import folder as output
 from patch_queue.outputs import report_parts
 from patch_queue.progress import Bar, Progress, say, timed
-from patch_queue.project import journal as journal_mod
 from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.operation import Operation, OperationKind
-from patch_queue.project.workspace import REF_JOURNAL, Workspace, ref_moves
-from patch_queue.series import absorb, fmt, patchfile, reimport, replay, rerere, stack
+from patch_queue.project.workspace import REF_JOURNAL, LoadedStack, Workspace
+from patch_queue.series import absorb, fmt, patchfile, replay, rerere, stack
 from patch_queue.series.queue import Queue, parse_queue
 from patch_queue.series.replay import PatchStatus
 
 if TYPE_CHECKING:  # pq check is imported where it runs: `refresh --no-check` skips it
     from patch_queue.commands.check import CheckOutcome
+
+# An operation's own writes when it finishes (the refresh's recorded edits, the merge's recorded resolution), given
+# (workspace, state, target, writes, command, store, accepted errors): the series it leaves, its lineage step and
+# the top of the series as it stood.  Each kind hands its own to :func:`advance`.
+OwnWrites: TypeAlias = Callable[
+    [Workspace, Operation, Queue, Writes, str, rerere.Store, list[str]], tuple[LoadedStack, StepInfo, str | None]
+]
 
 
 @dataclass
@@ -47,7 +54,7 @@ class Outcome:
     state: Operation
     target: Queue  # the queue the operation moves the series onto (a finished merge: the queue it left)
     results: list[replay.PatchResult]
-    out: str = "npu_worker"
+    out: str = ""  # the output folder, as the maintainer names it
     blocks_after: int = 0  # omni blocks after (before: the state's)
     fences: list[dict[str, object]] = field(default_factory=list)  # Omni-new fence problems in the output
     check: CheckOutcome | None = None  # pq check on the result, once the series is through without conflicts
@@ -57,6 +64,12 @@ class Outcome:
     accepted: list[str] = field(default_factory=list)  # the errors of `pq check` it finished over (--accept-errors)
     written: bool = True  # False: nothing was written (`pq continue` over check errors; a merge with nothing to merge)
     standing: int = 0  # errors of `pq check` in a refresh that changed nothing: the series had them already
+    # under each conflict as `pq status` says it, by (file, line) on disk: its suggestion, where upstream moved the
+    # lines it deleted (the refresh's `moved:` line)
+    suggestions: dict[tuple[str, int], explain.Suggestion] = field(default_factory=dict)
+    moved: dict[tuple[str, int], str] = field(default_factory=dict)
+    downstream_before: tuple[str, str] = ("", "")  # a merge: the downstream pin (name, release) it started from
+    annotations: list[str] = field(default_factory=list)  # GitHub workflow commands of the report (--annotations)
 
     @property
     def target_label(self) -> str:
@@ -115,6 +128,7 @@ def advance(
     target: Queue,
     results: list[replay.PatchResult],
     *,
+    own: OwnWrites,
     progress: Progress | None,
     command: str = "refresh",
     store: rerere.Store,
@@ -122,8 +136,8 @@ def advance(
     relocations: list[absorb.Relocation] | None = None,
     accept_errors: bool = False,
 ) -> Outcome:
-    """Finish the operation if the series is through and `pq check` finds no error in the result (or
-    ``accept_errors``), else record the stop.
+    """Finish the operation (``own``: the kind's own writes) if the series is through and `pq check` finds no
+    error in the result (or ``accept_errors``), else record the stop.
 
     Every file and ref (refs/pq/resolutions, where ``store`` recorded resolutions and edits,
     included) is written once, through one journaled :class:`Writes`: a kill at any point leaves
@@ -142,7 +156,7 @@ def advance(
         results,
         out=ws.rel(ws.out),
         blocks_after=count_blocks(top_files),
-        fences=fence_problems(top_files),
+        fences=write.fence_problems(top_files),
         placements=placements or [],
         relocations=relocations or [],
     )
@@ -168,7 +182,7 @@ def advance(
             outcome.accepted = [f.render() for f in errors]
             if state.kind is OperationKind.MERGE:  # a finished merge is one command `pq undo` takes back
                 writes = Writes(ws, "merge", undoable=True)
-            outcome.target = finish(ws, state, target, writes, command, store, outcome.accepted)
+            outcome.target = finish(ws, state, target, writes, command, store, outcome.accepted, own)
             return outcome
     # stopped (or finished with conflicts under --no-stop, or over errors of pq check): keep everything needed
     # to go on or back
@@ -180,6 +194,9 @@ def advance(
     state.save(ws, writes)
     output.sync(ws.out, module_files(ws, top), writes)
     writes.commit()
+    if state.conflicts:  # what `pq status` says under each region, now that the files are written and the state saved
+        outcome.suggestions = resolve.suggestions(ws, state)
+        outcome.moved = resolve.moved_notes(ws, list(state.conflicts))
     return outcome
 
 
@@ -200,18 +217,12 @@ def finish(
     command: str,
     store: rerere.Store,
     accepted: list[str],
+    own: OwnWrites,
 ) -> Queue:
-    """Write the finished operation: the refresh's or the merge's own writes (recorded edits or resolution, the
-    series and its lineage step), then what every one writes: the previous top, the state and the refs of the
-    pending operation gone, the output folder.  The queue it leaves."""
-    if state.kind is OperationKind.MERGE:
-        from patch_queue.commands import merge
-
-        loaded, step, old_top = merge.finish_merge(ws, state, writes, command, store, accepted)
-    else:
-        from patch_queue.commands import refresh
-
-        loaded, step, old_top = refresh.finish_refresh(ws, state, target, writes, command, store, accepted)
+    """Write the finished operation: its ``own`` writes (the refresh's recorded edits or the merge's recorded
+    resolution, the series and its lineage step), then what every one writes: the previous top, the state and the
+    refs of the pending operation gone, the output folder.  The queue it leaves."""
+    loaded, step, old_top = own(ws, state, target, writes, command, store, accepted)
     write_series(ws, loaded, writes=writes, step=step)
     if old_top is not None and old_top != loaded.top():
         writes.move_refs({REF_PREVIOUS: (ws.repo.ref(REF_PREVIOUS), old_top)})
@@ -259,370 +270,12 @@ def _check_result(
 
 def on_disk_findings(ws: Workspace, written: dict[str, bytes], result: CheckOutcome) -> CheckOutcome:
     """``result`` (findings at lines of ``written``, module path -> text) with each finding at its line in the
-    output folder now (:func:`on_disk_lines`)."""
+    output folder now (:func:`resolve.on_disk_lines`)."""
     from patch_queue.commands.check import CheckOutcome
 
-    lines = on_disk_lines(ws, written, [(f.file, f.line) for f in result.findings])
+    lines = resolve.on_disk_lines(ws, written, [(f.file, f.line) for f in result.findings])
     moved = [replace(f, line=line) for f, line in zip(result.findings, lines, strict=True)]
     return CheckOutcome(moved, result.reference, result.files, result.sources, result.imported)
-
-
-def on_disk_lines(ws: Workspace, written: dict[str, bytes], places: Sequence[tuple[str, int]]) -> list[int]:
-    """For each (module path, 1-based line of ``written``: module path -> text pq wrote), that line in the output
-    folder now, after the maintainer's edits (a line the output folder no longer holds: the line standing in its
-    place); 0 (the whole file) stays 0."""
-    hunks: dict[str, list[tuple[int, int, int, int]]] = {}
-    for path in sorted({p for p, line in places if line and p in written}):
-        have = ws.out / path
-        now = have.read_bytes() if have.is_file() else b""
-        hunks[path] = line_hunks(written[path], now) if now != written[path] else []
-    return [move_line(line, hunks[path]) if line and path in hunks else line for path, line in places]
-
-
-def do_continue(
-    ws: Workspace,
-    *,
-    progress: Progress | None = None,
-    on_patch: Callable[[replay.PatchResult], None] | None = None,
-    reports: tuple[str, str] = ("", ""),
-    accept_errors: bool = False,
-    check_import: bool | None = None,
-) -> Outcome:
-    """``reports``: report paths given again (each replaces the refresh's; "" keeps it); ``check_import``: ``pq
-    check --import`` on the result (True/False: asked or declined here; None: as the refresh was told);
-    ``accept_errors``: finish over the errors of `pq check` (recorded in the lineage step), else they leave the
-    refresh pending and nothing written (:func:`advance`)."""
-    on_patch = killable(on_patch)
-    state = operation.require(ws)
-    state = replace(state, reports=(reports[0] or state.reports[0], reports[1] or state.reports[1]))
-    if check_import is not None:
-        state = replace(state, check_import=check_import)
-    target = state.target()
-    patches, done = state.patches, state.done
-    work = read_folder(ws.out)
-    if not any(status == PatchStatus.CONFLICT for _n, _c, status in done) and not state.check_errors:
-        raise QueueError("nothing to continue: no conflicted patch")
-    old_top = done[-1][1]  # what the output folder held: the lines of the pending findings are its lines
-    top_marked = module_files(ws, old_top)
-    for rel, data in sorted(work.items()):
-        line = replay.has_markers(data) if rel in top_marked else None
-        if line is not None:
-            raise QueueError(
-                "conflict markers remain; resolve them, then run `pq continue`", path=ws.rel(ws.out / rel), line=line
-            )
-    resolved = {k: work.get(k, v) for k, v in top_marked.items()}
-    for rel, data in sorted(resolved.items()):
-        if data != top_marked[rel]:  # the maintainer's resolution becomes patch bodies: text only
-            output.refuse_binary(data, ws.rel(ws.out / rel))
-    labels = state.labels
-    merging = state.kind is OperationKind.MERGE  # a merge replays the release's change as it is: no layout, no imports
-    normalize = None if merging else normalizer(target)
-    imports = None if merging else import_sync(target, patches)
-    store = rerere.Store(ws.repo)
-    replayed: set[str] = set()
-    made: dict[str, str] = {}  # patch replayed one by one below -> the commit its findings' lines refer to
-    # carry the resolution back into every conflicted patch: apply (top with markers -> resolved)
-    # onto that patch's own result; rebase what follows onto the resolved commits
-    parent = state.new_base
-    results: list[replay.PatchResult] = []
-    recorded: list[dict[str, object]] = []
-    stop = not state.no_stop
-    for name, commit, status in done:
-        info = ws.repo.commit_info(commit)
-        if status == PatchStatus.CONFLICT:
-            files = ws.repo.read_tree(info.tree)
-            for path, data in sorted(files.items()):
-                if path.startswith(stack.VENDOR) or path not in resolved or replay.has_markers(data) is None:
-                    continue
-                recorded += _resolved_regions(state, name, path, top_marked[path], resolved[path], data)
-                carried = replay.carry_resolutions(top_marked[path], resolved[path], data)
-                if carried is None or replay.has_markers(carried) is not None:
-                    raise QueueError(
-                        f"the resolution cannot be carried back into {name} automatically; "
-                        "run `pq abort`, then `pq refresh` without --no-stop to resolve patch by patch",
-                        path=ws.rel(ws.out / path),
-                    )
-                files[path] = carried
-            res = replay.PatchResult(name, PatchStatus.MODIFIED, stack.commit_files(ws.repo, parent, files, info))
-        elif info.parents[0] == parent:
-            res = replay.PatchResult(name, status, commit)
-        else:
-            res = replay.replay_patch(
-                ws.repo,
-                name,
-                commit,
-                parent,
-                labels=labels,
-                normalize=normalize,
-                recorded=store.lookup,
-                imports=imports,
-            )
-            res.status = status if not res.conflicts else PatchStatus.CONFLICT
-            # the refresh's findings of this patch stay (moved to their lines below): a merge of its merged
-            # commit onto the resolution finds nothing about upstream, only a conflict with the resolution
-            res.flags = []
-            made[name] = res.commit
-        on_patch(res)
-        results.append(res)
-        parent = res.commit
-        if res.conflicts and stop:
-            break
-    # the maintainer's edits outside the conflict regions go into the patches that own their lines
-    placements: list[absorb.Placement] = []
-    if len(results) == len(done) and not any(r.conflicts for r in results):
-        chain = [(r.name, r.commit) for r in results]
-        absorbed, placements = absorb.absorb(ws.repo, state.new_base, chain, resolved)
-        for i, ((n, c), (_n, moved)) in enumerate(zip(chain, absorbed, strict=True)):
-            if moved != c:
-                results[i] = replay.PatchResult(n, PatchStatus.MODIFIED, moved, results[i].conflicts, results[i].flags)
-        parent = absorbed[-1][1]
-    # then the patches not replayed yet
-    if recorded:  # before the replay below, which looks them up
-        store.record(recorded, "pq continue: resolutions recorded\n")
-    if not (results and results[-1].status == PatchStatus.CONFLICT):
-        more = replay.replay(
-            ws.repo,
-            list(patches[len(results) :]),
-            parent,
-            labels=labels,
-            stop=stop,
-            progress=on_patch,
-            normalize=normalize,
-            recorded=store.lookup,
-            edited=edit_lookup(ws, store, target),
-            imports=imports,
-        )
-        replayed.update(r.name for r in more)
-        results += more
-    # every line where it is in the new top (the output folder once this step is written)
-    top = results[-1].commit if results else state.new_base
-    order = {name: i for i, (name, _c) in enumerate(patches)}
-    kept = replay.follow_lines(ws.repo, [f for f in state.flags if f.patch not in replayed], old_top, top)
-    for r in results:
-        if r.name in made:
-            r.conflicts = replay.follow_lines(ws.repo, r.conflicts, made[r.name], top)
-    flags = kept + [f for r in results for f in r.flags]
-    if imports is not None and len(results) == len(patches) and not any(r.conflicts for r in results):
-        results, changed, removed = _follow_imports(ws, state.new_base, target, imports, results, top_marked)
-        if changed:
-            followed = replay.follow_lines(ws.repo, flags, top, results[-1].commit)
-            flags = _added_after(module_files(ws, results[-1].commit), followed, removed) + changed
-    # a carried method's lines in its skeleton that upstream did not write (a release's merge left them there) go
-    # into the patch that carries the method: the series is rewritten now, and the top stays as it is
-    relocations: list[absorb.Relocation] = []
-    if not merging and len(results) == len(patches) and not any(r.conflicts for r in results):
-        results, relocations = _relocate(ws, state.new_base, target, results)
-        flags += relocated_flags(ws, results[-1].commit, relocations)
-    state = replace(
-        state,
-        done=tuple((r.name, r.commit, r.status) for r in results),
-        conflicts=tuple(c for r in results for c in r.conflicts),
-        flags=tuple(sorted(flags, key=lambda f: order.get(f.patch, 0))),
-    )
-    return advance(
-        ws,
-        state,
-        target,
-        results,
-        progress=progress,
-        command="continue",
-        store=store,
-        placements=placements,
-        relocations=relocations,
-        accept_errors=accept_errors,
-    )
-
-
-def _relocate(
-    ws: Workspace, base: str, target: Queue, results: list[replay.PatchResult]
-) -> tuple[list[replay.PatchResult], list[absorb.Relocation]]:
-    """``results`` with every skeleton's copy of a carried method upstream's text as projected in ``base``, the
-    edits it held in the patch that carries the method (:func:`absorb.relocate`); what moved."""
-    chain = [(r.name, r.commit) for r in results]
-    moved, relocations = absorb.relocate(ws.repo, base, chain, target)
-    out = [
-        r if commit == r.commit else replay.PatchResult(r.name, PatchStatus.MODIFIED, commit, r.conflicts, r.flags)
-        for r, (_n, commit) in zip(results, moved, strict=True)
-    ]
-    return out, relocations
-
-
-def relocated_flags(ws: Workspace, top: str, relocations: Sequence[absorb.Relocation]) -> list[Conflict]:
-    """One ``relocated`` review flag per relocation (in the patch that took the edit, its patch side the lines
-    moved; the method's first line in ``top``); a method whose edit stayed in the skeleton (no patch carries it)
-    has none."""
-    files = module_files(ws, top)
-    out = []
-    for r in relocations:
-        if not r.patch:
-            continue
-        sym = absorb.methods_of(files.get(r.file)).get(r.symbol)
-        out.append(
-            Conflict(
-                ConflictKind.RELOCATED,
-                relocation_message(r),
-                conflict=False,
-                theirs=r.lines or None,
-                line=sym.start if sym is not None else 1,
-                patch=r.patch,
-                file=r.file,
-                symbol=r.symbol,
-            )
-        )
-    return out
-
-
-def relocation_message(r: absorb.Relocation) -> str:
-    """What a relocation did, in one line."""
-    edit = f"{r.added + r.removed} line(s) (+{r.added} -{r.removed}) of {r.symbol} that upstream did not write"
-    if not r.patch:
-        return f"the skeleton patches/{r.skeleton} holds {edit}, and no later patch changes the method: left there"
-    return (
-        f"the skeleton patches/{r.skeleton} held {edit}: moved into patches/{r.patch}, the patch that carries the "
-        "method; the skeleton's copy is upstream's text as projected again, the built module is unchanged"
-    )
-
-
-def _added_after(files: dict[str, bytes], flags: list[Conflict], removed: set[tuple[str, str]]) -> list[Conflict]:
-    """``flags`` with each ``import-added`` flag whose statement the imports' following changed pointing at the
-    statement as it is in ``files`` now; one whose every name it removed (``removed``: file, name) is left out (an
-    ``import-removed`` flag says so)."""
-    out = []
-    for f in flags:
-        text = files.get(f.file, b"").decode("utf-8", "replace")
-        lines = text.splitlines(keepends=True)
-        said = f.resolution or ""
-        if f.kind != reimport.ADDED or "".join(lines[(f.line or 1) - 1 :][: said.count("\n")]) == said:
-            out.append(f)
-            continue
-        left = [n for n in reimport.added_names(f.message) if (f.file, n) not in removed]
-        now = reimport.statement_of(text, left[0]) if left else None
-        if now is not None:
-            out.append(replace(f, line=now[0], resolution=now[1]))
-    return out
-
-
-def _follow_imports(
-    ws: Workspace,
-    base: str,
-    target: Queue,
-    imports: replay.Imports,
-    results: list[replay.PatchResult],
-    written: dict[str, bytes],
-) -> tuple[list[replay.PatchResult], list[Conflict], set[tuple[str, str]]]:
-    """The series with the imports of each runner module made to follow the resolution
-    (:func:`reimport.follow`: what the resolved code reads is imported, what the refresh imported, or the
-    resolution stopped using, and the code does not use is removed), each edit in the patch that owns the lines
-    it changes (the skeleton, or the patch whose merge added the import); one review flag per change, and the
-    (file, name) of every import removed.  ``written``: the modules as pq wrote them for the maintainer (an
-    import they do not hold is the maintainer's and stays)."""
-    chain = [(r.name, r.commit) for r in results]
-    top = module_files(ws, chain[-1][1])
-    previous = module_files(ws, imports.old_top)
-    vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)
-    texts = {p: d.decode("utf-8", "replace") for p, d in top.items() if p.endswith(".py")}
-    keep = reimport.imported_from(texts, target.package.replace("/", "."))
-    work: dict[str, bytes] = {}
-    changes: dict[str, list[reimport.Change]] = {}
-    for path, upstream in sorted(imports.modules.items()):
-        new_upstream = vendored.get(stack.VENDOR + upstream)
-        if new_upstream is None or path not in texts:
-            continue
-        text, made = reimport.follow(
-            texts[path],
-            new_upstream=new_upstream.decode("utf-8", "replace"),
-            upstream_module=reimport.module_of(upstream),
-            previous=previous.get(path, b"").decode("utf-8", "replace"),
-            written=written.get(path, b"").decode("utf-8", "replace"),
-            line_length=imports.line_length,
-            keep=keep.get(path, set()),
-            first_party=target.spec.downstream_package,
-        )
-        if text != texts[path]:
-            work[path], changes[path] = text.encode("utf-8"), made
-    if not work:
-        return results, [], set()
-    absorbed, placements = absorb.absorb(ws.repo, base, chain, work)
-    out = [
-        r if moved == r.commit else replay.PatchResult(r.name, PatchStatus.MODIFIED, moved, r.conflicts, r.flags)
-        for r, (_n, moved) in zip(results, absorbed, strict=True)
-    ]
-    flags = []
-    for path, made in sorted(changes.items()):
-        placed = sorted((p.line, p.patch) for p in placements if p.file == path)
-        for c in made:  # the patch that took the edit at or above the change's line (its statement's edit)
-            owner = ([patch for line, patch in placed if line <= c.line] or [placed[0][1]])[-1]
-            flags.append(
-                Conflict(c.kind, c.message, conflict=False, resolution=c.text, patch=owner, file=path, line=c.line)
-            )
-    removed = {(path, n) for path, made in changes.items() for c in made if c.kind == reimport.REMOVED for n in c.names}
-    return out, flags, removed
-
-
-def _resolved_regions(
-    state: Operation, patch: str, path: str, top_marked: bytes, resolved: bytes, mine: bytes
-) -> list[dict[str, object]]:
-    """Recorded-resolution entries for the regions of ``patch`` in ``path`` the maintainer resolved."""
-    texts = replay.resolutions_of(top_marked, resolved, mine, patch)
-    mine_conflicts = sorted(
-        (c for c in state.conflicts if c.patch == patch and c.file == path and c.key), key=lambda c: c.line or 0
-    )
-    if texts is None or len(texts) != len(mine_conflicts):
-        return []
-    return [
-        {
-            "key": c.key,
-            "patch": replay.patch_key(patch),
-            "file": path,
-            "symbol": c.symbol,
-            "kind": c.kind,
-            "base": c.base or "",
-            "upstream": c.ours or "",
-            "patch_text": c.theirs or "",
-            "resolution": text,
-        }
-        for c, text in zip(mine_conflicts, texts, strict=True)
-    ]
-
-
-def do_abort(ws: Workspace) -> OperationKind:
-    """Put every file and ref back as before the refresh (or merge: which one it was is returned), in one
-    journaled write."""
-    state = operation.require(ws)
-
-    # recorded resolutions (and the remotes' as fetched) outlive an abort; the journal's ref is the journal's
-    def kept(ref: str) -> bool:
-        return ref in (rerere.REF, REF_JOURNAL) or ref.startswith(rerere.REMOTES)
-
-    current = {k: v for k, v in ws.repo.refs().items() if not kept(k)}
-    updates = ref_moves(current, {k: v for k, v in state.orig_refs.items() if not kept(k)})
-    saved = ws.repo.read_tree(state.orig_out)
-    for rel in saved:  # the folder as it was then, its folders since replaced by a link: pq never writes through it
-        why = output.outside(ws.out, rel)
-        if why:
-            raise QueueError(
-                f"pq does not put back {rel!r}, {why}: remove the link, then run `pq abort` again", path=ws.rel(ws.out)
-            )
-    writes = Writes(ws, "abort")
-    # the output folder as it was saved when the refresh began: whatever is there and was not then goes
-    for rel in sorted(set(read_folder(ws.out)) - set(saved)):
-        writes.write(ws.out / rel, None, group="out")
-    for rel, data in sorted(saved.items()):
-        writes.write(ws.out / rel, data, group="out")
-    if ws.queue_dir.queue_path.read_text(encoding="utf-8") != state.orig_queue:
-        writes.write(ws.queue_dir.queue_path, state.orig_queue.encode(), group="patches")
-    writes.move_refs(updates)
-    operation.clear(ws, writes)
-    writes.commit()
-    return state.kind
-
-
-def recover_interrupted(ws: Workspace, *, forward: bool) -> str | None:
-    """Finish (``forward``, `pq continue`) or undo (`pq abort`) the writes of a command that was killed part way.
-
-    Returns the interrupted command's name, or None when no command was interrupted.
-    """
-    return journal_mod.recover(ws, forward=forward)
 
 
 def count_blocks(files: dict[str, bytes]) -> int:
@@ -631,19 +284,6 @@ def count_blocks(files: dict[str, bytes]) -> int:
         if path.endswith(".py") and not path.startswith(stack.VENDOR):
             total += len(anchors.parse_blocks(data.decode("utf-8", errors="replace"))[0])
     return total
-
-
-def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
-    """Unbalanced or misplaced Omni-new fences in the output modules, with file and line."""
-    out: list[dict[str, object]] = []
-    for path in sorted(files):
-        if not path.endswith(".py") or path.startswith(stack.VENDOR):
-            continue
-        # conflict regions read as the patch's side; line numbers kept
-        text = markers.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
-        _blocks, problems = anchors.parse_blocks(text)
-        out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
-    return out
 
 
 def import_sync(queue: Queue, patches: Sequence[tuple[str, str]]) -> replay.Imports | None:
@@ -758,7 +398,10 @@ def report_json(outcome: Outcome) -> dict[str, object]:
         "downstream": {"name": outcome.downstream[0], "release": outcome.downstream[1]},
         "out": outcome.out,
         "patches": [{"name": r.name, "status": r.status} for r in outcome.results],
-        "conflicts": [explained(c) for c in state.conflicts],
+        "conflicts": [
+            explained(c, outcome.moved.get((c.file, c.line or 0)), outcome.suggestions.get((c.file, c.line or 0)))
+            for c in state.conflicts
+        ],
         "flags": [c.as_json(report=True) for c in state.flags],
         "removed_symbols": list(state.removed_symbols),
         "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
@@ -774,14 +417,48 @@ def report_json(outcome: Outcome) -> dict[str, object]:
     return data
 
 
-def explained(conflict: Conflict) -> dict[str, object]:
-    """A conflict's report entry with what upstream changed, its omni block and a suggested resolution."""
+def explained(conflict: Conflict, moved: str | None = None, tip: explain.Suggestion | None = None) -> dict[str, object]:
+    """A conflict's report entry with what upstream changed, its omni block, its suggestion and where upstream moved
+    the lines it deleted, as `pq status` shows them (``tip``: :attr:`Outcome.suggestions`, carried from another
+    copy's resolution and moved code among them, with what `pq resolve --suggested` writes; ``moved``:
+    :attr:`Outcome.moved`)."""
     data = conflict.as_json(report=True)
-    tip = explain.suggest(conflict)
     data["explanation"] = {
         "upstream": report_parts.upstream_change(conflict),
         "block": explain.omni_block(conflict),
-        "suggestion": explain.suggestion_json(tip),  # `pq status`'s, where the refresh is pending: `_write_reports`
-        "moved": None,  # said where the refresh is pending (it reads the target's snapshot): `_write_reports`
+        "suggestion": explain.suggestion_json(tip),
+        "moved": moved,
     }
     return data
+
+
+def report_paths(ws: Workspace, report: Path | None, markdown: Path | None) -> tuple[str, str]:
+    """The report paths as the operation's state keeps them (for `pq continue` to rewrite): relative to the
+    repository when inside it, ``-`` for stdout."""
+
+    def kept(path: Path | None) -> str:
+        if path is not None and str(path) == "-":  # stdout, at this run and at the `pq continue` that ends it
+            return "-"
+        full = path.resolve() if path else None
+        if full is None:
+            return ""
+        return full.relative_to(ws.root).as_posix() if full.is_relative_to(ws.root) else str(full)
+
+    return kept(report), kept(markdown)
+
+
+def write_reports(ws: Workspace, outcome: Outcome, annotations: bool) -> list[str]:
+    """The reports of ``outcome`` at the paths the operation was given (the later `pq continue` rewrites them);
+    with ``annotations``, the report's GitHub workflow commands, for the terminal."""
+    if not any(outcome.state.reports) and not annotations:
+        return []  # no report asked for: none is made
+    from patch_queue.fsutil import REFRESH_JSON, REFRESH_MARKDOWN, json_bytes, write_output
+    from patch_queue.outputs import report as render
+
+    report, markdown = (Path(p) if p == "-" else ws.root / p if p else None for p in outcome.state.reports)
+    data = report_json(outcome)
+    if report is not None:
+        write_output(report, json_bytes(data), REFRESH_JSON)
+    if markdown is not None:
+        write_output(markdown, render.markdown(data, queue=ws.spec).encode("utf-8"), REFRESH_MARKDOWN)
+    return render.annotations(data, ws.spec) if annotations else []

@@ -10,7 +10,7 @@ It is the refresh's machine with one patch: the release's change is a commit (th
 modules -> the release's, on the vendored tree of the series' top), replayed onto the top of the
 series with the same anchor-aware merge, recorded resolutions and conflict regions (the series'
 side first, the release's side last), stopped and gone on with by ``pq continue``, put back by
-``pq abort`` (:mod:`patch_queue.commands.machine`).  Once it is
+``pq abort`` (:mod:`patch_queue.commands.machine`, :mod:`patch_queue.commands.pending`).  Once it is
 through, the merged modules go into the patches that own their lines, by blame over the stack as
 ``pq record`` puts edits (:func:`patch_queue.series.absorb.absorb`); a module new in the release
 becomes a new patch (and a ``[[module]]``), one the release removed leaves every patch.  The lineage
@@ -239,12 +239,13 @@ def do_merge(
     check: bool = True,
     check_sources: bool = True,
     discard: bool = False,
-    reports: tuple[str, str] = ("", ""),
+    reports: tuple[Path | None, Path | None] = (None, None),
+    annotations: bool = False,
     accept_errors: bool = False,
 ) -> machine.Outcome:
     """Merge ``spec`` (default: the newest release of the downstream on the registry, pre-releases included) into
     the series; the refresh's outcome (``merged`` names the release; nothing to merge: ``merged`` and no
-    ``results``)."""
+    ``results``, and no report).  ``reports``, ``annotations``: as for `pq refresh`."""
     operation.refuse_pending(ws, "a refresh is in progress; `pq continue` or `pq abort` it first")
     refuse_unwritable_queue(ws)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -310,7 +311,7 @@ def do_merge(
         upstream_commits=(queue.upstream.public_commit, queue.upstream.public_commit),
         recorded=any(f.kind in (ConflictKind.REUSED, ConflictKind.RECORDED_EDITS) for f in flags),
         discarded=output.discarded(dropped),
-        reports=reports,
+        reports=machine.report_paths(ws, *reports),
         merging=operation.Merging(
             release.spec,
             release.version,
@@ -321,9 +322,20 @@ def do_merge(
         ),
     )
     state = machine.start(ws, begun)
-    return machine.advance(
-        ws, state, target, results, progress=progress, command="merge", store=store, accept_errors=accept_errors
+    outcome = machine.advance(
+        ws,
+        state,
+        target,
+        results,
+        own=finish_merge,
+        progress=progress,
+        command="merge",
+        store=store,
+        accept_errors=accept_errors,
     )
+    outcome.downstream_before = (queue.downstream_name, queue.downstream_release)
+    outcome.annotations = machine.write_reports(ws, outcome, annotations)
+    return outcome
 
 
 _SIDES = (
@@ -350,6 +362,7 @@ def _relabel(finding: Conflict) -> Conflict:
 def finish_merge(
     ws: Workspace,
     state: operation.Operation,
+    target: Queue,
     writes: Writes,
     command: str,
     store: rerere.Store,
@@ -357,7 +370,8 @@ def finish_merge(
 ) -> tuple[LoadedStack, StepInfo, str | None]:
     """The merge's own writes when it finishes (:func:`machine.finish` writes the rest): its recorded resolution.
     The series it leaves (the merged modules in the patches that own their lines), its lineage step and the top
-    of the series as it stood."""
+    of the series as it stood.  ``target`` is not read: the queue left is the state's, laid out anew over the
+    merged modules as resolved."""
     m = state.merging
     assert m is not None
     name, synthetic = state.patches[0]

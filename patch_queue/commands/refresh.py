@@ -1,10 +1,13 @@
 """pq refresh: re-vendor the target, replay the series onto it, write once (the pending operation's machine:
-:mod:`patch_queue.commands.machine`); what a finished refresh writes of its own."""
+:mod:`patch_queue.commands.machine`; going on and putting back: :mod:`patch_queue.commands.pending`); what a
+finished refresh writes of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patch_queue.commands import machine
 from patch_queue.commands.adopt import snapshot_pin
@@ -21,6 +24,19 @@ from patch_queue.series import culprits, replay, rerere, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_queue
 from patch_queue.sources import registry
 from patch_queue.sources.snapshot import Snapshot, named_release, release_snapshot, resolve_upstream
+
+if TYPE_CHECKING:  # pq sync-gpu is imported where it runs: only `refresh --sync-gpu` reads the GPU runners
+    from patch_queue.commands.sync_gpu import SyncOutcome
+
+
+@dataclass
+class Refreshed:
+    """What `pq refresh` did: the operation's outcome and, with ``--sync-gpu``, the `pq sync-gpu` that followed a
+    clean refresh, or the line that says why it waits."""
+
+    outcome: machine.Outcome
+    synced: SyncOutcome | None = None
+    sync_waits: str = ""
 
 
 def target_queue(queue: Queue, pin: UpstreamPin, read: Callable[[str], bytes]) -> tuple[Queue, stack.Projection]:
@@ -107,11 +123,63 @@ def do_refresh(
     check_sources: bool = True,
     check_import: bool | None = None,
     discard: bool = False,
-    reports: tuple[str, str] = ("", ""),
+    reports: tuple[Path | None, Path | None] = (None, None),
+    annotations: bool = False,
     accept_errors: bool = False,
+    sync_gpu: bool = False,
+) -> Refreshed:
+    """``reports``: the JSON and Markdown report paths, written (with the flags of the ports of ``sync_gpu``) and
+    kept for `pq continue` to rewrite; ``annotations``: the report's workflow commands in the outcome;
+    ``accept_errors``: a result without conflicts is finished over the errors of `pq check` (else they leave the
+    refresh pending); ``sync_gpu``: `pq sync-gpu` after a clean refresh (with conflicts it waits)."""
+    outcome = _refresh(
+        ws,
+        to=to,
+        no_stop=no_stop,
+        upstream_git=upstream_git,
+        progress=progress,
+        on_patch=on_patch,
+        check=check,
+        check_sources=check_sources,
+        check_import=check_import,
+        discard=discard,
+        reports=machine.report_paths(ws, *reports),
+        accept_errors=accept_errors,
+    )
+    done = Refreshed(outcome)
+    if sync_gpu and outcome.state.conflicts:
+        done.sync_waits = "sync-gpu skipped: the refresh left conflicts; resolve them, then run `pq sync-gpu`"
+    elif sync_gpu and outcome.check_pending:
+        done.sync_waits = (
+            "sync-gpu skipped: pq check's errors keep the refresh pending; fix them, then run `pq sync-gpu`"
+        )
+    elif sync_gpu:
+        from patch_queue.commands import sync_gpu as sync
+
+        done.synced = sync.do_sync_gpu(ws, omni=None, since=None, upstream_git=upstream_git, progress=progress)
+    reported = outcome  # the report lists the flags of the ports too
+    if done.synced is not None:
+        reported = replace(outcome, state=replace(outcome.state, flags=outcome.state.flags + tuple(done.synced.flags)))
+    outcome.annotations = machine.write_reports(ws, reported, annotations)
+    return done
+
+
+def _refresh(
+    ws: Workspace,
+    *,
+    to: str | None,
+    no_stop: bool,
+    upstream_git: str | None,
+    progress: Progress | None,
+    on_patch: Callable[[replay.PatchResult], None] | None,
+    check: bool,
+    check_sources: bool,
+    check_import: bool | None,
+    discard: bool,
+    reports: tuple[str, str],
+    accept_errors: bool,
 ) -> machine.Outcome:
-    """``reports``: the JSON and Markdown report paths, kept for `pq continue` to rewrite; ``accept_errors``: a
-    result without conflicts is finished over the errors of `pq check` (else they leave the refresh pending)."""
+    """The refresh itself: replayed, and finished or stopped (:func:`machine.advance`)."""
     operation.refuse_pending(ws, "a refresh is already in progress; `pq continue` or `pq abort` it first")
     refuse_unwritable_queue(ws)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -182,7 +250,9 @@ def do_refresh(
         culprits_note=note,
     )
     state = machine.start(ws, begun)
-    return machine.advance(ws, state, target, results, progress=progress, store=store, accept_errors=accept_errors)
+    return machine.advance(
+        ws, state, target, results, own=finish_refresh, progress=progress, store=store, accept_errors=accept_errors
+    )
 
 
 def _mark_removed(conflicts: list[Conflict], removed: list[str]) -> list[Conflict]:

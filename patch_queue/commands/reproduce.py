@@ -48,6 +48,8 @@ class Reproduced:
     discarded: str = ""
     merged: tuple[str, ...] = ()  # each recorded edit merged onto another merge result: "patches/X (step N)"
     differ: tuple[str, ...] = ()  # each body that differs from the one the lineage recorded, with why
+    # each lineage step finished over errors of pq check (--accept-errors): (step, its command, the errors)
+    accepted: tuple[tuple[int, str, int], ...] = ()
 
 
 def do_reproduce(
@@ -132,7 +134,9 @@ def do_reproduce(
     write.finish(ws, final_stack, writes, len(final_stack.patches))
     discarded = output.discarded(dropped)
     merged, differ = tuple(run.merged), tuple(run.differ)
-    return Reproduced(len(queue.lineage), len(final.names), run.applied, False, discarded, merged, differ)
+    steps = enumerate(ws.queue_dir.load_queue().lineage, 1)  # reproduced like any other step: its errors stay
+    accepted = tuple((i, step.command, len(step.accepted_errors)) for i, step in steps if step.accepted_errors)
+    return Reproduced(len(queue.lineage), len(final.names), run.applied, False, discarded, merged, differ, accepted)
 
 
 class _Run:

@@ -1,20 +1,20 @@
 """pq status, pq resolve and pq mergetool: where a pending refresh or merge stands, and the resolution of its
-conflict regions on disk (going on and putting back: :mod:`patch_queue.commands.machine`)."""
+conflict regions on disk (going on and putting back: :mod:`patch_queue.commands.pending`)."""
 
 from __future__ import annotations
 
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patch_queue.commands.write import module_files, out_edits
-from patch_queue.errors import PqError, QueueError
+from patch_queue.errors import EXIT_CONFLICT, EXIT_ERROR, EXIT_OK, PqError, QueueError
 from patch_queue.fsutil import atomic_write
-from patch_queue.git.diff import line_hunks
+from patch_queue.git.diff import line_hunks, move_line
 from patch_queue.merge import explain, markers, moved
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
@@ -50,9 +50,44 @@ class Status:
     operation: OperationKind = OperationKind.REFRESH  # what is in progress: a refresh onto ``target``, a merge of it
     # what is said under a conflict (file, line on disk) whose deleted lines upstream moved into a helper
     moved: dict[tuple[str, int], str] = field(default_factory=dict)
+    warning: str = ""  # why the output folder cannot be used (said, not refused: status reports)
+
+    @property
+    def exit_code(self) -> int:
+        """1 while errors of `pq check` alone keep the operation pending, 3 while conflicts do, else 0."""
+        if self.in_progress and self.check_errors and not self.conflicts:
+            return EXIT_ERROR
+        return EXIT_CONFLICT if self.in_progress and self.conflicts else EXIT_OK
+
+    def as_json(self) -> dict[str, object]:
+        """`pq status --json`."""
+        return {
+            "upstream": self.upstream,
+            "downstream": self.downstream,
+            "warning": self.warning or None,
+            "in_progress": str(self.operation) if self.in_progress else None,
+            "target": self.target if self.in_progress else None,
+            "patches": [{"name": name, "state": str(state)} for name, state in self.patches],
+            "conflicts": [c.as_json(report=True) for c in self.conflicts],
+            "resolved": len(self.resolved),
+            "check_errors": [
+                {"file": file, "line": line, "rule": rule, "message": message}
+                for file, line, rule, message in self.check_errors
+            ],
+            "unrecorded": [{"file": e.file, "added": e.added, "removed": e.removed} for e in self.edits],
+            "accepted_errors": {"step": self.accepted[0], "errors": self.accepted[1], "kind": self.accepted_kind}
+            if self.accepted[1]
+            else None,
+        }
 
 
 def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
+    status = _status(ws, upstream_git=upstream_git)
+    unusable = output.unusable(ws)
+    return replace(status, warning="" if unusable is None else str(unusable))
+
+
+def _status(ws: Workspace, *, upstream_git: str | None) -> Status:
     check_no_journal(ws)  # a killed command's half-done writes: say how to finish or undo them
     state = operation.load(ws)
     if state is not None:
@@ -66,8 +101,6 @@ def do_status(ws: Workspace, *, upstream_git: str | None) -> Status:
         resolved = [c for c in conflicts if not _marked(ws, c)]
         target = state.target()
         tips = suggestions(ws, state, conflicts)
-        from patch_queue.commands.machine import on_disk_lines  # (the replay's machinery: only while one is pending)
-
         written = module_files(ws, state.done[-1][1])
         lines = on_disk_lines(ws, written, [(file, line) for file, line, _r, _m in state.check_errors])
         errors = [(f, n, r, m) for (f, _l, r, m), n in zip(state.check_errors, lines, strict=True)]
@@ -113,7 +146,6 @@ def merged_regions(ws: Workspace, state: operation.Operation) -> list[tuple[Conf
     ``merged-words`` and code-placing ``block-moved`` flags), each with the text now in its place (the maintainer
     may have rewritten it) and where it is (``FILE:LINE``): a copy's region of the same upstream change is
     resolved the same way (:func:`suggestion`), as if a maintainer had resolved it there."""
-    from patch_queue.git.diff import move_line
     from patch_queue.outputs.report_parts import to_read
 
     merges = (ConflictKind.MERGED_TOKENS, ConflictKind.BLOCK_MOVED, ConflictKind.MERGED_WORDS)
@@ -149,6 +181,18 @@ def on_disk(ws: Workspace, top: str, findings: list[Conflict]) -> list[Conflict]
         if path in written and now != written[path]:
             hunks[path] = line_hunks(written[path], now)
     return [replay.moved(f, hunks[f.file]) if f.file in hunks else f for f in findings]
+
+
+def on_disk_lines(ws: Workspace, written: dict[str, bytes], places: Sequence[tuple[str, int]]) -> list[int]:
+    """For each (module path, 1-based line of ``written``: module path -> text pq wrote), that line in the output
+    folder now, after the maintainer's edits (a line the output folder no longer holds: the line standing in its
+    place); 0 (the whole file) stays 0."""
+    hunks: dict[str, list[tuple[int, int, int, int]]] = {}
+    for path in sorted({p for p, line in places if line and p in written}):
+        have = ws.out / path
+        now = have.read_bytes() if have.is_file() else b""
+        hunks[path] = line_hunks(written[path], now) if now != written[path] else []
+    return [move_line(line, hunks[path]) if line and path in hunks else line for path, line in places]
 
 
 def _marked(ws: Workspace, conflict: Conflict) -> bool:
@@ -386,18 +430,6 @@ def _moved_tip(ws: Workspace, conflict: Conflict) -> explain.Suggestion | None:
     if found is None or found.text is None:
         return None
     return explain.Suggestion("merged", found.text, found.reason, "the patch's side without its copy of the moved code")
-
-
-def explain_report(ws: Workspace, state: operation.Operation, entries: list[dict[str, Any]]) -> None:
-    """The report's conflict entries of the pending ``state`` (``entries``: :func:`machine.report_json`'s, at the
-    lines pq wrote) told what `pq status` tells under each region: its suggestion (a rule's, the resolution of
-    another copy carried over, moved code) and where upstream moved the lines it deleted."""
-    tips = suggestions(ws, state)
-    notes = moved_notes(ws, list(state.conflicts))
-    for entry in entries:
-        where = (entry["file"], entry["line"] or 0)
-        entry["explanation"]["suggestion"] = explain.suggestion_json(tips.get(where))
-        entry["explanation"]["moved"] = notes.get(where)
 
 
 def moved_notes(ws: Workspace, conflicts: list[Conflict]) -> dict[tuple[str, int], str]:

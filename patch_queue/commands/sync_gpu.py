@@ -313,7 +313,7 @@ def proposal_id(port: Port) -> str:
 def is_sure(port: Port) -> bool:
     """Applied without asking: the removal of omni code both sides held the same way that the GPU side dropped
     (a name it uses is in no GPU runner any more: a feature gone, not code moved).  Measured on every pair of
-    releases (scripts/sync_delta.py), replacements of shared omni code and removals of code the GPU side moved
+    releases (bench/sync_delta.py), replacements of shared omni code and removals of code the GPU side moved
     elsewhere are what the maintainers did not do half the time or more: those are proposals."""
     return removals.is_dropped_feature(port)
 
@@ -554,10 +554,13 @@ def do_sync_gpu(
     decline: frozenset[str] = frozenset(),
     backlog: bool = False,
     progress: Progress | None = None,
+    report: Path | None = None,
+    markdown: Path | None = None,
 ) -> SyncOutcome:
     """Apply the sure ports of the omni GPU changes since the series' release (and the proposals ``apply`` names,
     None: all) at the end of the series, one patch per NPU method; ``decline``: proposals to decline first (their
-    ``[[decline]]`` tables written to the project's rules file, with the ports in one step)."""
+    ``[[decline]]`` tables written to the project's rules file, with the ports in one step); ``report``,
+    ``markdown``: where the JSON report and the pull-request body go (:func:`write_reports`)."""
     refuse_pending(ws)
     refuse_out_edits(ws, discard=False)
     queue = ws.queue_dir.load_queue()  # rule 3, before anything is read: no older release, nor a reversed delta
@@ -606,7 +609,22 @@ def do_sync_gpu(
     if outcome.synced or moved is not None or files:
         new = LoadedStack(queue, loaded.base, patches)
         write_edit(ws, loaded, new, len(patches), "sync-gpu", files, downstream=outcome.source if moved else "")
+    write_reports(ws, outcome, report, markdown)
     return outcome
+
+
+def write_reports(ws: Workspace, outcome: SyncOutcome, report: Path | None, markdown: Path | None) -> None:
+    """The sync's JSON report and pull-request body at ``report`` and ``markdown`` (None: not asked for), each NPU
+    module named by its path in the output folder."""
+    from patch_queue.fsutil import SYNC_JSON, SYNC_MARKDOWN, json_bytes, write_output
+
+    def shown(npu_file: str) -> str:
+        return ws.rel(ws.out / npu_file)
+
+    if report is not None:
+        write_output(report, json_bytes(report_json(outcome, shown)), SYNC_JSON)
+    if markdown is not None:
+        write_output(markdown, report_markdown(outcome, shown).encode("utf-8"), SYNC_MARKDOWN)
 
 
 def newer_release(queue: Queue, source: str) -> str | None:

@@ -17,14 +17,14 @@ from patch_queue.errors import QueueError
 from patch_queue.fsutil import read_folder
 from patch_queue.outputs import folder as output
 from patch_queue.project.journal import last_undoable, undo_writes
-from patch_queue.project.operation import refuse_pending
+from patch_queue.project.operation import OperationKind, load, refuse_pending
 from patch_queue.project.workspace import Workspace
 from patch_queue.series import stack
 
 
-def do_undo(ws: Workspace, *, redo: bool = False, discard: bool = False) -> tuple[str, str]:
+def do_undo(ws: Workspace, *, redo: bool = False, discard: bool = False) -> tuple[str, str, OperationKind | None]:
     """Undo the last undoable command (``redo``: the last undo); returns (the command undone, what --discard
-    dropped)."""
+    dropped, the operation pending again: a merge `pq continue` finished, back to where continue found it)."""
     refuse_pending(ws)
     record = last_undoable(ws)
     if record is None:
@@ -48,4 +48,5 @@ def do_undo(ws: Workspace, *, redo: bool = False, discard: bool = False) -> tupl
     restore = {ws.out / e.file: built.get(e.file) for e in edited}  # what pq wrote there
     writes = undo_writes(ws, record, "redo" if redo else "undo", restore=restore)
     writes.commit()
-    return record.command, output.discarded(edited)
+    pending = load(ws)
+    return record.command, output.discarded(edited), pending.kind if pending is not None else None

@@ -10,6 +10,7 @@ from pathlib import Path
 from patch_queue import namespace
 from patch_queue.errors import QueueError
 from patch_queue.fsutil import atomic_write, unreplaceable
+from patch_queue.merge import anchors, markers
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress
 from patch_queue.project import operation
@@ -188,15 +189,30 @@ def do_build(
     upstream_git: str | None,
     discard: bool = False,
     progress: Progress | None = None,
-) -> tuple[dict[str, bytes], str]:
-    """Build the top of the stack into ``out``; returns the files and what --discard dropped."""
+) -> tuple[dict[str, bytes], str, list[dict[str, object]]]:
+    """Build the top of the stack into ``out``; returns the files, what --discard dropped and the fence problems
+    of the files (built all the same: the fences are the patches' business)."""
     operation.refuse_pending(ws)
     if out is not None:
         output.refuse_unusable(ws, out)
     target = (out or ws.out).resolve()
     dropped = refuse_out_edits(ws, discard=discard, out=target)
     loaded = sync_stack(ws, upstream_git=upstream_git, progress=progress)
-    return build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg), output.discarded(dropped)
+    files = build_top(ws, loaded, out=out, standalone_pkg=standalone_pkg)
+    return files, output.discarded(dropped), fence_problems(files)
+
+
+def fence_problems(files: dict[str, bytes]) -> list[dict[str, object]]:
+    """Unbalanced or misplaced Omni-new fences in the output modules, with file and line."""
+    out: list[dict[str, object]] = []
+    for path in sorted(files):
+        if not path.endswith(".py") or path.startswith(stack.VENDOR):
+            continue
+        # conflict regions read as the patch's side; line numbers kept
+        text = markers.one_side(files[path].decode("utf-8", errors="replace"), "theirs", blank=True)[0]
+        _blocks, problems = anchors.parse_blocks(text)
+        out += [{"file": path, "line": p.line, "message": p.message} for p in problems]
+    return out
 
 
 def require_all_applied(ws: Workspace, loaded: LoadedStack, why: str) -> None:

@@ -253,9 +253,19 @@ def _installed(tmp: Path) -> list[str]:
 
 def upstream_sources(snapshot: Snapshot, spec: QueueSpec, progress: Progress | None = None) -> Path:
     """A folder holding the upstream package of the queue ``spec`` (``<package>/``) of ``snapshot`` and its
-    ``<package>.egg-info/``, written once per pin."""
+    ``<package>.egg-info/``, written once per pin (a folder's: per its sources' bytes)."""
     package = spec.upstream_package
-    key = hashlib.sha256(f"{FORMAT}\0{package}\0{snapshot.pin}".encode()).hexdigest()[:16]
+
+    def sources() -> list[str]:
+        return sorted(path for path in snapshot.list_files(package + "/") if path.endswith(".py"))
+
+    pin = snapshot.pin
+    if not pin:  # a folder on disk is pinned by nothing: by its sources' bytes, so that another folder's are not read
+        digest = hashlib.sha256()
+        for path in sources():
+            digest.update(f"{path}\0{len(data := snapshot.read(path))}\0".encode() + data)
+        pin = "dir:" + digest.hexdigest()
+    key = hashlib.sha256(f"{FORMAT}\0{package}\0{pin}".encode()).hexdigest()[:16]
     final = root() / f"upstream-{key}"
     if (final / f"{package}.egg-info" / "PKG-INFO").is_file():
         return final
@@ -267,11 +277,10 @@ def upstream_sources(snapshot: Snapshot, spec: QueueSpec, progress: Progress | N
     except OSError as exc:
         raise SourceError(f"cannot write the upstream sources in {top}: {exc.strerror or exc}") from None
     try:
-        for path in snapshot.list_files(package + "/"):
-            if path.endswith(".py"):
-                target = tmp / path
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(snapshot.read(path))
+        for path in sources():
+            target = tmp / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(snapshot.read(path))
         info = tmp / f"{package}.egg-info"
         info.mkdir()
         (info / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: {_version(snapshot)}\n")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/upstream_kept.py [--only OLD,...] [--keep DIR] [--json OUT]
+    python bench/upstream_kept.py [--only OLD,...] [--keep DIR] [--json OUT]
 
 Per upgrade (0.14.0 -> 0.16.0, ..., 0.24.0 -> 0.30.0: the target is the upstream base ``pq adopt`` finds
 for the newer corpus release; 0.30.0 -> vllm-ascend==0.30.0rc2): ``pq adopt`` the older corpus release,

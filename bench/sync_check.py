@@ -3,13 +3,13 @@ trees, the NPU rules, undefined names): what ports would fail at run time.
 
 Usage::
 
-    python scripts/sync_check.py [--keep DIR] [--only OLD,...]
+    python bench/sync_check.py [--keep DIR] [--only OLD,...]
 
 Per corpus upgrade OLD -> NEW it adopts vllm-omni==OLD from the package registry (at the upstream base
 ``pq adopt`` finds for it; the source checks need a pinned release, which a corpus folder is not), runs
 ``pq check``, then ``pq sync-gpu --omni vllm-omni==NEW --since vllm-omni==OLD`` and ``pq check`` again, and
 prints the findings of each check counted by rule, and every error after the sync.  Exit 1 when a sync leaves
-an error the adopted release did not have.  Environment as for ``scripts/bench.py`` (``PQ_CORPUS``, and the
+an error the adopted release did not have.  Environment as for ``bench/bench.py`` (``PQ_CORPUS``, and the
 upstream history: ``PQ_UPSTREAM_GIT``, default the corpus bundle).
 """
 
@@ -25,8 +25,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import UPGRADES, git, pq
 from conflict_table import corpus_dir
+
+from bench import UPGRADES, git, pq
 
 _FINDING = re.compile(r"^\S+:\d+: (error|warning): \[([\w-]+)\]", re.M)
 

@@ -4,11 +4,11 @@ upstream sources) on it.
 
 Usage::
 
-    python scripts/check_memory.py [--mb 200] [--keep DIR]
+    python bench/check_memory.py [--mb 200] [--keep DIR]
 
 Each command runs as a child process; its peak resident memory is the ``ru_maxrss`` that ``wait4`` gives
 for that child alone.  The ratio divides it by the size of the patch file.  Environment as for
-``scripts/bench.py`` (``PQ_CORPUS``, ``PQ_CACHE``, ``PQ_UPSTREAM_GIT``).
+``bench/bench.py`` (``PQ_CORPUS``, ``PQ_CACHE``, ``PQ_UPSTREAM_GIT``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/bench.py [--quick] [--speed] [--only OLD,...] [--out DIR] [--repeats N] [--keep DIR] [--json FILE]
+    python bench/bench.py [--quick] [--speed] [--only OLD,...] [--out DIR] [--repeats N] [--keep DIR] [--json FILE]
 
 Sections (all from one run):
 
@@ -19,16 +19,16 @@ Sections (all from one run):
    of the candidates, ``pq --help`` and ``pq status`` start-up as ratios to ``python -c pass``,
    ``scripts/main.sh`` on a fresh clone by phase (set-up, download, reproduce, refresh, check); a profile for
    every goal missed;
-4. scale: ``scripts/bench_scale.run_scale`` against git rebase, with a profile of the largest replay, and
+4. scale: ``bench/bench_scale.run_scale`` against git rebase, with a profile of the largest replay, and
    the chart;
 5. work saved: per upgrade with a newer corpus release, how much closer section 1's refresh comes to
-   the maintainers' next release than the older release was (``scripts/work_saved.py`` measures
+   the maintainers' next release than the older release was (``bench/work_saved.py`` measures
    this section alone, quickly).
 
 ``--quick`` measures one upgrade (0.18.0 -> 0.20.0) with few repeats and small scale sizes (the
 test's mode; main.sh runs without its set-up).  ``--speed`` measures only section 3's refresh timings,
 their profiles and the main.sh breakdown, and prints them (``--quick --speed``: one upgrade, no profiles).
-Environment as for ``scripts/conflict_table.py``: ``PQ_UPSTREAM_GIT`` (default: the
+Environment as for ``bench/conflict_table.py``: ``PQ_UPSTREAM_GIT`` (default: the
 corpus bundle), ``PQ_CACHE``, ``PQ_CORPUS``.
 """
 
@@ -888,7 +888,7 @@ WORK_SAVED_INTRO = (
     " the newer release's `gpu/` runners), how many pq's output holds. *Precision*: of the lines pq wrote itself"
     " (in neither the old release's runners nor the upstream file), how many the maintainers' release holds."
     " Recall and precision count multisets over all modules together. Total: sums of the counts, not a mean of"
-    " the ratios. `python scripts/work_saved.py` measures this section alone."
+    " the ratios. `python bench/work_saved.py` measures this section alone."
 )
 
 
@@ -973,7 +973,7 @@ def render(
     notes: list[str],
     total: float,
 ) -> str:
-    cmd = "python scripts/bench.py " + " ".join(shlex.quote(a) for a in args.argv)
+    cmd = "python bench/bench.py " + " ".join(shlex.quote(a) for a in args.argv)
     md = [
         "# Benchmark",
         "",
@@ -1162,7 +1162,7 @@ def render(
     md += [
         "## 4. Scale",
         "",
-        "`scripts/bench_scale.run_scale`: a synthetic series on a synthetic ~10,000-line upstream file (longer"
+        "`bench/bench_scale.run_scale`: a synthetic series on a synthetic ~10,000-line upstream file (longer"
         " where a series needs more methods: *lines*); a first replay: pq's in-memory replay (a fresh process)"
         " against `git rebase --merge` of the same commits, in interleaved pairs, each pair on fresh copies of"
         " the fixture (no object of an earlier run in the store). Seconds: medians; *speed-up*: git rebase s /"

@@ -2,13 +2,13 @@
 
 Usage::
 
-    python scripts/merge_saved.py [--old 0.24.0] [--new 0.30.0] [--out FILE.md] [--json FILE.json] [--keep DIR]
+    python bench/merge_saved.py [--old 0.24.0] [--new 0.30.0] [--out FILE.md] [--json FILE.json] [--keep DIR]
 
 For the pair OLD -> NEW (default 0.24.0 -> 0.30.0):
 
 1. *refresh alone*: ``pq adopt vllm-omni==OLD`` (the series then names the release it took in); the upstream
    commit NEW's runners match is the ``[upstream]`` pin of ``pq adopt vllm-omni==NEW`` in a second project;
-   ``pq refresh --no-stop --to <it>``; its conflicts resolved as ``scripts/bench.py``'s section 5 does (every
+   ``pq refresh --no-stop --to <it>``; its conflicts resolved as ``bench/bench.py``'s section 5 does (every
    region to its patch side, ``pq continue``, ``--accept-errors`` only if pq check's errors block); work saved
    of the refreshed ``npu_worker/`` against the maintainers' NEW (``bench.work_saved``).
 2. *git merge-file*: ``git merge-file -p --diff3`` per module (``conflict_metrics.merge_file_regions``: its
@@ -23,7 +23,7 @@ For the pair OLD -> NEW (default 0.24.0 -> 0.30.0):
 
 The runner sets are the corpus folders ``$PQ_CORPUS/vllm-omni-X/npu`` (the wheels' files unchanged; the script
 says whether ``pq adopt`` wrote the same). The Markdown (stdout and ``--out``) holds no date or timing.
-Environment as for ``scripts/bench.py``. Exit 1 when a method could not be measured.
+Environment as for ``bench/bench.py``. Exit 1 when a method could not be measured.
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import RUNNER, Json, StepError, Upgrade, git, percent, pq, read_folder, table, work_saved
 from conflict_metrics import code_multiset, count_regions, merge_file_regions, saved, squash, take_side
 from conflict_table import corpus_dir, say
 from upstream_kept import decisions
 
+from bench import RUNNER, Json, StepError, Upgrade, git, percent, pq, read_folder, table, work_saved
 from patch_queue.merge import markers, statements
 from patch_queue.series.queue import Queue, QueueDir
 from patch_queue.sources.snapshot import resolve_upstream, upstream_git_location

@@ -3,7 +3,7 @@ vLLM's ``GPUModelRunner``, and the figures of issue 49's acceptance.
 
 Usage::
 
-    python scripts/gpu_queue.py [--keep DIR] [--json OUT] [--source vllm-omni==0.24.0] [--targets 0.26.0,0.28.0,0.30.0]
+    python bench/gpu_queue.py [--keep DIR] [--json OUT] [--source vllm-omni==0.24.0] [--targets 0.26.0,0.28.0,0.30.0]
 
 Steps, each with the installed pq in a fresh project (``git init``):
 
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
 from conflict_metrics import merge_file_regions  # noqa: E402

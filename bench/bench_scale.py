@@ -17,8 +17,8 @@ earlier run wrote is in the store), by
 
 Each figure is the min, median and max over the pairs; the ratio is git / pq of each pair.
 
-Usage: ``python scripts/bench_scale.py [--sizes 10,30,100,300,1000] [--revisions 10,30,100] [--repeats 3]``.
-:func:`run_scale` returns the rows for other scripts (``scripts/bench.py``).
+Usage: ``python bench/bench_scale.py [--sizes 10,30,100,300,1000] [--revisions 10,30,100] [--repeats 3]``.
+:func:`run_scale` returns the rows for other scripts (``bench/bench.py``).
 """
 
 from __future__ import annotations

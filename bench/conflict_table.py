@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/conflict_table.py [--json OUT] [--only 0.14.0] [--keep DIR] [--timeout S] [--memory-gib G]
+    python bench/conflict_table.py [--json OUT] [--only 0.14.0] [--keep DIR] [--timeout S] [--memory-gib G]
 
 Upgrades: U1 vllm-omni 0.14.0 -> 0.16.0, U2 0.16.0 -> 0.18.0, U3 0.18.0 -> 0.20.0 (the target is
 the upstream base ``pq adopt`` finds for the newer release), U4 0.30.0 -> vllm-ascend==0.30.0rc2.

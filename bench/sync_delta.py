@@ -2,12 +2,12 @@
 
 Usage::
 
-    python scripts/sync_delta.py [--keep DIR] [--only OLD,...] [--json FILE]
+    python bench/sync_delta.py [--keep DIR] [--only OLD,...] [--json FILE]
 
 Per pair OLD -> NEW (the corpus releases, then 0.30.0 -> 0.31.0rc1 -> 0.32.0rc1 from the registry) it adopts OLD's
 NPU runners, refreshes onto the vllm-ascend commit NEW's runners are based on (when it differs; every conflict
 resolved to its patch side and ``pq continue``; not with ``--no-refresh``: the sync alone), measures work saved
-against NEW's NPU runners (as ``scripts/work_saved.py`` does), runs
+against NEW's NPU runners (as ``bench/work_saved.py`` does), runs
 ``pq sync-gpu --omni vllm-omni==NEW --since vllm-omni==OLD --report`` (the default: the sure ports applied, the
 rest proposed) and measures again, then ``pq check``.  Per pair it prints:
 
@@ -22,7 +22,7 @@ rest proposed) and measures again, then ``pq check``.  Per pair it prints:
 - the errors of ``pq check`` (undefined names among them) before and after the sync.
 
 Exit 1 when a sync leaves work saved lower than before it, or more ``pq check`` errors.  Environment as for
-``scripts/bench.py`` (``PQ_CORPUS``; the upstream history ``PQ_UPSTREAM_GIT``, default the corpus bundle).
+``bench/bench.py`` (``PQ_CORPUS``; the upstream history ``PQ_UPSTREAM_GIT``, default the corpus bundle).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import conflict_metrics as cm
-from bench import RUNNER, adopt, pq, read_folder
 from conflict_table import corpus_dir
 
+from bench import RUNNER, adopt, pq, read_folder
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.snapshot import resolve_upstream, upstream_git_location
 

@@ -2,9 +2,9 @@
 
 Usage::
 
-    python scripts/merge_defects.py [--only OLD,...] [--keep DIR] [--out FILE.md]
+    python bench/merge_defects.py [--only OLD,...] [--keep DIR] [--out FILE.md]
 
-Per upgrade of ``scripts/bench.py`` (the older corpus release adopted, ``pq refresh --no-stop`` onto
+Per upgrade of ``bench/bench.py`` (the older corpus release adopted, ``pq refresh --no-stop`` onto
 the newer release's upstream base, or onto the newest vllm-ascend release), with each side of
 every conflict region taken in turn (upstream, patch):
 
@@ -20,7 +20,7 @@ every conflict region taken in turn (upstream, patch):
   budget, in the characters GitHub counts) and of the whole report.
 
 The Markdown holds no timing, so two commits' outputs compare with ``diff``.  Environment as for
-``scripts/bench.py``.
+``bench/bench.py``.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import UPGRADES, Json, Upgrade, adopt, git, pq
 from conflict_table import corpus_dir, say
 
+from bench import UPGRADES, Json, Upgrade, adopt, git, pq
 from patch_queue import presets
 from patch_queue.checks.duplicates import check_duplicates
 from patch_queue.outputs import report as body_report

@@ -2,12 +2,12 @@
 
 Usage::
 
-    python scripts/work_saved.py [--out FILE.md] [--json FILE.json] [--keep DIR] [--only OLD,...]
+    python bench/work_saved.py [--out FILE.md] [--json FILE.json] [--keep DIR] [--only OLD,...]
 
-Per upgrade it adopts both releases and runs one ``pq refresh`` (as ``scripts/bench.py`` section 1
+Per upgrade it adopts both releases and runs one ``pq refresh`` (as ``bench/bench.py`` section 1
 does), without the baselines, timings and scale; the Markdown it prints (and writes to ``--out``)
 holds no date or timing, so two commits' outputs compare with ``diff``.  Environment as for
-``scripts/bench.py``.
+``bench/bench.py``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import UPGRADES, Json, StepError, quality, render_work_saved
 from conflict_table import corpus_dir, say
 
+from bench import UPGRADES, Json, StepError, quality, render_work_saved
 from patch_queue.sources.snapshot import upstream_git_location
 
 

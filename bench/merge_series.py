@@ -3,10 +3,10 @@ vllm-omni releases merged in, one after the other.
 
 Usage::
 
-    python scripts/merge_series.py [--to vllm-ascend==0.30.0rc2] [--releases 0.31.0rc1,0.32.0rc1] [--keep DIR]
+    python bench/merge_series.py [--to vllm-ascend==0.30.0rc2] [--releases 0.31.0rc1,0.32.0rc1] [--keep DIR]
 
 ``pq adopt vllm-omni==0.30.0`` at its upstream base, ``pq refresh --no-stop --to TO`` resolved as
-``scripts/bench.py``'s section 5 does (every region to its patch side, ``pq continue``; ``--accept-errors`` when
+``bench/bench.py``'s section 5 does (every region to its patch side, ``pq continue``; ``--accept-errors`` when
 pq check's errors block it); then for each release ``pq merge X``, measured before its regions are resolved:
 
 - the statements the maintainers added since the release before (``merge_saved.added_statements``) missing from
@@ -16,7 +16,7 @@ pq check's errors block it); then for each release ``pq merge X``, measured befo
 
 then every region resolved to the release's side (``merge_saved.resolve_all``) and ``pq continue``.  At the end:
 the new modules byte for byte against the last release, the pins, and ``pq reproduce`` in a fresh clone (with
-``refs/pq/resolutions``) byte for byte.  Deterministic Markdown on stdout.  Environment as for ``scripts/bench.py``.
+``refs/pq/resolutions``) byte for byte.  Deterministic Markdown on stdout.  Environment as for ``bench/bench.py``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import git, pq, read_folder
 from merge_saved import added_statements, missing, pending, resolve_all
 
+from bench import git, pq, read_folder
 from patch_queue.commands.adopt import read_downstream
 from patch_queue.merge import markers
 

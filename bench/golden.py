@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/golden.py OUT.json [--only 0.18.0] [--compare OLD.json]
+    python bench/golden.py OUT.json [--only 0.18.0] [--compare OLD.json]
 
 For each corpus upgrade (0.14.0 -> 0.16.0, ..., 0.24.0 -> 0.30.0: the target is the upstream base
 ``pq adopt`` finds for the newer release; 0.30.0 -> vllm-ascend==0.30.0rc2) in a fixed folder

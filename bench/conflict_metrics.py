@@ -1,4 +1,4 @@
-"""Pure measurements behind ``scripts/conflict_table.py`` and ``scripts/bench.py``: text in, numbers out.
+"""Pure measurements behind ``bench/conflict_table.py`` and ``bench/bench.py``: text in, numbers out.
 
 - the baseline: plain ``git merge-file --diff3`` on one carried method's three texts;
 - which downstream symbol carries an upstream one (the mapping ``pq adopt`` uses);
