@@ -2,7 +2,7 @@
 
 Usage::
 
-    python scripts/suggestion_audit.py [--only NAME,...] [--keep DIR] [--json OUT]
+    python bench/suggestion_audit.py [--only NAME,...] [--keep DIR] [--json OUT]
 
 Per upgrade: ``pq adopt`` the older release, ``pq refresh --no-stop`` onto the upstream the newer release copies
 (as :mod:`upstream_kept` finds it), then the regions top down as a maintainer takes them, each as `pq status` lists
