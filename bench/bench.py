@@ -64,6 +64,7 @@ import bench_scale  # noqa: E402
 import conflict_metrics as cm  # noqa: E402
 from conflict_table import corpus_dir, say  # noqa: E402
 
+from patch_queue import presets  # noqa: E402
 from patch_queue.checks import gpu_audit  # noqa: E402
 from patch_queue.merge import symbols  # noqa: E402
 from patch_queue.series.queue import Queue, QueueDir  # noqa: E402
@@ -220,7 +221,11 @@ def unmade_port_lines(up: Upgrade, corpus: Path, project: Path, sync_out: str, u
     release = corpus / f"vllm-omni-{up.new}"
     maintainers = read_folder(release / "npu")
     changes = gpu_audit.audit(
-        read_folder(release / "gpu"), gpu_audit.load_vllm_runner(up.new), maintainers, upstream_text
+        read_folder(release / "gpu"),
+        gpu_audit.load_vllm_runner(up.new, queue=presets.NPU),
+        maintainers,
+        upstream_text,
+        queue=presets.NPU,
     )
     audited = {f"{c.gpu_file}:{c.gpu_line}" for c in changes}
     made = {f"{c.gpu_file}:{c.gpu_line}" for c in changes if c.ported}
@@ -337,13 +342,15 @@ def adopt_upgrade(
     if up.new is not None:
         row["adopt_seconds_new"], new_queue = adopt(work / "new", corpus / f"vllm-omni-{up.new}" / "npu")
         target = new_queue.upstream.public_commit
-        target_snap = resolve_upstream(target, upstream_git=location)
+        target_snap = resolve_upstream(target, upstream_git=location, queue=presets.NPU)
     else:
         assert newest is not None
         target_snap = newest
         target = newest.spec
     old_snap = resolve_upstream(
-        queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec, upstream_git=location
+        queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec,
+        upstream_git=location,
+        queue=presets.NPU,
     )
     row["old_base"], row["target"] = queue.upstream.label, target_snap.label
     row["old_pin"], row["target_pin"], row["target_spec"] = old_snap.pin, target_snap.pin, target
@@ -707,7 +714,7 @@ def each_upgrade(chosen: Sequence[Upgrade], root: Path, measure: Callable[[Upgra
 def speed_only(args: argparse.Namespace, chosen: Sequence[Upgrade], corpus: Path, root: Path, location: str) -> int:
     """``--speed``: section 3's refresh timings (and, unless ``--quick``, profiles of the worst upgrade warm and
     cold) and the main.sh breakdown, printed as Markdown (and ``--json``); docs/ is not written."""
-    newest = resolve_upstream(None, progress=say) if any(u.new is None for u in chosen) else None
+    newest = resolve_upstream(None, progress=say, queue=presets.NPU) if any(u.new is None for u in chosen) else None
     rows = each_upgrade(chosen, root, lambda up, work: speed_upgrade(up, corpus, work, location, args.repeats, newest))
     good = [r for r in rows if not r.get("error")]
     real = [r for r in good if not r["noop"]] or good
@@ -1220,7 +1227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (corpus / "vllm-ascend.bundle").is_file():
         parser.error(f"no corpus at {corpus} (set PQ_CORPUS)")
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
-    location = upstream_git_location(None)
+    location = upstream_git_location(None, spec=presets.NPU)
     # the pq processes read byte code as an installed package would (the folder is git-ignored)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "patch_queue")], check=True)
     started = time.perf_counter()
@@ -1234,7 +1241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             if args.keep is None:
                 shutil.rmtree(root, ignore_errors=True)
-    newest = resolve_upstream(None, progress=say) if any(u.new is None for u in chosen) else None
+    newest = resolve_upstream(None, progress=say, queue=presets.NPU) if any(u.new is None for u in chosen) else None
     rows: list[Json] = []
     notes: list[str] = []
     try:

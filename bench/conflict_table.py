@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import conflict_metrics as cm  # noqa: E402
 
+from patch_queue import presets
 from patch_queue.errors import PqError  # noqa: E402
 from patch_queue.merge import symbols
 from patch_queue.series.queue import Queue, QueueDir  # noqa: E402
@@ -327,9 +328,12 @@ def measure(up: Upgrade, corpus: Path, work: Path, extras: list[str], location: 
     }
     row["target"] = target
     old_snap = resolve_upstream(
-        queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec, upstream_git=location, progress=say
+        queue.upstream.pin if queue.upstream.kind == "git" else queue.upstream.spec,
+        upstream_git=location,
+        progress=say,
+        queue=presets.NPU,
     )
-    target_snap = resolve_upstream(target, upstream_git=location, progress=say)
+    target_snap = resolve_upstream(target, upstream_git=location, progress=say, queue=presets.NPU)
     row["target_label"] = target_snap.label
 
     say(f"== {up.title}: git merge-file on the method projections")
@@ -514,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (corpus / "vllm-ascend.bundle").is_file():
         parser.error(f"no corpus at {corpus} (set PQ_CORPUS)")
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
-    location = upstream_git_location(None)
+    location = upstream_git_location(None, spec=presets.NPU)
     chosen = [u for u in UPGRADES if not args.only or u.old in args.only or u.key in args.only]
     if not chosen:
         parser.error(f"--only matches none of {', '.join(u.old for u in UPGRADES)}")

@@ -142,9 +142,9 @@ def vllm_of(omni: str) -> str:
     return vllm_release.vllm_release(presets.GPU.downstream_dist, omni).version
 
 
-def measured_refresh(run: Run, project: Path, target: str) -> dict[str, Any]:
+def measured_refresh(run: Run, project: Path, target: str, folder: str = presets.GPU.out) -> dict[str, Any]:
     """``pq refresh --no-stop --to target``, its regions against git merge-file on the same texts, the upstream
-    statements lost outside a conflict; then ``pq abort``."""
+    statements lost outside a conflict; then ``pq abort``.  ``folder``: the queue's output folder."""
     report = project / "reports" / "refresh.json"
     report.parent.mkdir(exist_ok=True)
     started = time.perf_counter()
@@ -157,7 +157,7 @@ def measured_refresh(run: Run, project: Path, target: str) -> dict[str, Any]:
     new_base = "refs/pq/refresh/base" if pending else "refs/pq/base"
     lost: list[upstream_kept.Lost] = []
     plain = plain_lines = 0
-    out_dir = project / presets.GPU.out
+    out_dir = project / folder
     for module in QueueDir(project / "patches").load_queue().modules:
         if not module.upstream:
             continue

@@ -74,7 +74,8 @@ def measure(up: Upgrade, corpus: Path, work: Path) -> Json:
         },
         "blocks": [data["blocks"]["before"], data["blocks"]["after"]],
         "body": [
-            body_report.github_chars(body_report.markdown(data, limit=lim)) for lim in (body_report.BODY_BUDGET, None)
+            body_report.github_chars(body_report.markdown(data, limit=lim, queue=presets.NPU))
+            for lim in (body_report.BODY_BUDGET, None)
         ],
     }
     for i, side in enumerate(SIDES):

@@ -46,6 +46,7 @@ from conflict_table import corpus_dir, say
 from upstream_kept import decisions
 
 from bench import RUNNER, Json, StepError, Upgrade, git, percent, pq, read_folder, table, work_saved
+from patch_queue import presets
 from patch_queue.merge import markers, statements
 from patch_queue.series.queue import Queue, QueueDir
 from patch_queue.sources.snapshot import resolve_upstream, upstream_git_location
@@ -390,7 +391,7 @@ def measure(up: Upgrade, corpus: Path, work: Path, location: str) -> Json:
     data["adopted_same"][up.new] = read_folder(work / "new" / "npu_worker") == new_npu
     target = new_queue.upstream.public_commit or new_queue.upstream.pin
     data["old_base"], data["target"] = queue.upstream.label, new_queue.upstream.label
-    upstream_text = resolve_upstream(target, upstream_git=location).read(RUNNER).decode("utf-8")
+    upstream_text = resolve_upstream(target, upstream_git=location, queue=presets.NPU).read(RUNNER).decode("utf-8")
 
     say(f"== pq refresh --to {target}")
     data["refresh"] = refresh(project, target, work)
@@ -590,7 +591,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (corpus / f"vllm-omni-{version}" / "npu").is_dir():
             parser.error(f"no corpus runners for vllm-omni {version} in {corpus} (set PQ_CORPUS)")
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
-    location = upstream_git_location(None)
+    location = upstream_git_location(None, spec=presets.NPU)
     root = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="pq-merge-saved-"))
     root.mkdir(parents=True, exist_ok=True)
     try:

@@ -32,6 +32,7 @@ from pathlib import Path
 from merge_saved import added_statements, missing, pending, resolve_all
 
 from bench import git, pq, read_folder
+from patch_queue import presets
 from patch_queue.commands.adopt import read_downstream
 from patch_queue.merge import markers
 
@@ -39,7 +40,10 @@ BASE_030 = "cf0baa38dfb2"
 
 
 def release(version: str) -> dict[str, str]:
-    return {k: v.decode("utf-8") for k, v in read_downstream(f"vllm-omni=={version}")[0].items()}
+    return {
+        k: v.decode("utf-8")
+        for k, v in read_downstream(f"vllm-omni=={version}", progress=None, spec=presets.NPU)[0].items()
+    }
 
 
 def lost_without_conflict(

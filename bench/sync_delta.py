@@ -42,6 +42,7 @@ import conflict_metrics as cm
 from conflict_table import corpus_dir
 
 from bench import RUNNER, adopt, pq, read_folder
+from patch_queue import presets
 from patch_queue.sources.archives import release_files
 from patch_queue.sources.snapshot import resolve_upstream, upstream_git_location
 
@@ -79,7 +80,7 @@ def measure(old: str, new: str, corpus: Path, work: Path, location: str, refresh
     project = work / "p"
     adopt(project, old_dir / "npu")
     _seconds, new_queue = adopt(work / "new", new_dir / "npu")
-    target = resolve_upstream(new_queue.upstream.public_commit, upstream_git=location)
+    target = resolve_upstream(new_queue.upstream.public_commit, upstream_git=location, queue=presets.NPU)
     queue_text = (project / "patches" / "queue.toml").read_text(encoding="utf-8")
     if refresh and new_queue.upstream.public_commit not in queue_text:
         pq(project, "refresh", "--no-stop", "--no-check", "--to", new_queue.upstream.public_commit, ok=(0, 3))
@@ -173,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     corpus = corpus_dir()
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
-    location = upstream_git_location(None)
+    location = upstream_git_location(None, spec=presets.NPU)
     root = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="pq-sync-delta-"))
     rows: list[Json] = []
     failed = False

@@ -24,6 +24,7 @@ from pathlib import Path
 from conflict_table import corpus_dir, say
 
 from bench import UPGRADES, Json, StepError, quality, render_work_saved
+from patch_queue import presets
 from patch_queue.sources.snapshot import upstream_git_location
 
 
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (corpus / "vllm-ascend.bundle").is_file():
         parser.error(f"no corpus at {corpus} (set PQ_CORPUS)")
     os.environ.setdefault("PQ_UPSTREAM_GIT", str(corpus / "vllm-ascend.bundle"))
-    location = upstream_git_location(None)
+    location = upstream_git_location(None, spec=presets.NPU)
     chosen = [u for u in UPGRADES if u.new is not None and (args.only is None or u.old in args.only)]
     if not chosen:
         parser.error(f"no upgrade from {args.only} with a newer corpus release")

@@ -59,6 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from patch_queue import presets
+
 BOT_NAME = "pq-bot"
 BOT_EMAIL = "pq-bot@users.noreply.github.com"
 TRAILER = "Pq-Refresh"
@@ -320,12 +322,16 @@ def _render_here(workdir: Path, target: str, budget: int) -> None:
 
     data = json.loads((workdir / "report.json").read_text(encoding="utf-8"))
     summary = md.markdown(
-        data, limit=md.JOB_SUMMARY_BUDGET, in_bytes=True, full_report=full_report_pointer(target, link=False)
+        data,
+        limit=md.JOB_SUMMARY_BUDGET,
+        in_bytes=True,
+        full_report=full_report_pointer(target, link=False),
+        queue=presets.NPU,
     )
-    (workdir / FULL).write_text(md.markdown(data, limit=None), encoding="utf-8")
+    (workdir / FULL).write_text(md.markdown(data, limit=None, queue=presets.NPU), encoding="utf-8")
     (workdir / SUMMARY).write_text(summary, encoding="utf-8")
     (workdir / BODY).write_text(
-        md.markdown(data, limit=budget, full_report=full_report_pointer(target)), encoding="utf-8"
+        md.markdown(data, limit=budget, full_report=full_report_pointer(target), queue=presets.NPU), encoding="utf-8"
     )
 
 

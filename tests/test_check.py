@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, pq
 
+from patch_queue import presets
 from patch_queue.checks import rules as check
 from patch_queue.errors import QueueError
 from patch_queue.sources.snapshot import resolve_upstream
@@ -25,7 +26,7 @@ def rule_ids(findings: list[check.Finding]) -> list[str]:
 
 
 def only_rules(files: dict[str, str]) -> list[check.Finding]:
-    return check.check_rules(files, check.load_rules())
+    return check.check_rules(files, check.load_rules(None, rule_set=presets.NPU.rules))
 
 
 # -- the data-driven NPU rules ---------------------------------------------------------------
@@ -117,7 +118,7 @@ def test_project_rules_extend_and_replace(tmp_path: Path, corpus: Path) -> None:
         'message = "use the logger"\n\n'
         '[[rule]]\nid = "duplicate-block"\nkind = "duplicate"\nseverity = "error"\nmin_lines = 6\nmessage = "doubled"\n'
     )
-    rules = {r.id: r for r in check.load_rules(tmp_path)}
+    rules = {r.id: r for r in check.load_rules(tmp_path, rule_set=presets.NPU.rules)}
     assert rules["duplicate-block"].severity == "error" and "no-print" in rules
     assert rule_ids(check.check_rules({"m.py": "def f():\n    print(1)\n"}, rules.values())) == ["no-print"]
 
@@ -126,10 +127,10 @@ def test_bad_rule_file_is_one_clear_error(tmp_path: Path) -> None:
     path = tmp_path / "check-rules.toml"
     path.write_text('[[rule]]\nid = "x"\nkind = "regex"\nseverity = "fatal"\npattern = "a"\nmessage = "m"\n')
     with pytest.raises(QueueError, match="check-rules.toml:4: rule\\[0\\].severity must be"):
-        check.load_rules(tmp_path)
+        check.load_rules(tmp_path, rule_set=presets.NPU.rules)
     path.write_text('[[rule]]\nid = "x"\nkind = "regex"\nseverity = "error"\npattern = "("\nmessage = "m"\n')
     with pytest.raises(QueueError, match="bad pattern"):
-        check.load_rules(tmp_path)
+        check.load_rules(tmp_path, rule_set=presets.NPU.rules)
 
 
 # -- parse, fences, omni blocks ----------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_omni_blocks_missing_duplicated_changed(corpus: Path) -> None:
 
 @pytest.fixture(scope="module")
 def upstream_030(corpus: Path) -> str:
-    snap = resolve_upstream("cf0baa38dfb2", upstream_git=str(corpus / "vllm-ascend.bundle"))
+    snap = resolve_upstream("cf0baa38dfb2", upstream_git=str(corpus / "vllm-ascend.bundle"), queue=presets.NPU)
     return snap.read("vllm_ascend/worker/model_runner_v1.py").decode()
 
 

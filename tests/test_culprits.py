@@ -19,6 +19,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from patch_queue import presets
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Culprit
 from patch_queue.series.culprits import CulpritFinder, normalize, parse_pr
@@ -282,7 +283,9 @@ def test_annotate_keeps_its_answers_in_the_cache(
 
     def run() -> list[list[dict[str, object]]]:
         entries = [Conflict("both-changed", base=b, ours=a) for b, a in hunks]
-        named, note = culprits.annotate(entries, pins[0], pins[1], upstream_git=str(upstream.location))
+        named, note = culprits.annotate(
+            entries, pins[0], pins[1], upstream_git=str(upstream.location), queue=presets.NPU
+        )
         assert note.startswith("upstream commits named from the ") and note.endswith(f"and {new[:12]}")
         notes.append(note)
         return [[c.as_json() for c in e.culprits] for e in named]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from patch_queue import presets
 from patch_queue.checks import gpu_audit
 from patch_queue.checks.findings import WARNING
 from patch_queue.checks.gpu_audit import GpuChange, audit, findings
@@ -160,7 +161,7 @@ def _files(**texts: str) -> dict[str, str]:
 def _run(gpu_ar: str = GPU_AR, npu_ar: str = NPU_AR, **kwargs: tuple[str, ...]) -> list[GpuChange]:
     gpu = _files(gpu_model_runner=GPU_BASE, gpu_ar_model_runner=gpu_ar)
     npu = _files(npu_model_runner=NPU_BASE, npu_ar_model_runner=npu_ar)
-    return audit(gpu, textwrap.dedent(VLLM), npu, textwrap.dedent(ASCEND), **kwargs)
+    return audit(gpu, textwrap.dedent(VLLM), npu, textwrap.dedent(ASCEND), queue=presets.NPU, **kwargs)
 
 
 def _one(changes: list[GpuChange], method: str, first: str) -> GpuChange:
@@ -259,7 +260,7 @@ def test_missing_npu_method_and_delegation_through_super() -> None:
     # without an NPU module for the AR runner every change of it is reported
     gpu = _files(gpu_model_runner=GPU_BASE, gpu_ar_model_runner=GPU_AR)
     npu = _files(npu_model_runner=NPU_BASE)
-    changes = audit(gpu, textwrap.dedent(VLLM), npu, textwrap.dedent(ASCEND))
+    changes = audit(gpu, textwrap.dedent(VLLM), npu, textwrap.dedent(ASCEND), queue=presets.NPU)
     ar = [c for c in changes if c.gpu_file == "gpu_ar_model_runner.py"]
     assert len(ar) == 3 and all(not c.ported and c.reason == "no NPU module for gpu_ar_model_runner.py" for c in ar)
 
@@ -351,16 +352,18 @@ def real(corpus: Path) -> Iterator[RealRun]:
     if not omni.is_dir():
         pytest.skip(f"no vllm-omni {RELEASE} in the corpus")
     try:
-        vllm = gpu_audit.load_vllm_runner(RELEASE)
+        vllm = gpu_audit.load_vllm_runner(RELEASE, queue=presets.NPU)
     except SourceError as exc:
         pytest.skip(f"vLLM {RELEASE} not available from the registry: {exc}")
     pin = json.loads((cache_dir() / "dist" / f"vllm=={RELEASE}.json").read_text())
-    snap = resolve_upstream(ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+    snap = resolve_upstream(
+        ASCEND_BASE, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None, queue=presets.NPU
+    )
     ascend = snap.read("vllm_ascend/worker/model_runner_v1.py").decode("utf-8")
     gpu = {name: (omni / "gpu" / name).read_text() for name in RUNNERS}
     npu = {name.replace("gpu_", "npu_"): (omni / "npu" / name.replace("gpu_", "npu_")).read_text() for name in RUNNERS}
     start = time.perf_counter()
-    changes = audit(gpu, vllm, npu, ascend)
+    changes = audit(gpu, vllm, npu, ascend, queue=presets.NPU)
     yield RealRun(changes, time.perf_counter() - start, pin)
 
 
@@ -493,4 +496,4 @@ def test_real_runs_without_the_registry_when_cached(
 
     monkeypatch.setenv("PQ_CACHE", str(pq_cache))
     monkeypatch.setattr(registry, "project_files", offline)
-    assert "class GPUModelRunner" in gpu_audit.load_vllm_runner(RELEASE)
+    assert "class GPUModelRunner" in gpu_audit.load_vllm_runner(RELEASE, queue=presets.NPU)

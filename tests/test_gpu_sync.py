@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, git, new_project, pq, push_to_bare
 
+from patch_queue import presets
+from patch_queue.checks import gpu_audit
 from patch_queue.errors import QueueError
 from patch_queue.merge import anchors
 from patch_queue.sync import helper_methods, placement, removals, translation
 from patch_queue.sync import ports as gpu_ports
+
+NPU_MIRROR = gpu_audit.mirror(presets.NPU)  # the two upstream classes of the NPU queue, whose GPU runners it mirrors
 
 BASE_030 = "cf0baa38dfb2"
 
@@ -147,8 +151,8 @@ def _sync_small(
     omni = gpu_head + "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
     gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
-    changes = gpu_audit.audit(gpu, vllm, npu, _ASCEND)
-    results, files = placement.sync(changes, gpu, vllm, npu, translation.load_rules())
+    changes = gpu_audit.audit(gpu, vllm, npu, _ASCEND, queue=presets.NPU)
+    results, files = placement.sync(changes, gpu, vllm, npu, translation.load_rules(), mirror=NPU_MIRROR)
     return results, files["npu_ar_model_runner.py"]
 
 
@@ -337,8 +341,8 @@ def test_a_change_whose_vllm_code_the_npu_rewrote_is_merged_between_its_neighbou
     omni = "class OmniGPUModelRunner:\n    pass\n\n\nclass GPUARModelRunner(OmniGPUModelRunner):\n"
     gpu = {"gpu_ar_model_runner.py": omni + head + gpu_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + npu_body}
-    changes = gpu_audit.audit(gpu, vllm, npu, _ASCEND)
-    (port,), files = placement.sync(changes, gpu, vllm, npu, translation.load_rules())
+    changes = gpu_audit.audit(gpu, vllm, npu, _ASCEND, queue=presets.NPU)
+    (port,), files = placement.sync(changes, gpu, vllm, npu, translation.load_rules(), mirror=NPU_MIRROR)
     assert isinstance(port, gpu_ports.Port), port
     assert port.how.startswith("merged with the NPU code between ")
     body = [line.strip() for line in files["npu_ar_model_runner.py"].splitlines() if "Omni-new" not in line]
@@ -439,7 +443,9 @@ def test_a_port_inside_an_omni_block_adds_no_fences_of_its_own(old: str, new: st
     gpu = {
         "gpu_ar_model_runner.py": "class GPUARModelRunner:\n    def execute_model(self, scheduler_output):\n" + gpu_body
     }
-    assert all(c.ported for c in gpu_audit.audit(gpu, _VLLM, {"npu_ar_model_runner.py": text}, _ASCEND))
+    assert all(
+        c.ported for c in gpu_audit.audit(gpu, _VLLM, {"npu_ar_model_runner.py": text}, _ASCEND, queue=presets.NPU)
+    )
 
 
 def test_a_port_over_one_fence_of_an_omni_block_is_not_placed() -> None:
@@ -499,12 +505,12 @@ def test_an_omni_method_changed_since_the_series_release_is_updated_on_npu() -> 
     rules = translation.load_rules()
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _SINCE_OLD})
     gpu, npu = {"gpu_model_runner.py": _SINCE_NEW}, {"npu_model_runner.py": _SINCE_NPU}
-    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules, mirror=NPU_MIRROR)
     assert [(c.method, c.gpu_line, c.reason) for c in changes] == [
         ("_talker_forward", 3, "OmniGPUModelRunner._talker_forward changed since vllm-omni==0.1.0"),
         ("_talker_forward", 5, "OmniGPUModelRunner._talker_forward changed since vllm-omni==0.1.0"),
     ]
-    results, files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
+    results, files = placement.sync(changes, gpu, _VLLM, npu, rules, since, mirror=NPU_MIRROR)
     assert all(isinstance(r, gpu_ports.Port) for r in results), results
     text = files["npu_model_runner.py"]
     code = [line.strip() for line in text.splitlines() if "Omni-new" not in line and not line.startswith("from ")]
@@ -521,7 +527,14 @@ def test_an_omni_method_changed_since_the_series_release_is_updated_on_npu() -> 
                for r in results if isinstance(r, gpu_ports.Port))  # fmt: skip
     # without the release the series ports, an omni method is not compared with anything
     assert (
-        changed_since.changes_since(gpu_ports.Since("x", {"gpu_model_runner.py": _SINCE_NEW}), gpu, npu, _VLLM, rules)
+        changed_since.changes_since(
+            gpu_ports.Since("x", {"gpu_model_runner.py": _SINCE_NEW}),
+            gpu,
+            npu,
+            _VLLM,
+            rules,
+            mirror=NPU_MIRROR,
+        )
         == []
     )
 
@@ -547,11 +560,11 @@ def test_a_change_ported_in_part_whose_lacking_lines_are_new_since_the_release_i
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_ar_model_runner.py": _PART_HEAD + head + old_body})
     gpu = {"gpu_ar_model_runner.py": _PART_HEAD + head + new_body}
     npu = {"npu_ar_model_runner.py": "class NPUARModelRunner(NPUModelRunner):\n" + head + old_body}
-    changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND)
+    changes = gpu_audit.audit(gpu, _VLLM, npu, _ASCEND, queue=presets.NPU)
     assert [(c.ported, c.missing) for c in changes] == [(True, ("self._omni_d()",))]  # 3 of 4 lines: ported
     (partly,) = changed_since.partly_ported(since, changes, gpu)
     assert not partly.ported and partly.reason.endswith("; 1 line(s) new since vllm-omni==0.1.0 lacking")
-    (port,), files = placement.sync([partly], gpu, _VLLM, npu, rules, since)
+    (port,), files = placement.sync([partly], gpu, _VLLM, npu, rules, since, mirror=NPU_MIRROR)
     assert isinstance(port, gpu_ports.Port), port
     assert port.how.startswith("updating the omni code of vllm-omni==0.1.0's GPUARModelRunner.execute_model")
     code = [s for line in files["npu_ar_model_runner.py"].splitlines() if (s := line.strip()) and "Omni-new" not in s]
@@ -587,8 +600,8 @@ def test_a_change_adding_an_else_clause_takes_its_whole_statement_along() -> Non
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _ELSE_OLD})
     gpu = {"gpu_model_runner.py": _ELSE_NEW}
     npu = {"npu_model_runner.py": _ELSE_OLD.replace("OmniGPUModelRunner(GPUModelRunner)", "OmniNPUModelRunner")}
-    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
-    (port,), files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules, mirror=NPU_MIRROR)
+    (port,), files = placement.sync(changes, gpu, _VLLM, npu, rules, since, mirror=NPU_MIRROR)
     assert isinstance(port, gpu_ports.Port), port
     body = files["npu_model_runner.py"].split("def _talker_forward(self, hidden):\n")[1]
     assert [line for line in body.splitlines() if "Omni-new" not in line] == [
@@ -625,7 +638,7 @@ def test_a_change_since_the_release_brings_the_omni_lines_next_to_it_the_npu_nev
     rules = translation.load_rules()
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _WIDE_OLD})
     gpu, npu = {"gpu_model_runner.py": _WIDE_NEW}, {"npu_model_runner.py": _WIDE_NPU}
-    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules, mirror=NPU_MIRROR)
     # the new line reads `model`, bound by a line the release had and the NPU never got: both go together; the
     # super() call the NPU writes as NPUModelRunner.load_model(self, ...) stops the widening
     assert [(c.gpu_line, [line.strip() for line in c.lines]) for c in changes] == [
@@ -633,7 +646,7 @@ def test_a_change_since_the_release_brings_the_omni_lines_next_to_it_the_npu_nev
              "self._policy(model)"]),
         (8, ["self._warm()"]),
     ]  # fmt: skip
-    results, files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
+    results, files = placement.sync(changes, gpu, _VLLM, npu, rules, since, mirror=NPU_MIRROR)
     assert all(isinstance(r, gpu_ports.Port) for r in results), results
     text = files["npu_model_runner.py"]
     code = [
@@ -684,8 +697,8 @@ def test_an_omni_block_changed_around_lines_the_gpu_side_deleted_is_replaced_who
     rules = translation.load_rules()
     since = gpu_ports.Since("vllm-omni==0.1.0", {"gpu_model_runner.py": _BLOCK_OLD})
     gpu, npu = {"gpu_model_runner.py": _BLOCK_NEW}, {"npu_model_runner.py": _BLOCK_NPU}
-    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules)
-    (port,), files = placement.sync(changes, gpu, _VLLM, npu, rules, since)
+    changes = changed_since.changes_since(since, gpu, npu, _VLLM, rules, mirror=NPU_MIRROR)
+    (port,), files = placement.sync(changes, gpu, _VLLM, npu, rules, since, mirror=NPU_MIRROR)
     assert isinstance(port, gpu_ports.Port), port
     # the NPU method holds the release's block, loop included: the loop the GPU side deleted between the two changed
     # statements is part of what the port replaces (the NPU rewrote its neighbours, so no merge between them could)
@@ -747,7 +760,7 @@ def _copy(attr: str) -> tuple[list[gpu_ports.Port | gpu_ports.Unplaced], str]:
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
     vllm = "class GPUModelRunner:\n    def execute_model(self, scheduler_output):\n        return None\n"
     ascend = "class NPUModelRunner(GPUModelRunner):\n    def __init__(self):\n        self.device = None\n"
-    results, files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, translation.load_rules())
+    results, files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, translation.load_rules(), mirror=NPU_MIRROR)
     return results, files["npu_ar_model_runner.py"]
 
 
@@ -772,7 +785,12 @@ def test_helpers_a_port_calls_are_copied_whole_and_transitively() -> None:
     gpu = {"gpu_ar_model_runner.py": _HELPER_GPU % "talker"}
     vllm, ascend = "class GPUModelRunner:\n    pass\n", "class NPUModelRunner(GPUModelRunner):\n    pass\n"
     again, same = helper_methods.copy_helpers(
-        {"npu_ar_model_runner.py": text}, gpu, vllm, ascend, translation.load_rules()
+        {"npu_ar_model_runner.py": text},
+        gpu,
+        vllm,
+        ascend,
+        translation.load_rules(),
+        mirror=NPU_MIRROR,
     )
     assert again == [] and same["npu_ar_model_runner.py"] == text
 
@@ -796,7 +814,7 @@ def test_a_helper_the_project_declines_is_not_copied() -> None:
     )
     rules = replace(translation.load_rules(), declined=(decline,))
     ascend = "class NPUModelRunner(GPUModelRunner):\n    pass\n"
-    (unplaced,), files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, rules)
+    (unplaced,), files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, rules, mirror=NPU_MIRROR)
     assert isinstance(unplaced, gpu_ports.Unplaced) and files == npu
     assert unplaced.reason == (
         "helper _omni_outputs of NPUARModelRunner.execute_model not copied: the project declines it "
@@ -809,7 +827,9 @@ def test_a_helper_calling_super_is_not_copied() -> None:
     npu = {"npu_ar_model_runner.py": _HELPER_NPU}
     vllm = "class GPUModelRunner:\n    pass\n"
     ascend = "class NPUModelRunner(GPUModelRunner):\n    pass\n"
-    (unplaced,), _files = helper_methods.copy_helpers(npu, gpu, vllm, ascend, translation.load_rules())
+    (unplaced,), _files = helper_methods.copy_helpers(
+        npu, gpu, vllm, ascend, translation.load_rules(), mirror=NPU_MIRROR
+    )
     assert isinstance(unplaced, gpu_ports.Unplaced) and "calls super()" in unplaced.reason
 
 
@@ -826,7 +846,7 @@ def test_an_override_calling_super_is_copied_where_the_npu_class_runs_the_upstre
     vllm = "class GPUModelRunner:\n    def capture_model(self):\n        return 0\n"
     ascend = "class NPUModelRunner(GPUModelRunner):\n    def capture_model(self):\n        return 1\n"
     results, files = helper_methods.copy_helpers(npu, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
-                                              translation.load_rules())  # fmt: skip
+                                              translation.load_rules(), mirror=NPU_MIRROR)  # fmt: skip
     assert [r.symbol for r in results if isinstance(r, gpu_ports.Port)] == [
         "NPUARModelRunner.capture_model",
         "NPUARModelRunner._capture_talker",
@@ -840,7 +860,7 @@ def test_an_override_calling_super_is_copied_where_the_npu_class_runs_the_upstre
         "    def load_model(self):", "    def capture_model(self):\n        return 2\n\n    def load_model(self):"
     )}  # fmt: skip
     again, _files = helper_methods.copy_helpers(npu_has, {"gpu_ar_model_runner.py": gpu_text}, vllm, ascend,
-                                             translation.load_rules())  # fmt: skip
+                                             translation.load_rules(), mirror=NPU_MIRROR)  # fmt: skip
     assert again == []
 
 
@@ -901,7 +921,7 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
     hunk = "        payloads = [_tensor_values(p) for p in self.outputs]  # _inner_fn in a comment\n"
     unplaced = gpu_ports.Unplaced((change,), "diverged", "npu_generation_model_runner.py", "NPUGen.sample_tokens", hunk)
     rules = translation.load_rules()
-    ports, files, declined = module_functions.copy_functions([unplaced], npu, gpu, rules)
+    ports, files, declined = module_functions.copy_functions([unplaced], npu, gpu, rules, mirror=NPU_MIRROR)
     assert declined == []
     assert [(p.symbol, p.npu_file, p.changes[0].reason) for p in ports] == [
         ("_inner_fn", "npu_ar_model_runner.py", module_functions.FUNCTION),
@@ -930,14 +950,22 @@ def test_module_functions_a_change_left_unplaced_calls_are_copied_into_the_defin
     assert files["npu_generation_model_runner.py"] == npu["npu_generation_model_runner.py"]
     # once there, nothing more; a placed change (its port imported what it uses) and a function the change's own
     # NPU module binds are left alone
-    assert module_functions.copy_functions([unplaced], files, gpu, rules) == ([], files, [])
+    assert module_functions.copy_functions([unplaced], files, gpu, rules, mirror=NPU_MIRROR) == (
+        [],
+        files,
+        [],
+    )
     bound = dict(npu, **{"npu_generation_model_runner.py": "from x import _tensor_values\n"})
-    assert module_functions.copy_functions([unplaced], bound, gpu, rules) == ([], bound, [])
+    assert module_functions.copy_functions([unplaced], bound, gpu, rules, mirror=NPU_MIRROR) == (
+        [],
+        bound,
+        [],
+    )
     # a function the project declines is not copied (nor what it alone calls), and is returned as declined
     first = next(line.strip() for line in _FUNC_GPU_AR.splitlines() if line.startswith("def _tensor_values"))
     decline = translation.Decline("gpu_ar_model_runner.py", "_tensor_values", first)
     declining = replace(rules, declined=(decline,))
-    none, same, refused = module_functions.copy_functions([unplaced], npu, gpu, declining)
+    none, same, refused = module_functions.copy_functions([unplaced], npu, gpu, declining, mirror=NPU_MIRROR)
     assert (none, same) == ([], npu)
     assert [(c.gpu_file, c.method, c.first) for c in refused] == [decline.key]
 
@@ -1394,7 +1422,7 @@ def test_a_port_reading_what_only_a_gpu_base_provides_names_the_base() -> None:
                           npu_text)  # fmt: skip
     files = {"npu_ar_model_runner.py": npu_text}
     code = [(port.npu_file, "NPUARModelRunner", port.result)]
-    (needs,) = gpu_needs.needed_bases(code, files, gpu, vllm, ascend, modules.get)
+    (needs,) = gpu_needs.needed_bases(code, files, gpu, vllm, ascend, modules.get, mirror=NPU_MIRROR)
     assert needs == [gpu_needs.Need("ConnectorMixin", ("register_chunk_recv",))]
     assert needs[0].message("NPUARModelRunner") == (
         "reads self.register_chunk_recv, which only ConnectorMixin provides: NPUARModelRunner lacks that base "
@@ -1402,12 +1430,12 @@ def test_a_port_reading_what_only_a_gpu_base_provides_names_the_base() -> None:
     )
     assert gpu_needs.self_reads(result) == ["register_chunk_recv", "model"]
     with_mixin = {"npu_ar_model_runner.py": npu_text.replace("(NPUModelRunner)", "(NPUModelRunner, ConnectorMixin)")}
-    assert gpu_needs.needed_bases(code, with_mixin, gpu, vllm, ascend, modules.get) == [[]]
+    assert gpu_needs.needed_bases(code, with_mixin, gpu, vllm, ascend, modules.get, mirror=NPU_MIRROR) == [[]]
     # pq check says it of the module as it is, at the line reading it
-    (finding,) = gpu_needs.findings(files, gpu, vllm, ascend, modules.get)
+    (finding,) = gpu_needs.findings(files, gpu, vllm, ascend, modules.get, mirror=NPU_MIRROR)
     assert (finding.file, finding.line, finding.rule) == ("npu_ar_model_runner.py", 3, "gpu-base-missing")
     assert finding.message == needs[0].message("NPUARModelRunner")
-    assert gpu_needs.findings(with_mixin, gpu, vllm, ascend, modules.get) == []
+    assert gpu_needs.findings(with_mixin, gpu, vllm, ascend, modules.get, mirror=NPU_MIRROR) == []
 
 
 def test_only_a_newer_release_of_the_downstream_moves_the_pin() -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from patch_queue import presets
 from tests.conftest import RC2, built_once, copy_project, pq, resolve_all
 
 RELEASE = "vllm-omni 0.32.0rc1"
@@ -235,6 +236,7 @@ def test_a_renamed_upstream_method_is_an_override_lost_and_a_new_argument_an_ove
         overlay,
         control=modules[:1],
         preload=["torch", "vllm_ascend.worker.model_runner_v1"],
+        stubs=import_test.stubs_of(presets.NPU),
     )
     assert [(i.module, i.error) for i in output] == [(m, None) for m in modules]
     found = import_test.findings(output, control, release=RELEASE)

@@ -60,7 +60,7 @@ def test_two_upstream_folders_are_written_apart(tmp_path: Path, monkeypatch: pyt
         (tree / "vllm_ascend" / "worker").mkdir(parents=True, exist_ok=True)
         (tree / "vllm_ascend" / "__init__.py").write_text("")
         (tree / "vllm_ascend" / "worker" / "model_runner_v1.py").write_text(f"VERSION = {n}\n")
-        folder = import_env.upstream_sources(dir_snapshot(tree), presets.DEFAULT)
+        folder = import_env.upstream_sources(dir_snapshot(tree, presets.DEFAULT), presets.DEFAULT)
         written.append((folder, (folder / "vllm_ascend" / "worker" / "model_runner_v1.py").read_text()))
     assert [text for _folder, text in written] == ["VERSION = 1\n", "VERSION = 2\n", "VERSION = 1\n"]
     assert written[0][0] == written[2][0] != written[1][0]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from patch_queue import presets
 from patch_queue.checks.findings import ERROR, Finding
 from patch_queue.checks.imports import SourceTree, check_imports, tree_from_release, tree_from_snapshot
 from patch_queue.errors import SourceError
@@ -326,7 +327,9 @@ TIMINGS: dict[str, float] = {}
 def real_trees(corpus: Path) -> Iterator[dict[str, SourceTree]]:
     """vllm-ascend at the declared commit (from the corpus bundle), vllm and vllm-omni 0.30.0 (registry)."""
     start = time.perf_counter()
-    snapshot = resolve_upstream(ASCEND_COMMIT, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+    snapshot = resolve_upstream(
+        ASCEND_COMMIT, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None, queue=presets.NPU
+    )
     ascend = tree_from_snapshot(snapshot, "vllm_ascend/")
     TIMINGS["vllm_ascend"] = time.perf_counter() - start
     try:
@@ -391,7 +394,7 @@ def test_real_runner_with_planted_imports(corpus: Path, real_trees: dict[str, So
 
 def test_real_runners_against_an_older_vllm_ascend(corpus: Path, real_trees: dict[str, SourceTree]) -> None:
     """Against vllm-ascend v0.11.0rc0 the 0.30.0 runners import what that release did not have yet."""
-    snapshot = resolve_upstream("v0.11.0rc0", upstream_git=str(corpus / "vllm-ascend.bundle"))
+    snapshot = resolve_upstream("v0.11.0rc0", upstream_git=str(corpus / "vllm-ascend.bundle"), queue=presets.NPU)
     trees = {**real_trees, "vllm_ascend": tree_from_snapshot(snapshot, "vllm_ascend/")}
     found = {(f.file, f.line, f.rule) for f in _check_runners(corpus, trees)}
     assert found == {

@@ -23,6 +23,7 @@ import pytest
 from conftest import new_project, pq, state
 from test_errors import one_error_line
 
+from patch_queue import presets
 from patch_queue.errors import SourceError
 from patch_queue.merge import symbols
 from patch_queue.presets import NPU
@@ -161,7 +162,7 @@ def vllm_runner() -> Iterator[str]:
     from patch_queue.checks import gpu_audit
 
     try:
-        yield gpu_audit.load_vllm_runner(VLLM)
+        yield gpu_audit.load_vllm_runner(VLLM, queue=presets.NPU)
     except SourceError as exc:
         if "cannot read package index" in str(exc) or "cannot download" in str(exc):
             pytest.skip(f"package registry unreachable: {exc}")
@@ -225,7 +226,7 @@ def test_the_adopt_search_finds_vllm_0_23_0_for_vllm_omni_0_24_0s_gpu_runners(vl
     from patch_queue.checks import gpu_audit
 
     try:
-        old = gpu_audit.load_vllm_runner("0.23.0")
+        old = gpu_audit.load_vllm_runner("0.23.0", queue=presets.NPU)
     except SourceError as exc:
         if "cannot read package index" in str(exc) or "cannot download" in str(exc):
             pytest.skip(f"package registry unreachable: {exc}")
@@ -367,7 +368,9 @@ def test_the_real_runners_agree_with_vllm_ascend_and_the_gpu_ones_do_not(corpus:
 
     from patch_queue.sources.snapshot import resolve_upstream
 
-    snapshot = resolve_upstream(BASE_030, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None)
+    snapshot = resolve_upstream(
+        BASE_030, upstream_git=str(corpus / "vllm-ascend.bundle"), progress=lambda _: None, queue=presets.NPU
+    )
     ascend = snapshot.read(UPSTREAM).decode("utf-8")
     for release in RELEASES:
         folder = corpus / f"vllm-omni-{release}"
@@ -466,7 +469,7 @@ def test_merge_of_a_release_on_a_gpu_queue_reads_its_gpu_runners(tmp_path: Path,
 
     try:
         files = release_files("vllm-omni", VLLM, GPU.package + "/")
-        gpu_audit.load_vllm_runner("0.23.0")  # the base, read by adopt --at
+        gpu_audit.load_vllm_runner("0.23.0", queue=presets.NPU)  # the base, read by adopt --at
     except SourceError as exc:
         if "cannot read package index" in str(exc) or "cannot download" in str(exc):
             pytest.skip(f"package registry unreachable: {exc}")

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import BASE_030, copy_project, git, new_project, pq, push_to_bare, resolve_all, skeleton_drift, state
 
+from patch_queue import presets
 from patch_queue.commands.adopt import read_downstream
 
 RC1, RC2 = "0.31.0rc1", "0.32.0rc1"
@@ -39,7 +40,7 @@ def refreshed(upstream_resolved_once: Path, tmp_path_factory: pytest.TempPathFac
 
 
 def release(version: str) -> dict[str, bytes]:
-    return read_downstream(f"vllm-omni=={version}")[0]
+    return read_downstream(f"vllm-omni=={version}", progress=None, spec=presets.NPU)[0]
 
 
 def built(proj: Path) -> dict[str, bytes]:

@@ -20,6 +20,7 @@ import pytest
 from conftest import NEWEST_OMNI, copy_project, git, new_project, pq, push_to_bare
 from test_report import named, well_formed
 
+from patch_queue import presets
 from patch_queue.commands.adopt import read_downstream
 from patch_queue.outputs.report import BODY_BUDGET, github_chars, markdown
 
@@ -100,9 +101,11 @@ def test_conflicts_give_a_draft_then_no_noise_then_maintainers_keep_the_branch(
     # the artifact holds the whole report; the body and the job summary are the same renderer within budgets
     wd1 = tmp_path / "wd1"
     data = json.loads((wd1 / "report.json").read_text())
-    assert (wd1 / "report.md").read_text() == markdown(data, limit=None)
+    assert (wd1 / "report.md").read_text() == markdown(data, limit=None, queue=presets.NPU)
     assert (wd1 / "summary.md").read_text() == (wd1 / "report.md").read_text()  # far under 1 MiB
-    assert (wd1 / "body.md").read_text() == markdown(data, full_report=refresh_pr.full_report_pointer(CONFLICTED))
+    assert (wd1 / "body.md").read_text() == markdown(
+        data, full_report=refresh_pr.full_report_pointer(CONFLICTED), queue=presets.NPU
+    )
     refresh_pr.render(work, wd1, CONFLICTED, budget=3_000)  # a budget this report passes: shortened
     body = (wd1 / "body.md").read_text()
     assert github_chars(body) <= 3_000 < github_chars((wd1 / "report.md").read_text())
@@ -175,7 +178,7 @@ def test_the_vllm_omni_target_merges_the_newest_release_and_a_fresh_clone_reprod
     fresh = checkout(origin, tmp_path / "fresh")
     git(fresh, "checkout", "-q", "pq/refresh/vllm-omni")
     pq(fresh, "reproduce")
-    release = read_downstream(f"vllm-omni=={NEWEST_OMNI}")[0]
+    release = read_downstream(f"vllm-omni=={NEWEST_OMNI}", progress=None, spec=presets.NPU)[0]
     assert {p.name: p.read_bytes() for p in (fresh / "npu_worker").glob("*.py")} == release
     # merged into main, the next run finds the series holding the newest release: no commit, no pull-request call
     git(fresh, "checkout", "-q", "main")
@@ -229,7 +232,7 @@ def test_a_merge_with_conflicts_goes_through_a_maintainer_and_reproduces(
         assert {p.name: p.read_bytes() for p in (fresh / folder).iterdir() if p.is_file()} == {
             p.name: p.read_bytes() for p in (mine / folder).iterdir() if p.is_file()
         }, folder
-    talker = read_downstream(f"vllm-omni=={NEWEST_OMNI}")[0]["talker_multiframe.py"]
+    talker = read_downstream(f"vllm-omni=={NEWEST_OMNI}", progress=None, spec=presets.NPU)[0]["talker_multiframe.py"]
     assert (fresh / "npu_worker" / "talker_multiframe.py").read_bytes() == talker
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from patch_queue import presets
 from patch_queue.outputs import report
 from patch_queue.outputs.report import (
     BODY_BUDGET,
@@ -182,7 +183,7 @@ def table(body: str, header: str) -> list[list[str]]:
 
 
 def test_title_and_status_paragraph() -> None:
-    body = markdown(full_report())
+    body = markdown(full_report(), queue=presets.NPU)
     lines = body.splitlines()
     assert lines[0] == "## NPU runners: v0.18.0rc1 → v0.20.0rc1"
     status = lines[2]
@@ -197,7 +198,7 @@ def test_title_and_status_paragraph() -> None:
 
 
 def test_clean_status() -> None:
-    body = markdown(make_report())
+    body = markdown(make_report(), queue=presets.NPU)
     status = body.splitlines()[2]
     assert "**Clean:** 4 patches replayed without conflicts." in status
     assert "No review flags." in status
@@ -208,7 +209,8 @@ def test_clean_status() -> None:
 
 def test_stopped_refresh_is_said() -> None:
     body = markdown(
-        make_report([conflict()], finished=False, stopped_at="0005-npu-ar-model-runner-execute-model.patch")
+        make_report([conflict()], finished=False, stopped_at="0005-npu-ar-model-runner-execute-model.patch"),
+        queue=presets.NPU,
     )
     assert "**1 conflict needs resolution:**" in body
     assert "stopped at `0005-npu-ar-model-runner-execute-model.patch`" in body
@@ -217,7 +219,7 @@ def test_stopped_refresh_is_said() -> None:
 def test_patch_table_lists_only_patches_with_entries_in_series_order() -> None:
     data = full_report()
     data["conflicts"].append(conflict(patch="0099-not-in-series.patch"))  # type: ignore[attr-defined]
-    rows = table(markdown(data), "| patch | status | conflicts | flags |")
+    rows = table(markdown(data, queue=presets.NPU), "| patch | status | conflicts | flags |")
     assert rows == [
         ["`0005-npu-ar-model-runner-execute-model.patch`", "conflict", "1", "2"],
         ["`0014-npu-model-runner-update-states.patch`", "modified", "1", "1"],
@@ -230,7 +232,7 @@ def test_kind_table_counts_both_lists_in_schema_order() -> None:
     data["flags"].append(flag(kind="both-inserted"))  # type: ignore[attr-defined]
     data["conflicts"].append(conflict(kind="both-inserted"))  # type: ignore[attr-defined]
     data["flags"].append(flag(kind="zz-new-kind"))  # type: ignore[attr-defined]
-    rows = table(markdown(data), "| kind | conflicts | flags |")
+    rows = table(markdown(data, queue=presets.NPU), "| kind | conflicts | flags |")
     assert rows == [
         ["`both-changed`", "1", "0"],
         ["`anchor-lost`", "1", "0"],
@@ -243,7 +245,7 @@ def test_kind_table_counts_both_lists_in_schema_order() -> None:
 
 
 def test_details_sections() -> None:
-    body = markdown(full_report())
+    body = markdown(full_report(), queue=presets.NPU)
     conflicts_at, flags_at = body.index("### Conflicts"), body.index("### Review flags")
     assert conflicts_at < flags_at
     found = sections(body)
@@ -268,25 +270,25 @@ def test_details_sections() -> None:
 
 
 def test_culprit_links() -> None:
-    first = sections(markdown(full_report()))[0]
+    first = sections(markdown(full_report(), queue=presets.NPU))[0]
     assert (
         f"- [3f2c9e1]({URL}/commit/{SHA_A}) [#4321]({URL}/pull/4321) [Perf] profile input preparation (2026-05-02)"
     ) in first
     # no PR: only the commit link
-    moved = sections(markdown(full_report()))[2]
+    moved = sections(markdown(full_report(), queue=presets.NPU))[2]
     assert f"- [a1b2c3d]({URL}/commit/{SHA_B}) Refactor KV transfer hand-off (2026-04-28)" in moved
     assert "/pull/" not in moved
 
 
 def test_upstream_url_option() -> None:
     fork = "https://github.com/someone/vllm-ascend"
-    body = markdown(full_report(), upstream_url=fork + "/")
+    body = markdown(full_report(), upstream_url=fork + "/", queue=presets.NPU)
     assert f"[3f2c9e1]({fork}/commit/{SHA_A})" in body and f"[#4321]({fork}/pull/4321)" in body
     assert URL not in body
 
 
 def test_diff_sides_empty_sides_and_flag_resolution() -> None:
-    found = sections(markdown(full_report()))
+    found = sections(markdown(full_report(), queue=presets.NPU))
     lost = found[1]
     assert "<summary><code>npu_worker/npu_model_runner.py:104</code> — anchor-lost — " in lost
     assert f"```diff\n{DIFF_SIDE}```" in lost
@@ -301,7 +303,10 @@ def test_diff_sides_empty_sides_and_flag_resolution() -> None:
 
 
 def test_html_in_text_is_escaped() -> None:
-    body = markdown(make_report([conflict(message="markers <<<<<<< and </details> & more", symbol="Runner.<lambda>")]))
+    body = markdown(
+        make_report([conflict(message="markers <<<<<<< and </details> & more", symbol="Runner.<lambda>")]),
+        queue=presets.NPU,
+    )
     assert "markers &lt;&lt;&lt;&lt;&lt;&lt;&lt; and &lt;/details&gt; &amp; more" in body
     assert "<code>Runner.&lt;lambda&gt;</code>" in body
     assert body.count("</details>") == 1
@@ -309,19 +314,21 @@ def test_html_in_text_is_escaped() -> None:
 
 def test_backtick_fence_grows() -> None:
     code = 'doc = """\n```python\nx = 1\n```\n"""\nquad = "````"\n'
-    body = markdown(make_report([conflict(sides={"base": code, "upstream": "", "patch": "y = `1`\n"})]))
+    body = markdown(
+        make_report([conflict(sides={"base": code, "upstream": "", "patch": "y = `1`\n"})]), queue=presets.NPU
+    )
     assert f"`````python\n{code}`````" in body  # longest run is 4, so the fence is 5
     assert "```python\ny = `1`\n```" in body  # a run of 1 keeps the usual fence of 3
-    anchored = markdown(make_report([conflict(anchor={"index": 1, "line": 2, "text": "s = '``'"})]))
+    anchored = markdown(make_report([conflict(anchor={"index": 1, "line": 2, "text": "s = '``'"})]), queue=presets.NPU)
     assert "**Anchor:** omni block 1, line 2: ```s = '``'```" in anchored
 
 
 def test_deterministic() -> None:
     data = full_report()
-    first = markdown(data)
-    assert markdown(copy.deepcopy(data)) == first
-    assert markdown(json.loads(json.dumps(data, sort_keys=True))) == first
-    assert annotations(json.loads(json.dumps(data))) == annotations(data)
+    first = markdown(data, queue=presets.NPU)
+    assert markdown(copy.deepcopy(data), queue=presets.NPU) == first
+    assert markdown(json.loads(json.dumps(data, sort_keys=True)), queue=presets.NPU) == first
+    assert annotations(json.loads(json.dumps(data)), queue=presets.NPU) == annotations(data, presets.NPU)
     assert data == full_report()  # the input is not touched
 
 
@@ -342,13 +349,16 @@ def test_format_1_report_renders() -> None:
         "finished": False,
         "stopped_at": "0005-npu-ar-model-runner-execute-model.patch",
     }
-    body = markdown(old)
+    body = markdown(old, queue=presets.NPU)
     assert "<code>npu_worker/npu_ar_model_runner.py:331</code> — conflict — " in body
-    assert annotations(old) == [
+    assert annotations(old, queue=presets.NPU) == [
         "::error file=npu_worker/npu_ar_model_runner.py,line=331,title=conflict::conflict "
         "(NPUARModelRunner.execute_model)"
     ]
-    assert summary_line(old) == "1 conflict, 0 review flags, stopped at 0005-npu-ar-model-runner-execute-model.patch"
+    assert (
+        summary_line(old, queue=presets.NPU)
+        == "1 conflict, 0 review flags, stopped at 0005-npu-ar-model-runner-execute-model.patch"
+    )
 
 
 @pytest.mark.parametrize(
@@ -362,7 +372,7 @@ def test_format_1_report_renders() -> None:
 )
 def test_bad_report_names_the_key(data: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        markdown(data)
+        markdown(data, queue=presets.NPU)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,14 +436,14 @@ def test_github_chars_counts_at_least_what_github_counts() -> None:
 
 def test_under_the_budget_nothing_is_cut() -> None:
     data = big_report(3, 3, 10)
-    body = markdown(data)
-    assert body == markdown(data, limit=None)
+    body = markdown(data, queue=presets.NPU)
+    assert body == markdown(data, limit=None, queue=presets.NPU)
     assert TRUNCATED_NOTE not in body and "not shown" not in body and "shortened" not in body
 
 
 def test_flags_grouped_by_kind() -> None:
     data = big_report(1, 6, 2, kinds=("near-block", "block-moved", "zz-new"))
-    body = markdown(data)
+    body = markdown(data, queue=presets.NPU)
     heads = re.findall(r"^#### (.*)$", body, re.MULTILINE)
     assert heads == ["`block-moved`: 2 flags", "`near-block`: 2 flags", "`zz-new`: 2 flags"]
     groups = body.split("#### ")[1:]
@@ -443,9 +453,9 @@ def test_flags_grouped_by_kind() -> None:
 
 def test_flags_give_way_before_conflicts() -> None:
     data = big_report(2, 4, 50)
-    full = markdown(data, limit=None)
+    full = markdown(data, limit=None, queue=presets.NPU)
     assert github_chars(full) > BODY_BUDGET
-    body = markdown(data)
+    body = markdown(data, queue=presets.NPU)
     assert github_chars(body) <= BODY_BUDGET
     well_formed(body)
     found, whole = sections(body), sections(full)
@@ -464,9 +474,9 @@ def test_synthetic_500_conflicts_and_5000_flags() -> None:
     for i, c in enumerate(data["conflicts"]):  # type: ignore[arg-type]
         c["file"] = ("npu_ar_model_runner.py", "npu_model_runner.py", "npu_generation_model_runner.py")[i % 3]
         c["kind"] = ("both-changed", "anchor-lost", "upstream-changed-replaced")[i % 3]
-    full = markdown(data, limit=None)
-    body = markdown(data, full_report="[the full report](https://example.invalid/run)")
-    summary = markdown(data, limit=JOB_SUMMARY_BUDGET, in_bytes=True)
+    full = markdown(data, limit=None, queue=presets.NPU)
+    body = markdown(data, full_report="[the full report](https://example.invalid/run)", queue=presets.NPU)
+    summary = markdown(data, limit=JOB_SUMMARY_BUDGET, in_bytes=True, queue=presets.NPU)
     print(
         f"synthetic 500/5000: body {github_chars(body):,} characters ({len(body):,} code points), "
         f"summary {len(summary.encode()):,} bytes, full {len(full):,} characters"
@@ -491,15 +501,15 @@ def test_synthetic_500_conflicts_and_5000_flags() -> None:
 
 def test_conflicts_shrink_to_a_line_then_leave() -> None:
     data = big_report(40, 40, 5)
-    head = markdown(data).split("### Conflicts")[0]
+    head = markdown(data, queue=presets.NPU).split("### Conflicts")[0]
     for limit in (github_chars(head) + 3_000, github_chars(head) + 6_000, github_chars(head) + 12_000):
-        body = markdown(data, limit=limit)
+        body = markdown(data, limit=limit, queue=presets.NPU)
         assert github_chars(body) <= limit
         well_formed(body)
         assert "of these 40 not shown" in body  # the flags went first
         lines = re.findall(r"^- `npu_worker/npu_ar_model_runner.py:(\d+)` — both-changed", body, re.MULTILINE)
         assert lines, body[-2000:]
-    tight = markdown(data, limit=github_chars(head) + 1_500)
+    tight = markdown(data, limit=github_chars(head) + 1_500, queue=presets.NPU)
     assert re.search(r"^_\d+ of 40 conflicts not shown: see the JSON report", tight, re.MULTILINE)
     assert sections(tight) == []
     well_formed(tight)
@@ -507,22 +517,22 @@ def test_conflicts_shrink_to_a_line_then_leave() -> None:
 
 def test_limit_is_exact() -> None:
     data = big_report(6, 6, 40)
-    full = markdown(data, limit=None)
+    full = markdown(data, limit=None, queue=presets.NPU)
     for limit in (github_chars(full), github_chars(full) - 1, 20_000, 9_000, 3_000, 500):
-        body = markdown(data, limit=limit)
+        body = markdown(data, limit=limit, queue=presets.NPU)
         assert github_chars(body) <= limit, limit
         well_formed(body)
-    assert markdown(data, limit=github_chars(full)) == full
-    assert markdown(data, limit=github_chars(full) - 1) != full
+    assert markdown(data, limit=github_chars(full), queue=presets.NPU) == full
+    assert markdown(data, limit=github_chars(full) - 1, queue=presets.NPU) != full
 
 
 def test_astral_characters_and_the_utf8_budget() -> None:
     emoji = "".join(f"        x_{i} = '😀é'\n" for i in range(200))
     data = make_report([conflict(line=i, sides={"base": emoji, "upstream": emoji, "patch": emoji}) for i in range(20)])
-    body = markdown(data, limit=20_000)
+    body = markdown(data, limit=20_000, queue=presets.NPU)
     assert github_chars(body) <= 20_000 and len(body.encode("utf-16-le")) // 2 <= 20_000
-    summary = markdown(data, limit=20_000, in_bytes=True)
-    assert len(summary.encode()) <= 20_000 < github_chars(markdown(data, limit=None))
+    summary = markdown(data, limit=20_000, in_bytes=True, queue=presets.NPU)
+    assert len(summary.encode()) <= 20_000 < github_chars(markdown(data, limit=None, queue=presets.NPU))
     for text in (body, summary):
         well_formed(text)
         text.encode("utf-8")  # no half of a character anywhere
@@ -534,8 +544,8 @@ def test_real_refresh_body(reported_030_once: tuple[Path, str]) -> None:
     proj, _stdout = reported_030_once
     out, md = proj / "reports" / "refresh.json", proj / "reports" / "refresh.md"
     data = json.loads(out.read_text())
-    full, body = markdown(data, limit=None), md.read_text(encoding="utf-8")
-    assert body == markdown(data)  # pq refresh --markdown writes the budgeted body
+    full, body = markdown(data, limit=None, queue=presets.NPU), md.read_text(encoding="utf-8")
+    assert body == markdown(data, queue=presets.NPU)  # pq refresh --markdown writes the budgeted body
     print(f"0.30.0 -> 0.30.0rc2: body {github_chars(body):,} characters, full {github_chars(full):,}")
     assert github_chars(full) > BODY_BUDGET >= github_chars(body)
     well_formed(full)
@@ -551,7 +561,7 @@ def test_real_refresh_body(reported_030_once: tuple[Path, str]) -> None:
 
 
 def test_annotations_one_per_entry() -> None:
-    lines = annotations(full_report())
+    lines = annotations(full_report(), queue=presets.NPU)
     assert lines == [
         "::error file=npu_worker/npu_ar_model_runner.py,line=331,title=both-changed::upstream wrapped _update_states"
         " in a profiling context where the omni block sits (NPUARModelRunner.execute_model; culprits: 3f2c9e1 #4321)",
@@ -577,7 +587,7 @@ def test_annotation_escaping() -> None:
             {"commit": SHA_B, "subject": "", "pr": None, "date": ""},
         ],
     )
-    (line,) = annotations(make_report([entry], out="out%dir"))
+    (line,) = annotations(make_report([entry], out="out%dir"), queue=presets.NPU)
     assert line == (
         "::error file=out%25dir/odd%3Adir%2Cx/npu_model_runner.py,line=331,title=both-changed::"
         "100%25 of a,b: line one%0D%0Aline two%0A (culprits: 3f2c9e1 #7, a1b2c3d)"
@@ -598,7 +608,8 @@ def test_annotation_without_file_or_details() -> None:
                     message="merged the argument lists word by word",
                 )
             ]
-        )
+        ),
+        queue=presets.NPU,
     )
     assert line == "::warning title=merged-words::merged the argument lists word by word"
 
@@ -615,18 +626,18 @@ def test_escaping_matches_actions_toolkit() -> None:
 
 
 def test_summary_line() -> None:
-    assert summary_line(full_report()) == (
+    assert summary_line(full_report(), queue=presets.NPU) == (
         "2 conflicts, 3 review flags (1 reused), 23/24 omni blocks kept, 1 upstream symbol removed"
     )
-    assert summary_line(make_report([conflict(), conflict(), conflict()], [flag()] * 12)) == (
+    assert summary_line(make_report([conflict(), conflict(), conflict()], [flag()] * 12), queue=presets.NPU) == (
         "3 conflicts, 12 review flags, 24/24 omni blocks kept"
     )
-    assert summary_line(make_report()) == "no conflicts, 0 review flags, 24/24 omni blocks kept"
+    assert summary_line(make_report(), queue=presets.NPU) == "no conflicts, 0 review flags, 24/24 omni blocks kept"
     reused = [flag(reused=True), flag(kind="reused", reused=True)] + [flag()] * 10
-    assert summary_line(make_report([conflict()] * 3, reused)) == (
+    assert summary_line(make_report([conflict()] * 3, reused), queue=presets.NPU) == (
         "3 conflicts, 12 review flags (2 reused), 24/24 omni blocks kept"
     )
-    stopped = summary_line(make_report([conflict()], finished=False, stopped_at="0005-x\n.patch"))
+    stopped = summary_line(make_report([conflict()], finished=False, stopped_at="0005-x\n.patch"), queue=presets.NPU)
     assert stopped.endswith(", stopped at 0005-x .patch") and "\n" not in stopped
 
 
@@ -649,24 +660,26 @@ def test_check_errors_in_the_report() -> None:
     """A result `pq check` finds errors in: pending (not finished), or finished over them (--accept-errors); the
     body lists the errors, the annotations hold one ::error each, the terminal line counts them."""
     pending = make_report(check=CHECK, pending=True, accepted_errors=[])
-    body = markdown(pending)
+    body = markdown(pending, queue=presets.NPU)
     assert "**Not finished: `pq check` reports 2 errors in the result:** fix them in `npu_worker/`" in body
     assert "- `npu_worker/npu_ar_model_runner.py`: `omni-block-missing` omni block 11" in body
     assert "- `npu_worker/npu_model_runner.py:12`: `name-undefined` Undefined name `planted`" in body
     assert "import-unused" not in body  # warnings are pq check's own business
-    accepted = markdown(make_report(check=CHECK, accepted_errors=["a", "b"]))
+    accepted = markdown(make_report(check=CHECK, accepted_errors=["a", "b"]), queue=presets.NPU)
     assert "**Finished over 2 errors of `pq check`** (`--accept-errors`, recorded in the lineage)" in accepted
     assert "Not finished" not in accepted
-    clean = markdown(make_report(check={**CHECK, "errors": 0, "findings": CHECK["findings"][2:]}))  # type: ignore[index]
+    clean = markdown(make_report(check={**CHECK, "errors": 0, "findings": CHECK["findings"][2:]}), queue=presets.NPU)  # type: ignore[index]
     assert "pq check" not in clean
-    assert [a for a in annotations(pending) if "title=pq check" in a] == [
+    assert [a for a in annotations(pending, queue=presets.NPU) if "title=pq check" in a] == [
         "::error file=npu_worker/npu_ar_model_runner.py,title=pq check%3A omni-block-missing::omni block 11 of the"
         " previous build (line 1024: 'x = y') is gone",
         "::error file=npu_worker/npu_model_runner.py,line=12,title=pq check%3A name-undefined::Undefined name"
         " `planted`",
     ]
-    assert summary_line(pending).endswith(", 2 pq check errors")
-    assert summary_line(make_report(check=CHECK, accepted_errors=["a", "b"])).endswith(", 2 pq check errors (accepted)")
+    assert summary_line(pending, queue=presets.NPU).endswith(", 2 pq check errors")
+    assert summary_line(make_report(check=CHECK, accepted_errors=["a", "b"]), queue=presets.NPU).endswith(
+        ", 2 pq check errors (accepted)"
+    )
 
 
 def test_flags_to_read() -> None:
@@ -706,5 +719,5 @@ def test_a_conflict_section_says_where_upstream_moved_its_deleted_lines() -> Non
             conflict(line=400),
         ]
     )
-    first, second = sections(report.markdown(data))
+    first, second = sections(report.markdown(data, queue=presets.NPU))
     assert f"**Moved:** {said}" in first and "**Moved:**" not in second, first

@@ -22,6 +22,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from patch_queue import presets
 from patch_queue.errors import SourceError
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.sources import snapshot
@@ -306,11 +307,11 @@ def test_unreachable_locations(tmp_path: Path, session_cache: Path) -> None:
     leftovers = [p.name for p in git_dir.iterdir() if p.name.startswith(".tmp-")] if git_dir.is_dir() else []
     assert leftovers == []
     with pytest.raises(SourceError, match="cannot read upstream git repository"):
-        resolve_upstream("main", upstream_git=str(not_a_repo))
+        resolve_upstream("main", upstream_git=str(not_a_repo), queue=presets.NPU)
 
 
 def test_git_snapshot_and_respec(bundle: str, upstream: UpstreamGit, monkeypatch: pytest.MonkeyPatch) -> None:
-    snap = resolve_upstream("bb4d0776eee8", upstream_git=bundle, progress=lambda _: None)
+    snap = resolve_upstream("bb4d0776eee8", upstream_git=bundle, progress=lambda _: None, queue=presets.NPU)
     local = upstream.resolve("bb4d0776eee8")
     assert snap.kind == "git"
     assert snap.pin == local
@@ -322,15 +323,15 @@ def test_git_snapshot_and_respec(bundle: str, upstream: UpstreamGit, monkeypatch
     with pytest.raises(SourceError, match="nope.py"):
         snap.read("vllm_ascend/nope.py")
     assert RUNNER in snap.list_files("vllm_ascend/worker/")
-    again = resolve_upstream(snap.spec)
+    again = resolve_upstream(snap.spec, queue=presets.NPU)
     assert again == snap
     # PQ_UPSTREAM_GIT is the default location.
     monkeypatch.setenv("PQ_UPSTREAM_GIT", bundle)
-    assert upstream_git_location(None) == bundle
-    assert resolve_upstream("v0.25.1rc1").pin == upstream.resolve("v0.25.1rc1")
+    assert upstream_git_location(None, spec=presets.NPU) == bundle
+    assert resolve_upstream("v0.25.1rc1", queue=presets.NPU).pin == upstream.resolve("v0.25.1rc1")
     monkeypatch.delenv("PQ_UPSTREAM_GIT")
-    assert upstream_git_location(None) == "https://github.com/vllm-project/vllm-ascend.git"
-    assert upstream_git_location("/x") == "/x"
+    assert upstream_git_location(None, spec=presets.NPU) == "https://github.com/vllm-project/vllm-ascend.git"
+    assert upstream_git_location("/x", spec=presets.NPU) == "/x"
 
 
 def test_local_repository_is_fetched_on_later_use(tmp_path: Path) -> None:
@@ -379,12 +380,12 @@ def test_dir_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (root / "vllm_ascend" / "worker" / "model_runner_v1.py").write_bytes(b"class NPUModelRunner: ...\n")
     (root / "vllm_ascend" / "__init__.py").write_bytes(b"")
     for given in (str(root), str(root / "vllm_ascend"), f"dir:{root}"):
-        snap = resolve_upstream(given)
+        snap = resolve_upstream(given, queue=presets.NPU)
         assert snap.kind == "dir" and snap.pin == "" and snap.public_commit is None
         assert snap.read(RUNNER) == b"class NPUModelRunner: ...\n"
         assert snap.list_files("vllm_ascend/") == ["vllm_ascend/__init__.py", RUNNER]
-        assert resolve_upstream(snap.spec) == snap
-    snap = resolve_upstream(str(root))
+        assert resolve_upstream(snap.spec, queue=presets.NPU) == snap
+    snap = resolve_upstream(str(root), queue=presets.NPU)
     assert snap.spec == f"dir:{root.resolve()}" and snap.label == f"dir {root.resolve()}"
     assert not snap.exists("vllm_ascend/missing.py")
     with pytest.raises(SourceError, match="missing.py"):
@@ -392,9 +393,11 @@ def test_dir_snapshot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SourceError):
         snap.read("../outside.py")
     monkeypatch.chdir(root)
-    assert resolve_upstream("./vllm_ascend") == resolve_upstream(str(root / "vllm_ascend"))
+    assert resolve_upstream("./vllm_ascend", queue=presets.NPU) == resolve_upstream(
+        str(root / "vllm_ascend"), queue=presets.NPU
+    )
     with pytest.raises(SourceError, match="no such directory"):
-        resolve_upstream(f"dir:{tmp_path / 'nothing'}")
+        resolve_upstream(f"dir:{tmp_path / 'nothing'}", queue=presets.NPU)
 
 
 # -- the real registry ---------------------------------------------------------------------
@@ -409,7 +412,7 @@ def test_newest_vllm_ascend_release(registry: str) -> None:
 
 def test_sdist_release_snapshot(registry: str, session_cache: Path) -> None:
     messages: list[str] = []
-    snap = resolve_upstream("vllm-ascend==0.30.0rc2", progress=messages.append)
+    snap = resolve_upstream("vllm-ascend==0.30.0rc2", progress=messages.append, queue=presets.NPU)
     assert snap.kind == "release"
     assert snap.spec == "vllm-ascend==0.30.0rc2"
     assert snap.label == "vllm-ascend 0.30.0rc2"
@@ -423,12 +426,12 @@ def test_sdist_release_snapshot(registry: str, session_cache: Path) -> None:
     assert RUNNER in snap.list_files("vllm_ascend/worker/")
     assert not any(name.startswith("vllm_ascend-0.30.0rc2/") for name in snap.list_files())
     # Spelled differently, the same release.
-    assert resolve_upstream("vllm_ascend == 0.30.0-rc2", progress=messages.append) == snap
+    assert resolve_upstream("vllm_ascend == 0.30.0-rc2", progress=messages.append, queue=presets.NPU) == snap
     assert not [p for p in archive.parent.iterdir() if p.name.startswith(".part-")]
 
 
 def test_latest_is_newest(registry: str) -> None:
-    snap = resolve_upstream("latest", progress=lambda _: None)
+    snap = resolve_upstream("latest", progress=lambda _: None, queue=presets.NPU)
     assert snap.spec == f"vllm-ascend=={registry}"
 
 
@@ -443,7 +446,7 @@ def test_omni_wheel_files_match_corpus(registry: str, corpus: Path) -> None:
 
 def test_unknown_release(registry: str) -> None:
     with pytest.raises(SourceError) as info:
-        resolve_upstream("vllm-ascend==9.9.9")
+        resolve_upstream("vllm-ascend==9.9.9", queue=presets.NPU)
     assert str(info.value) == f"unknown release vllm-ascend==9.9.9 (newest on the registry: {registry})"
 
 
@@ -564,7 +567,7 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         release_files("pq-fixture-pkg", "2.0", "")
 
     # A pure wheel is preferred over a platform wheel and the sdist; the sdist over a platform wheel.
-    snap = resolve_upstream("pq-fixture-pkg==1.0", progress=lambda _: None)
+    snap = resolve_upstream("pq-fixture-pkg==1.0", progress=lambda _: None, queue=presets.NPU)
     assert snap.pin.startswith("pq_fixture_pkg-1.0-py3-none-any.whl#sha256=")
     one = parse_version("1.0")
     assert one is not None
@@ -576,7 +579,7 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Only an sdist: its top folder is stripped.
     files = release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None)
     assert files == module
-    assert resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None).list_files() == [
+    assert resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None, queue=presets.NPU).list_files() == [
         "PKG-INFO",
         *sorted(module),
     ]
@@ -593,12 +596,12 @@ def test_file_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert release_files("pq-fixture-pkg", "0.9", "pq_fixture_pkg/", progress=lambda _: None) == module
         unpacked.write_bytes(damage(unpacked.read_bytes()))
         shutil.rmtree(tmp_path / "cache" / "derived", ignore_errors=True)  # a file the snapshot never read
-        snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+        snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None, queue=presets.NPU)
         assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
         assert zipfile.ZipFile(unpacked).read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n"
     # A file read once comes from the derived cache, by the archive's sha256: the archive is not opened again.
     unpacked.write_bytes(b"")
-    snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+    snap = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None, queue=presets.NPU)
     assert snap.read("pq_fixture_pkg/__init__.py") == b"VALUE = 1\n" and unpacked.read_bytes() == b""
 
     # A download whose content does not match the index's hash never lands in the cache.  Temp files
@@ -637,9 +640,9 @@ def test_sdist_listed_before_it_was_ever_unpacked(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
     monkeypatch.setenv("PQ_CACHE", str(tmp_path / "cache"))
     listed = ["PKG-INFO", *sorted(module)]
-    cold = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None)
+    cold = resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None, queue=presets.NPU)
     assert cold.list_files() == listed and cold.read("pq_fixture_pkg/sub/mod.py") == b"X = 2\n"
-    assert resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None).list_files() == listed
+    assert resolve_upstream("pq-fixture-pkg==0.9", progress=lambda _: None, queue=presets.NPU).list_files() == listed
 
 
 def test_method_cache_round_trip_and_damage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import copy_project, new_project, pq
 
+from patch_queue import presets
 from patch_queue.errors import QueueError, SourceError
 from patch_queue.fsutil import read_folder
 from patch_queue.outputs import wheel
@@ -250,15 +251,18 @@ def test_apache_license_is_vllm_omnis(corpus: Path, pq_cache: Path) -> None:
 def test_pins_read_from_a_release_metadata_or_requirements(tmp_path: Path) -> None:
     tree = tmp_path / "up"
     (tree / "vllm_ascend").mkdir(parents=True)
-    assert wheel.upstream_requirements(dir_snapshot(tree)) == ("torch-npu", "torch")  # nothing states them
-    assert wheel.upstream_requirements(None) == ("torch-npu", "torch")
+    assert wheel.upstream_requirements(dir_snapshot(tree, spec=presets.NPU), spec=presets.NPU) == (
+        "torch-npu",
+        "torch",
+    )  # nothing states them
+    assert wheel.upstream_requirements(None, spec=presets.NPU) == ("torch-npu", "torch")
     (tree / "requirements.txt").write_text(
         "# the build\n-r requirements-dev.txt\n--extra-index-url https://example.invalid/simple\n"
         "Torch_NPU == 2.9.0.post1  # the Ascend adapter\ntorch==2.9.0 --hash=sha256:00\n"
         "torch==2.8.0; platform_machine == 'aarch64'\nnumpy\n"
     )
     # names canonicalised, comments and options skipped; a requirement with a marker is one too, with its marker
-    assert wheel.upstream_requirements(dir_snapshot(tree)) == (
+    assert wheel.upstream_requirements(dir_snapshot(tree, spec=presets.NPU), spec=presets.NPU) == (
         "torch-npu==2.9.0.post1",
         "torch==2.9.0",
         'torch==2.8.0; platform_machine == "aarch64"',
@@ -269,10 +273,13 @@ def test_pins_read_from_a_release_metadata_or_requirements(tmp_path: Path) -> No
         "Requires-Dist: torch-npu==2.10.0.post4\nRequires-Dist: torch-npu==9; extra == 'dev'\n"
         "\nRequires-Dist: torch==0.1\n"
     )
-    assert wheel.upstream_requirements(dir_snapshot(tree)) == ("torch-npu==2.10.0.post4", "torch==2.10.0")
+    assert wheel.upstream_requirements(dir_snapshot(tree, spec=presets.NPU), spec=presets.NPU) == (
+        "torch-npu==2.10.0.post4",
+        "torch==2.10.0",
+    )
     (tree / "PKG-INFO").write_text("Name: vllm-ascend\nRequires-Dist: torch ==\n")
     with pytest.raises(SourceError) as err:
-        wheel.upstream_requirements(dir_snapshot(tree))
+        wheel.upstream_requirements(dir_snapshot(tree, spec=presets.NPU), spec=presets.NPU)
     assert str(err.value).startswith(f"dir:{tree.resolve()}:PKG-INFO:2: 'torch ==' is not a PEP 508 requirement")
 
 
@@ -282,7 +289,7 @@ def test_pins_of_vllm_ascend_0_30_0rc2(pq_cache: Path) -> None:
         snap = release_snapshot("vllm-ascend", "0.30.0rc2")
     except SourceError as exc:
         pytest.skip(f"package registry unreachable: {exc}")
-    assert wheel.upstream_requirements(snap) == ("torch-npu==2.10.0.post4", "torch==2.10.0")
+    assert wheel.upstream_requirements(snap, spec=presets.NPU) == ("torch-npu==2.10.0.post4", "torch==2.10.0")
 
 
 def _header_copyrights(text: str) -> set[str]:

@@ -378,10 +378,9 @@ class Mirror:
         return self.gpu_package.replace("/", ".") + "."
 
 
-def mirror(queue: QueueSpec | None = None) -> Mirror:
-    """The :class:`Mirror` of the queue ``queue`` (None: the default preset's); one line when it has no GPU
+def mirror(queue: QueueSpec) -> Mirror:
+    """The :class:`Mirror` of the queue ``queue`` ; one line when it has no GPU
     reference runners."""
-    queue = queue or presets.DEFAULT
     ref = presets.preset(queue.gpu_reference)
     if ref is None:
         raise QueueError(f"the queue of {queue.upstream_class} names no GPU reference runners (gpu_reference)")
@@ -509,7 +508,7 @@ def audit(
     ascend_runner: str,
     *,
     history: Sequence[str] = (),
-    queue: QueueSpec | None = None,
+    queue: QueueSpec,
 ) -> list[GpuChange]:
     """Every omni change of the GPU copies of ``GPUModelRunner`` methods, with its NPU status.
 
@@ -519,7 +518,7 @@ def audit(
     (:mod:`patch_queue.sources.vllm_release`); ``ascend_runner``:
     vllm-ascend's ``vllm_ascend/worker/model_runner_v1.py`` at the NPU runners' base;
     ``history``: the vLLM file at older releases (optional; their code counts as upstream).  ``queue``: the queue
-    of the NPU runners (None: the default preset's), whose upstream and GPU reference name the two classes.
+    of the NPU runners, whose upstream and GPU reference name the two classes.
     Changes come sorted by GPU file and line.
     """
     m = mirror(queue)
@@ -573,9 +572,9 @@ def findings(changes: Sequence[GpuChange]) -> list[Finding]:
 # -- vLLM's runner from the registry ---------------------------------------------------------
 
 
-def load_vllm_runner(version: str, queue: QueueSpec | None = None) -> str:
+def load_vllm_runner(version: str, queue: QueueSpec) -> str:
     """The GPU reference's upstream file (vLLM's runner) of its release ``version``, from the registry (``queue``:
-    the queue whose GPU reference it is; None: the default preset's).
+    the queue whose GPU reference it is).
 
     vLLM's wheels are platform builds of about 300 MiB; :func:`patch_queue.sources.registry.pick_file`
     takes its 40 MiB sdist, which holds the same source.  The archive is pinned, cached and

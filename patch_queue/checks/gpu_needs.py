@@ -94,10 +94,10 @@ def helper_ctx(
     gpu_files: Mapping[str, str],
     vllm_runner: str,
     ascend_runner: str,
-    mirror: gpu_audit.Mirror | None = None,
+    mirror: gpu_audit.Mirror,
 ) -> list[HelperCtx]:
-    """``mirror``: the two upstream classes (None: the default preset's)."""
-    m = mirror or gpu_audit.mirror()
+    """``mirror``: the two upstream classes (the queue's, :func:`gpu_audit.mirror`)."""
+    m = mirror
     classes: dict[str, gpu_audit.RunnerClass] = {}
     for side, group in (("npu", files), ("gpu", gpu_files)):
         for path, text in sorted(group.items()):
@@ -193,7 +193,7 @@ def needed_bases(
     vllm_runner: str,
     ascend_runner: str,
     module_text: ModuleText,
-    mirror: gpu_audit.Mirror | None = None,
+    mirror: gpu_audit.Mirror,
 ) -> list[list[Need]]:
     """Per (NPU module, NPU class, code of that class: a port's lines, or the class), the bases of the GPU class
     that the NPU class lacks and whose code alone provides what the code reads from ``self`` (``files``: the NPU
@@ -231,7 +231,7 @@ def findings(
     vllm_runner: str,
     ascend_runner: str,
     module_text: ModuleText,
-    mirror: gpu_audit.Mirror | None = None,
+    mirror: gpu_audit.Mirror,
 ) -> list[Finding]:
     """``pq check``'s warnings: each NPU runner class reading from ``self`` what only a base of its GPU counterpart
     provides, which the NPU class lacks (at the first line reading it)."""

@@ -160,7 +160,9 @@ class _StubFinder(importlib.abc.MetaPathFinder):
 
 
 class _OverlayFinder(importlib.abc.MetaPathFinder):
-    """The output's modules in place of ``package``'s own (a module the output lacks stays the release's)."""
+    """The output's modules in place of ``package``'s own (a module the output lacks stays the release's: the
+    package's path is the output's folder, then the release's, so its subpackages, which no series keeps, are
+    the release's)."""
 
     def __init__(self, package: str, folder: str) -> None:
         self.package, self.folder = package, folder
@@ -169,7 +171,10 @@ class _OverlayFinder(importlib.abc.MetaPathFinder):
         if name == self.package:
             init = os.path.join(self.folder, "__init__.py")
             if os.path.isfile(init):
-                return importlib.util.spec_from_file_location(name, init, submodule_search_locations=[self.folder])
+                own = importlib.machinery.PathFinder.find_spec(name, path)
+                below = list(own.submodule_search_locations or []) if own is not None else []
+                locations = [self.folder, *(p for p in below if os.path.abspath(p) != self.folder)]
+                return importlib.util.spec_from_file_location(name, init, submodule_search_locations=locations)
             return None
         if not name.startswith(self.package + "."):
             return None

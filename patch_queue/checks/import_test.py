@@ -124,7 +124,7 @@ def import_all(
     control: list[str],
     preload: list[str],
     jobs: int | None = None,
-    stubs: Mapping[str, object] | None = None,
+    stubs: Mapping[str, object],
 ) -> tuple[list[Imported], list[Imported]]:
     """Import each of ``modules`` (file names) of the output (``overlay``: the folder of its modules), and first
     each of ``control`` of the release's own, every module in a process of its own (:func:`.import_stubs.main`,
@@ -137,7 +137,7 @@ def import_all(
             "paths": [str(env.upstream)],
             "package": package,
             "preload": preload,
-            "stubs": dict(stubs if stubs is not None else stubs_of(presets.DEFAULT)),
+            "stubs": dict(stubs),
             "parallel": parallel,
             "jobs": [
                 {

@@ -248,11 +248,11 @@ def parse_rules(text: str, *, path: str) -> list[Rule]:
     return rules
 
 
-def load_rules(project_patches: Path | None = None, rule_set: str | None = None) -> list[Rule]:
-    """The built-in rules of the queue's rule set (``rule_set``: a queue's ``rules``, None: the default preset's;
+def load_rules(project_patches: Path | None, rule_set: str) -> list[Rule]:
+    """The built-in rules of the queue's rule set (``rule_set``: a queue's ``rules``;
     :data:`patch_queue.presets.RULE_FILES` names its file, none for a set without), with a project's
     ``patches/check-rules.toml`` added (same id replaces)."""
-    name = presets.RULE_FILES.get(presets.DEFAULT.rules if rule_set is None else rule_set)
+    name = presets.RULE_FILES.get(rule_set)
     rules: dict[str, Rule] = {}
     if name is not None:
         builtin = resources.files("patch_queue.checks").joinpath(name).read_text(encoding="utf-8")

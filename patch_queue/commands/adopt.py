@@ -36,7 +36,11 @@ from patch_queue.spec import QueueSpec
 if TYPE_CHECKING:  # the adopt search is imported where it runs: a refresh needs only snapshot_pin from here
     from patch_queue.series import adopt as adopt_mod
 
-ADOPT_AUTHOR = ("vllm-omni contributors (adopted by pq)", "pq@localhost")
+
+def author(spec: QueueSpec, when: int = 0) -> Person:
+    """The author of the patches that hold the maintainers' own edits (``pq adopt``'s, and a module new in a merged
+    release): the contributors of the queue's downstream, at ``when``."""
+    return Person(f"{spec.downstream_dist} contributors (adopted by pq)", "pq@localhost", when, 0)
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,10 @@ class Downstream(NamedTuple):
     name: str  # the downstream distribution
     release: str  # its version; "" for a folder
     where: str  # where the modules were read: the folder, or "name==version: package"
+    subpackages: tuple[str, ...] = ()  # the folders below the package holding Python files, not read (sorted)
 
 
-def read_downstream(source: str, progress: Progress | None = None, spec: QueueSpec = presets.DEFAULT) -> Downstream:
+def read_downstream(source: str, progress: Progress | None, spec: QueueSpec) -> Downstream:
     """The modules of the queue ``spec``'s runners in a downstream release spec or a directory, every module
     checked (:func:`_check_modules`): an
     existing directory is one whatever its path holds (``./x==1/npu``), a release is ``NAME==VERSION``
@@ -125,7 +130,8 @@ def read_downstream(source: str, progress: Progress | None = None, spec: QueueSp
                         f"runners are the {own.upper()} ones (copies of {spec.upstream_dist}'s {spec.upstream_class}); "
                         f"{'/, '.join(others)}/ {'is' if len(others) == 1 else 'are'} not read",
                     )
-                return Downstream(modules, spec.downstream_dist, "", str(candidate))
+                below = _subpackages(str(p.relative_to(candidate)) for p in candidate.rglob("*.py"))
+                return Downstream(modules, spec.downstream_dist, "", str(candidate), below)
         own_kind = f"{own.upper()} worker modules (*.py)"
         kind = own_kind if own else f"runner modules (*.py) of {spec.downstream_dist}'s {spec.package}/"
         held = ", ".join(f"{name}/ holds {name.upper()} runners" for name in others)
@@ -136,9 +142,8 @@ def read_downstream(source: str, progress: Progress | None = None, spec: QueueSp
     if release is None:
         raise QueueError("neither a NAME==VERSION release nor a directory", path=source)
     name, version = release[0], release[1].text
-    return Downstream(
-        release_modules(name, version, progress, spec), name, version, f"{name}=={version}: {spec.package}"
-    )
+    modules, below = _release_package(name, version, progress, spec)
+    return Downstream(modules, name, version, f"{name}=={version}: {spec.package}", below)
 
 
 def _preset_folder(spec: QueueSpec) -> str:
@@ -154,11 +159,16 @@ def _preset_folder(spec: QueueSpec) -> str:
     return same[0] if len(same) == 1 else ""
 
 
-def release_modules(
-    name: str, version: str, progress: Progress | None = None, spec: QueueSpec = presets.DEFAULT
-) -> dict[str, bytes]:
+def release_modules(name: str, version: str, progress: Progress | None, spec: QueueSpec) -> dict[str, bytes]:
     """The runner modules of the release ``name==version`` (read from the registry, never from a folder) in the
     queue ``spec``'s package, every module checked (:func:`_check_modules`)."""
+    return _release_package(name, version, progress, spec)[0]
+
+
+def _release_package(
+    name: str, version: str, progress: Progress | None, spec: QueueSpec
+) -> tuple[dict[str, bytes], tuple[str, ...]]:
+    """(:func:`release_modules`, the package's subpackages: :func:`_subpackages`)."""
     prefix = spec.package + "/"
     files = release_files(name, version, prefix, progress=progress)
     local = {k.removeprefix(prefix): v for k, v in files.items()}
@@ -166,7 +176,13 @@ def release_modules(
     if not modules:
         raise QueueError(f"{name}=={version} has no runner modules under {spec.package}/")
     _check_modules(modules, f"{name}=={version}: {spec.package}")
-    return modules
+    return modules, _subpackages(local)
+
+
+def _subpackages(paths: Iterable[str]) -> tuple[str, ...]:
+    """The first folders of the Python files among ``paths`` (relative to the package) that lie below it: a series
+    keeps the modules of the package itself (a module is a plain file name), so these stay the downstream's own."""
+    return tuple(sorted({p.split("/", 1)[0] for p in paths if "/" in p and p.endswith(".py")}))
 
 
 def _check_modules(modules: dict[str, bytes], where: str) -> None:
@@ -256,7 +272,7 @@ def plan_adopt(
     from patch_queue.series import adopt as adopt_mod
 
     spec = spec or ws.spec
-    modules, down_name, down_release, where = read_downstream(source, progress, spec)
+    modules, down_name, down_release, where, below = read_downstream(source, progress, spec)
     texts = {k: v.decode("utf-8") for k, v in modules.items()}  # read_downstream checked them
     upath, cls = spec.upstream_file, spec.upstream_class
     searched = None
@@ -295,6 +311,12 @@ def plan_adopt(
     label = snapshot.label
     warnings = _class_warnings(texts, upstream_text, carried, label, where, spec)
     warnings += search_warnings(searched, carried, upath, cls, label)
+    if below:
+        folders = ", ".join(f"{b}/" for b in below)
+        warnings += (
+            f"{where}: {folders} not read: the series keeps the modules of {spec.package}/ itself, not its "
+            f"subpackages (the runners import them from {spec.downstream_dist} as it ships them)",
+        )
     layout, steps = adopt_mod.plan_series(
         modules,
         carried,
@@ -313,7 +335,7 @@ def plan_adopt(
     when = 0
     if snapshot.kind == "git":
         when = open_git(upstream_git_location(upstream_git, spec)).commit_time(snapshot.pin)
-    person = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], when, 0)
+    person = author(spec, when)
     files = ws.repo.read_tree(ws.repo.commit_info(base).tree)
     parent = base
     commits: list[tuple[str, str]] = []
@@ -347,40 +369,62 @@ def _search_releases(
     spec: QueueSpec, texts: dict[str, str], down_release: str, progress: Progress | None
 ) -> tuple[adopt_mod.SearchResult, Snapshot]:
     """The base of a queue whose upstream has no git history, searched among the upstream's registry releases
-    (:func:`release_search.release_window`), and its snapshot."""
+    (:func:`release_search.release_window`), and its snapshot.
+
+    When the oldest release read scores the best (alone or in a tie) the base may be older still: a folder names no
+    release to bound the window, so its newest releases may all be later than the copies.  The window then widens by
+    :data:`release_search.SEARCHED` releases at a time, up to :data:`release_search.WIDEST`, until the best is
+    inside it (or the oldest release read no longer holds the upstream file: its history starts there)."""
     from patch_queue.series import adopt as adopt_mod
 
     upath, cls = spec.upstream_file, spec.upstream_class
-    window = release_search.release_window(spec.upstream_dist, down_release)
-    if not window.versions:
-        raise QueueError(
-            f"the queue names no git history of {spec.upstream_dist} and {window.why}: name the base with --at "
-            f"({spec.upstream_dist}==VERSION, or a folder of its sources), or its repository with --upstream"
-        )
     unbounded = "" if down_release else " (a folder names no release to bound them: --at names the base)"
-    say(
-        progress,
-        f"Searching {window.why}, for the base (the queue names no git history of {spec.upstream_dist}){unbounded} ...",
-    )
     scans = MethodCache(cls)
     blobs: dict[str, str] = {}
-    for version in window.versions:
-        blob, data = release_search.file_blob(spec.upstream_dist, version, upath, progress)
-        if not blob:
-            continue
-        blobs[version] = blob
-        if not scans.has(blob):
-            assert data is not None
-            scans.put(blob, symbols.scan_methods(data.decode("utf-8", errors="replace"), cls))
-    scans.save()
-    if not blobs:
-        raise QueueError(f"no release of {window.why} holds {upath}: name the base with --at")
-    order = {v: i for i, v in enumerate(window.versions)}  # a tie goes to the newest release
+    limit = release_search.SEARCHED
+    while True:
+        window = release_search.release_window(spec.upstream_dist, down_release, limit)
+        if not window.versions:
+            raise QueueError(
+                f"the queue names no git history of {spec.upstream_dist} and {window.why}: name the base with --at "
+                f"({spec.upstream_dist}==VERSION, or a folder of its sources), or its repository with --upstream"
+            )
+        say(
+            progress,
+            f"Searching {window.why}, for the base (the queue names no git history of {spec.upstream_dist})"
+            f"{unbounded} ...",
+        )
+        for version in window.versions:
+            if version in blobs:
+                continue
+            blob, data = release_search.file_blob(spec.upstream_dist, version, upath, progress)
+            if not blob:
+                continue
+            blobs[version] = blob
+            if not scans.has(blob):
+                assert data is not None
+                scans.put(blob, symbols.scan_methods(data.decode("utf-8", errors="replace"), cls))
+        scans.save()
+        read = [v for v in window.versions if v in blobs]
+        if not read:
+            raise QueueError(f"no release of {window.why} holds {upath}: name the base with --at")
+        order = {v: i for i, v in enumerate(window.versions)}  # a tie goes to the newest release
 
-    def methods(_version: str, blob: str) -> dict[str, str]:
-        return scans.get(blob) or {}
+        def methods(_version: str, blob: str) -> dict[str, str]:
+            return scans.get(blob) or {}
 
-    searched = adopt_mod.search_base(texts, list(blobs), blobs.get, methods, order.__getitem__)
+        searched = adopt_mod.search_base(texts, read, blobs.get, methods, order.__getitem__)
+        best = [c.commit for c in searched.ranking if c.matched == searched.best.matched]
+        oldest = window.versions[0]
+        at_edge = oldest in blobs and (oldest in best or searched.ties > len(best))
+        if not at_edge or len(window.versions) < limit or limit >= release_search.WIDEST:
+            break
+        limit += release_search.SEARCHED
+        say(
+            progress,
+            f"{registry.normalize_name(spec.upstream_dist)} {oldest}, the oldest release read, scores the best "
+            f"({searched.best.matched}/{searched.best.total}): the base may be older; widening the search",
+        )
     name = registry.normalize_name(spec.upstream_dist)
     return searched, resolve_upstream(f"{name}=={searched.best.commit}", progress=progress, queue=spec)
 

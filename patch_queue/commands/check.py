@@ -88,7 +88,7 @@ def run_checks(
     (:func:`import_checks`): True runs it (building its environment when none is), None runs it when its environment
     is built, False not; ``imports_required``: an environment that cannot be built is an error (``pq check
     --import``), else a warning."""
-    from patch_queue.checks import duplicates, names
+    from patch_queue.checks import calls, duplicates, names
     from patch_queue.checks import rules as check
 
     findings = check.check_parse(files)
@@ -97,7 +97,7 @@ def run_checks(
         message = f"{len(files[path]):,} characters: only the compile check runs on a module over {LARGE >> 20} MiB"
         findings.append(Finding(path, 0, "module-too-large", WARNING, message))
     checked, files = files, {k: v for k, v in files.items() if k not in large}
-    findings += check.check_fences(files) + names.check_names(files)
+    findings += check.check_fences(files) + names.check_names(files) + calls.check_calls(files)
     findings += check.check_blocks(reference, files, what=reference_label)
     findings += check.check_rules(files, check.load_rules(ws.queue_dir.root, queue.spec.rules))
     vendored = ws.repo.read_tree(ws.repo.commit_info(base).tree)

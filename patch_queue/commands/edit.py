@@ -191,7 +191,7 @@ def _work_edits(ws: Workspace, loaded: LoadedStack, top: str) -> dict[str, bytes
     written = output.manifest(ws.out)
     changed = {e.file for e in output.edits(ws.out, built)}
     package = output.standalone_package(ws.out)
-    pointed = standalone(built, package) if package else built
+    pointed = standalone(built, package, ws.spec) if package else built
     out: dict[str, bytes] = {}
     for rel, data in sorted(read_folder(ws.out).items()):
         if package and rel in built and rel in changed:  # the edits only: not the standalone build's imports

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from patch_queue import presets
 from patch_queue.commands import machine
-from patch_queue.commands.adopt import ADOPT_AUTHOR, read_downstream, release_modules
+from patch_queue.commands.adopt import author, read_downstream, release_modules
 from patch_queue.commands.write import (
     StepInfo,
     module_files,
@@ -37,7 +37,7 @@ from patch_queue.commands.write import (
     sync_stack,
 )
 from patch_queue.errors import QueueError
-from patch_queue.git.repo import Person, ProjectRepo
+from patch_queue.git.repo import ProjectRepo
 from patch_queue.merge.conflict import Conflict, ConflictKind
 from patch_queue.outputs import folder as output
 from patch_queue.progress import Progress, say
@@ -47,8 +47,7 @@ from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import absorb, replay, rerere, stack
 from patch_queue.series.queue import PLACED_BY_METHOD, Module, Queue, Step, cut_slug, render_queue
 from patch_queue.sources import registry
-
-MERGE_PERSON = Person(ADOPT_AUTHOR[0], ADOPT_AUTHOR[1], 0, 0)  # the author of a patch a merge makes
+from patch_queue.spec import QueueSpec
 
 
 @dataclass(frozen=True)
@@ -176,14 +175,15 @@ def into_series(
     chain: list[tuple[str, str]],
     merged: dict[str, bytes],
     release_label: str,
+    spec: QueueSpec,
     by_method: Queue | None = None,
 ) -> list[tuple[str, str]]:
     """The series ``chain`` (on ``base``) holding ``merged`` (module -> text after the merge): each change of a
     module it has goes into the patch that owns the lines (:func:`absorb.absorb`), a module it lacks becomes a
-    new patch on top, one ``merged`` lacks leaves every patch (a patch left empty leaves the series).  With
-    ``by_method`` (the queue after the merge; a merge step's ``placed``), the release's edits of a carried upstream
-    method then leave the skeleton for the patch that carries the method (:func:`absorb.relocate`): the top stays
-    as it is."""
+    new patch on top (by the contributors of the queue ``spec``'s downstream), one ``merged`` lacks leaves every
+    patch (a patch left empty leaves the series).  With ``by_method`` (the queue after the merge; a merge step's
+    ``placed``), the release's edits of a carried upstream method then leave the skeleton for the patch that
+    carries the method (:func:`absorb.relocate`): the top stays as it is."""
     top = repo.read_tree(repo.commit_info(chain[-1][1]).tree)
     modules = {p for p in top if not p.startswith(stack.VENDOR)}
     gone = sorted(modules - set(merged))
@@ -204,7 +204,8 @@ def into_series(
         files = repo.read_tree(repo.commit_info(chain[-1][1]).tree)
         files[path] = merged[path]
         message = f"{path}: new in {release_label}\n\nThe module as the maintainers wrote it, taken in by `pq merge`.\n"
-        chain.append((name, repo.commit(repo.write_tree(files), [chain[-1][1]], message, MERGE_PERSON, MERGE_PERSON)))
+        person = author(spec)
+        chain.append((name, repo.commit(repo.write_tree(files), [chain[-1][1]], message, person, person)))
         names.add(name)
     if by_method is not None:
         chain, _moved = absorb.relocate(repo, base, chain, by_method)
@@ -390,7 +391,7 @@ def finish_merge(
     writes.move_refs(store.ref_update())
     release = Release(m.release, m.version, merged)
     queue = target_queue(state.target(), release, merged)
-    chain = into_series(ws.repo, m.base, list(m.chain), merged, name, by_method=queue)
+    chain = into_series(ws.repo, m.base, list(m.chain), merged, name, queue.spec, by_method=queue)
     step = StepInfo(
         "merge",
         command,
@@ -431,5 +432,5 @@ def reproduce_merge(
     queue = target_queue(loaded.queue, release, merged)
     # where the step put the release's edits of carried methods: a step an older pq recorded, in the skeleton
     by_method = queue if step.placed == PLACED_BY_METHOD else None
-    chain = into_series(repo, loaded.base, list(loaded.patches), merged, planned.name, by_method=by_method)
+    chain = into_series(repo, loaded.base, list(loaded.patches), merged, planned.name, queue.spec, by_method=by_method)
     return LoadedStack(queue, loaded.base, chain), planned.name, result

@@ -438,7 +438,7 @@ def plan_sync(
             for todo in (changes, partly):  # the partial ports after the others, each on its own
                 for name, group in _by_method([c for c in todo if not c.ported], files):
                     group = [_at_method(c, name, files) for c in group]
-                    found, files = placement.sync(group, gpu_files, vllm_runner, files, rules, before, mirror)
+                    found, files = placement.sync(group, gpu_files, vllm_runner, files, rules, before, mirror=mirror)
                     placed += found
             ports += [r for r in placed if isinstance(r, Port)]
             if not any(isinstance(r, Port) for r in placed):

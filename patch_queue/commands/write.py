@@ -25,6 +25,7 @@ from patch_queue.project.workspace import (
 )
 from patch_queue.series import lineage, stack
 from patch_queue.series.queue import Queue, UpstreamPin, render_series
+from patch_queue.spec import QueueSpec
 
 # the downstream's formatter: the vllm-omni runners are exactly what `ruff format --line-length 120` makes
 FORMATTER = ("ruff", 120)
@@ -116,13 +117,15 @@ def refuse_foreign_patches(ws: Workspace, bodies: dict[str, bytes], listed: list
         )
 
 
-_IMPORT = re.compile(r"^(\s*(?:from|import)\s+)vllm_omni\.platforms\.npu\.worker\b", re.MULTILINE)
-
-
-def standalone(files: dict[str, bytes], package: str) -> dict[str, bytes]:
-    """Point the in-tree imports of the worker package into the standalone ``package``."""
+def standalone(files: dict[str, bytes], package: str, spec: QueueSpec) -> dict[str, bytes]:
+    """Point the in-tree imports of the queue ``spec``'s package into the standalone ``package``: of the package
+    itself and of each module the series holds.  A subpackage stays the downstream's own (a module of the series is
+    a file of the package itself; the wheel requires the downstream release, which has it)."""
+    modules = sorted({p.removesuffix(".py") for p in files if p.endswith(".py") and "/" not in p} - {"__init__"})
+    own = r"(?=\s|$" + "".join(rf"|\.{re.escape(m)}\b" for m in modules) + ")"
+    pattern = re.compile(r"^(\s*(?:from|import)\s+)" + re.escape(spec.package.replace("/", ".")) + own, re.MULTILINE)
     return {
-        path: _IMPORT.sub(lambda m: m.group(1) + package, data.decode("utf-8")).encode("utf-8")
+        path: pattern.sub(lambda m: m.group(1) + package, data.decode("utf-8")).encode("utf-8")
         for path, data in files.items()
     }
 
@@ -164,7 +167,7 @@ def build_top(
     out = out or ws.out
     files = module_files(ws, loaded.top(applied_count(ws, loaded) if applied is None else applied))
     if standalone_pkg:
-        files = standalone(files, out.name)
+        files = standalone(files, out.name, ws.spec)
     journal = writes or Writes(ws, "build")
     output.sync(out, files, journal, standalone=out.name if standalone_pkg else "")
     if writes is None:
@@ -267,7 +270,7 @@ def do_wheel(ws: Workspace, *, out: Path | None, upstream_git: str | None, progr
     top = loaded.top(applied)
     package = ws.out.name
     tree = ws.repo.read_tree(ws.repo.commit_info(top).tree)
-    files = standalone({k: v for k, v in tree.items() if not k.startswith(stack.VENDOR)}, package)
+    files = standalone({k: v for k, v in tree.items() if not k.startswith(stack.VENDOR)}, package, ws.spec)
     if not any(p.endswith(".py") for p in files):
         raise QueueError("nothing built: the top of the stack holds no module", path=str(ws.queue_dir.series_path))
     queue = loaded.queue

@@ -18,7 +18,6 @@ Markdown parts are :mod:`patch_queue.outputs.report_parts`; :func:`markdown` fit
 # no ``from __future__ import annotations``: it would bind the name of :func:`annotations` below
 from collections.abc import Iterator, Sequence
 
-from patch_queue import presets
 from patch_queue.merge.conflict import Conflict
 from patch_queue.outputs.report_parts import (
     EXCERPT,
@@ -53,9 +52,9 @@ FULL_REPORT = "the JSON report (`pq refresh --report`)"  # where everything is, 
 # terminal
 
 
-def summary_line(report: dict[str, object], queue: QueueSpec | None = None) -> str:
+def summary_line(report: dict[str, object], queue: QueueSpec) -> str:
     """One line for the terminal, e.g. ``3 conflicts, 12 review flags (2 reused), 24/24 omni blocks kept`` (``queue``:
-    the queue refreshed; None: the default preset's)."""
+    the queue refreshed)."""
     r = read(report, queue)
     parts = [plural(len(r.conflicts), "conflict") if r.conflicts else "no conflicts"]
     flags = plural(len(r.flags), "review flag")
@@ -111,12 +110,12 @@ def _annotation(command: str, out: str, entry: Conflict) -> str:
     return f"::{command} {rendered}::{_escape_data(message)}"
 
 
-def annotations(report: dict[str, object], queue: QueueSpec | None = None) -> list[str]:
+def annotations(report: dict[str, object], queue: QueueSpec) -> list[str]:
     """GitHub Actions workflow commands: one ``::error`` per conflict, then one per error of `pq check`, then one
     ``::warning`` per flag.
 
     ``::error file=<out>/<file>,line=<line>,title=<kind>::<message> (<symbol>; culprits: abc1234 #1234)``
-    (``<out>``: the report's output folder, else that of ``queue``, the queue refreshed; None: the default preset's)
+    (``<out>``: the report's output folder, else that of ``queue``, the queue refreshed)
     """
     r = read(report, queue)
     checked = [
@@ -166,13 +165,13 @@ def markdown(
     report: dict[str, object],
     *,
     upstream_url: str | None = None,
-    queue: QueueSpec | None = None,
+    queue: QueueSpec,
     limit: int | None = BODY_BUDGET,
     in_bytes: bool = False,
     full_report: str = FULL_REPORT,
 ) -> str:
     """The refresh report in Markdown: a pull-request body within ``limit``, or all of it (``limit=None``); of a
-    refresh of the queue ``queue`` (None: the default preset's), its commits linked in ``upstream_url`` (None: the
+    refresh of the queue ``queue``, its commits linked in ``upstream_url`` (None: the
     queue's upstream repository).
 
     Report (format 2)::
@@ -217,7 +216,6 @@ def markdown(
     ``<details>`` section: whole sections are replaced.  The default budget keeps well under
     GitHub's body limit, as Renovate does.
     """
-    queue = queue or presets.DEFAULT
     r, url = read(report, queue), (queue.upstream_url if upstream_url is None else upstream_url).rstrip("/")
     size = utf8_bytes if in_bytes else github_chars
     unit = "bytes" if in_bytes else "characters"

@@ -142,10 +142,9 @@ def _objects(report: Mapping[str, object], key: str) -> Iterator[tuple[str, Mapp
     return ((where, mapping(raw, where)) for where, raw in _items(report, key))
 
 
-def read(report: Mapping[str, object], queue: QueueSpec | None = None) -> Report:
-    """The report ``report`` (JSON) of a refresh of the queue ``queue`` (None: the default preset's), which names what
+def read(report: Mapping[str, object], queue: QueueSpec) -> Report:
+    """The report ``report`` (JSON) of a refresh of the queue ``queue``, which names what
     the JSON leaves out: the upstream's name, and the downstream and output folder of a report that has none."""
-    queue = queue or presets.DEFAULT
     fmt = report.get("format", 1)
     if isinstance(fmt, bool) or not isinstance(fmt, int) or fmt not in SUPPORTED_FORMATS:
         raise ValueError(f"report format {fmt!r} is not supported (known: {', '.join(map(str, SUPPORTED_FORMATS))})")

@@ -161,11 +161,11 @@ def _requirement_lines(snap: Snapshot) -> tuple[str, list[tuple[int, str]]]:
     return path, found
 
 
-def upstream_requirements(snap: Snapshot | None, spec: QueueSpec | None = None) -> tuple[str, ...]:
-    """The wheel's requirements of the queue ``spec`` (None: the default preset's; ``wheel_requires``) as the
+def upstream_requirements(snap: Snapshot | None, spec: QueueSpec) -> tuple[str, ...]:
+    """The wheel's requirements of the queue ``spec`` (its ``wheel_requires``) as the
     upstream tree requires them: each of its requirements of them (one with an environment marker too; none of an
     extra), in its order; a bare name where it requires none."""
-    found: dict[str, list[str]] = {name: [] for name in (spec or presets.DEFAULT).wheel_requires}
+    found: dict[str, list[str]] = {name: [] for name in spec.wheel_requires}
     where, lines = _requirement_lines(snap) if snap is not None else ("", [])
     for number, line in lines:
         try:

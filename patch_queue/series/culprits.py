@@ -21,7 +21,6 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from patch_queue import presets
 from patch_queue.errors import PqError
 from patch_queue.git.remote import UpstreamGit
 from patch_queue.merge.conflict import Conflict, Culprit
@@ -164,11 +163,11 @@ def annotate(
     upstream_git: str | None,
     progress: Progress | None = None,
     files: tuple[bytes | None, bytes | None] = (None, None),
-    queue: QueueSpec | None = None,
+    queue: QueueSpec,
 ) -> tuple[list[Conflict], str]:
     """``found`` with the ``culprits`` of every conflict and flag named from the upstream git history,
     and a line saying between which commits they were searched, or why none were (``queue``: the queue, whose
-    upstream's history is searched; None: the default preset's).
+    upstream's history is searched).
 
     A git pin is its commit; a registry release is the commit its release tag (``v<version>``)
     points at when the tagged file is byte for byte the released one, else the first commit whose
@@ -181,9 +180,8 @@ def annotate(
         return found, ""
     location = upstream_git_location(upstream_git, queue)
     if not location:
-        spec = queue or presets.DEFAULT
         return found, (
-            f"no upstream commits named: the queue names no git history of {spec.upstream_dist} (its registry "
+            f"no upstream commits named: the queue names no git history of {queue.upstream_dist} (its registry "
             "releases are its history; --upstream names a repository of it)"
         )
     try:

@@ -737,7 +737,10 @@ class QueueDir:
 
     def load_queue(self) -> Queue:
         if not self.queue_path.is_file():
-            raise QueueError("no queue here; run `pq adopt vllm-omni==VERSION` first", path=str(self.queue_path))
+            raise QueueError(
+                "no queue here; run `pq adopt NAME==VERSION` first (a downstream release, or a folder of its runners)",
+                path=str(self.queue_path),
+            )
         return parse_queue(self._text(self.queue_path), path=self.shown(QUEUE_FILE))
 
     def load_spec(self) -> QueueSpec | None:

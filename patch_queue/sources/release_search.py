@@ -2,7 +2,8 @@
 has no git history (``upstream_git`` is "": the queue's releases are all there is to read).
 
 The window (:func:`release_window`) is the upstream's final releases, newest first, at most :data:`SEARCHED` of
-them, none newer than the newest release of the downstream release's own major.minor when the upstream has one
+them at first (``pq adopt`` widens it up to :data:`WIDEST` when the base may be older), none newer than the newest
+release of the downstream release's own major.minor when the upstream has one
 (a downstream that goes with the upstream release of its own number, as vllm-omni goes with vLLM, cannot have
 copied a later one).  Each release is downloaded once into pq's cache (:func:`archives.fetch_release`), and the
 upstream file it holds is kept there too (:func:`file_blob`), so a search run again opens no archive.
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from patch_queue.progress import Progress
 from patch_queue.sources import archives, registry
 
-SEARCHED = 12  # releases read at most
+SEARCHED = 12  # releases read at first
+WIDEST = 48  # releases read at most, when the oldest of the first window scores the best (commands/adopt.py)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from patch_queue import presets
 from patch_queue.errors import SourceError, without_userinfo
 from patch_queue.git import mirror_health
 from patch_queue.git.remote import UpstreamGit, normalize_location
@@ -120,10 +119,9 @@ def release_snapshot(name: str, version: str, progress: Progress | None = None) 
     )
 
 
-def dir_snapshot(path: str | Path, spec: QueueSpec | None = None) -> Snapshot:
-    """A directory on disk: a project root holding the upstream's package (``spec``'s; None: the default preset's),
+def dir_snapshot(path: str | Path, spec: QueueSpec) -> Snapshot:
+    """A directory on disk: a project root holding the upstream's package (``spec``'s),
     or that folder itself."""
-    spec = spec or presets.DEFAULT
     package = spec.upstream_package
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
@@ -175,12 +173,12 @@ def git_snapshot(repo: UpstreamGit, ref: str, progress: Progress | None = None) 
 # -- the upstream repository -----------------------------------------------------------------
 
 
-def upstream_git_location(upstream_git: str | None, spec: QueueSpec | None = None) -> str:
+def upstream_git_location(upstream_git: str | None, spec: QueueSpec) -> str:
     """Where the upstream history lives: the argument, else ``PQ_UPSTREAM_GIT``, else the public repository of the
-    queue ``spec`` (None: the default preset's).  A queue that names no git history ("": its registry releases are
+    queue ``spec``.  A queue that names no git history ("": its registry releases are
     its history) has none but the argument's: ``PQ_UPSTREAM_GIT`` stands in for a queue's repository, and the
     environment of a machine that keeps two queues names one of them."""
-    queue = spec or presets.DEFAULT
+    queue = spec
     if not queue.upstream_git:
         return upstream_git or ""
     return upstream_git or os.environ.get("PQ_UPSTREAM_GIT") or queue.upstream_git
@@ -240,11 +238,10 @@ def _is_folder(spec: str, queue: QueueSpec) -> bool:
     )
 
 
-def named_release(spec: str | None, queue: QueueSpec | None = None) -> tuple[str, registry.Version] | None:
+def named_release(spec: str | None, queue: QueueSpec) -> tuple[str, registry.Version] | None:
     """The registry release an upstream spec names, as :func:`resolve_upstream` reads it (``None``/``"latest"``: the
     newest release of the queue's upstream, from the index), without downloading it; None for a folder, a commit or
     a ref."""
-    queue = queue or presets.DEFAULT
     if spec is None or spec.strip() in ("", "latest"):
         newest = registry.parse_version(registry.newest_release(queue.upstream_dist))
         return None if newest is None else (queue.upstream_dist, newest)
@@ -268,16 +265,15 @@ def resolve_upstream(
     *,
     upstream_git: str | None = None,
     progress: Progress | None = None,
-    queue: QueueSpec | None = None,
+    queue: QueueSpec,
 ) -> Snapshot:
-    """Resolve an upstream spec of the queue ``queue`` (None: the default preset's) to a pinned snapshot.
+    """Resolve an upstream spec of the queue ``queue`` to a pinned snapshot.
 
     ``None``/``"latest"``: the newest release of the queue's upstream; ``NAME==VERSION``: that release;
     ``dir:PATH`` or an existing directory: files on disk; ``git:LOCATION@REF``: a commit there;
     anything else: a ref, a (possibly abbreviated) commit, or a public upstream sha (matched by
     the ``Upstream-Commit`` trailer) in the upstream git repository.
     """
-    queue = queue or presets.DEFAULT
     if spec is None or spec.strip() in ("", "latest"):
         return release_snapshot(queue.upstream_dist, registry.newest_release(queue.upstream_dist), progress)
     spec = spec.strip()

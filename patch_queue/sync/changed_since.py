@@ -36,12 +36,12 @@ def changes_since(
     npu_files: Mapping[str, str],
     vllm_runner: str,
     rules: Rules,
-    mirror: gpu_audit.Mirror | None = None,
+    mirror: gpu_audit.Mirror,
 ) -> list[GpuChange]:
     """The hunks of the omni GPU methods changed since ``since`` that the counterpart NPU module overrides, as
-    unported changes of that NPU method, sorted by GPU file and line (``mirror``: the two upstream classes; None:
-    the default preset's)."""
-    m = mirror or gpu_audit.mirror()
+    unported changes of that NPU method, sorted by GPU file and line (``mirror``: the two upstream classes, the
+    queue's: :func:`gpu_audit.mirror`)."""
+    m = mirror
     copies = {
         (c.module, c.downstream)
         for c in adopt.classify(dict(gpu_files), vllm_runner, upstream_path=m.gpu_file, cls=m.gpu_class)

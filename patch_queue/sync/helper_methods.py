@@ -127,7 +127,8 @@ def copy_helpers(
     ascend_runner: str,
     rules: Rules,
     only: Set[str] | None = None,
-    mirror: gpu_audit.Mirror | None = None,
+    *,
+    mirror: gpu_audit.Mirror,
 ) -> tuple[list[Port | Unplaced], dict[str, str]]:
     """Copy every omni helper method of a GPU runner class that its NPU counterpart (a class that does not
     inherit the GPU class) calls and lacks: the whole method, translated, fenced at class-body indentation,

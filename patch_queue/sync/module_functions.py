@@ -84,14 +84,14 @@ def copy_functions(
     files: Mapping[str, str],
     gpu_files: Mapping[str, str],
     rules: Rules,
-    mirror: gpu_audit.Mirror | None = None,
+    mirror: gpu_audit.Mirror,
 ) -> tuple[list[Port], dict[str, str], list[GpuChange]]:
     """Copy every top-level function of a GPU runner module that the GPU code of a change in ``unplaced`` calls and
     the NPU counterpart of the defining module lacks (and that the NPU module of the change does not bind), once,
     in the order of the changes; returns the copies, the NPU modules after them, and the functions the project
-    declines (not copied).  ``mirror``: the two upstream classes and the GPU runners' package (None: the default
-    preset's)."""
-    m = mirror or gpu_audit.mirror()
+    declines (not copied).  ``mirror``: the two upstream classes and the GPU runners' package (the queue's:
+    :func:`gpu_audit.mirror`)."""
+    m = mirror
     gpu_modules = m.gpu_modules
     out_files = dict(files)
     out: list[Port] = []

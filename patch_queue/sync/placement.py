@@ -514,14 +514,15 @@ def sync(
     npu_files: Mapping[str, str],
     rules: Rules,
     since: Since | None = None,
-    mirror: gpu_audit.Mirror | None = None,
+    *,
+    mirror: gpu_audit.Mirror,
 ) -> tuple[list[Port | Unplaced], dict[str, str]]:
     """Port the unported ``changes`` (the audit of these files) in GPU file and line order, each onto the
     NPU modules the ones before left; returns each outcome and the NPU modules after them all.  A change that
     cannot be placed against vLLM's method is placed against the GPU method of ``since`` (the release the NPU
     series ports), when it has one: the NPU method then holds that release's omni code, which the change updates.
-    ``mirror``: the two upstream classes (None: the default preset's)."""
-    m = mirror or gpu_audit.mirror()
+    ``mirror``: the two upstream classes (the queue's: :func:`gpu_audit.mirror`)."""
+    m = mirror
     vllm_syms = symbols.symbols_ast(vllm_runner, path=m.gpu_file)
     files = dict(npu_files)
     out: list[Port | Unplaced] = []
