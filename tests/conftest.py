@@ -5,10 +5,12 @@ from __future__ import annotations
 import fcntl
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -297,15 +299,48 @@ NEWEST_OMNI = "0.32.0rc1"  # the newest vllm-omni release on the registry, which
 def seeded_once(released_030_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project as this repository is once `push_to_bare` commits it: main.sh with queue.toml and series (adopted
     from vllm-omni 0.30.0 at its base, then vllm-omni 0.32.0rc1 merged: the same upstream base), no patch bodies
-    once pushed (they are gitignored). Built once per run (`built_once`): copy it (`copy_project`), never change it."""
+    once pushed (they are gitignored). This repository's own queue.toml and series, reproduced: its merge step was
+    recorded by a pq that put the release's edits of carried methods into the skeletons, and reproduces so (a
+    `pq merge` now puts them by method, another series). Built once per run (`built_once`): copy it
+    (`copy_project`), never change it."""
 
     def build(folder: Path) -> None:
         proj = copy_project(released_030_once, folder / "p")
+        root = Path(__file__).resolve().parents[1]
         (proj / "scripts").mkdir()
-        shutil.copy(Path(__file__).resolve().parents[1] / "scripts" / "main.sh", proj / "scripts" / "main.sh")
-        pq(proj, "merge", NEWEST_OMNI, "--no-check")
+        shutil.copy(root / "scripts" / "main.sh", proj / "scripts" / "main.sh")
+        for body in (proj / "patches").glob("*.patch"):
+            body.unlink()
+        for name in ("queue.toml", "series"):
+            shutil.copy(root / "patches" / name, proj / "patches" / name)
+        pq(proj, "reproduce")
+        assert tomllib.loads((proj / "patches" / "queue.toml").read_text())["downstream"]["release"] == NEWEST_OMNI
 
     return built_once(tmp_path_factory, "seeded", build) / "p"
+
+
+def skeleton_drift(proj: Path) -> dict[str, list[str]]:
+    """Per module of refs/pq/base that carries upstream symbols, the carried symbols whose copy in the module's
+    skeleton patch (the first patch of refs/pq/top that writes the module) is not upstream's text as projected
+    (the module in refs/pq/base): [] for every module when the skeleton's copies, laid out as the projection lays
+    them out, are the projection byte for byte."""
+    from patch_queue.merge import pieces, symbols
+
+    base = git(proj, "rev-parse", "refs/pq/base").strip()
+    chain = git(proj, "rev-list", "--reverse", f"{base}..refs/pq/top").split()
+    out: dict[str, list[str]] = {}
+    for path in [p for p in git(proj, "ls-tree", "--name-only", base).split() if p.endswith(".py")]:
+        projected = git(proj, "show", f"{base}:{path}")
+        carried = re.findall(r"^(?: {4})?(?:async def|def|class) (\w+)", projected, re.M)  # in projection order
+        skeleton = next(c for c in chain if git(proj, "show", f"{c}:{path}") != git(proj, "show", f"{c}~1:{path}"))
+        copies = {n.split(".")[-1]: s for n, s in pieces.symbols_of(git(proj, "show", f"{skeleton}:{path}")).items()}
+        assert all(n in copies for n in carried), (path, carried, sorted(copies))
+        laid_out = symbols.project([copies[n] for n in carried])
+        out[path] = (
+            [] if laid_out == projected else [copies[n].name for n in carried if copies[n].text not in projected]
+        )
+        assert out[path] or laid_out == projected, (path, "the copies are upstream's, their layout is not")
+    return out
 
 
 def copy_project(src: Path, dst: Path) -> Path:

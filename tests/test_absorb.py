@@ -105,8 +105,9 @@ def test_every_skeleton_carries_upstream_text_after_a_resolved_refresh(upstream_
 def test_this_repositorys_series_reproduces_byte_for_byte(corpus: Path, tmp_path: Path) -> None:
     """The series this repository commits (patches/queue.toml and series: vllm-omni 0.30.0 adopted, then 0.32.0rc1
     merged, recorded by an earlier pq), in a fresh project: `pq reproduce` gives every body the lineage records.
-    `pq merge` puts a release's edits of upstream lines where that merge step put them (the skeleton), not into the
-    carried method's patch as `pq continue` and `pq record` do: when it did, 16 of the 18 bodies differed."""
+    Its merge step records no ``placed``, so `pq reproduce` puts the release's edits of upstream lines where that step
+    put them (the skeleton), not into the carried method's patch as `pq merge` does now: when it did, 16 of the 18
+    bodies differed."""
     root = Path(__file__).resolve().parents[1]
     proj = new_project(tmp_path / "p")
     (proj / "patches").mkdir()
@@ -117,10 +118,10 @@ def test_this_repositorys_series_reproduces_byte_for_byte(corpus: Path, tmp_path
 
 
 def test_record_on_a_series_with_skeleton_drift_adds_none(seeded_once: Path, tmp_path: Path) -> None:
-    """`pq merge` places a release's edits of upstream lines in the skeleton (as the recorded merge steps did), so
-    this repository's series holds edits of five carried methods in their skeletons (`pq continue` moves them once a
-    refresh is through: test_maintainer_resolution); a `pq record` there still puts a line written inside a carried
-    method into the method's patch, not into the skeleton, and adds no drift."""
+    """The merge step of this repository's series, recorded by an earlier pq, placed the release's edits of upstream
+    lines in the skeleton (and reproduces so), so the series holds edits of five carried methods in their skeletons
+    (`pq continue` moves them once a refresh is through: test_maintainer_resolution); a `pq record` there still puts
+    a line written inside a carried method into the method's patch, not into the skeleton, and adds no drift."""
     proj = copy_project(seeded_once, tmp_path / "p")
     drift = skeleton_drift(proj)
     assert sum(len(names) for names in drift.values()) == 5, drift
@@ -131,7 +132,13 @@ def test_record_on_a_series_with_skeleton_drift_adds_none(seeded_once: Path, tmp
     method_patch = "0009-npu-generation-model-runner-execute-model.patch"
     assert f"recorded: npu_worker/{GEN}:{line} +1 -0 into patches/{method_patch}" in out, out
     assert patch_of(proj, HAND) == [method_patch]
-    changed = sorted(p.name for p in sorted((proj / "patches").glob("*.patch")) if p.read_bytes() != bodies[p.name])
+    # the series' bodies are in form 1 (git's `From <commit id>` line), which the record writes again in form 2:
+    # that line aside
+    changed = sorted(
+        p.name
+        for p in sorted((proj / "patches").glob("*.patch"))
+        if p.read_bytes().split(b"\n", 1)[1] != bodies[p.name].split(b"\n", 1)[1]
+    )
     # the method's patch, and the later patches of that module (their line numbers and blob ids), nothing else
     assert changed == [method_patch] + [n for n in changed if n > method_patch and "-npu-generation-model-" in n]
     assert skeleton_drift(proj) == drift

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import copy_project, git, pq, push_to_bare
+from conftest import copy_project, git, pq, push_to_bare, skeleton_drift
 
-from patch_queue.merge import markers, pieces, symbols
+from patch_queue.merge import markers
 from patch_queue.series import fmt
 
 FIXTURE = Path(__file__).parent / "data" / "rc2_resolution.toml"
@@ -101,28 +101,6 @@ class Entry:
             (f"--{o}" for o in ("keep-upstream", "keep-patch", "both") if region.side(o.removeprefix("keep-")) == want),
             None,
         )
-
-
-def skeleton_drift(proj: Path) -> dict[str, list[str]]:
-    """Per module of refs/pq/base that carries upstream symbols, the carried symbols whose copy in the module's
-    skeleton patch (the first patch of refs/pq/top that writes the module) is not upstream's text as projected
-    (the module in refs/pq/base): [] for every module when the skeleton's copies, laid out as the projection lays
-    them out, are the projection byte for byte."""
-    base = git(proj, "rev-parse", "refs/pq/base").strip()
-    chain = git(proj, "rev-list", "--reverse", f"{base}..refs/pq/top").split()
-    out: dict[str, list[str]] = {}
-    for path in [p for p in git(proj, "ls-tree", "--name-only", base).split() if p.endswith(".py")]:
-        projected = git(proj, "show", f"{base}:{path}")
-        carried = re.findall(r"^(?: {4})?(?:async def|def|class) (\w+)", projected, re.M)  # in projection order
-        skeleton = next(c for c in chain if git(proj, "show", f"{c}:{path}") != git(proj, "show", f"{c}~1:{path}"))
-        copies = {n.split(".")[-1]: s for n, s in pieces.symbols_of(git(proj, "show", f"{skeleton}:{path}")).items()}
-        assert all(n in copies for n in carried), (path, carried, sorted(copies))
-        laid_out = symbols.project([copies[n] for n in carried])
-        out[path] = (
-            [] if laid_out == projected else [copies[n].name for n in carried if copies[n].text not in projected]
-        )
-        assert out[path] or laid_out == projected, (path, "the copies are upstream's, their layout is not")
-    return out
 
 
 def load_fixture(path: Path = FIXTURE) -> list[Entry]:
@@ -605,3 +583,31 @@ def test_maintainer_resolution_of_032(reported_032_once: tuple[Path, str], tmp_p
         ours = {f.name: f.read_bytes() for f in sorted((proj / folder).glob(pattern)) if f.is_file()}
         theirs = {f.name: f.read_bytes() for f in sorted((clone / folder).glob(pattern)) if f.is_file()}
         assert ours.keys() == theirs.keys() and ours == theirs, (folder, sorted(ours), sorted(theirs))
+
+
+def test_the_reports_tell_the_suggestions_status_shows(reported_032_once: tuple[Path, str]) -> None:
+    """Every suggestion where the maintainer reads (issue 48, point 4): the refresh's JSON and Markdown reports and
+    its output carry, under each region, the suggestion `pq status` shows, those carried from another copy's
+    resolution (here pq's own merges: the generation runner's `_dummy_run` header, carried to
+    `OmniNPUModelRunner`'s) and those of code upstream moved into a helper among them; the JSON holds what
+    `pq resolve --suggested` writes and says it wrote."""
+    proj, printed = reported_032_once
+    report = json.loads((proj / "reports" / "refresh.json").read_text())
+    shown = {(o.file, o.line): o.reason for o in status(proj)}
+    told = {
+        (c["file"], c["line"]): c["explanation"]["suggestion"] and c["explanation"]["suggestion"]["reason"]
+        for c in report["conflicts"]
+    }
+    assert told == shown, (told, shown)
+    reasons = [r for r in told.values() if r]
+    assert any(re.search(r" at npu_worker/\w+\.py:\d+$", r) for r in reasons), reasons  # carried
+    assert any(r.startswith("upstream moved these lines into") for r in reasons), reasons  # moved code
+    markdown = (proj / "reports" / "refresh.md").read_text()
+    for c in report["conflicts"]:
+        tip = c["explanation"]["suggestion"]
+        if tip is None:
+            continue
+        assert f"`pq resolve --suggested npu_worker/{c['file']}:{c['line']}`" in printed, c
+        assert tip["writes"], tip
+        # the Markdown says the reason (its own escaping aside: compare the words)
+        assert " ".join(re.findall(r"\w+", tip["reason"])) in " ".join(re.findall(r"\w+", markdown)), tip

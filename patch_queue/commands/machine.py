@@ -398,7 +398,10 @@ def report_json(outcome: Outcome) -> dict[str, object]:
         "downstream": {"name": outcome.downstream[0], "release": outcome.downstream[1]},
         "out": outcome.out,
         "patches": [{"name": r.name, "status": r.status} for r in outcome.results],
-        "conflicts": [explained(c, outcome.moved.get((c.file, c.line or 0))) for c in state.conflicts],
+        "conflicts": [
+            explained(c, outcome.moved.get((c.file, c.line or 0)), outcome.suggestions.get((c.file, c.line or 0)))
+            for c in state.conflicts
+        ],
         "flags": [c.as_json(report=True) for c in state.flags],
         "removed_symbols": list(state.removed_symbols),
         "blocks": {"before": outcome.blocks[0], "after": outcome.blocks[1]},
@@ -414,15 +417,16 @@ def report_json(outcome: Outcome) -> dict[str, object]:
     return data
 
 
-def explained(conflict: Conflict, moved: str | None = None) -> dict[str, object]:
-    """A conflict's report entry with what upstream changed, its omni block, a suggested resolution and where
-    upstream moved the lines it deleted (``moved``: :attr:`Outcome.moved`)."""
+def explained(conflict: Conflict, moved: str | None = None, tip: explain.Suggestion | None = None) -> dict[str, object]:
+    """A conflict's report entry with what upstream changed, its omni block, its suggestion and where upstream moved
+    the lines it deleted, as `pq status` shows them (``tip``: :attr:`Outcome.suggestions`, carried from another
+    copy's resolution and moved code among them, with what `pq resolve --suggested` writes; ``moved``:
+    :attr:`Outcome.moved`)."""
     data = conflict.as_json(report=True)
-    tip = explain.suggest(conflict)
     data["explanation"] = {
         "upstream": report_parts.upstream_change(conflict),
         "block": explain.omni_block(conflict),
-        "suggestion": None if tip is None else {"side": tip.side, "reason": tip.reason, "text": tip.text},
+        "suggestion": explain.suggestion_json(tip),
         "moved": moved,
     }
     return data

@@ -45,7 +45,7 @@ from patch_queue.project import operation
 from patch_queue.project.journal import Writes
 from patch_queue.project.workspace import LoadedStack, Workspace
 from patch_queue.series import absorb, replay, rerere, stack
-from patch_queue.series.queue import Module, Queue, Step, cut_slug, render_queue
+from patch_queue.series.queue import PLACED_BY_METHOD, Module, Queue, Step, cut_slug, render_queue
 from patch_queue.sources import registry
 from patch_queue.spec import QueueSpec
 
@@ -176,18 +176,21 @@ def into_series(
     merged: dict[str, bytes],
     release_label: str,
     spec: QueueSpec,
+    by_method: Queue | None = None,
 ) -> list[tuple[str, str]]:
     """The series ``chain`` (on ``base``) holding ``merged`` (module -> text after the merge): each change of a
     module it has goes into the patch that owns the lines (:func:`absorb.absorb`), a module it lacks becomes a
     new patch on top (by the contributors of the queue ``spec``'s downstream), one ``merged`` lacks leaves every
-    patch (a patch left empty leaves the series)."""
+    patch (a patch left empty leaves the series).  With ``by_method`` (the queue after the merge; a merge step's
+    ``placed``), the release's edits of a carried upstream method then leave the skeleton for the patch that
+    carries the method (:func:`absorb.relocate`): the top stays as it is."""
     top = repo.read_tree(repo.commit_info(chain[-1][1]).tree)
     modules = {p for p in top if not p.startswith(stack.VENDOR)}
     gone = sorted(modules - set(merged))
     if gone:
         chain = _without(repo, base, chain, gone)
-    # a release's edits of upstream lines go where the recorded merge steps put them (the skeleton): reproducing a
-    # committed lineage replays this very placement
+    # a release's edits of upstream lines go to the skeleton first, as the merge steps of an older pq put them
+    # (reproducing its lineage replays this very placement); by method below
     chain, _placements = absorb.absorb(
         repo, base, chain, {p: d for p, d in merged.items() if p in modules}, by_method=False
     )
@@ -204,6 +207,8 @@ def into_series(
         person = author(spec)
         chain.append((name, repo.commit(repo.write_tree(files), [chain[-1][1]], message, person, person)))
         names.add(name)
+    if by_method is not None:
+        chain, _moved = absorb.relocate(repo, base, chain, by_method)
     return chain
 
 
@@ -386,7 +391,7 @@ def finish_merge(
     writes.move_refs(store.ref_update())
     release = Release(m.release, m.version, merged)
     queue = target_queue(state.target(), release, merged)
-    chain = into_series(ws.repo, m.base, list(m.chain), merged, name, queue.spec)
+    chain = into_series(ws.repo, m.base, list(m.chain), merged, name, queue.spec, by_method=queue)
     step = StepInfo(
         "merge",
         command,
@@ -395,6 +400,7 @@ def finish_merge(
         since=m.since if registry.parse_release(m.since) else "",  # "" for a folder (an older pq's state: its path)
         files=m.files,
         resolved=resolved,
+        placed=PLACED_BY_METHOD,
     )
     return LoadedStack(queue, m.base, chain), step, m.chain[-1][1] if m.chain else None
 
@@ -424,5 +430,7 @@ def reproduce_merge(
         p: d for p, d in repo.read_tree(repo.commit_info(result.commit).tree).items() if not p.startswith(stack.VENDOR)
     }
     queue = target_queue(loaded.queue, release, merged)
-    chain = into_series(repo, loaded.base, list(loaded.patches), merged, planned.name, queue.spec)
+    # where the step put the release's edits of carried methods: a step an older pq recorded, in the skeleton
+    by_method = queue if step.placed == PLACED_BY_METHOD else None
+    chain = into_series(repo, loaded.base, list(loaded.patches), merged, planned.name, queue.spec, by_method=by_method)
     return LoadedStack(queue, loaded.base, chain), planned.name, result

@@ -56,6 +56,7 @@ class StepInfo:
     since: str = ""  # merge: the release the series held before
     files: tuple[tuple[str, str], ...] = ()  # merge: (module, sha256) of the release it took in
     resolved: str = ""  # merge: sha256 of the merge's body its recorded resolution was made on
+    placed: str = ""  # merge: where the release's edits of carried methods went (:attr:`Step.placed`)
 
 
 def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: StepInfo) -> None:
@@ -89,6 +90,7 @@ def write_series(ws: Workspace, loaded: LoadedStack, *, writes: Writes, step: St
         since=step.since,
         files=step.files,
         resolved=step.resolved,
+        placed=step.placed,
     )
     queue = lineage.with_step(loaded.queue, made, top, previous=previous)
     writes.write(ws.queue_dir.queue_path, ws.queue_dir.queue_bytes(queue, anew=anew), group="patches")

@@ -58,6 +58,11 @@ class Suggestion:
         return self.wrote or WRITES.get(self.side, "a merge of both sides")
 
 
+def suggestion_json(tip: Suggestion | None) -> dict[str, str] | None:
+    """A suggestion as a report's conflict entry holds it (``explanation.suggestion``)."""
+    return None if tip is None else {"side": tip.side, "reason": tip.reason, "text": tip.text, "writes": tip.writes}
+
+
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= _CUT else text[: _CUT - 1] + "…"

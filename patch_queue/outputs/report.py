@@ -194,7 +194,10 @@ def markdown(
                  "sides": {"base", "upstream", "patch"}, "resolution" (flags), "reused", "key",
                  "links": ["name:x" | "call:c"] (regions of the same patch and file sharing one go together),
                  "explanation" (conflicts): {"upstream": what upstream changed, "block": the omni block,
-                                             "suggestion": {"side", "reason", "text"} | null,
+                                             "suggestion": {"side", "reason", "text", "writes"} | null (what
+                                                 `pq status` shows: a rule's, the resolution of another copy
+                                                 carried, moved code; "writes": what `pq resolve --suggested`
+                                                 says it wrote),
                                              "moved": where upstream moved the lines it deleted, and the
                                                       patch side's copy of them (`moved:`) | null}}
 
@@ -222,7 +225,7 @@ def markdown(
     entries = [*r.conflicts, *(f for _kind, fs in groups for f in fs)]
     starts = [n + sum(len(fs) for _k, fs in groups[:g]) for g in range(len(groups))]
     levels = [SIDES] * len(entries)
-    told = [tell(e) for e in entries]
+    told = [tell(e, r) for e in entries]
     texts = [render(r, url, e, SIDES, t) for e, t in zip(entries, told, strict=True)]
     sep = size("\n\n")
     sizes = [size(t) + sep for t in texts]  # each entry is a part of the body, with its separator

@@ -125,6 +125,10 @@ class Report:
     upstream_name: str = "the upstream"  # the queue's upstream distribution (not in the JSON: the queue's)
     # what is said of a conflict (file, line) whose deleted lines upstream moved into a helper (`explanation.moved`)
     moved: tuple[tuple[str, int, str], ...] = ()
+    # the suggestion of a conflict (file, line) as `pq status` showed it when the report was written
+    # (`explanation.suggestion`, null: none); a conflict whose entry has no such key (an older report) is told the
+    # suggestion of pq's rules
+    tips: tuple[tuple[str, int, explain.Suggestion | None], ...] = ()
     runners: str = "NPU runners"  # the heading's name of the queue's runners (not in the JSON: the queue's)
 
 
@@ -182,6 +186,7 @@ def read(report: Mapping[str, object], queue: QueueSpec) -> Report:
         merged=string(report, "merged", ""),
         upstream_name=queue.upstream_dist,
         moved=tuple(_moved(report)),
+        tips=tuple(_tips(report)),
         runners=_heading_runners(queue),
     )
 
@@ -199,6 +204,20 @@ def _moved(report: Mapping[str, object]) -> Iterator[tuple[str, int, str]]:
         note = said.get("moved") if isinstance(said, Mapping) else None
         if isinstance(note, str) and note:
             yield string(e, "file", where), integer(e, "line", where) or 0, note
+
+
+def _tips(report: Mapping[str, object]) -> Iterator[tuple[str, int, explain.Suggestion | None]]:
+    """(file, line, suggestion or None) of each conflict whose explanation has a ``suggestion`` key."""
+    for where, e in _objects(report, "conflicts"):
+        said = e.get("explanation")
+        if not isinstance(said, Mapping) or "suggestion" not in said:
+            continue
+        tip, at = said["suggestion"], f"{where}.explanation.suggestion"
+        if tip is not None:
+            tip = mapping(tip, at)
+            side, text, reason = (string(tip, k, at) for k in ("side", "text", "reason"))
+            tip = explain.Suggestion(side, text, reason, string(tip, "writes", at))
+        yield string(e, "file", where), integer(e, "line", where) or 0, tip
 
 
 # the warnings of pq check --import the Markdown report lists: the import test did not run, or the environment failed
@@ -308,10 +327,14 @@ class Told:
     tip: explain.Suggestion | None = None
 
 
-def tell(entry: Conflict) -> Told:
+def tell(entry: Conflict, r: Report | None = None) -> Told:
+    """``entry``'s explanation; its suggestion the one report ``r`` holds for it (what `pq status` showed), else pq's
+    rules'."""
     if not entry.conflict:
         return Told()
-    return Told(upstream_change(entry), explain.omni_block(entry), explain.suggest(entry))
+    held = [tip for f, n, tip in (r.tips if r is not None else ()) if (f, n) == (entry.file, entry.line or 0)]
+    tip = held[0] if held else explain.suggest(entry)
+    return Told(upstream_change(entry), explain.omni_block(entry), tip)
 
 
 def upstream_change(conflict: Conflict) -> str:

@@ -10,9 +10,10 @@ skeleton's copy of the method stays upstream's text as projected; elsewhere (and
 method no later patch changes) into the module's skeleton patch (the first patch that touches the
 module).  ``into`` forces one patch (``pq record --patch``).  ``by_method=False`` (``pq merge``, which
 places a release's changes as the lineage recorded them) sends every edit of upstream lines to the skeleton:
-that placement is part of each recorded merge step's bodies, so a series merged and committed by an earlier
-pq reproduces byte for byte; :func:`relocate` moves such edits out of the skeleton when `pq continue` rewrites the
-series after a refresh (recorded with the refresh's edits, so that step reproduces too).
+that placement is part of the bodies of each merge step an older pq recorded, so a series merged and committed
+by it reproduces byte for byte; a merge step now records ``placed = "method"`` and :func:`relocate` then moves
+such edits out of the skeleton (as `pq continue` does when it rewrites the series after a refresh, recorded with
+the refresh's edits, so that step reproduces too).
 
 Patch *k* then becomes ``merge3(base = top, ours = C_k, theirs = top + the edits owned by
 patches <= k)``: the edits carry into every later patch, and the top becomes exactly the

@@ -28,9 +28,10 @@ def step_of(
     since: str = "",
     files: Sequence[tuple[str, str]] = (),
     resolved: str = "",
+    placed: str = "",
 ) -> Step:
     """``accepted``: the errors of `pq check` a refresh finished over; ``bases``: (edited patch, sha256 of the body
-    its recorded edit was made on); a merge's ``since``, ``files`` and ``resolved``: see :class:`Step`."""
+    its recorded edit was made on); a merge's ``since``, ``files``, ``resolved`` and ``placed``: see :class:`Step`."""
     patches = tuple((n, sha256(b)) for n, b in bodies)
     names = tuple(n for n, _h in patches if n in edited)
     base = dict(bases)
@@ -48,6 +49,7 @@ def step_of(
         tuple(files),
         resolved,
         BODIES,  # the bodies are exported in pq's form
+        placed,
     )
 
 

@@ -39,6 +39,8 @@
                                      # sync-gpu: the release it moved the pin to
     since = "vllm-omni==0.24.0"      # merge: the release the series held before (the merge's ancestor)
     resolved = "<sha256>"            # merge: the merge's body its recorded edit (the resolution) was made on
+    placed = "method"                # merge: where it put the release's edits of upstream lines (absent: the
+                                     # skeleton): see below
     bodies = 2                       # how its patch files are written (absent: 1): see below
     edited = []                      # patches whose bodies carry recorded edits (refs/pq/resolutions)
     accepted_errors = []             # refresh: the errors of `pq check` it was finished over (--accept-errors);
@@ -66,7 +68,10 @@ A ``merge`` step (``pq merge``) took a newer release of the downstream in: ``pq 
 both releases again (each module of ``downstream`` checked against ``[lineage.files]``), merges
 them into the series as it stands three-way, applies the recorded resolution made on the body
 ``resolved`` names (none when the merge was clean), and puts the result into the patches that own
-its lines (see :mod:`patch_queue.commands.merge`).
+its lines (see :mod:`patch_queue.commands.merge`).  ``placed = "method"``: the release's edits of a carried upstream
+method went into the patch that carries the method, so the skeleton's copy stays upstream's text as projected
+(:func:`patch_queue.series.absorb.relocate`); a step without the key (pq wrote it before) put them into the
+module's skeleton patch, and ``pq reproduce`` puts them there again, so its bodies reproduce byte for byte.
 ``bodies`` is the form of the step's patch files, which its sha256s are of: 1 (the key absent, every step
 pq wrote before it existed) is ``git format-patch``'s own, whose first line ``From <commit id>`` names the
 patch's commit and so changes with every patch below it; 2 writes that line with a zero id, as
@@ -157,6 +162,7 @@ class Step:
     files: tuple[tuple[str, str], ...] = ()  # merge: (module, sha256) of the release it took in
     resolved: str = ""  # merge: sha256 of the merge's body its recorded resolution was made on ("": clean)
     bodies: int = 1  # the form of its patch files (BODY_FORMS): 1 git's From <commit id> line, 2 a zero id
+    placed: str = ""  # merge: PLACED_BY_METHOD (the release's edits of a carried method in its carrier), "" skeleton
 
     @property
     def names(self) -> list[str]:
@@ -170,6 +176,7 @@ class Step:
 STEP_KINDS = ("adopt", "refresh", "merge", "edit", "import")
 BODIES = 2  # the form of the patch files pq writes (``bodies`` of a lineage step: see the module's doc)
 BODY_FORMS = (1, 2)
+PLACED_BY_METHOD = "method"  # ``placed`` of a merge step that put a release's edits by method (see the module's doc)
 
 
 @dataclass(frozen=True)
@@ -323,6 +330,7 @@ def render_queue(q: Queue) -> str:
             *([f"since = {toml_string(step.since)}"] if step.kind == "merge" else []),
             *([f"resolved = {toml_string(step.resolved)}"] if step.resolved else []),
             *([f"bodies = {step.bodies}"] if step.bodies != 1 else []),
+            *([f"placed = {toml_string(step.placed)}"] if step.placed else []),
         ]
         if step.upstream is not None:
             lines += ["", *_pin_lines("lineage.upstream", step.upstream)]
@@ -506,7 +514,7 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
         command = _str(item, "command", where)
         pin = _parse_pin(up, f"{where}.upstream", path) if up is not None else None
         downstream = _str(item, "downstream", where)
-        since, resolved = "", ""
+        since, resolved, placed = "", "", ""
         files: tuple[tuple[str, str], ...] = ()
         if kind == "merge":
             since = _str(item, "since", where)
@@ -526,6 +534,9 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                     path=path,
                 )
             files = tuple(sorted((str(k), v) for k, v in raw_files.items()))
+            placed = item.get("placed", "")
+            if placed not in ("", PLACED_BY_METHOD):
+                raise QueueError(f"{where}.placed must be {PLACED_BY_METHOD!r} (a newer pq wrote it?)", path=path)
             if bad := next((k for k, _v in files if name_problem(k)), None):
                 raise QueueError(f"{where}.files: module {shown_name(bad)} {name_problem(bad)}", path=path)
         bodies = item.get("bodies", 1)
@@ -547,6 +558,7 @@ def _parse_lineage(raw: object, path: str) -> tuple[Step, ...]:
                 files,
                 resolved,
                 bodies,
+                str(placed),
             )
         )
     return tuple(steps)
