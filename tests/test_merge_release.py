@@ -94,11 +94,8 @@ def test_a_clean_merge_gives_the_release_byte_for_byte_and_moves_the_pin(adopted
 
 def test_two_merges_reproduce_in_a_fresh_clone(adopted: Path, tmp_path: Path) -> None:
     proj = copy_project(adopted, tmp_path / "p")
-    # --no-check: this test is of the series; with the shared cache's vllm-omni 0.32.0rc1 import environment built,
-    # `pq check --import` fails every module there, the release's own included (vllm 0.32.0 has no
-    # `RoutedExpertsLists`)
-    pq(proj, "merge", f"vllm-omni=={RC1}", "--no-check")
-    pq(proj, "merge", RC2, "--no-check")
+    pq(proj, "merge", f"vllm-omni=={RC1}")
+    pq(proj, "merge", RC2)
     assert built(proj) == release(RC2)
     assert queue(proj)["downstream"]["release"] == RC2  # type: ignore[index]
     # the releases' edits of carried methods went into the patches that carry them (issue 48, point 5): every
