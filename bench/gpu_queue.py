@@ -430,6 +430,20 @@ def table(row: dict[str, Any], *, timings: bool = True) -> str:
     return "\n".join(lines)
 
 
+def report(text: str, row: dict[str, Any], json_out: Path | None, passed: bool) -> int:
+    """Print the table ``text`` and, to stderr, the lines naming the NPU queue and the statements lost; write ``row``
+    as JSON to ``json_out``; the exit code (1 unless ``passed``)."""
+    print(text)
+    for line in row["npu_words"]:
+        say(f"  names the NPU queue: {line}")
+    for r in row["refreshes"]:
+        for lost in r["lost"]:
+            say(f"  lost ({r['target']}): {lost}")
+    if json_out is not None:
+        json_out.write_text(json.dumps(row, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return 0 if passed else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", type=Path, help="work folder to keep (default: a temporary one)")
@@ -446,15 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(table(row))
-    for line in row["npu_words"]:
-        say(f"  names the NPU queue: {line}")
-    for r in row["refreshes"]:
-        for lost in r["lost"]:
-            say(f"  lost ({r['target']}): {lost}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(row, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return 0 if ok(row) else 1
+    return report(table(row), row, args.json, ok(row))
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-from gpu_queue import Run, StepError, differing, git, measured_refresh, npu_rule_ids, say  # noqa: E402
+from gpu_queue import Run, StepError, differing, git, measured_refresh, npu_rule_ids, report, say  # noqa: E402
 
 from patch_queue import presets  # noqa: E402
 from patch_queue.sources.archives import release_files  # noqa: E402
@@ -339,15 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
-    print(table(row))
-    for line in row["npu_words"]:
-        say(f"  names the NPU queue: {line}")
-    for r in row["refreshes"]:
-        for lost in r["lost"]:
-            say(f"  lost ({r['target']}): {lost}")
-    if args.json is not None:
-        args.json.write_text(json.dumps(row, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return 0 if ok(row) else 1
+    return report(table(row), row, args.json, ok(row))
 
 
 if __name__ == "__main__":
