@@ -20,7 +20,8 @@ project (``git init``), no preset named:
 4. for each target, ``pq refresh --no-stop --to TARGET``: its conflict regions against ``git merge-file --diff3``
    on the same texts, and the upstream statements dropped outside every conflict region; then ``pq abort``
    (:func:`gpu_queue.measured_refresh`); then plain ``pq refresh --no-stop`` (the newest upstream release);
-5. ``pq merge MERGE`` (a newer downstream release) onto the adopted series: its exit and the output against that
+5. ``pq merge MERGE`` (a newer downstream release) onto the adopted series, with ``--import`` where the pair's import
+   environment can be built from the registry (:attr:`Pair.imports`): its exit and the output against that
    release's package, byte for byte;
 6. ``pq build --wheel``: the wheel's name, and the imports of its modules that still point into the downstream's tree;
 7. every line pq printed, scanned for a name of the NPU queue that the pair's own files do not hold (a pair whose
@@ -69,6 +70,7 @@ class Pair:
     out: str
     targets: tuple[str, ...]  # upstream releases to refresh onto, NAME==VERSION
     merge: str  # a newer downstream release merged into the adopted series ("" = none)
+    imports: bool = False  # the merge runs `pq check --import` (an environment the registry's releases can build)
 
     def options(self) -> list[str]:
         return [
@@ -96,6 +98,7 @@ PAIRS = {
         "worker_v2",
         ("vllm==0.30.0", "vllm==0.31.0", "vllm==0.32.0"),
         "vllm-omni==0.32.0rc1",
+        imports=True,
     ),
     # vllm-ascend's NPUModelRunner copies methods of vLLM's GPUModelRunner
     "ascend": Pair(
@@ -232,7 +235,7 @@ def measure(work: Path, pair: Pair) -> dict[str, Any]:
     if pair.merge:
         say(f"== pq merge {pair.merge} onto the adopted series")
         started = time.perf_counter()
-        code, out = run.pq(project, "merge", pair.merge, ok=(0, 1, 3))
+        code, out = run.pq(project, "merge", pair.merge, "--import" if pair.imports else "--no-import", ok=(0, 1, 3))
         row["merge"] = {
             "release": pair.merge,
             "exit": code,

@@ -42,6 +42,24 @@ def pq_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(env) if env else tmp_path_factory.mktemp("pq-cache")
 
 
+@pytest.fixture(scope="session")
+def import_cache(pq_cache: Path) -> Path:
+    """A cache for the import test's environment alone, sharing the test cache's downloads and mirrors."""
+    from patch_queue.sources import import_env
+
+    if not import_env.registry_reachable():
+        pytest.skip("the package registry is unreachable through pip's configuration: the import test needs it")
+    sub = pq_cache / "import-test"
+    sub.mkdir(parents=True, exist_ok=True)
+    for name in ("dist", "git", "unpacked", "derived"):
+        (pq_cache / name).mkdir(exist_ok=True)
+        try:
+            (sub / name).symlink_to(pq_cache / name)
+        except FileExistsError:
+            pass
+    return sub
+
+
 def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
     """The folder ``name``, filled by ``build(folder)`` once for the whole run. Under pytest-xdist every worker
     shares it: the first to ask builds it in the run's common temporary folder under a file lock (as pytest-xdist's

@@ -6,6 +6,7 @@ The releases come from the registry (downloads cached under PQ_CACHE); without i
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import replace
@@ -64,9 +65,19 @@ def test_a_folder_of_runners_finds_the_base_its_release_finds(tmp_path: Path) ->
 
 
 @pytest.fixture(scope="module")
-def worker_v2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def worker_v2(tmp_path_factory: pytest.TempPathFactory, import_cache: Path) -> dict[str, Any]:
     pair = replace(pair_queue.PAIRS["worker-v2"], targets=("vllm==0.32.0",))
-    row: dict[str, Any] = pair_queue.measure(tmp_path_factory.mktemp("worker-v2"), pair)
+    # the merge runs pq check --import: in the import test's cache, whose environment (vLLM 0.32.0 with vllm-omni
+    # 0.32.0rc1) tests/test_import_check.py builds too
+    old = os.environ["PQ_CACHE"] if "PQ_CACHE" in os.environ else None
+    os.environ["PQ_CACHE"] = str(import_cache)
+    try:
+        row: dict[str, Any] = pair_queue.measure(tmp_path_factory.mktemp("worker-v2"), pair)
+    finally:
+        if old is None:
+            del os.environ["PQ_CACHE"]
+        else:
+            os.environ["PQ_CACHE"] = old
     print("\n" + pair_queue.table(row), file=sys.stderr)
     return row
 

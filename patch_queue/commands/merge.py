@@ -239,6 +239,7 @@ def do_merge(
     progress: Progress | None = None,
     check: bool = True,
     check_sources: bool = True,
+    check_import: bool | None = None,
     discard: bool = False,
     reports: tuple[Path | None, Path | None] = (None, None),
     annotations: bool = False,
@@ -246,7 +247,7 @@ def do_merge(
 ) -> machine.Outcome:
     """Merge ``spec`` (default: the newest release of the downstream on the registry, pre-releases included) into
     the series; the refresh's outcome (``merged`` names the release; nothing to merge: ``merged`` and no
-    ``results``, and no report).  ``reports``, ``annotations``: as for `pq refresh`."""
+    ``results``, and no report).  ``reports``, ``annotations``, ``check_import``: as for `pq refresh`."""
     operation.refuse_pending(ws, "a refresh is in progress; `pq continue` or `pq abort` it first")
     refuse_unwritable_queue(ws)
     dropped = refuse_out_edits(ws, discard=discard)
@@ -308,6 +309,7 @@ def do_merge(
         blocks_before=machine.count_blocks(module_files(ws, loaded.top())),
         check=check,
         check_sources=check_sources,
+        check_import=check_import,
         upstream_git=upstream_git,
         upstream_commits=(queue.upstream.public_commit, queue.upstream.public_commit),
         recorded=any(f.kind in (ConflictKind.REUSED, ConflictKind.RECORDED_EDITS) for f in flags),
