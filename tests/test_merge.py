@@ -479,6 +479,35 @@ def test_upstreams_new_line_found_only_in_another_function_is_not_kept_elsewhere
     check_regions(result)
 
 
+def test_upstreams_new_arguments_of_a_call_the_patch_replaced_are_a_conflict() -> None:
+    """vllm-omni's model runner v2 on vLLM 0.30.0: upstream added keywords at the end of `dispatch(...)`, the patch
+    called its own `self._dispatch(...)` there and added keywords at the same place; both insertions in one call
+    would hand upstream's arguments to a function that need not take them."""
+    head = ["    def run(self, n):", "        desc = dispatch("]
+    base = [*head, "            n,", "            eager=False,", "        )", "        return desc"]
+    ours = [*head, "            n,", "            eager=False,", "            ubatch=self.ubatch,", "        )"]
+    ours += ["        return desc"]
+    theirs = ["    def run(self, n):", "        desc = self._dispatch(", "            n=n,", "            eager=False,"]
+    theirs += ["            max_len=self.max_len,", "        )", "        return desc"]
+    result = merge3(src(*base), src(*ours), src(*theirs))
+    assert [(r.kind, r.conflict) for r in result.regions if r.conflict] == [("both-changed", True)], result.regions
+    assert "ubatch=self.ubatch" in result.text and "both-inserted" not in [r.kind for r in result.regions]
+    assert (
+        "a call the omni patch made a call of another function" in next(r for r in result.regions if r.conflict).message
+    )
+    check_regions(result)
+    # the same insertions in a call both sides still make as it was: upstream's first, as before
+    theirs_same = [
+        *head,
+        "            n,",
+        "            eager=False,",
+        "            max_len=self.max_len,",
+        "        )",
+    ]
+    merged = merge3(src(*base), src(*ours), src(*theirs_same, "        return desc"))
+    assert [r.kind for r in merged.regions] == ["both-inserted"] and merged.clean
+
+
 def test_real_overlapping_edit_is_a_diff3_conflict() -> None:
     base = [
         "    def load_model(self):",

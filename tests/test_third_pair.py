@@ -134,11 +134,11 @@ def test_vllm_ascend_on_vllm_by_options(ascend: tuple[dict[str, Any], Path]) -> 
     assert first.splitlines()[1] == 'From: "vllm-ascend contributors (adopted by pq)" <pq@localhost>'
 
 
-def test_a_refresh_that_word_merges_upstream_arguments_into_an_own_call_is_a_check_error(tmp_path: Path) -> None:
+def test_upstream_arguments_taken_into_an_own_call_are_a_check_error(tmp_path: Path) -> None:
     """vLLM 0.30.0 passes three new arguments to ``dispatch_cg_and_sync_dp``; vllm-omni 0.31.0rc1's runner v2 calls it
-    through its own ``self._dispatch_batch_descriptor`` (keyword-only, fixed): the refresh merges the new arguments
-    into that call word by word, a TypeError when it runs, which ``pq check``'s ``call-keyword`` names.  The
-    releases' own modules give no such error."""
+    through its own ``self._dispatch_batch_descriptor`` (keyword-only, fixed) and adds arguments of its own there: the
+    refresh leaves both in a conflict region; taken to upstream's side, the call is a TypeError when it runs, which
+    ``pq check``'s ``call-keyword`` names.  The releases' own modules give no such error."""
     pair = pair_queue.PAIRS["worker-v2"]
     project = new_project(tmp_path / "v2")
     pq(project, "adopt", pair.source, *pair.options())

@@ -314,12 +314,18 @@ def _merge(
             emit_region(Conflict(kind, message, False, eb, eo, et, anchor=anchor, group=index), lines)
             continue
         kind = ConflictKind.BOTH_CHANGED
+        # each side inserted arguments into one call, which the patch made a call of another function
+        rewritten = (
+            bool(mine and pat) and all(h.insertion for h in group) and _call_rewritten(b_lines, start, inputs.changed)
+        )
         if not mine or not pat:  # one side's change, grown into a region with the other side's text
             kind = ConflictKind.NAME_LINKED
         elif not forced and _twins(mine, pat, expand)[0]:
             kind = ConflictKind.BOTH_ADDED_SAME
         elif index in refused:  # the omni text would lose what upstream wrote in the code it replaced
             kind = ConflictKind.UPSTREAM_CHANGED_REPLACED
+        elif rewritten:
+            pass  # both changed the call
         elif all(h.insertion for h in pat) or all(h.insertion for h in mine):
             kind = ConflictKind.ANCHOR_LOST
         elif _replaced_wholesale(b_lines, mine, pat, expand):
@@ -335,6 +341,12 @@ def _merge(
             continue
         message = _MESSAGES[kind] + ("; the automatic resolution did not compile" if index in veto else "")
         message += "; widened to whole statements, so that either side parses" if widened and mine and pat else ""
+        message += (
+            "; both inserted arguments into a call the omni patch made a call of another function: upstream's new "
+            "arguments may not fit it"
+            if rewritten
+            else ""
+        )
         emit_region(Conflict(kind, message, True, eb, eo, et, key=key, anchor=anchor, group=index), [_MARK])
     out += b_lines[pos:]
     # unfold the tokens and the conflict placeholders into the final text, filling in each region's line
@@ -386,6 +398,8 @@ class _Inputs:
         self.base = sides[0].lines
         self.hunks = diff_hunks(self.base, sides[1].lines, "o") + diff_hunks(self.base, sides[2].lines, "t")
         self.groups = _groups(self.hunks, self.expand)
+        # the base lines each side changed (a deletion or replacement; an insertion changes no base line)
+        self.changed = {side: {j for h in self.hunks if h.side == side for j in range(h.start, h.end)} for side in "ot"}
         self._decided: dict[tuple[int, int, tuple[Hunk, ...], tuple[Hunk, ...], bool], _Decided] = {}
 
     def expand(self, lines: Sequence[str]) -> list[str]:
@@ -403,7 +417,7 @@ class _Inputs:
         """:func:`_decide` of the group of base lines [start, end) (read it, never change it)."""
         key = (start, end, tuple(mine), tuple(pat), keep)
         if key not in self._decided:
-            self._decided[key] = _decide(self.base, start, end, mine, pat, self.expand, keep=keep)
+            self._decided[key] = _decide(self.base, start, end, mine, pat, self.expand, keep=keep, changed=self.changed)
         return self._decided[key]
 
 
@@ -521,10 +535,18 @@ _Decided = tuple[str, str, list[str]] | None
 
 
 def _decide(
-    base: list[str], start: int, end: int, mine: list[Hunk], pat: list[Hunk], expand: _Expand, *, keep: bool = True
+    base: list[str],
+    start: int,
+    end: int,
+    mine: list[Hunk],
+    pat: list[Hunk],
+    expand: _Expand,
+    *,
+    keep: bool = True,
+    changed: dict[str, set[int]] | None = None,
 ) -> _Decided:
     """(kind, message, lines) of an automatic resolution of a group, or None for a conflict; no
-    ``kept-replacement`` unless ``keep``."""
+    ``kept-replacement`` unless ``keep``.  ``changed``: the base lines each side (``o``, ``t``) changed anywhere."""
     b, o, t = base[start:end], apply_hunks(base, start, end, mine), apply_hunks(base, start, end, pat)
     if all(h.insertion for h in pat) and all(_has_run(o, list(h.lines)) for h in pat):
         return ConflictKind.ALREADY_UPSTREAM, "upstream already has the lines the omni patch inserts here; kept once", o
@@ -552,6 +574,8 @@ def _decide(
             lines, both = placed
             if dup:
                 return ConflictKind.ALREADY_UPSTREAM, _BOTH_INSERTED, lines
+            if both and _call_rewritten(base, start, changed):
+                return None  # upstream's arguments of a call the patch made another one: they may not fit it
             if both:
                 return ConflictKind.BOTH_INSERTED, "both sides inserted lines at one place; upstream's go first", lines
             return ConflictKind.BLOCK_MOVED, moved, lines
@@ -590,6 +614,22 @@ def _decide(
     if keep and _replaced_wholesale(base, mine, pat, expand):
         return ConflictKind.KEPT_REPLACEMENT, "upstream changed lines the omni patch replaced; the omni text is kept", t
     return None
+
+
+def _call_rewritten(base: Sequence[str], at: int, changed: dict[str, set[int]] | None) -> bool:
+    """Whether base line ``at`` stands inside a call's arguments whose opening line the patch changed and upstream did
+    not: both sides' lines inserted there would pass upstream's new arguments of the old call to the patch's call
+    (vLLM's new keywords of ``dispatch_cg_and_sync_dp(...)`` given to vllm-omni's own
+    ``self._dispatch_batch_descriptor(...)``, which takes none of them)."""
+    if changed is None:
+        return False
+    depth = 0
+    for k in range(at - 1, max(-1, at - 40), -1):
+        code = "" if base[k].lstrip().startswith("#") else _TRAILING_COMMENT.sub("", base[k])
+        depth += code.count("(") - code.count(")")
+        if depth > 0:  # the line that opens the bracket the insertion stands in
+            return k in changed["t"] and k not in changed["o"]
+    return False
 
 
 _BOTH_INSERTED = "both sides inserted the same lines here; kept once (the other lines each inserted placed by anchor)"
