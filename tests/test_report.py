@@ -721,3 +721,31 @@ def test_a_conflict_section_says_where_upstream_moved_its_deleted_lines() -> Non
     )
     first, second = sections(report.markdown(data, queue=presets.NPU))
     assert f"**Moved:** {said}" in first and "**Moved:**" not in second, first
+
+
+def test_a_merge_report_names_the_queues_own_runners() -> None:
+    """The Markdown head of a merge (and of a refresh) names the runners of the queue it was written for: the GPU
+    queue's are no NPU runners, and a queue set by options names its package."""
+    from dataclasses import replace
+
+    from patch_queue.outputs import report_parts
+
+    data = {
+        "format": 1,
+        "upstream": {"base": "vllm 0.23.0", "target": "vllm 0.23.0", "base_commit": "", "target_commit": ""},
+        "downstream": {"name": "vllm-omni", "release": "0.24.0"},
+        "blocks": {"before": 0, "after": 0},
+        "merged": "vllm-omni==0.26.0",
+    }
+    heads = {}
+    pair = replace(presets.GPU, preset="", package="vllm_omni/worker_v2")
+    for name, spec in (("npu", presets.NPU), ("gpu", presets.GPU), ("pair", pair)):
+        for merged in ("vllm-omni==0.26.0", ""):
+            heads[name, bool(merged)] = report_parts.head(report_parts.read({**data, "merged": merged}, spec), "")
+    assert heads["npu", True].startswith("## NPU runners: vllm-omni 0.26.0 merged\n")
+    assert "The NPU model runners of vllm-omni 0.26.0 merged" in heads["npu", True]
+    assert heads["gpu", True].startswith("## GPU runners: vllm-omni 0.26.0 merged\n")
+    assert "The GPU model runners of vllm-omni 0.26.0 merged" in heads["gpu", True]
+    assert "vllm-omni 0.24.0's GPU model runners replayed from" in heads["gpu", False]
+    assert heads["pair", True].startswith("## Runners of vllm_omni/worker_v2: vllm-omni 0.26.0 merged\n")
+    assert "NPU" not in heads["gpu", True] + heads["gpu", False] + heads["pair", True] + heads["pair", False]

@@ -86,7 +86,7 @@ def release_version(queue: Queue, spec: str) -> registry.Version | None:
 
 
 def read_release(queue: Queue, spec: str, progress: Progress | None = None) -> Release:
-    """The NPU runners of ``spec``: a release ``X`` / ``name==X`` of the series' downstream, or a folder."""
+    """The runner modules of ``spec``: a release ``X`` / ``name==X`` of the series' downstream, or a folder."""
     version = release_version(queue, spec)
     if version is None:
         files = read_downstream(spec, progress, queue.spec).modules

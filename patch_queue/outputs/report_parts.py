@@ -459,16 +459,18 @@ def head(r: Report, url: str) -> str:
         return f"{ref} ({_commit_link(commit, url)})" if commit else ref
 
     who = f"{r.downstream} {r.release}".strip()
+    # "NPU runners" -> "NPU model runners", "Runners of pkg" -> "model runners of pkg"
+    model_runners = r.runners.replace("Runners", "runners").replace("runners", "model runners", 1)
     status = [
-        f"{_text(who)}'s NPU model runners replayed from {_text(r.upstream_name)} "
+        f"{_text(who)}'s {_text(model_runners)} replayed from {_text(r.upstream_name)} "
         f"{upstream_ref(r.base, r.base_commit)} "
         f"onto {upstream_ref(r.target, r.target_commit)}."
     ]
     if r.merged:  # a merge: the maintainers' release taken into the series on its upstream
         taken = r.merged.replace("==", " ")
-        blocks = [f"## NPU runners: {taken} merged"]
+        blocks = [f"## {r.runners}: {taken} merged"]
         status = [
-            f"The NPU model runners of {_text(taken)} merged into the series on "
+            f"The {_text(model_runners)} of {_text(taken)} merged into the series on "
             f"{upstream_ref(r.base, r.base_commit)}, three-way (`pq merge`): conflict regions hold the series' "
             "side first and the release's side last."
         ]
