@@ -57,7 +57,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from patch_queue.merge import anchors
+from patch_queue.merge import anchors, markers, symbols
 from patch_queue.merge.conflict import Anchor, Conflict, ConflictKind
 from patch_queue.merge.folded import TOKEN, Hunk, apply_hunks, diff_hunks, fold, touching
 from patch_queue.merge.tokens import merge as merge_statements
@@ -444,15 +444,11 @@ def _lossy(upstream: dict[int, list[str]], merged: Sequence[str], placed: dict[i
     return frozenset(lossy)
 
 
-_DEF = re.compile(r"(\s*)(?:async\s+)?def\s")
-_MARKS = ("<<<<<<< ", "||||||| ", "=======", ">>>>>>> ")  # a conflict's marker lines end no function
-
-
 def _function_at(lines: Sequence[str], line: int) -> tuple[int, int]:
     """The 0-based range of the lines of the innermost ``def`` that holds 1-based ``line`` (from its ``def`` line
     to the first line after it indented no deeper, conflict markers aside); the whole text when none holds it."""
     for start in range(min(line, len(lines)) - 1, -1, -1):
-        found = _DEF.match(lines[start])
+        found = symbols.DEF.match(lines[start])
         if found is None:
             continue
         indent = len(found.group(1))
@@ -460,7 +456,8 @@ def _function_at(lines: Sequence[str], line: int) -> tuple[int, int]:
         while end < len(lines):
             text = lines[end]
             stripped = text.lstrip()
-            if stripped and not stripped.startswith(("#", ")", *_MARKS)) and len(text) - len(stripped) <= indent:
+            ends = stripped and not stripped.startswith(("#", ")")) and not markers.MARKER.match(text)
+            if ends and anchors.indent_of(text) <= indent:
                 break
             end += 1
         if end >= line:
